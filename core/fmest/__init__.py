@@ -1,0 +1,95 @@
+"""fmest: how much memory, time and money an LLM training run needs, before you run it.
+
+Public API::
+
+    import fmest
+    report = fmest.estimate({"model": "meta-llama/Llama-2-7b-hf",
+                             "training": {"seq_len": 4096, "micro_batch_size": 1},
+                             "parallelism": {"zero_stage": 3},
+                             "hardware": {"gpu": "A100-80GB", "gpus_per_node": 8}})
+    report.memory.total_bytes, report.fits, report.max_micro_batch
+
+Each ``estimate_*`` takes a :class:`fmest.job.Job`, a dict, a JSON string (our layout or
+fm-training-estimator's ``EstimateInput``) and an optional ``engine`` (default: installed
+plugins) and returns the chosen estimate, whose ``provenance`` says which plugin answered on
+what basis.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+__all__ = ["estimate", "estimate_memory", "estimate_time", "estimate_tokens", "estimate_cost",
+           "to_job", "Job", "Engine", "report_to_dict", "__version__"]
+
+
+def to_job(job: Any):
+    """A :class:`fmest.job.Job` from a job, dict or JSON text."""
+    from fmest.convert import job_from_dict, job_from_json
+    from fmest.job import Job
+
+    if isinstance(job, Job):
+        return job
+    if isinstance(job, (str, bytes)):
+        return job_from_json(job.decode() if isinstance(job, bytes) else job)
+    return job_from_dict(job)
+
+
+def _engine(engine):
+    if engine is not None:
+        return engine
+    from fmest.engine import default_engine
+
+    return default_engine()
+
+
+def estimate(job: Any, *, engine=None, quantities=("memory", "time", "tokens", "cost"),
+             method: str | None = None):
+    """Estimate everything the installed plugins can answer; returns a
+    :class:`fmest.engine.Report`. ``method`` overrides ``job.options.method``."""
+    j = to_job(job)
+    if method is not None:
+        j = j.evolve(options={"method": method})
+    return _engine(engine).estimate(j, quantities=quantities)
+
+
+def estimate_memory(job: Any, *, engine=None, method: str | None = None):
+    """Per-GPU peak memory (:class:`fmest.estimates.MemoryEstimate`)."""
+    j = to_job(job)
+    if method is not None:
+        j = j.evolve(options={"method": method})
+    return _engine(engine).estimate_memory(j).chosen
+
+
+def estimate_time(job: Any, *, engine=None, method: str | None = None):
+    """Step and total time (:class:`fmest.estimates.TimeEstimate`)."""
+    return estimate(job, engine=engine, quantities=("memory", "time"), method=method).time
+
+
+def estimate_tokens(job: Any, *, engine=None, method: str | None = None):
+    """Throughput (:class:`fmest.estimates.TokensEstimate`)."""
+    return estimate(job, engine=engine, quantities=("memory", "time", "tokens"),
+                    method=method).tokens
+
+
+def estimate_cost(job: Any, *, engine=None, method: str | None = None):
+    """Dollar cost (:class:`fmest.estimates.CostEstimate`)."""
+    return estimate(job, engine=engine, method=method).cost
+
+
+def __getattr__(name: str):
+    if name == "Job":
+        from fmest.job import Job
+
+        return Job
+    if name == "Engine":
+        from fmest.engine import Engine
+
+        return Engine
+    if name == "report_to_dict":
+        from fmest.report import report_to_dict
+
+        return report_to_dict
+    raise AttributeError(name)

@@ -1,0 +1,385 @@
+"""The ``fmest`` command line.
+
+Every flag named in the issues is a contract: keep its name and meaning, add new ones beside.
+Flags override values from ``-f/--input-file`` (a job JSON or fm-training-estimator
+``EstimateInput``) and ``--config`` files; flags not given leave those values alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable, Sequence
+
+from fmest.errors import FmestError, InputError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit code 2 (no usage dump, no traceback)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"fmest: error: {message} (see 'fmest {self.prog.split()[-1]} --help')\n"
+                  if " " in self.prog else f"fmest: error: {message}\n")
+
+
+def parse_bool(text: str) -> bool:
+    t = str(text).strip().lower()
+    if t in ("true", "1", "yes", "on"):
+        return True
+    if t in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def parse_count(text: str) -> float:
+    """Numbers such as ``2e10``, ``20_000_000``, ``1.5B``, ``300M``, ``20k``."""
+    t = str(text).strip().replace("_", "").replace(",", "")
+    mult = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+    try:
+        if t and t[-1].lower() in mult:
+            return float(t[:-1]) * mult[t[-1].lower()]
+        return float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number such as 2e10 or 300M, got {text!r}")
+
+
+def parse_positive_int(text: str) -> int:
+    try:
+        v = float(parse_count(text))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if v < 1 or not v.is_integer():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(v)
+
+
+def _bool_flag(p, *names, help):
+    p.add_argument(*names, nargs="?", const=True, default=None, type=parse_bool,
+                   metavar="true|false", help=help)
+
+
+# (flag dest, job section, job field, transform)
+_FLAG_MAP: list[tuple[str, str, str, Callable[[Any], Any] | None]] = [
+    ("dtype", "training", "dtype", None),
+    ("precision", "training", "precision", None),
+    ("seq_len", "training", "seq_len", None),
+    ("per_device_batch", "training", "micro_batch_size", None),
+    ("grad_accum", "training", "grad_accum_steps", None),
+    ("technique", "training", "technique", None),
+    ("lora_rank", "training", "lora_rank", None),
+    ("lora_alpha", "training", "lora_alpha", None),
+    ("lora_target_modules", "training", "lora_target_modules", None),
+    ("quant_bits", "training", "quantization_bits", None),
+    ("optimizer", "training", "optimizer", None),
+    ("optimizer_impl", "training", "optimizer_impl", None),
+    ("optimizer_in_backward", "training", "optimizer_in_backward", None),
+    ("attn", "training", "attention", None),
+    ("fused_loss", "training", "loss", lambda v: "fused" if v else "standard"),
+    ("loss", "training", "loss", None),
+    ("activation_offload", "training", "activation_offload", None),
+    ("compile", "training", "compile", None),
+    ("dp", "parallelism", "dp", None),
+    ("tp", "parallelism", "tp", None),
+    ("pp", "parallelism", "pp", None),
+    ("cp", "parallelism", "cp", None),
+    ("ep", "parallelism", "ep", None),
+    ("sequence_parallel", "parallelism", "sequence_parallel", None),
+    ("pp_schedule", "parallelism", "pp_schedule", None),
+    ("pp_virtual_stages", "parallelism", "pp_virtual_stages", None),
+    ("zero", "parallelism", "zero_stage", None),
+    ("fsdp", "parallelism", "fsdp", None),
+    ("hsdp_shard_size", "parallelism", "hsdp_shard_size", None),
+    ("cpu_offload", "parallelism", "cpu_offload", None),
+    ("gpu", "hardware", "gpu", None),
+    ("gpus_per_node", "hardware", "gpus_per_node", None),
+    ("nodes", "hardware", "nodes", None),
+    ("dataset_tokens", "workload", "dataset_tokens", None),
+    ("num_samples", "workload", "num_samples", lambda v: int(v)),
+    ("avg_seq_len", "workload", "avg_seq_len", None),
+    ("epochs", "workload", "epochs", None),
+    ("max_steps", "workload", "max_steps", None),
+    ("dataset", "workload", "dataset_path", None),
+    ("provider", "pricing", "provider", None),
+    ("region", "pricing", "region", None),
+    ("price_type", "pricing", "price_type", None),
+    ("price_per_gpu_hour", "pricing", "price_per_gpu_hour", None),
+    ("method", "options", "method", None),
+    ("mfu", "options", "mfu", None),
+    ("explain", "options", "explain", None),
+]
+
+
+def add_estimate_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``fmest estimate`` flags (seed-compatible names; see docs/cli.md)."""
+    g = p.add_argument_group("input")
+    g.add_argument("--model", help="preset name (fmest models), local config.json or folder, "
+                   "or Hugging Face Hub id")
+    g.add_argument("-f", "--input-file", metavar="FILE", help="job JSON (fmest layout or "
+                   "fm-training-estimator EstimateInput); flags override it")
+    g = p.add_argument_group("training")
+    g.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "fp8"))
+    g.add_argument("--precision", choices=("auto", "pure", "amp", "master"),
+                   help="precision policy for stored weights/grads/states (default auto)")
+    g.add_argument("--seq-len", type=parse_positive_int)
+    g.add_argument("--per-device-batch", "--micro-batch", type=parse_positive_int,
+                   dest="per_device_batch")
+    g.add_argument("--grad-accum", type=parse_positive_int)
+    g.add_argument("--technique", choices=("full", "lora", "qlora"))
+    _bool_flag(g, "--lora", help="same as --technique lora")
+    _bool_flag(g, "--qlora", help="same as --technique qlora")
+    g.add_argument("--lora-rank", type=parse_positive_int)
+    g.add_argument("--lora-alpha", type=float)
+    g.add_argument("--lora-target-modules", nargs="+", metavar="NAME",
+                   help="module names (q_proj v_proj ...) or all-linear; commas also accepted")
+    g.add_argument("--quant-bits", type=int, choices=(4, 8), help="QLoRA base weight bits")
+    g.add_argument("--optimizer", metavar="NAME")
+    g.add_argument("--optimizer-impl", choices=("auto", "foreach", "fused", "for_loop"))
+    _bool_flag(g, "--optimizer-in-backward", help="fuse the optimizer step into backward")
+    g.add_argument("--grad-checkpoint", metavar="none|full|selective|true|false",
+                   help="activation checkpointing (true = full)")
+    _bool_flag(g, "--flashattn", help="same as --attn flash")
+    g.add_argument("--attn", choices=("eager", "sdpa", "flash"))
+    _bool_flag(g, "--fused-loss", help="fused/chunked cross-entropy (no full fp32 logits)")
+    g.add_argument("--loss", choices=("standard", "fused", "chunked"))
+    _bool_flag(g, "--activation-offload", help="offload saved activations to CPU")
+    _bool_flag(g, "--compile", help="torch.compile the model")
+    g = p.add_argument_group("parallelism")
+    for name in ("dp", "tp", "pp", "cp", "ep"):
+        g.add_argument(f"--{name}", type=parse_positive_int)
+    _bool_flag(g, "--sequence-parallel", help="Megatron sequence parallelism with tp")
+    g.add_argument("--pp-schedule", choices=("1f1b", "gpipe", "interleaved"))
+    g.add_argument("--pp-virtual-stages", type=parse_positive_int)
+    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3))
+    g.add_argument("--fsdp", choices=("full_shard", "shard_grad_op", "hybrid_shard", "no_shard"))
+    g.add_argument("--hsdp-shard-size", type=parse_positive_int)
+    g.add_argument("--cpu-offload", choices=("none", "optimizer", "params"))
+    g = p.add_argument_group("hardware")
+    g.add_argument("--gpu", metavar="NAME", help="GPU name or alias (fmest gpus)")
+    g.add_argument("--gpus-per-node", type=parse_positive_int)
+    g.add_argument("--nodes", type=parse_positive_int)
+    g = p.add_argument_group("workload")
+    g.add_argument("--dataset-tokens", type=parse_count, metavar="N", help="e.g. 2e10")
+    g.add_argument("--num-samples", type=parse_count, metavar="N")
+    g.add_argument("--avg-seq-len", type=parse_count, metavar="N")
+    g.add_argument("--epochs", type=float)
+    g.add_argument("--max-steps", type=parse_positive_int)
+    g.add_argument("--dataset", metavar="FILE", help="JSONL/CSV/Parquet/text file to count")
+    g = p.add_argument_group("pricing")
+    g.add_argument("--provider", metavar="NAME|cheapest")
+    g.add_argument("--region", metavar="R")
+    g.add_argument("--price-type", choices=("on_demand", "spot", "reserved_1y", "reserved_3y"))
+    g.add_argument("--price-per-gpu-hour", type=float, metavar="USD")
+    g = p.add_argument_group("answer")
+    g.add_argument("--method", metavar="theory|traced|learned|hybrid",
+                   help="policy that chooses among plugin answers")
+    g.add_argument("--mfu", type=float, help="override the model FLOPs utilisation (0-1)")
+    _bool_flag(g, "--explain", help="print every candidate answer and the rule that chose")
+    g.add_argument("--format", choices=("table", "json"), default="table")
+
+
+def _set(d: dict, section: str, key: str, value: Any) -> None:
+    d.setdefault(section, {})[key] = value
+
+
+def job_dict_from_args(args: argparse.Namespace) -> dict:
+    """Merge: input file, then flags actually given (flags win)."""
+    data: dict = {}
+    if args.input_file:
+        try:
+            with open(args.input_file, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise InputError("--input-file", f"cannot read: {exc.strerror}",
+                             value=args.input_file) from None
+        try:
+            loaded = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError("--input-file", f"malformed JSON at line {exc.lineno} column "
+                             f"{exc.colno}: {exc.msg}", value=args.input_file) from None
+        if isinstance(loaded, dict) and ("job_configs" in loaded or "estimator" in loaded):
+            from fmest.compat.fm_training_estimator import jobs_from_estimate_input
+            from fmest.convert import job_to_dict
+
+            jobs, ignored = jobs_from_estimate_input(loaded)
+            args._ignored_input = ignored
+            loaded = job_to_dict(jobs[0])
+        if not isinstance(loaded, dict):
+            raise InputError("--input-file", "expected a JSON object", value=args.input_file)
+        data = loaded
+    if args.model:
+        data["model"] = args.model
+    tr_flags = {k: getattr(args, k) for k in ("lora", "qlora")}
+    if tr_flags["qlora"]:
+        _set(data, "training", "technique", "qlora")
+    elif tr_flags["lora"]:
+        _set(data, "training", "technique", "lora")
+    if args.grad_checkpoint is not None:
+        gc = args.grad_checkpoint.strip().lower()
+        gc = {"true": "full", "1": "full", "yes": "full", "false": "none", "0": "none",
+              "no": "none"}.get(gc, gc)
+        if gc not in ("none", "full", "selective"):
+            raise InputError("--grad-checkpoint", "not an accepted value", value=args.grad_checkpoint,
+                             accepted=("none", "full", "selective", "true", "false"))
+        _set(data, "training", "activation_checkpointing", gc)
+    if args.flashattn:
+        _set(data, "training", "attention", "flash")
+    for dest, section, key, fn in _FLAG_MAP:
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if dest == "lora_target_modules":
+            value = [v for item in value for v in item.split(",") if v]
+        _set(data, section, key, fn(value) if fn else value)
+    if "model" not in data:
+        raise InputError("--model", "required (a preset name, local config.json or Hub id; "
+                         "see 'fmest models')")
+    return data
+
+
+def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
+    from fmest.convert import job_from_dict
+
+    data = job_dict_from_args(args)
+    job = job_from_dict(data)
+    engine = engine_factory()
+    report = engine.estimate(job)
+    ignored = getattr(args, "_ignored_input", None) or []
+    if ignored:
+        import attrs
+
+        report = attrs.evolve(report, warnings=report.warnings + tuple(
+            f"input field ignored: {i}" for i in ignored))
+    if args.format == "json":
+        from fmest.report import report_to_dict
+
+        print(json.dumps(report_to_dict(report), indent=2, default=str))
+    else:
+        from fmest.report import render_table
+
+        print(render_table(report, explain=bool(job.options.explain)))
+    return 0
+
+
+def cmd_models(args, engine_factory) -> int:
+    from fmest.models.presets import list_presets
+
+    rows = [(p.name, p.model_type, ", ".join(p.aliases[:3])) for p in list_presets()]
+    if args.format == "json":
+        print(json.dumps([{"name": n, "model_type": t, "aliases": list(p.aliases),
+                           "source": p.source, "retrieved": p.retrieved}
+                          for (n, t, _), p in zip(rows, list_presets())], indent=2))
+        return 0
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    print(f"{'name':<{w0}}  {'type':<{w1}}  aliases")
+    for n, t, a in rows:
+        print(f"{n:<{w0}}  {t:<{w1}}  {a}")
+    print(f"\n{len(rows)} presets; a local config.json or model folder also works.")
+    return 0
+
+
+def cmd_gpus(args, engine_factory) -> int:
+    engine = engine_factory()
+    gpus = engine.registries.gpus.values()
+    if args.format == "json":
+        from fmest.convert import unstructure
+
+        print(json.dumps([unstructure(g) for g in gpus], indent=2))
+        return 0
+
+    def tf(x):
+        return f"{x / 1e12:8.1f}" if x else f"{'-':>8}"
+
+    w = max(len(g.name) for g in gpus)
+    print(f"{'name':<{w}}  {'mem GiB':>7}  {'HBM TB/s':>8}  {'bf16 TF':>8}  {'fp8 TF':>8}  aliases")
+    for g in gpus:
+        hbm = f"{g.hbm_bytes_per_s / 1e12:8.2f}" if g.hbm_bytes_per_s else f"{'-':>8}"
+        print(f"{g.name:<{w}}  {g.memory_bytes / 1024**3:7.0f}  {hbm}  {tf(g.bf16_flops_per_s)}  "
+              f"{tf(g.fp8_flops_per_s)}  {', '.join(g.aliases[:4])}")
+    return 0
+
+
+def cmd_plugins(args, engine_factory) -> int:
+    from fmest.plugins import plugin_hooks
+
+    engine = engine_factory()
+    hooks = plugin_hooks(engine.pm)
+    if args.format == "json":
+        print(json.dumps({"plugins": hooks,
+                          "load_errors": [str(e) for e in engine.load_errors]}, indent=2))
+        return 0
+    w = max(len(n) for n in hooks)
+    for name, hs in sorted(hooks.items()):
+        print(f"{name:<{w}}  {', '.join(h.removeprefix('fmest_') for h in hs)}")
+    for err in engine.load_errors:
+        print(f"error: {err}")
+    return 0
+
+
+def build_parser(commands: dict | None = None) -> argparse.ArgumentParser:
+    parser = _Parser(prog="fmest", description="Estimate per-GPU memory, step and total time, "
+                     "tokens/s and dollar cost of LLM training runs before running them.")
+    from fmest import __version__
+
+    parser.add_argument("--version", action="version", version=f"fmest {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    p = sub.add_parser("estimate", help="estimate memory, time, throughput and cost of a job")
+    add_estimate_arguments(p)
+    for name, help_ in (("models", "list the shipped model presets"),
+                        ("gpus", "list the known accelerators"),
+                        ("plugins", "list the plugins and the hooks they implement")):
+        q = sub.add_parser(name, help=help_)
+        q.add_argument("--format", choices=("table", "json"), default="table")
+    for name, (help_, add_args, _run) in (commands or {}).items():
+        q = sub.add_parser(name, help=help_)
+        add_args(q)
+    return parser
+
+
+def _plugin_commands(engine) -> dict:
+    out: dict = {}
+
+    def register(name, help, add_arguments, run):
+        out[name] = (help, add_arguments, run)
+
+    for impl in engine.pm.hook.fmest_register_commands.get_hookimpls():
+        impl.function(register=register)
+    return out
+
+
+def main(argv: Sequence[str] | None = None, *, engine=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    engine_box: dict = {"engine": engine}
+
+    def engine_factory():
+        if engine_box["engine"] is None:
+            from fmest.engine import Engine
+
+            engine_box["engine"] = Engine()
+        return engine_box["engine"]
+
+    try:
+        builtin = {"estimate": cmd_estimate, "models": cmd_models, "gpus": cmd_gpus,
+                   "plugins": cmd_plugins}
+        first = next((a for a in argv if not a.startswith("-")), None)
+        commands = {} if first in builtin else _plugin_commands(engine_factory())
+        parser = build_parser(commands)
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        if args.command in builtin:
+            return builtin[args.command](args, engine_factory)
+        return commands[args.command][2](args, engine_factory())
+    except FmestError as exc:
+        print(f"fmest: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def entry() -> None:  # console script
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Readers of other estimators' input formats."""

@@ -1,0 +1,221 @@
+"""Reading IBM fm-training-estimator's ``EstimateInput`` JSON.
+
+Schema (fm_training_estimator/config/arguments.py, foundation-model-stack/fm-training-estimator):
+``{"estimator_metadata": {"method": "theory|learned|hybrid", "base_data_path", ...},
+"job_configs": [{"hf_training": <transformers TrainingArguments>, "fm": FMArguments,
+"data": DataArguments, "infra": InfraArguments, "peft_lora": PeftLoraConfig}]}``.
+The issue text calls the metadata block ``estimator``; both names are accepted.
+
+Every field is either mapped onto an fmest job field or reported as ignored with the reason;
+:func:`jobs_from_estimate_input` returns both.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fmest.errors import InputError
+
+# fm.torch_dtype -> our compute dtype
+_DTYPES = {"float32": "fp32", "fp32": "fp32", "float16": "fp16", "fp16": "fp16", "half": "fp16",
+           "bfloat16": "bf16", "bf16": "bf16"}
+
+# gpuModel -> a name our GPU registry knows, by the memory the job says the GPU has.
+_GPU_BY_MODEL_AND_GB = {("a100", 40): "A100-40GB", ("a100", 80): "A100-80GB",
+                        ("h100", 80): "H100-SXM", ("h100", 94): "H100-NVL",
+                        ("l40s", 48): "L40S", ("v100", 16): "V100", ("v100", 32): "V100-32GB"}
+
+# Keys of hf_training that change nothing an estimate depends on (logging, I/O, seeds ...).
+_HF_IRRELEVANT_PREFIXES = ("output_dir", "logging", "save", "eval", "report_to", "run_name",
+                           "push_to_hub", "hub_", "seed", "data_seed", "dataloader",
+                           "learning_rate", "lr_scheduler", "warmup", "weight_decay", "adam_",
+                           "max_grad_norm", "label_smoothing", "overwrite", "do_", "disable_tqdm",
+                           "resume_from", "log_", "remove_unused", "include_", "local_rank",
+                           "use_cpu", "no_cuda", "greater_is_better", "load_best", "metric_for")
+
+
+def _camel_to_snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
+
+def _get(d: dict, *names: str, default=None):
+    for n in names:
+        if n in d:
+            return d[n]
+    return default
+
+
+def _targets(value: Any) -> list[str]:
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip() for v in value]
+    text = str(value).strip().strip("[]")
+    return [t.strip().strip("'\"") for t in text.split(",") if t.strip()]
+
+
+def training_arguments_fields(hf: dict, path: str) -> tuple[dict, list[str]]:
+    """Map a transformers ``TrainingArguments`` dict onto job sections.
+
+    Returns ``({section: {field: value}}, ignored)``. Used by the EstimateInput reader and the
+    TrainingArguments config importer alike.
+    """
+    out: dict[str, dict] = {"training": {}, "parallelism": {}, "workload": {}}
+    ignored: list[str] = []
+    for key, value in hf.items():
+        k = key
+        p = f"{path}.{key}"
+        if k == "per_device_train_batch_size":
+            out["training"]["micro_batch_size"] = value
+        elif k == "gradient_accumulation_steps":
+            out["training"]["grad_accum_steps"] = value
+        elif k == "gradient_checkpointing":
+            out["training"]["activation_checkpointing"] = "full" if value else "none"
+        elif k in ("bf16", "fp16") and value:
+            out["training"]["dtype"] = k
+            out["training"].setdefault("precision", "amp")  # HF Trainer: fp32 weights + autocast
+        elif k in ("bf16", "fp16", "tf32", "bf16_full_eval", "fp16_full_eval"):
+            if value and k == "tf32":
+                ignored.append(f"{p}: tf32 matmuls change speed, not memory (time plugins read "
+                               "--dtype fp32 as tf32 tensor-core capable)")
+        elif k == "optim":
+            out["training"]["optimizer"] = str(value)
+        elif k == "num_train_epochs":
+            out["workload"]["epochs"] = float(value)
+        elif k == "max_steps":
+            if value is not None and int(value) > 0:
+                out["workload"]["max_steps"] = int(value)
+        elif k == "fsdp":
+            text = " ".join(value) if isinstance(value, list) else str(value or "")
+            for strat in ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard"):
+                if strat in text:
+                    out["parallelism"]["fsdp"] = strat
+            if "offload" in text:
+                out["parallelism"]["cpu_offload"] = "params"
+        elif k == "fsdp_config" and isinstance(value, dict):
+            if value.get("activation_checkpointing"):
+                out["training"]["activation_checkpointing"] = "full"
+            rest = sorted(set(value) - {"activation_checkpointing"})
+            if rest:
+                ignored.append(f"{p}: keys {rest} do not change per-GPU memory in fmest's model")
+        elif k == "deepspeed":
+            if value:
+                ignored.append(f"{p}: pass the DeepSpeed file itself with --config to map it")
+        elif k.startswith(_HF_IRRELEVANT_PREFIXES) or k in ("per_device_eval_batch_size",):
+            ignored.append(f"{p}: does not affect training memory, time or cost")
+        else:
+            ignored.append(f"{p}: not used by fmest")
+    return {s: v for s, v in out.items() if v}, ignored
+
+
+def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, list[str]]:
+    path = f"job_configs[{idx}]"
+    if not isinstance(cfg, dict):
+        raise InputError(path, "expected an object")
+    cfg = {_camel_to_snake(k): v for k, v in cfg.items()}
+    job: dict[str, Any] = {"training": {}, "parallelism": {}, "hardware": {}, "workload": {},
+                           "options": {}}
+    ignored: list[str] = []
+    known = {"hf_training", "fm", "data", "infra", "peft_lora"}
+    for extra in sorted(set(cfg) - known):
+        ignored.append(f"{path}.{extra}: unknown block")
+
+    fm = cfg.get("fm") or {}
+    model = _get(fm, "base_model_path", "baseModelPath", default="ibm-granite/granite-3b-code-base")
+    job["model"] = model
+    for key, value in fm.items():
+        k = _camel_to_snake(key)
+        p = f"{path}.fm.{key}"
+        if k == "base_model_path":
+            continue
+        if k == "flash_attention_v2":
+            job["training"]["attention"] = "flash" if value else "sdpa"
+        elif k in ("max_seq_length", "block_size"):
+            job["training"]["seq_len"] = int(value)
+            if k == "max_seq_length" and "block_size" in fm:
+                ignored.append(f"{p}: block_size wins (it is the packed sequence length)")
+        elif k == "torch_dtype":
+            if str(value) not in _DTYPES:
+                raise InputError(p, "unknown dtype", value=value, accepted=sorted(_DTYPES))
+            job["training"]["dtype"] = _DTYPES[str(value)]
+            job["training"]["precision"] = "pure"  # the model is loaded in this dtype
+        elif k == "technique":
+            t = str(value).lower()
+            if t not in ("full", "lora", "qlora"):
+                raise InputError(p, "unknown technique", value=value,
+                                 accepted=("full", "lora", "qlora"))
+            job["training"]["technique"] = t
+        else:
+            ignored.append(f"{p}: not used by fmest (file paths of other configs are read "
+                           "through --config)")
+
+    hf = cfg.get("hf_training") or {}
+    mapped, ign = training_arguments_fields(hf, f"{path}.hf_training")
+    ignored += ign
+    for section, values in mapped.items():
+        for k, v in values.items():
+            if section == "training" and k == "precision" and "precision" in job["training"]:
+                continue
+            if section == "training" and k == "dtype" and "dtype" in job["training"]:
+                continue
+            job[section][k] = v
+
+    infra = {_camel_to_snake(k): v for k, v in (cfg.get("infra") or {}).items()}
+    gpus = int(infra.get("num_gpus_per_pod") or 0)
+    pods = int(infra.get("num_pods") or 1)
+    if gpus > 0:
+        job["hardware"]["gpus_per_node"] = gpus
+    job["hardware"]["nodes"] = pods
+    gpu_model = str(infra.get("gpu_model", "A100")).lower().replace("nvidia", "").strip(" -")
+    gb = int(infra.get("gpu_memory_in_gb", 80))
+    job["hardware"]["gpu"] = _GPU_BY_MODEL_AND_GB.get((gpu_model, gb), gpu_model)
+    for k in sorted(set(infra) - {"num_gpus_per_pod", "num_pods", "gpu_model",
+                                  "gpu_memory_in_gb"}):
+        ignored.append(f"{path}.infra.{k}: not used by fmest")
+
+    if job["training"].get("technique") in ("lora", "qlora"):
+        lora = cfg.get("peft_lora") or {}
+        if "r" in lora:
+            job["training"]["lora_rank"] = int(lora["r"])
+        if "lora_alpha" in lora:
+            job["training"]["lora_alpha"] = float(lora["lora_alpha"])
+        job["training"]["lora_target_modules"] = _targets(
+            lora.get("target_modules", "[q_proj, v_proj]"))
+        for k in sorted(set(lora) - {"r", "lora_alpha", "target_modules"}):
+            ignored.append(f"{path}.peft_lora.{k}: does not change memory in fmest's model")
+    elif cfg.get("peft_lora"):
+        ignored.append(f"{path}.peft_lora: technique is full, LoRA settings unused")
+
+    data = cfg.get("data") or {}
+    if data.get("dataset"):
+        job["workload"]["dataset_path"] = str(data["dataset"])
+    for k in sorted(set(data) - {"dataset"}):
+        ignored.append(f"{path}.data.{k}: fmest counts tokens of local files itself")
+    if method:
+        job["options"]["method"] = method
+    return {k: v for k, v in job.items() if v != {}}, ignored
+
+
+def jobs_from_estimate_input(data: dict):
+    """Parse an ``EstimateInput`` dict into fmest jobs and the list of ignored fields."""
+    from fmest.convert import job_from_dict
+
+    if not isinstance(data, dict):
+        raise InputError("EstimateInput", "expected a JSON object")
+    meta = _get(data, "estimator_metadata", "estimator", "estimatorMetadata", default={}) or {}
+    method = meta.get("method")
+    if isinstance(method, str):
+        method = method.lower()
+        if method not in ("theory", "learned", "hybrid"):
+            raise InputError("estimator.method", "unknown method", value=method,
+                             accepted=("theory", "learned", "hybrid"))
+    ignored = [f"estimator.{k}: fmest's learned models are chosen with --learned-model"
+               for k in meta if k != "method"]
+    configs = _get(data, "job_configs", "jobConfigs")
+    if not isinstance(configs, list) or not configs:
+        raise InputError("job_configs", "expected a non-empty list of job configs")
+    jobs = []
+    for i, cfg in enumerate(configs):
+        d, ign = _job_from_config(cfg, i, method)
+        ignored += ign
+        jobs.append(job_from_dict(d))
+    return jobs, ignored

@@ -1,0 +1,10 @@
+"""Registers the shipped accelerator table (``fmest/data/gpus.csv``)."""
+
+from fmest.gpus import shipped_gpus
+from fmest.hookspecs import hookimpl
+
+
+@hookimpl
+def fmest_register_gpus(register):
+    for spec in shipped_gpus():
+        register(spec)

@@ -1,0 +1,132 @@
+"""The whole plugin contract: every hook fmest calls.
+
+Registration hooks (``fmest_register_*``) run once when an :class:`fmest.engine.Engine` builds
+its registries; each receives a ``register`` callable and returns nothing. Registering the
+same key twice fails loudly, naming both plugins.
+
+Estimation hooks (``fmest_estimate_*``) run per request. Each returns its answer, or ``None``
+when the job is not one it can answer (wrong technique, missing data, out of scope). Every
+implementation is called separately; an exception is reported as a failure of that plugin and
+does not stop the others. The engine stamps the answering plugin's entry-point name into
+``provenance.plugin``; a policy (see ``fmest_register_policies``) chooses among the answers.
+
+The ``ctx`` argument of estimation hooks is an :class:`fmest.engine.EstimateContext`:
+``ctx.model`` (:class:`fmest.models.ModelSpec`), ``ctx.layout`` (:class:`fmest.job.Layout`:
+world size, dp/tp/pp/cp/ep, GPUs per node, nodes), ``ctx.gpu`` (:class:`fmest.gpus.GpuSpec`),
+``ctx.optimizer`` (:class:`fmest.transforms.OptimizerSpec`), ``ctx.sharding``
+(:class:`fmest.transforms.ShardingStrategy`), and ``ctx.registries`` for anything else.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("fmest")
+hookimpl = pluggy.HookimplMarker("fmest")
+
+
+@hookspec
+def fmest_register_gpus(register):
+    """Register accelerators.
+
+    Fires once per engine. Call ``register(spec)`` with a :class:`fmest.gpus.GpuSpec` for each
+    GPU; its ``name`` and ``aliases`` become lookup keys (case-insensitive). Returns nothing.
+    """
+
+
+@hookspec
+def fmest_register_models(register):
+    """Register model presets.
+
+    Fires once per engine. Call ``register(name, loader, aliases=(), source="")`` where
+    ``loader`` is a zero-argument callable returning a :class:`fmest.models.ModelSpec` (called
+    lazily, on first use). Returns nothing.
+    """
+
+
+@hookspec
+def fmest_register_prices(register):
+    """Register cloud prices.
+
+    Fires once per engine. Call ``register(quote)`` with a :class:`fmest.prices.PriceQuote` per
+    (provider, instance, region, price type). Returns nothing.
+    """
+
+
+@hookspec
+def fmest_register_optimizers(register):
+    """Register optimizers (the optimizer transform).
+
+    Fires once per engine. Call ``register(spec)`` with an
+    :class:`fmest.transforms.OptimizerSpec`; ``name`` and ``aliases`` become lookup keys.
+    Returns nothing.
+    """
+
+
+@hookspec
+def fmest_register_parallelism(register):
+    """Register data-parallel sharding strategies (the parallelism transform).
+
+    Fires once per engine. Call ``register(strategy)`` with a
+    :class:`fmest.transforms.ShardingStrategy`. The engine maps ``parallelism.zero_stage`` to
+    ``zero0``..``zero3`` and ``parallelism.fsdp`` to ``fsdp_<strategy>``. Returns nothing.
+    """
+
+
+@hookspec
+def fmest_register_policies(register):
+    """Register policies that choose among estimation answers.
+
+    Fires once per engine. Call ``register(policy)`` with an object having ``name``,
+    ``description`` and ``choose(quantity, candidates) -> fmest.policies.Decision`` (see
+    :class:`fmest.policies.Policy`). ``job.options.method`` selects one by name. Returns nothing.
+    """
+
+
+@hookspec
+def fmest_register_commands(register):
+    """Register CLI sub-commands.
+
+    Fires when the CLI starts. Call ``register(name, help, add_arguments, run)``:
+    ``add_arguments(parser)`` adds argparse arguments, ``run(args, engine) -> int`` executes
+    and returns the exit code. Returns nothing.
+    """
+
+
+@hookspec
+def fmest_estimate_memory(job, ctx):
+    """Estimate per-GPU peak memory of one training step.
+
+    ``job`` is the :class:`fmest.job.Job`; ``ctx`` the resolved context (see module doc).
+    Return a :class:`fmest.estimates.MemoryEstimate` (``total_bytes`` for the most loaded
+    GPU, ``components`` summing to it, ``provenance.basis`` set), or ``None`` if not applicable.
+    """
+
+
+@hookspec
+def fmest_estimate_time(job, ctx, memory):
+    """Estimate the time of one optimizer step and of the whole run.
+
+    ``memory`` is the chosen :class:`fmest.estimates.MemoryEstimate` (or ``None``), for plugins
+    that price offload traffic or recomputation. Return a
+    :class:`fmest.estimates.TimeEstimate`, or ``None`` if not applicable.
+    """
+
+
+@hookspec
+def fmest_estimate_tokens(job, ctx, time):
+    """Estimate throughput from a chosen :class:`fmest.estimates.TimeEstimate` (``time``).
+
+    Return a :class:`fmest.estimates.TokensEstimate`, or ``None`` if not applicable (for example
+    when ``time`` is ``None``).
+    """
+
+
+@hookspec
+def fmest_estimate_cost(job, ctx, time):
+    """Estimate the dollar cost of the run from a chosen time estimate.
+
+    Use ``job.pricing`` (provider, region, price type, override) and
+    ``ctx.registries.prices``. Return a :class:`fmest.estimates.CostEstimate`, or ``None`` if
+    not applicable.
+    """

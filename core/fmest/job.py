@@ -1,0 +1,253 @@
+"""The job: everything a user says about a training run.
+
+Frozen, keyword-only attrs classes with units in the field names. Values are validated here
+(each validator names its field and the accepted values); cross-field rules that need the
+model (e.g. ``tp`` must divide the attention heads) are checked by :mod:`fmest.engine` once the
+model is resolved. Build jobs from dicts/JSON with :func:`fmest.convert.job_from_dict`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import attrs
+from attrs import field, frozen
+
+from fmest.errors import InputError
+
+DTYPES = ("fp32", "bf16", "fp16", "fp8")
+PRECISIONS = ("auto", "pure", "amp", "master")
+TECHNIQUES = ("full", "lora", "qlora")
+CHECKPOINTING = ("none", "full", "selective")
+ATTENTIONS = ("eager", "sdpa", "flash")
+LOSSES = ("standard", "fused", "chunked")
+OPTIMIZER_IMPLS = ("auto", "foreach", "fused", "for_loop")
+FSDP_STRATEGIES = ("none", "full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
+CPU_OFFLOAD = ("none", "optimizer", "params")
+PP_SCHEDULES = ("1f1b", "gpipe", "interleaved")
+PRICE_TYPES = ("on_demand", "spot", "reserved_1y", "reserved_3y")
+QUANT_BITS = (4, 8)
+
+
+def _choice(values):
+    def check(inst, attribute, value):
+        if value not in values:
+            raise InputError(attribute.name, "not an accepted value", value=value, accepted=values)
+    return check
+
+
+def _positive(inst, attribute, value):
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise InputError(attribute.name, "must be a positive number", value=value)
+
+
+def _positive_int(inst, attribute, value):
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(attribute.name, "must be a whole number >= 1", value=value)
+
+
+def _non_negative(inst, attribute, value):
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise InputError(attribute.name, "must be a number >= 0", value=value)
+
+
+def _tuple_of_str(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    return tuple(str(v) for v in value)
+
+
+@frozen(kw_only=True)
+class Training:
+    """How the model is trained: precision, technique, optimizer, batch and memory savers.
+
+    ``dtype`` is the compute dtype. ``precision`` is the precision policy for what is stored:
+    ``pure`` keeps weights, gradients and optimizer states in ``dtype``; ``amp`` keeps fp32
+    weights/grads/states and computes in ``dtype`` under autocast (torch AMP, HF Trainer);
+    ``master`` keeps ``dtype`` weights and grads plus an fp32 master copy and fp32 states
+    (Megatron, DeepSpeed); ``auto`` lets the memory plugin choose by the documented rule in
+    docs/formulas.md.
+    """
+
+    dtype: str = field(default="bf16", validator=_choice(DTYPES))
+    precision: str = field(default="auto", validator=_choice(PRECISIONS))
+    technique: str = field(default="full", validator=_choice(TECHNIQUES))
+    lora_rank: int = field(default=16, validator=_positive_int)
+    lora_alpha: float = field(default=32.0, validator=_positive)
+    lora_target_modules: tuple[str, ...] = field(default=("q_proj", "v_proj"), converter=_tuple_of_str)
+    quantization_bits: int = field(default=4, validator=_choice(QUANT_BITS))
+    double_quantization: bool = True
+    optimizer: str = "adamw"
+    optimizer_impl: str = field(default="auto", validator=_choice(OPTIMIZER_IMPLS))
+    seq_len: int = field(default=2048, validator=_positive_int)
+    micro_batch_size: int = field(default=1, validator=_positive_int)
+    grad_accum_steps: int = field(default=1, validator=_positive_int)
+    activation_checkpointing: str = field(default="none", validator=_choice(CHECKPOINTING))
+    attention: str = field(default="sdpa", validator=_choice(ATTENTIONS))
+    loss: str = field(default="standard", validator=_choice(LOSSES))
+    activation_offload: bool = False
+    optimizer_in_backward: bool = False
+    compile: bool = False
+
+
+@frozen(kw_only=True)
+class Parallelism:
+    """How the job is split over GPUs.
+
+    ``dp`` of ``None`` means "all GPUs not used by tp/pp/cp". ``zero_stage`` (DeepSpeed) and
+    ``fsdp`` (PyTorch FSDP) are two spellings of sharded data parallelism; give one of them.
+    ``hsdp_shard_size`` is the size of the shard group for ``hybrid_shard`` (default: GPUs per
+    node).
+    """
+
+    dp: Optional[int] = field(default=None, validator=_positive_int)
+    tp: int = field(default=1, validator=_positive_int)
+    pp: int = field(default=1, validator=_positive_int)
+    cp: int = field(default=1, validator=_positive_int)
+    ep: int = field(default=1, validator=_positive_int)
+    sequence_parallel: bool = False
+    pp_schedule: str = field(default="1f1b", validator=_choice(PP_SCHEDULES))
+    pp_virtual_stages: int = field(default=1, validator=_positive_int)
+    zero_stage: int = field(default=0, validator=_choice((0, 1, 2, 3)))
+    fsdp: str = field(default="none", validator=_choice(FSDP_STRATEGIES))
+    hsdp_shard_size: Optional[int] = field(default=None, validator=_positive_int)
+    cpu_offload: str = field(default="none", validator=_choice(CPU_OFFLOAD))
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tp * self.pp * self.cp
+
+
+@frozen(kw_only=True)
+class Hardware:
+    """Where the job runs. ``gpus_per_node`` of ``None`` means: all GPUs the parallelism needs,
+    up to 8 per node."""
+
+    gpu: str = "H100-SXM"
+    gpus_per_node: Optional[int] = field(default=None, validator=_positive_int)
+    nodes: int = field(default=1, validator=_positive_int)
+
+
+@frozen(kw_only=True)
+class Workload:
+    """How much data the run sees: ``dataset_tokens``, or ``num_samples`` x ``avg_seq_len``
+    (default: ``seq_len``), times ``epochs``; or a fixed ``max_steps``; or a ``dataset_path``
+    whose tokens are counted."""
+
+    dataset_tokens: Optional[float] = field(default=None, validator=_positive)
+    num_samples: Optional[int] = field(default=None, validator=_positive_int)
+    avg_seq_len: Optional[float] = field(default=None, validator=_positive)
+    epochs: float = field(default=1.0, validator=_positive)
+    max_steps: Optional[int] = field(default=None, validator=_positive_int)
+    dataset_path: Optional[str] = None
+
+
+@frozen(kw_only=True)
+class Pricing:
+    """What the user wants priced: a provider (or ``cheapest``), region, price type, or a flat
+    ``price_per_gpu_hour`` override; optional fixed overheads."""
+
+    provider: Optional[str] = None
+    region: Optional[str] = None
+    price_type: str = field(default="on_demand", validator=_choice(PRICE_TYPES))
+    price_per_gpu_hour: Optional[float] = field(default=None, validator=_positive)
+    startup_overhead_hours: float = field(default=0.0, validator=_non_negative)
+    checkpoint_overhead_fraction: float = field(default=0.0, validator=_non_negative)
+
+
+@frozen(kw_only=True)
+class Options:
+    """How to answer: the policy (``method``), an MFU override, the learned model to use."""
+
+    method: str = "theory"
+    mfu: Optional[float] = field(default=None, validator=_positive)
+    learned_model: Optional[str] = None
+    explain: bool = False
+
+
+@frozen(kw_only=True)
+class Job:
+    """A training run to estimate.
+
+    ``model`` is a preset name (``fmest models``), a local ``config.json`` or model folder, or a
+    Hugging Face Hub id (looked up only when the Hub is reachable). ``model_config`` may carry an
+    inline Hugging Face config dict instead (for services that already hold the config).
+    """
+
+    model: str
+    model_config: Optional[dict] = None
+    training: Training = field(factory=Training)
+    parallelism: Parallelism = field(factory=Parallelism)
+    hardware: Hardware = field(factory=Hardware)
+    workload: Workload = field(factory=Workload)
+    pricing: Pricing = field(factory=Pricing)
+    options: Options = field(factory=Options)
+
+    def evolve(self, **sections: Any) -> "Job":
+        """A copy with some fields replaced; ``sections`` maps a section name to a dict of its
+        fields (``job.evolve(training={"micro_batch_size": 4})``) or to a new section object."""
+        changes: dict[str, Any] = {}
+        for name, value in sections.items():
+            if isinstance(value, dict):
+                changes[name] = attrs.evolve(getattr(self, name), **value)
+            else:
+                changes[name] = value
+        return attrs.evolve(self, **changes)
+
+
+@frozen(kw_only=True)
+class Layout:
+    """The resolved GPU layout of a job: world size and every parallel degree, derived once."""
+
+    world_size: int
+    gpus_per_node: int
+    nodes: int
+    dp: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+
+    @property
+    def dp_shard(self) -> int:
+        """GPUs one data-parallel shard group spans (== dp unless hybrid sharding)."""
+        return self.dp
+
+
+def resolve_layout(job: Job) -> Layout:
+    """Derive world size and ``dp`` from the job, checking they agree.
+
+    The world is ``gpus_per_node x nodes`` when ``gpus_per_node`` is given, else
+    ``dp x tp x pp x cp`` (dp defaulting to 1) spread over ``nodes``.
+    """
+    par, hw = job.parallelism, job.hardware
+    mp = par.tp * par.pp * par.cp
+    if hw.gpus_per_node is not None:
+        world = hw.gpus_per_node * hw.nodes
+        if world % mp:
+            raise InputError("parallelism", f"tp*pp*cp = {mp} does not divide the {world} GPUs "
+                             f"(gpus_per_node {hw.gpus_per_node} x nodes {hw.nodes})")
+        dp = world // mp
+        if par.dp is not None and par.dp != dp:
+            raise InputError("parallelism.dp", f"dp*tp*pp*cp must equal the {world} GPUs "
+                             f"(gpus_per_node x nodes); that needs dp = {dp}", value=par.dp)
+        gpn = hw.gpus_per_node
+    else:
+        dp = par.dp if par.dp is not None else 1
+        world = dp * mp
+        if world % hw.nodes:
+            raise InputError("hardware.nodes", f"the {world} GPUs (dp*tp*pp*cp) do not split "
+                             "evenly over the nodes", value=hw.nodes)
+        gpn = world // hw.nodes
+    if par.ep > 1 and (dp * par.cp) % par.ep and dp % par.ep:
+        raise InputError("parallelism.ep", f"ep must divide dp ({dp})", value=par.ep)
+    return Layout(world_size=world, gpus_per_node=gpn, nodes=hw.nodes, dp=dp, tp=par.tp,
+                  pp=par.pp, cp=par.cp, ep=par.ep)

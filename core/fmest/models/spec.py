@@ -1,0 +1,169 @@
+"""The model's shape as the estimators see it: an inventory of parameters.
+
+A :class:`ModelSpec` lists every linear (matmul) module of the network with its shape and how
+many copies exist (per layer, experts), plus every non-matmul parameter group (embeddings,
+norms, position tables, routers' biases ...). Parameter counts, LoRA adapter sizes (by target
+module name), QLoRA quantized bytes and matmul FLOPs all derive from this one inventory, so
+they cannot disagree. Build specs with :func:`fmest.models.hf.spec_from_hf_config`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from attrs import field, frozen
+
+LINEAR_KINDS = ("attention", "mlp", "expert", "shared_expert", "router", "head", "other")
+
+
+@frozen(kw_only=True)
+class LinearModule:
+    """One kind of linear layer.
+
+    ``name`` is the module's attribute name in transformers (``q_proj``, ``query_key_value``,
+    ``c_attn``, ``w1`` ...), which is what LoRA ``target_modules`` match. There are
+    ``layers x copies`` instances of it (``copies`` = experts for MoE expert weights);
+    ``active_copies`` is how many of the copies one token passes through (top-k for experts).
+    ``kind`` groups it for breakdowns and for ``all-linear`` targeting (``head`` is excluded
+    from LoRA's ``all-linear`` as in peft).
+    """
+
+    name: str
+    in_features: int
+    out_features: int
+    bias: bool = False
+    layers: int = 1
+    copies: int = 1
+    active_copies: float = 1.0
+    kind: str = "other"
+
+    @property
+    def weight_params(self) -> int:
+        return self.in_features * self.out_features * self.layers * self.copies
+
+    @property
+    def bias_params(self) -> int:
+        return (self.out_features if self.bias else 0) * self.layers * self.copies
+
+    @property
+    def params(self) -> int:
+        return self.weight_params + self.bias_params
+
+    @property
+    def active_params(self) -> float:
+        """Parameters one token multiplies with (MoE: top-k experts only)."""
+        return (self.in_features * self.out_features + (self.out_features if self.bias else 0)) \
+            * self.layers * self.active_copies
+
+
+@frozen(kw_only=True)
+class ParamGroup:
+    """Parameters that are not matmul weights: embeddings, norms, position tables, etc.
+    ``kind`` is one of ``embedding``, ``position``, ``norm``, ``other``."""
+
+    name: str
+    params: int
+    kind: str = "other"
+
+
+@frozen(kw_only=True)
+class ParamCounts:
+    """Exact parameter counts per component. ``active`` counts what one token uses (MoE)."""
+
+    embedding: int
+    attention: int
+    mlp: int
+    experts: int
+    norms: int
+    head: int
+    other: int
+    total: int
+    active: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in ("embedding", "attention", "mlp", "experts", "norms",
+                                              "head", "other", "total", "active")}
+
+
+@frozen(kw_only=True)
+class ModelSpec:
+    """A transformer's shape and parameter inventory.
+
+    Shape fields are those the activation and FLOP formulas need; ``linears`` and ``groups``
+    are the inventory the counts come from. ``source`` says where the config came from (preset
+    file and its upstream URL, local path, or Hub id). ``hf_config`` keeps the raw config dict
+    so a torch-based plugin can rebuild the real model.
+    """
+
+    name: str
+    model_type: str
+    source: str
+    hidden_size: int
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    gated_mlp: bool = True
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    num_moe_layers: int = 0
+    # multi-head latent attention (DeepSeek-V2/V3); 0 when not used
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_head_dim: int = 0
+    v_head_dim: int = 0
+    sliding_window: Optional[int] = None
+    dropout: float = 0.0
+    eager_only: bool = False
+    linears: tuple[LinearModule, ...] = field(factory=tuple)
+    groups: tuple[ParamGroup, ...] = field(factory=tuple)
+    hf_config: dict = field(factory=dict, eq=False, repr=False)
+    warnings: tuple[str, ...] = field(factory=tuple)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    def param_counts(self) -> ParamCounts:
+        emb = sum(g.params for g in self.groups if g.kind in ("embedding", "position"))
+        norms = sum(g.params for g in self.groups if g.kind == "norm")
+        other_groups = sum(g.params for g in self.groups if g.kind == "other")
+        by_kind: dict[str, int] = {}
+        active = 0.0
+        for lin in self.linears:
+            by_kind[lin.kind] = by_kind.get(lin.kind, 0) + lin.params
+            active += lin.active_params
+        experts = by_kind.get("expert", 0)
+        total = emb + norms + other_groups + sum(by_kind.values())
+        return ParamCounts(
+            embedding=emb,
+            attention=by_kind.get("attention", 0),
+            mlp=by_kind.get("mlp", 0) + by_kind.get("shared_expert", 0) + by_kind.get("router", 0),
+            experts=experts,
+            norms=norms,
+            head=by_kind.get("head", 0),
+            other=other_groups + by_kind.get("other", 0),
+            total=total,
+            active=int(round(active + emb + norms + other_groups)),
+        )
+
+    def linear_names(self) -> list[str]:
+        return sorted({lin.name for lin in self.linears})
+
+    def lora_targets(self, targets: tuple[str, ...]) -> list[LinearModule]:
+        """The linear modules LoRA adapts for peft-style ``target_modules``.
+
+        ``all-linear`` (or ``all_linear``) selects every linear except the output head, as peft
+        does; otherwise a module matches when its name equals a target or ends with
+        ``.target``.
+        """
+        tset = set(targets)
+        if tset & {"all-linear", "all_linear", "linear"}:
+            return [lin for lin in self.linears if lin.kind != "head" and lin.kind != "router"]
+        return [lin for lin in self.linears
+                if lin.name in tset or any(lin.name.endswith("." + t) for t in tset)]

@@ -1,0 +1,44 @@
+"""Test helpers for fmest and for plugin authors (a pytest plugin, auto-loaded).
+
+Fixtures:
+
+* ``fmest_pm`` — a fresh plugin manager with the core's default plugins and *no* installed
+  entry-point plugins; register the plugins under test on it.
+* ``fmest_engine_factory`` — ``factory(*plugins)`` returning an :class:`fmest.engine.Engine`
+  over a fresh manager with the given plugins (modules or objects, optionally ``(plugin, name)``
+  pairs) registered.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def new_pm(*plugins, entrypoints: bool = False, defaults: bool = True):
+    """A fresh plugin manager: default plugins plus ``plugins`` (each a module/object or a
+    ``(plugin, name)`` pair)."""
+    from fmest.plugins import new_plugin_manager
+
+    pm = new_plugin_manager(entrypoints=entrypoints, defaults=defaults, disable=set(), only=None)
+    for p in plugins:
+        plugin, name = p if isinstance(p, tuple) else (p, getattr(p, "__name__", None))
+        pm.register(plugin, name=name)
+    pm.check_pending()
+    return pm
+
+
+def new_engine(*plugins, entrypoints: bool = False):
+    """An engine over :func:`new_pm`."""
+    from fmest.engine import Engine
+
+    return Engine(new_pm(*plugins, entrypoints=entrypoints))
+
+
+@pytest.fixture
+def fmest_pm():
+    return new_pm()
+
+
+@pytest.fixture
+def fmest_engine_factory():
+    return new_engine
