@@ -151,7 +151,7 @@ class Engine:
             else:
                 from fmest.models.local import resolve_model
 
-                spec = resolve_model(job.model, known=self.registries.models.all_keys())
+                spec = resolve_model(job.model)
         self._model_cache[key] = spec
         return spec
 

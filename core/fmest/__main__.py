@@ -1,0 +1,3 @@
+from fmest.cli import entry
+
+entry()

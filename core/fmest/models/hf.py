@@ -1,0 +1,574 @@
+"""Hugging Face ``config.json`` -> :class:`~fmest.models.spec.ModelSpec`.
+
+The parameter inventory built here mirrors, module by module, what ``transformers`` (5.x)
+instantiates for ``AutoModelForCausalLM.from_config(config)``, so ``param_counts().total`` is
+exact for the architectures listed in :data:`SUPPORTED_MODEL_TYPES` (the test suite checks every
+shipped preset against a meta-device instantiation). This module imports neither torch nor
+transformers.
+
+Naming: linear modules carry the attribute names LoRA ``target_modules`` match. Fused MoE
+expert tensors (transformers 5 stores experts as 3-D ``gate_up_proj``/``down_proj`` parameters)
+are listed under the per-expert projection names the original checkpoints and peft configs use
+(``w1``/``w3``/``w2`` for Mixtral, ``gate_proj``/``up_proj``/``down_proj`` for Qwen-MoE and
+DeepSeek, ``input_linear``/``output_linear`` for GraniteMoE); their parameter counts are the same.
+
+Unknown ``model_type`` values fall back to a generic Llama-style decoder with a warning.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fmest.errors import InputError
+from fmest.models.spec import LinearModule, ModelSpec, ParamGroup
+
+SUPPORTED_MODEL_TYPES = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2",
+    "gemma3_text", "gemma3", "phi3", "granite", "granitemoe", "falcon", "gpt2", "bloom", "opt",
+    "deepseek_v2", "deepseek_v3", "mpt",
+)
+
+_MISSING = object()
+
+# per model_type default of tie_word_embeddings (transformers' config classes)
+_TIE_DEFAULT = {
+    "gemma": True, "gemma2": True, "gemma3_text": True, "falcon": True, "gpt2": True,
+    "bloom": True, "opt": True, "mpt": True,
+}
+
+
+class _Cfg:
+    """Key access on a config dict with aliases, defaults and InputError for missing keys."""
+
+    def __init__(self, config: dict) -> None:
+        self.c = config
+
+    def get(self, *keys: str, default: Any = _MISSING) -> Any:
+        for k in keys:
+            v = self.c.get(k)
+            if v is not None:
+                return v
+        if default is _MISSING:
+            raise InputError(f"model.config.{keys[0]}",
+                             "required key missing from the model config"
+                             + (f" (also looked for: {', '.join(keys[1:])})" if keys[1:] else ""))
+        return default
+
+    def int(self, *keys: str, default: Any = _MISSING) -> int:
+        v = self.get(*keys, default=default)
+        try:
+            iv = int(v)
+        except (TypeError, ValueError):
+            raise InputError(f"model.config.{keys[0]}", "must be an integer", value=v) from None
+        if iv != v and not isinstance(v, bool):
+            raise InputError(f"model.config.{keys[0]}", "must be an integer", value=v)
+        return iv
+
+    def bool(self, key: str, default: bool) -> bool:
+        v = self.c.get(key)
+        return default if v is None else bool(v)
+
+
+def _dropout(c: _Cfg, *keys: str) -> float:
+    vals = []
+    for k in keys:
+        v = c.c.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            vals.append(float(v))
+    return max(vals) if vals else 0.0
+
+
+_LLAMA_DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop",
+                       "attn_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob",
+                       "dropout", "resid_dropout")
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.linears: list[LinearModule] = []
+        self.groups: list[ParamGroup] = []
+
+    def lin(self, name: str, i: int, o: int, *, bias: bool = False, layers: int = 1,
+            copies: int = 1, active: float = 1.0, kind: str = "other") -> None:
+        if layers <= 0 or copies <= 0:
+            return
+        self.linears.append(LinearModule(name=name, in_features=i, out_features=o, bias=bias,
+                                         layers=layers, copies=copies, active_copies=active,
+                                         kind=kind))
+
+    def grp(self, name: str, params: int, kind: str) -> None:
+        if params:
+            self.groups.append(ParamGroup(name=name, params=int(params), kind=kind))
+
+    def gated_mlp(self, h: int, inter: int, layers: int, *, kind: str = "mlp", bias: bool = False,
+                  names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj"),
+                  copies: int = 1, active: float = 1.0) -> None:
+        g, u, d = names
+        self.lin(g, h, inter, bias=bias, layers=layers, copies=copies, active=active, kind=kind)
+        self.lin(u, h, inter, bias=bias, layers=layers, copies=copies, active=active, kind=kind)
+        self.lin(d, inter, h, bias=bias, layers=layers, copies=copies, active=active, kind=kind)
+
+    def embed_and_head(self, vocab: int, h: int, tie: bool, head_name: str = "lm_head",
+                       emb_name: str = "embed_tokens") -> None:
+        self.grp(emb_name, vocab * h, "embedding")
+        if not tie:
+            self.lin(head_name, h, vocab, kind="head")
+
+
+# --------------------------------------------------------------------------- llama family
+
+def _llama_like(mt: str, c: _Cfg, b: _Builder) -> dict:
+    h = c.int("hidden_size")
+    L = c.int("num_hidden_layers")
+    nh = c.int("num_attention_heads")
+    nkv = c.int("num_key_value_heads", default=nh)
+    hd = c.int("head_dim", default=h // nh)
+    inter = c.int("intermediate_size")
+    V = c.int("vocab_size")
+    tie = c.bool("tie_word_embeddings", _TIE_DEFAULT.get(mt, False))
+
+    if mt == "qwen2":
+        qkv_bias, o_bias = True, False
+    elif mt == "mistral":
+        qkv_bias = o_bias = False
+    else:  # llama, granite, qwen3, gemma*, phi3 (phi3 handled below)
+        qkv_bias = o_bias = c.bool("attention_bias", False)
+    mlp_bias = c.bool("mlp_bias", False) if mt in ("llama", "granite") else False
+
+    if mt == "phi3":
+        b.lin("qkv_proj", h, (nh + 2 * nkv) * hd, layers=L, kind="attention")
+        b.lin("o_proj", nh * hd, h, layers=L, kind="attention")
+        b.lin("gate_up_proj", h, 2 * inter, layers=L, kind="mlp")
+        b.lin("down_proj", inter, h, layers=L, kind="mlp")
+    else:
+        b.lin("q_proj", h, nh * hd, bias=qkv_bias, layers=L, kind="attention")
+        b.lin("k_proj", h, nkv * hd, bias=qkv_bias, layers=L, kind="attention")
+        b.lin("v_proj", h, nkv * hd, bias=qkv_bias, layers=L, kind="attention")
+        b.lin("o_proj", nh * hd, h, bias=o_bias, layers=L, kind="attention")
+        b.gated_mlp(h, inter, L, bias=mlp_bias)
+
+    norms_per_layer = 4 * h if mt in ("gemma2", "gemma3_text") else 2 * h
+    if mt in ("qwen3", "gemma3_text"):
+        norms_per_layer += 2 * hd  # q_norm, k_norm over head_dim
+    b.grp("layer_norms", norms_per_layer * L, "norm")
+    b.grp("final_norm", h, "norm")
+    b.embed_and_head(V, h, tie)
+
+    sw = c.get("sliding_window", default=None)
+    if mt == "qwen2" and not c.bool("use_sliding_window", False):
+        sw = None
+    if mt in ("gemma",):
+        sw = None
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
+                head_dim=hd, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
+                gated_mlp=True, sliding_window=int(sw) if sw else None,
+                dropout=_dropout(c, *_LLAMA_DROPOUT_KEYS),
+                eager_only=(mt == "gemma2"))
+
+
+# --------------------------------------------------------------------------- MoE decoders
+
+def _mixtral(c: _Cfg, b: _Builder) -> dict:
+    h = c.int("hidden_size")
+    L = c.int("num_hidden_layers")
+    nh = c.int("num_attention_heads")
+    nkv = c.int("num_key_value_heads", default=nh)
+    hd = c.int("head_dim", default=h // nh)
+    inter = c.int("intermediate_size")
+    V = c.int("vocab_size")
+    E = c.int("num_local_experts", "num_experts")
+    k = c.int("num_experts_per_tok")
+    tie = c.bool("tie_word_embeddings", False)
+    for n, o in (("q_proj", nh * hd), ("k_proj", nkv * hd), ("v_proj", nkv * hd)):
+        b.lin(n, h, o, layers=L, kind="attention")
+    b.lin("o_proj", nh * hd, h, layers=L, kind="attention")
+    b.lin("gate", h, E, layers=L, kind="router")
+    b.gated_mlp(h, inter, L, kind="expert", names=("w1", "w3", "w2"), copies=E, active=k)
+    b.grp("layer_norms", 2 * h * L, "norm")
+    b.grp("final_norm", h, "norm")
+    b.embed_and_head(V, h, tie)
+    sw = c.get("sliding_window", default=None)
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
+                head_dim=hd, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
+                num_experts=E, experts_per_token=k, moe_intermediate_size=inter,
+                num_moe_layers=L, sliding_window=int(sw) if sw else None,
+                dropout=_dropout(c, *_LLAMA_DROPOUT_KEYS))
+
+
+def _qwen2_moe(c: _Cfg, b: _Builder) -> dict:
+    h = c.int("hidden_size")
+    L = c.int("num_hidden_layers")
+    nh = c.int("num_attention_heads")
+    nkv = c.int("num_key_value_heads", default=nh)
+    hd = h // nh
+    inter = c.int("intermediate_size")
+    V = c.int("vocab_size")
+    E = c.int("num_experts")
+    k = c.int("num_experts_per_tok")
+    moe_inter = c.int("moe_intermediate_size")
+    shared_inter = c.int("shared_expert_intermediate_size", default=0)
+    step = c.int("decoder_sparse_step", default=1)
+    mlp_only = set(c.get("mlp_only_layers", default=[]) or [])
+    tie = c.bool("tie_word_embeddings", False)
+    qkv_bias = c.bool("qkv_bias", True)
+    n_moe = sum(1 for i in range(L) if i not in mlp_only and E > 0 and (i + 1) % step == 0)
+    n_dense = L - n_moe
+    for n, o in (("q_proj", nh * hd), ("k_proj", nkv * hd), ("v_proj", nkv * hd)):
+        b.lin(n, h, o, bias=qkv_bias, layers=L, kind="attention")
+    b.lin("o_proj", nh * hd, h, layers=L, kind="attention")
+    b.gated_mlp(h, inter, n_dense)
+    b.lin("gate", h, E, layers=n_moe, kind="router")
+    b.gated_mlp(h, moe_inter, n_moe, kind="expert", copies=E, active=k)
+    if shared_inter:
+        b.gated_mlp(h, shared_inter, n_moe, kind="shared_expert")
+        b.lin("shared_expert_gate", h, 1, layers=n_moe, kind="router")
+    b.grp("layer_norms", 2 * h * L, "norm")
+    b.grp("final_norm", h, "norm")
+    b.embed_and_head(V, h, tie)
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
+                head_dim=hd, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
+                num_experts=E, experts_per_token=k, moe_intermediate_size=moe_inter,
+                num_moe_layers=n_moe, dropout=_dropout(c, *_LLAMA_DROPOUT_KEYS))
+
+
+def _granitemoe(c: _Cfg, b: _Builder) -> dict:
+    h = c.int("hidden_size")
+    L = c.int("num_hidden_layers")
+    nh = c.int("num_attention_heads")
+    nkv = c.int("num_key_value_heads", default=nh)
+    hd = h // nh
+    inter = c.int("intermediate_size")
+    V = c.int("vocab_size")
+    E = c.int("num_local_experts")
+    k = c.int("num_experts_per_tok")
+    tie = c.bool("tie_word_embeddings", False)
+    ab = c.bool("attention_bias", False)
+    for n, o in (("q_proj", nh * hd), ("k_proj", nkv * hd), ("v_proj", nkv * hd)):
+        b.lin(n, h, o, bias=ab, layers=L, kind="attention")
+    b.lin("o_proj", nh * hd, h, bias=ab, layers=L, kind="attention")
+    b.lin("router", h, E, layers=L, kind="router")
+    b.lin("input_linear", h, 2 * inter, layers=L, copies=E, active=k, kind="expert")
+    b.lin("output_linear", inter, h, layers=L, copies=E, active=k, kind="expert")
+    b.grp("layer_norms", 2 * h * L, "norm")
+    b.grp("final_norm", h, "norm")
+    b.embed_and_head(V, h, tie)
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
+                head_dim=hd, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
+                num_experts=E, experts_per_token=k, moe_intermediate_size=inter,
+                num_moe_layers=L, dropout=_dropout(c, *_LLAMA_DROPOUT_KEYS))
+
+
+def _deepseek(mt: str, c: _Cfg, b: _Builder, warnings: list[str]) -> dict:
+    h = c.int("hidden_size")
+    L = c.int("num_hidden_layers")
+    nh = c.int("num_attention_heads")
+    inter = c.int("intermediate_size")
+    V = c.int("vocab_size")
+    E = c.int("n_routed_experts", "num_experts", "num_local_experts", default=0)
+    k = c.int("num_experts_per_tok", default=0)
+    moe_inter = c.int("moe_intermediate_size", default=0)
+    n_shared = c.int("n_shared_experts", default=0)
+    first_dense = c.int("first_k_dense_replace", default=0)
+    freq = c.int("moe_layer_freq", default=1)
+    q_lora = c.int("q_lora_rank", default=0)
+    kv_lora = c.int("kv_lora_rank")
+    nope = c.int("qk_nope_head_dim")
+    rope = c.int("qk_rope_head_dim")
+    vd = c.int("v_head_dim")
+    ab = c.bool("attention_bias", False)
+    tie = c.bool("tie_word_embeddings", False)
+    qk = nope + rope
+
+    if freq != 1:
+        warnings.append(f"moe_layer_freq={freq}: transformers' {mt} model ignores it (every layer "
+                        f"from first_k_dense_replace on is MoE); counted the original way "
+                        f"(layer i is MoE when i >= first_k_dense_replace and i % freq == 0)")
+    n_moe = sum(1 for i in range(L) if E > 0 and i >= first_dense and i % freq == 0)
+    n_dense = L - n_moe
+
+    if q_lora:
+        b.lin("q_a_proj", h, q_lora, bias=ab, layers=L, kind="attention")
+        b.grp("q_a_layernorm", q_lora * L, "norm")
+        b.lin("q_b_proj", q_lora, nh * qk, layers=L, kind="attention")
+    else:
+        b.lin("q_proj", h, nh * qk, layers=L, kind="attention")
+    b.lin("kv_a_proj_with_mqa", h, kv_lora + rope, bias=ab, layers=L, kind="attention")
+    b.grp("kv_a_layernorm", kv_lora * L, "norm")
+    b.lin("kv_b_proj", kv_lora, nh * (nope + vd), layers=L, kind="attention")
+    b.lin("o_proj", nh * vd, h, bias=ab, layers=L, kind="attention")
+
+    b.gated_mlp(h, inter, n_dense)
+    b.lin("gate", h, E, layers=n_moe, kind="router")
+    b.gated_mlp(h, moe_inter, n_moe, kind="expert", copies=E, active=k)
+    if n_shared:
+        b.gated_mlp(h, moe_inter * n_shared, n_moe, kind="shared_expert")
+    b.grp("layer_norms", 2 * h * L, "norm")
+    b.grp("final_norm", h, "norm")
+    b.embed_and_head(V, h, tie)
+    mtp = c.int("num_nextn_predict_layers", default=0)
+    if mtp:
+        warnings.append(f"config has {mtp} multi-token-prediction layer(s); transformers' {mt} "
+                        f"model does not build them, so they are not counted (as in fine-tuning "
+                        f"with transformers)")
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh,
+                num_kv_heads=c.int("num_key_value_heads", default=nh), head_dim=qk,
+                intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
+                num_experts=E, experts_per_token=k, moe_intermediate_size=moe_inter,
+                num_moe_layers=n_moe, q_lora_rank=q_lora, kv_lora_rank=kv_lora,
+                qk_head_dim=qk, v_head_dim=vd, dropout=_dropout(c, *_LLAMA_DROPOUT_KEYS))
+
+
+# --------------------------------------------------------------------------- older decoders
+
+def _falcon(c: _Cfg, b: _Builder, warnings: list[str]) -> dict:
+    h = c.int("hidden_size", "n_embed")
+    L = c.int("num_hidden_layers", "n_layer")
+    nh = c.int("num_attention_heads", "n_head")
+    hd = h // nh
+    new_arch = c.bool("new_decoder_architecture", False)
+    multi_query = c.bool("multi_query", True)
+    parallel = c.bool("parallel_attn", True)
+    bias = c.bool("bias", False)
+    V = c.int("vocab_size")
+    ffn = c.int("ffn_hidden_size", default=4 * h)
+    tie = c.bool("tie_word_embeddings", True)
+    if new_arch:
+        nkv = c.int("num_kv_heads", "n_head_kv", default=nh)
+        qkv_out = (2 * nkv + nh) * hd
+    elif multi_query:
+        nkv = 1
+        qkv_out = h + 2 * hd
+    else:
+        nkv = nh
+        qkv_out = 3 * h
+    if c.bool("alibi", False):
+        warnings.append("falcon with alibi: no rotary embedding; counts unaffected")
+    b.lin("query_key_value", h, qkv_out, bias=bias, layers=L, kind="attention")
+    b.lin("dense", h, h, bias=bias, layers=L, kind="attention")
+    b.lin("dense_h_to_4h", h, ffn, bias=bias, layers=L, kind="mlp")
+    b.lin("dense_4h_to_h", ffn, h, bias=bias, layers=L, kind="mlp")
+    if not parallel:
+        n_ln = 2
+    else:
+        n_ln_par = c.get("num_ln_in_parallel_attn", default=None)
+        if n_ln_par is None and new_arch:
+            n_ln_par = 2
+        n_ln = 2 if n_ln_par == 2 else 1
+    b.grp("layer_norms", n_ln * 2 * h * L, "norm")
+    b.grp("ln_f", 2 * h, "norm")
+    b.embed_and_head(V, h, tie, emb_name="word_embeddings")
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
+                head_dim=hd, intermediate_size=ffn, vocab_size=V, tie_word_embeddings=tie,
+                gated_mlp=False, dropout=_dropout(c, "attention_dropout", "hidden_dropout"))
+
+
+def _gpt2(c: _Cfg, b: _Builder) -> dict:
+    h = c.int("n_embd", "hidden_size")
+    L = c.int("n_layer", "num_hidden_layers")
+    nh = c.int("n_head", "num_attention_heads")
+    inner = c.int("n_inner", default=4 * h)
+    V = c.int("vocab_size")
+    P = c.int("n_positions", "max_position_embeddings", default=1024)
+    tie = c.bool("tie_word_embeddings", True)
+    b.lin("c_attn", h, 3 * h, bias=True, layers=L, kind="attention")
+    b.lin("c_proj", h, h, bias=True, layers=L, kind="attention")
+    b.lin("c_fc", h, inner, bias=True, layers=L, kind="mlp")
+    b.lin("c_proj", inner, h, bias=True, layers=L, kind="mlp")
+    b.grp("layer_norms", 4 * h * L, "norm")
+    b.grp("ln_f", 2 * h, "norm")
+    b.grp("wpe", P * h, "position")
+    b.embed_and_head(V, h, tie, emb_name="wte")
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nh,
+                head_dim=h // nh, intermediate_size=inner, vocab_size=V, tie_word_embeddings=tie,
+                gated_mlp=False, max_position_embeddings=P,
+                dropout=_dropout(c, "resid_pdrop", "embd_pdrop", "attn_pdrop"))
+
+
+def _bloom(c: _Cfg, b: _Builder) -> dict:
+    h = c.int("hidden_size", "n_embed")
+    L = c.int("n_layer", "num_hidden_layers")
+    nh = c.int("n_head", "num_attention_heads")
+    V = c.int("vocab_size")
+    tie = c.bool("tie_word_embeddings", True)
+    b.lin("query_key_value", h, 3 * h, bias=True, layers=L, kind="attention")
+    b.lin("dense", h, h, bias=True, layers=L, kind="attention")
+    b.lin("dense_h_to_4h", h, 4 * h, bias=True, layers=L, kind="mlp")
+    b.lin("dense_4h_to_h", 4 * h, h, bias=True, layers=L, kind="mlp")
+    b.grp("layer_norms", 4 * h * L, "norm")
+    b.grp("word_embeddings_layernorm", 2 * h, "norm")
+    b.grp("ln_f", 2 * h, "norm")
+    b.embed_and_head(V, h, tie, emb_name="word_embeddings")
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nh,
+                head_dim=h // nh, intermediate_size=4 * h, vocab_size=V, tie_word_embeddings=tie,
+                gated_mlp=False, max_position_embeddings=int(c.get("seq_length", default=2048)),
+                dropout=_dropout(c, "attention_dropout", "hidden_dropout"))
+
+
+def _opt(c: _Cfg, b: _Builder) -> dict:
+    h = c.int("hidden_size")
+    L = c.int("num_hidden_layers")
+    nh = c.int("num_attention_heads")
+    ffn = c.int("ffn_dim")
+    V = c.int("vocab_size")
+    P = c.int("max_position_embeddings", default=2048)
+    wp = c.int("word_embed_proj_dim", default=h)
+    bias = c.bool("enable_bias", True)
+    affine = c.bool("layer_norm_elementwise_affine", True)
+    tie = c.bool("tie_word_embeddings", True)
+    ln = 2 * h if affine else 0
+    for n in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        b.lin(n, h, h, bias=bias, layers=L, kind="attention")
+    b.lin("fc1", h, ffn, bias=bias, layers=L, kind="mlp")
+    b.lin("fc2", ffn, h, bias=bias, layers=L, kind="mlp")
+    b.grp("layer_norms", 2 * ln * L, "norm")
+    if c.bool("do_layer_norm_before", True) and not c.bool("_remove_final_layer_norm", False):
+        b.grp("final_layer_norm", ln, "norm")
+    b.grp("embed_positions", (P + 2) * h, "position")
+    if wp != h:
+        b.lin("project_out", h, wp, kind="other")
+        b.lin("project_in", wp, h, kind="other")
+    b.grp("embed_tokens", V * wp, "embedding")
+    if not tie:
+        b.lin("lm_head", wp, V, kind="head")
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nh,
+                head_dim=h // nh, intermediate_size=ffn, vocab_size=V, tie_word_embeddings=tie,
+                gated_mlp=False, max_position_embeddings=P,
+                dropout=_dropout(c, "dropout", "attention_dropout"))
+
+
+def _mpt(c: _Cfg, b: _Builder, warnings: list[str]) -> dict:
+    h = c.int("d_model", "hidden_size")
+    L = c.int("n_layers", "num_hidden_layers")
+    nh = c.int("n_heads", "num_attention_heads")
+    V = c.int("vocab_size")
+    tie = c.bool("tie_word_embeddings", True)
+    ratio = c.get("expansion_ratio", default=4)
+    if ratio != 4:
+        warnings.append(f"mpt expansion_ratio={ratio}: transformers' MPT hard-codes a 4x MLP; "
+                        f"counted as 4x like transformers")
+    attn = c.get("attn_config", default={}) or {}
+    if isinstance(attn, dict) and attn.get("alibi") is False:
+        warnings.append("mpt without alibi: transformers' MPT has no learned position table; "
+                        "none counted")
+    b.lin("Wqkv", h, 3 * h, layers=L, kind="attention")
+    b.lin("out_proj", h, h, layers=L, kind="attention")
+    b.lin("up_proj", h, 4 * h, layers=L, kind="mlp")
+    b.lin("down_proj", 4 * h, h, layers=L, kind="mlp")
+    b.grp("layer_norms", 2 * h * L, "norm")  # LayerNorm weight only (bias removed)
+    b.grp("norm_f", h, "norm")
+    b.embed_and_head(V, h, tie, emb_name="wte")
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nh,
+                head_dim=h // nh, intermediate_size=4 * h, vocab_size=V, tie_word_embeddings=tie,
+                gated_mlp=False, max_position_embeddings=c.int("max_seq_len", default=2048),
+                dropout=max(_dropout(c, "resid_pdrop", "emb_pdrop"),
+                            _dropout(_Cfg(attn if isinstance(attn, dict) else {}), "attn_pdrop")))
+
+
+# --------------------------------------------------------------------------- fallback
+
+def _generic(mt: str, c: _Cfg, b: _Builder, warnings: list[str]) -> dict:
+    h = c.int("hidden_size", "n_embd", "d_model", "n_embed")
+    L = c.int("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+    nh = c.int("num_attention_heads", "n_head", "n_heads", "num_heads")
+    nkv = c.int("num_key_value_heads", "num_kv_heads", "n_head_kv", default=nh)
+    hd = c.int("head_dim", default=h // nh)
+    inter = c.int("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size", default=4 * h)
+    V = c.int("vocab_size", "padded_vocab_size")
+    tie = c.bool("tie_word_embeddings", False)
+    warnings.append(f"unknown architecture {mt!r}: parameter counts approximated as a "
+                    f"Llama-style decoder (gated MLP, RMSNorm, no biases)")
+    b.lin("q_proj", h, nh * hd, layers=L, kind="attention")
+    b.lin("k_proj", h, nkv * hd, layers=L, kind="attention")
+    b.lin("v_proj", h, nkv * hd, layers=L, kind="attention")
+    b.lin("o_proj", nh * hd, h, layers=L, kind="attention")
+    b.gated_mlp(h, inter, L)
+    b.grp("layer_norms", 2 * h * L, "norm")
+    b.grp("final_norm", h, "norm")
+    b.embed_and_head(V, h, tie)
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
+                head_dim=hd, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
+                dropout=_dropout(c, *_LLAMA_DROPOUT_KEYS))
+
+
+# --------------------------------------------------------------------------- entry point
+
+def spec_from_hf_config(config: dict, *, name: str, source: str) -> ModelSpec:
+    """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` dict.
+
+    Raises :class:`~fmest.errors.InputError` (``field="model.config.<key>"``) when a key the
+    architecture needs is missing. Unknown ``model_type`` values are approximated as a
+    Llama-style decoder and say so in ``warnings``.
+    """
+    if not isinstance(config, dict):
+        raise InputError("model.config", "must be a JSON object (a config.json dict)",
+                         value=type(config).__name__)
+    warnings: list[str] = []
+    raw = config
+    mt = str(config.get("model_type") or "").lower()
+    if mt in ("gemma3", "gemma3n", "llava", "mistral3", "llama4", "qwen2_vl",
+              "qwen2_5_vl") or (isinstance(config.get("text_config"), dict)
+                                and not config.get("hidden_size")):
+        tc = config.get("text_config")
+        if not isinstance(tc, dict):
+            raise InputError("model.config.text_config",
+                             f"multimodal config of type {mt!r} needs a text_config")
+        inner = dict(tc)
+        inner.setdefault("model_type", {"gemma3": "gemma3_text"}.get(mt, tc.get("model_type", "")))
+        if mt == "gemma3":
+            inner["model_type"] = "gemma3_text"
+        warnings.append(f"multimodal config {mt!r}: only the language model (text_config, "
+                        f"model_type {inner['model_type']!r}) is counted; the vision tower and "
+                        f"projector are not")
+        config = inner
+        mt = str(inner.get("model_type") or "").lower()
+    if mt == "refinedweb" or mt == "refinedwebmodel":
+        mt = "falcon"
+
+    c = _Cfg(config)
+    b = _Builder()
+    if mt in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3",
+              "granite"):
+        shape = _llama_like(mt, c, b)
+        max_pos_default = 2048
+    elif mt == "mixtral":
+        shape = _mixtral(c, b)
+        max_pos_default = 4096 * 32
+    elif mt == "qwen2_moe":
+        shape = _qwen2_moe(c, b)
+        max_pos_default = 32768
+    elif mt == "granitemoe":
+        shape = _granitemoe(c, b)
+        max_pos_default = 4096
+    elif mt in ("deepseek_v2", "deepseek_v3"):
+        shape = _deepseek(mt, c, b, warnings)
+        max_pos_default = 4096
+    elif mt == "falcon":
+        shape = _falcon(c, b, warnings)
+        max_pos_default = 2048
+    elif mt == "gpt2":
+        shape = _gpt2(c, b)
+        max_pos_default = 1024
+    elif mt == "bloom":
+        shape = _bloom(c, b)
+        max_pos_default = 2048
+    elif mt == "opt":
+        shape = _opt(c, b)
+        max_pos_default = 2048
+    elif mt == "mpt":
+        shape = _mpt(c, b, warnings)
+        max_pos_default = 2048
+    else:
+        shape = _generic(mt or "<no model_type>", c, b, warnings)
+        max_pos_default = 2048
+    if "max_position_embeddings" not in shape:
+        shape["max_position_embeddings"] = c.int(
+            "max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+            default=max_pos_default)
+    return ModelSpec(name=name, model_type=mt or "unknown", source=source,
+                     linears=tuple(b.linears), groups=tuple(b.groups), hf_config=dict(raw),
+                     warnings=tuple(warnings), **shape)
+
+
+def model_types() -> tuple[str, ...]:
+    """The ``model_type`` values converted exactly (others fall back to a Llama-style guess)."""
+    return SUPPORTED_MODEL_TYPES

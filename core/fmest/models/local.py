@@ -1,0 +1,183 @@
+"""Model shapes from a local ``config.json`` or, when reachable, the Hugging Face Hub.
+
+:func:`resolve_model` tries, in order: a shipped preset, a local path, the Hub. The Hub is only
+tried when ``HF_HUB_OFFLINE`` is unset and fails fast (a few seconds) when unreachable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Optional
+
+from fmest.errors import InputError, UnknownNameError, near_names
+from fmest.models.hf import spec_from_hf_config
+from fmest.models.spec import ModelSpec
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+
+
+def _read_config(path: Path, field: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except json.JSONDecodeError as e:
+        raise InputError(field, f"{path} is not valid JSON: {e}") from None
+    except OSError as e:
+        raise InputError(field, f"cannot read {path}: {e.strerror or e}") from None
+    if not isinstance(data, dict):
+        raise InputError(field, f"{path} must hold a JSON object (a transformers config.json)")
+    return data
+
+
+def spec_from_local(path: str | os.PathLike) -> ModelSpec:
+    """A ``config.json`` file, or a folder holding one, -> :class:`ModelSpec` (source = path)."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        cfg = p / "config.json"
+        if not cfg.is_file():
+            raise InputError("model", f"folder {p} has no config.json", value=str(path))
+        name = p.resolve().name
+    elif p.is_file():
+        cfg = p
+        name = p.resolve().parent.name if p.name == "config.json" else p.stem
+    else:
+        raise InputError("model", "no such file or folder", value=str(path))
+    data = _read_config(cfg, "model")
+    return spec_from_hf_config(data, name=data.get("_name_or_path") or name, source=str(cfg))
+
+
+def _looks_like_hub_id(s: str) -> bool:
+    return bool(_HUB_ID.match(s)) and not s.startswith((".", "/", "~"))
+
+
+def _offline() -> bool:
+    v = os.environ.get("HF_HUB_OFFLINE", "")
+    return v.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def spec_from_hub(model_id: str, timeout_s: float = 3.0, revision: str = "main") -> ModelSpec:
+    """Fetch ``config.json`` of ``model_id`` from the Hub and convert it.
+
+    Reads the local ``huggingface_hub`` cache first when that package is installed (also when
+    ``HF_HUB_OFFLINE`` is set), then does one plain HTTPS GET (token from ``HF_TOKEN`` or
+    huggingface_hub's login). Raises :class:`InputError` within about ``timeout_s`` seconds
+    when the Hub cannot be reached, or at once when ``HF_HUB_OFFLINE`` is set.
+    """
+    field = "model"
+    if not _looks_like_hub_id(model_id):
+        raise InputError(field, "not a preset, local path or Hub id (owner/name)", value=model_id)
+    data: Optional[dict] = None
+    err: Optional[str] = None
+    cached = _from_hf_cache(model_id, revision)
+    if cached is not None:
+        data = _read_config(cached, field)
+    elif _offline():
+        raise InputError(field, "not in the local Hugging Face cache, and HF_HUB_OFFLINE is set "
+                                "so the Hub was not asked", value=model_id)
+    else:
+        data, err = _fetch_with_deadline(model_id, revision, timeout_s)
+    if data is None:
+        raise InputError(field, f"could not fetch config.json from the Hugging Face Hub ({err}); "
+                                f"use a preset name or a local config.json", value=model_id)
+    if not isinstance(data, dict):
+        raise InputError(field, "the Hub's config.json is not a JSON object", value=model_id)
+    return spec_from_hf_config(data, name=model_id,
+                               source=f"https://huggingface.co/{model_id}/blob/{revision}/config.json")
+
+
+def _from_hf_cache(model_id: str, revision: str) -> Optional[Path]:
+    """config.json from the local huggingface_hub cache, without touching the network."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except Exception:
+        return None
+    try:
+        hit = try_to_load_from_cache(model_id, "config.json", revision=revision)
+    except Exception:
+        return None
+    return Path(hit) if isinstance(hit, str) and os.path.isfile(hit) else None
+
+
+def _hub_token() -> Optional[str]:
+    tok = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    if tok:
+        return tok
+    try:
+        from huggingface_hub import get_token
+
+        return get_token()
+    except Exception:
+        return None
+
+
+def _fetch_with_deadline(model_id: str, revision: str,
+                         timeout_s: float) -> tuple[Optional[dict], Optional[str]]:
+    """GET https://huggingface.co/<id>/resolve/<rev>/config.json within ``timeout_s`` seconds.
+
+    A plain HTTPS GET (no retries with back-off, unlike ``hf_hub_download``) run in a daemon
+    thread, so that slow DNS cannot hold the caller past the deadline either.
+    """
+    import threading
+    import urllib.error
+    import urllib.request
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    url = f"{endpoint}/{model_id}/resolve/{revision}/config.json"
+    box: dict = {}
+
+    def work() -> None:
+        headers = {"User-Agent": "fmest"}
+        token = _hub_token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        try:
+            req = urllib.request.Request(url, headers=headers)
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                box["data"] = json.loads(resp.read().decode("utf-8"))
+        except urllib.error.HTTPError as e:
+            box["err"] = f"HTTP {e.code} for {url}" + (
+                " (gated or private: set HF_TOKEN)" if e.code in (401, 403) else "")
+        except Exception as e:  # DNS, connection refused, timeout, bad JSON
+            reason = getattr(e, "reason", e)
+            box["err"] = f"{type(e).__name__}: {reason}"
+
+    t = threading.Thread(target=work, name="fmest-hub-config", daemon=True)
+    t.start()
+    t.join(timeout_s + 0.5)
+    if t.is_alive():
+        return None, f"no answer from {endpoint} within {timeout_s:g} s"
+    if "data" in box and not isinstance(box["data"], dict):
+        return None, "config.json is not a JSON object"
+    return box.get("data"), box.get("err")
+
+
+def resolve_model(name_or_path: str, *, hub: bool = True, timeout_s: float = 3.0) -> ModelSpec:
+    """Preset first, then a local path, then the Hub (its local cache only when
+    ``HF_HUB_OFFLINE`` is set; ``hub=False`` skips it).
+
+    Errors list the nearest preset names.
+    """
+    from fmest.models import presets
+
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        raise InputError("model", "give a preset name, a config.json path or a Hub id",
+                         value=name_or_path)
+    s = name_or_path.strip()
+    if presets.find_preset(s) is not None:
+        return presets.load_preset(s)
+    p = Path(s).expanduser()
+    if p.exists():
+        return spec_from_local(p)
+    near = near_names(s, presets.preset_names(include_aliases=True))
+    if hub and _looks_like_hub_id(s):
+        try:
+            return spec_from_hub(s, timeout_s=timeout_s)
+        except InputError as e:
+            reason = str(e).split(": ", 1)[-1].rsplit(" (got ", 1)[0]
+            raise UnknownNameError(field="model", message=f"not a preset or local path; {reason}",
+                                   value=s, accepted=near) from None
+    why = "no preset, local file or folder by that name"
+    raise UnknownNameError(field="model", message=why, value=s, accepted=near)

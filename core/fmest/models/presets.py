@@ -1,0 +1,125 @@
+"""Model presets shipped with fmest: one JSON file per model in ``fmest/models/presets/``.
+
+Each file holds the upstream ``config.json`` keys that matter, where they came from
+(``source``, ``retrieved``), aliases, and the published parameter count as a cross-check.
+Lookup is case-insensitive on the full name (``meta-llama/Llama-2-7b-hf``), the part after the
+slash (``Llama-2-7b-hf``) and the aliases. This module imports neither torch nor transformers.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Optional
+
+from attrs import frozen
+
+from fmest.errors import UnknownNameError, near_names
+from fmest.models.hf import spec_from_hf_config
+from fmest.models.spec import ModelSpec
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
+
+
+@frozen(kw_only=True)
+class PresetInfo:
+    name: str
+    aliases: tuple[str, ...]
+    source: str
+    retrieved: str
+    model_type: str
+    published_params: Optional[int] = None
+    published_active_params: Optional[int] = None
+    notes: str = ""
+    path: str = ""
+
+
+@functools.lru_cache(maxsize=None)
+def _raw_presets() -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for f in sorted(PRESET_DIR.glob("*.json")):
+        with open(f, encoding="utf-8") as fh:
+            data = json.load(fh)
+        data["_path"] = str(f)
+        out[data["name"]] = data
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _index() -> dict[str, str]:
+    """lower-cased key -> canonical preset name."""
+    idx: dict[str, str] = {}
+    for name, data in _raw_presets().items():
+        keys = [name, name.split("/")[-1], *data.get("aliases", [])]
+        for k in keys:
+            idx.setdefault(k.lower(), name)
+    return idx
+
+
+def list_presets() -> list[PresetInfo]:
+    """Every shipped preset, sorted by name."""
+    infos = []
+    for name, d in sorted(_raw_presets().items(), key=lambda kv: kv[0].lower()):
+        cfg = d.get("config", {})
+        infos.append(PresetInfo(
+            name=name, aliases=tuple(d.get("aliases", [])), source=d.get("source", ""),
+            retrieved=d.get("retrieved", ""), model_type=str(cfg.get("model_type", "")),
+            published_params=d.get("published_params"),
+            published_active_params=d.get("published_active_params"),
+            notes=d.get("notes", ""), path=d["_path"]))
+    return infos
+
+
+def preset_names(include_aliases: bool = False) -> list[str]:
+    names = sorted(_raw_presets())
+    if include_aliases:
+        names = sorted(set(names) | {a for d in _raw_presets().values()
+                                     for a in d.get("aliases", [])}
+                       | {n.split("/")[-1] for n in names})
+    return names
+
+
+def find_preset(name: str) -> Optional[str]:
+    """The canonical preset name for ``name`` (any spelling), or None."""
+    key = name.strip().lower()
+    hit = _index().get(key)
+    if hit is None and "/" in key:
+        hit = _index().get(key.split("/")[-1])
+    return hit
+
+
+def preset_data(name: str) -> dict:
+    """The raw preset JSON (config plus provenance) for ``name``."""
+    canon = find_preset(name)
+    if canon is None:
+        raise _unknown(name)
+    return _raw_presets()[canon]
+
+
+def _unknown(name: str) -> UnknownNameError:
+    cands = preset_names(include_aliases=True)
+    return UnknownNameError(
+        field="model",
+        message="no preset by that name (give a preset name, a local config.json or folder, "
+                "or a Hub id when the Hub is reachable); did you mean one of the listed",
+        value=name, accepted=near_names(name, cands) or sorted(_raw_presets())[:10])
+
+
+@functools.lru_cache(maxsize=None)
+def _load(canon: str) -> ModelSpec:
+    d = _raw_presets()[canon]
+    src = f"preset {Path(d['_path']).name} (from {d.get('source', '?')}, retrieved " \
+          f"{d.get('retrieved', '?')})"
+    return spec_from_hf_config(d["config"], name=canon, source=src)
+
+
+def load_preset(name: str) -> ModelSpec:
+    """The :class:`ModelSpec` of a shipped preset (case-insensitive name, short name or alias).
+
+    Raises :class:`~fmest.errors.UnknownNameError` listing the nearest preset names.
+    """
+    canon = find_preset(name)
+    if canon is None:
+        raise _unknown(name)
+    return _load(canon)
