@@ -166,8 +166,8 @@ def render_table(report: Report, *, explain: bool = False) -> str:
         if t.mfu is not None:
             lines.append(f"  {'MFU':<{width}}  {t.mfu * 100:11.1f} %")
         if t.total_seconds is not None:
-            lines.append(f"  {'total run':<{width}}  {_fmt_seconds(t.total_seconds):>12}"
-                         f"  ({t.total_steps:,.0f} steps)")
+            steps = f"  ({t.total_steps:,.0f} steps)" if t.total_steps is not None else ""
+            lines.append(f"  {'total run':<{width}}  {_fmt_seconds(t.total_seconds):>12}{steps}")
     k = report.tokens
     if k is not None:
         lines.append("")

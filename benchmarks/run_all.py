@@ -1,0 +1,16 @@
+"""Every benchmark, one after the other: accuracy (memory, throughput), traced vs theory,
+learned vs theory, speed. Run: python benchmarks/run_all.py"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+for name in ("accuracy.py", "traced.py", "learned.py", "speed.py"):
+    path = HERE / name
+    if path.exists():
+        print(f"\n########## {name} ##########", flush=True)
+        subprocess.run([sys.executable, str(path)], check=False)
