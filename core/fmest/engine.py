@@ -267,7 +267,13 @@ class Engine:
             headroom = ctx.gpu.memory_bytes - memory.total_bytes
             fits = headroom >= 0
             if search_batch:
-                max_mb = self.max_micro_batch(job, ctx)
+                search_job = job
+                if memory.provenance.basis == "traced":
+                    # a trace costs seconds; the batch search uses the formulas instead
+                    search_job = job.evolve(options={"method": "theory"})
+                    warnings.append("max_micro_batch comes from the theory policy (tracing "
+                                    "every candidate batch would take minutes)")
+                max_mb = self.max_micro_batch(search_job, ctx)
         time = tokens = cost = None
         if any(q in quantities for q in ("time", "tokens", "cost")):
             decisions["time"] = self.decide("time", job, ctx=ctx, memory=memory)

@@ -43,6 +43,12 @@ def _positive(inst, attribute, value):
         raise InputError(attribute.name, "must be a positive number", value=value)
 
 
+def _at_most_one(inst, attribute, value):
+    if value is not None and value > 1:
+        raise InputError(attribute.name, "is a fraction of peak and must be at most 1",
+                         value=value)
+
+
 def _positive_int(inst, attribute, value):
     if value is None:
         return
@@ -168,7 +174,7 @@ class Options:
     """How to answer: the policy (``method``), an MFU override, the learned model to use."""
 
     method: str = "theory"
-    mfu: Optional[float] = field(default=None, validator=_positive)
+    mfu: Optional[float] = field(default=None, validator=[_positive, _at_most_one])
     learned_model: Optional[str] = None
     explain: bool = False
 

@@ -1,0 +1,469 @@
+"""Pure formulas of the roofline time model: FLOPs, bytes, efficiencies and collective costs.
+
+Every function is pure, has its unit in its name and cites its source. Every constant is named,
+documented, and either taken from evidence in ``/work/shared/data/reference/hardware_notes.md``
+(HN §n) or marked ``calibrated`` (fitted once, globally, against the throughput rows of
+``measured_dev.csv`` by ``benchmarks/accuracy_time.py``; never per row). The derivations are in
+``docs/time_model.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+# ---------------------------------------------------------------------------------------------
+# Efficiency constants
+# ---------------------------------------------------------------------------------------------
+
+#: Best achievable fraction of dense peak for a large bf16 GEMM ("MAMF"), by GPU family
+#: (HN §3, ml-engineering MAMF table: A100 SXM 271.2/312, H100 SXM 794.5/989, B200 1745/2250,
+#: MI300X 668.4/1300, Gaudi2 418.7/432 ...). Keyed by a prefix of ``GpuSpec.name``.
+MAMF_FRACTION_BF16 = {
+    "A100-SXM": 0.869, "A100-PCIE": 0.811, "H100-SXM": 0.803, "H800": 0.803, "H200": 0.803,
+    "GH200": 0.838, "B200": 0.776, "B300": 0.786, "GB200": 0.729, "MI300X": 0.514,
+    "MI325X": 0.604, "GAUDI2": 0.969, "GAUDI3": 0.741,
+}
+#: Same for fp8 GEMMs (HN §3: H100 1402.6/1979, H200 1453.4/1979, B200 3432.5/4500 ...).
+MAMF_FRACTION_FP8 = {
+    "H100-SXM": 0.709, "H800": 0.709, "H200": 0.734, "GH200": 0.776, "B200": 0.763,
+    "B300": 0.745, "GB200": 0.723, "GAUDI2": 0.955, "GAUDI3": 0.769,
+}
+#: Fallback when a GPU is not in the MAMF table: the median of the NVIDIA rows of HN §3.
+MAMF_FRACTION_DEFAULT = 0.80
+
+#: Clock derate of power-capped parts, applied to every FLOP peak. H100-SXM-96GB (Meta Grand
+#: Teton, 500 W default limit, torchtitan docs/performance.md): the TorchTitan paper
+#: (arXiv:2410.06511) puts its true peak between H100 NVL (835.5 TFLOP/s at 400 W) and SXM
+#: (989.4 at 700 W); linear in power, 500 W gives 835.5 + (989.4-835.5)*100/300 = 886.8,
+#: i.e. 0.896 of the tabulated 989.4.
+POWER_CAP_DERATE = {"H100-SXM-96GB": 0.896}
+
+#: GEMM-shape saturation: each GEMM dimension d contributes a factor d / (d + D_HALF). With
+#: D_HALF = 64 a 4096-wide dimension loses 1.5 %, a LoRA rank of 16 loses 80 % (a tile of a
+#: tensor-core GEMM is 64-256 wide; dimensions well below one tile leave the tensor cores idle,
+#: NVIDIA "Matrix Multiplication Background User's Guide", tile/wave quantization). The MAMF
+#: fractions above are already measured at the best (large) shape, so this factor only
+#: describes the fall-off. Calibrated (global) within the 32-128 range that tile sizes allow.
+GEMM_HALF_SATURATION_DIM = 64.0
+
+#: Fraction of dense bf16 peak a fused (flash) attention kernel reaches, by architecture.
+#: A100: FlashAttention-2 reaches 50-73 % of peak forward and less backward (Dao 2023,
+#: arXiv:2307.08691, abstract and Fig. 5-7) -> 0.60 for forward+backward. Hopper: "FlashAttention-2
+#: achieves only 35 % utilization on H100" (Shah et al. 2024, FlashAttention-3, arXiv:2407.08608,
+#: abstract); PyTorch SDPA's flash backend is FA2 -> 0.35. Others: 0.45 (between the two).
+ATTENTION_EFFICIENCY = {"A100": 0.60, "A10": 0.60, "H100": 0.35, "H800": 0.35, "H200": 0.35,
+                        "H20": 0.35}
+ATTENTION_EFFICIENCY_DEFAULT = 0.45
+
+#: The flash-attention backward pass executes 2.5x the forward FLOPs (it recomputes Q K^T:
+#: 5 matmuls vs 2; Dao 2023, Algorithm 2; torch.utils.flop_counter sdpa_backward_flop_count).
+FLASH_BACKWARD_FLOPS_FACTOR = 2.5
+
+#: Achievable fraction of peak HBM bandwidth for streaming kernels (HN §4: STREAM triad on
+#: A100 83 %, H100 89 %, H200 86 %).
+HBM_EFFICIENCY = 0.85
+
+#: torch.compile (Inductor) fuses chains of elementwise ops into one kernel, so norms,
+#: activations, residual adds and RoPE read and write HBM once instead of once per op.
+#: Evidence: torchtune 3B single A100 +27 % tokens/s, torchtitan Llama-3.1-8B on 8/128 H100
+#: +16 %/+16 % (measured_dev.csv rows tt32-3b-compile, titan24-8b-*-r2). Calibrated (global):
+#: the memory-bound time is divided by this factor under ``--compile``.
+COMPILE_MEMORY_BOUND_SPEEDUP = 2.5
+
+#: Share of a step in which no useful kernel runs in an eager PyTorch training loop (kernel
+#: launch gaps, Python, data loading, host syncs, logging). The MFU survey of HN §2 puts
+#: well-tuned runs at 38-56 % of peak while MAMF is 80-87 %; this factor covers the part of
+#: that gap that is not memory-bound or communication time. Calibrated (global).
+FRAMEWORK_OVERHEAD_FRACTION = 0.15
+
+#: Achieved ring bus bandwidth as a fraction of the unidirectional link speed (HN §5):
+#: within a node 0.77-0.78 on 8xA100 (NVLink3), 0.82 ring on 8xH200; across nodes 0.70-0.75 of
+#: the per-GPU NIC.
+INTRA_NODE_COLLECTIVE_EFFICIENCY = 0.78
+INTER_NODE_COLLECTIVE_EFFICIENCY = 0.72
+#: Per-step latency of a collective algorithm step (NCCL: a few microseconds per hop within a
+#: node, ~10 us across nodes; HN §5 "latency term for small messages").
+INTRA_NODE_LATENCY_S = 5e-6
+INTER_NODE_LATENCY_S = 10e-6
+#: Fallback NIC bandwidth per GPU when the GPU table has none: 200 Gb/s (HN §7, GCP A3 Mega).
+DEFAULT_INTER_NODE_BYTES_PER_S = 25e9
+#: Overlapped communication is not free: NCCL kernels occupy SMs and HBM bandwidth while
+#: compute runs, slowing it (Chang et al. 2024, FLUX, arXiv:2406.06858 §2; Pati et al. 2024,
+#: T3, arXiv:2401.16677 §3: 10-30 % slowdown of concurrent GEMMs). This fraction of every hidden
+#: second of communication is added to the step. Calibrated (global) within that range.
+OVERLAP_INTERFERENCE_FRACTION = 0.2
+
+#: Achievable fraction of a PCIe link (HN §5: EFA/p2p measurements reach 83-97 % of spec;
+#: pinned host copies reach ~80 % of PCIe spec in practice).
+PCIE_EFFICIENCY = 0.80
+#: Fallback host link: PCIe Gen4 x16, 32 GB/s per direction (PCI-SIG).
+DEFAULT_PCIE_BYTES_PER_S = 32e9
+
+#: CPU optimizer throughput for ZeRO-Offload: DeepSpeed CPU-Adam updates ~1e9 parameters/s
+#: per node-socket group (Ren et al. 2021, ZeRO-Offload, arXiv:2101.06840, §6: CPU-Adam 1B
+#: params in ~1 s on a 2-socket host). Shared by the GPUs of a node.
+CPU_ADAM_PARAMS_PER_S_PER_NODE = 1.0e9
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise (memory-bound) traffic
+# ---------------------------------------------------------------------------------------------
+
+#: Bytes per element moved by one eager RMSNorm/LayerNorm forward in bf16 (HF LlamaRMSNorm:
+#: upcast r2 w4, square+mean r4, multiply by rsqrt r4 w4, downcast r4 w2, weight r2 w2 -> 28).
+NORM_BYTES_PER_ELEMENT = 28.0
+#: Residual add: read two bf16 tensors, write one.
+RESIDUAL_BYTES_PER_ELEMENT = 6.0
+#: Rotary embedding on q and k (q*cos + rotate_half(q)*sin: 4 ops, ~16 bytes per element).
+ROPE_BYTES_PER_ELEMENT = 16.0
+#: Head reshapes/transposes of q, k, v and the attention output (one copy each, r2 w2).
+LAYOUT_BYTES_PER_ELEMENT = 4.0
+#: Gated activation silu(gate)*up (silu r2 w2, mul r4 w2) per intermediate element; GELU r2 w2.
+GATED_ACT_BYTES_PER_ELEMENT = 10.0
+ACT_BYTES_PER_ELEMENT = 4.0
+#: Backward of elementwise ops reads the incoming gradient and the saved inputs and writes the
+#: input gradient: about twice the forward traffic.
+ELEMENTWISE_BACKWARD_FACTOR = 2.0
+#: Cross-entropy over the vocabulary, per logit, forward+backward, eager (upcast to fp32, log-
+#: softmax, gather, softmax gradient, downcast: ~36 bytes); chunked/fused losses never
+#: materialise the fp32 copy (~12 bytes).
+CE_BYTES_PER_LOGIT = {"standard": 36.0, "chunked": 12.0, "fused": 12.0}
+#: Eager attention materialises the s x s scores: matmul write 2, fp32 softmax r2 w4 r4 w2,
+#: mask add r2 w2, read for the AV matmul 2 -> ~20 bytes per score forward.
+EAGER_SCORE_BYTES_PER_ELEMENT = 20.0
+#: QLoRA: bitsandbytes dequantizes each NF4 weight to bf16 before every use (forward, backward
+#: and recompute): read 0.5 byte + block constants, write 2, read 2 in the matmul -> ~4.6 bytes
+#: per parameter per use (Dettmers et al. 2023, arXiv:2305.14314, §3 "double dequant").
+QLORA_DEQUANT_BYTES_PER_PARAM = 4.6
+#: float8 training (torchao/TE dynamic scaling): each GEMM operand is read in bf16 for the amax,
+#: read again and written as fp8 (r2 r2 w1 = 5 bytes per element).
+FP8_CAST_BYTES_PER_ELEMENT = 5.0
+#: foreach AdamW runs ~8 multi-tensor kernels (weight decay, two lerps/mults, sqrt, div, add,
+#: addcdiv): about 3x the traffic of the single-pass fused kernel (torch/optim/adamw.py).
+FOREACH_OPTIMIZER_PASS_FACTOR = 3.0
+
+
+def dtype_bytes(dtype: str) -> float:
+    """Bytes per element of a compute/storage dtype (IEEE sizes; fp8 = 1)."""
+    return {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}[dtype]
+
+
+def _lookup_prefix(table: dict, name: str, default):
+    best = None
+    for key, value in table.items():
+        if name.upper().startswith(key.upper()) and (best is None or len(key) > len(best[0])):
+            best = (key, value)
+    return best[1] if best else default
+
+
+def mamf_fraction(gpu_name: str, dtype: str) -> float:
+    """Best-shape GEMM fraction of dense peak for a GPU and dtype (HN §3, ml-engineering
+    MAMF table); ``MAMF_FRACTION_DEFAULT`` when the GPU was not measured."""
+    table = MAMF_FRACTION_FP8 if dtype == "fp8" else MAMF_FRACTION_BF16
+    return _lookup_prefix(table, gpu_name, MAMF_FRACTION_DEFAULT)
+
+
+def power_cap_derate(gpu_name: str) -> float:
+    """Clock derate of power-capped variants (see ``POWER_CAP_DERATE``; 1.0 otherwise)."""
+    return POWER_CAP_DERATE.get(gpu_name, 1.0)
+
+
+def attention_efficiency(gpu_name: str) -> float:
+    """Fraction of bf16 peak reached by fused attention (FA2 paper on A100; FA3 paper: FA2 on
+    H100 35 %)."""
+    return _lookup_prefix(ATTENTION_EFFICIENCY, gpu_name, ATTENTION_EFFICIENCY_DEFAULT)
+
+
+def gemm_shape_efficiency(m: float, k: float, n: float,
+                          half_dim: float = GEMM_HALF_SATURATION_DIM) -> float:
+    """Saturating fraction (0-1] of the best-shape GEMM rate for an (m x k) @ (k x n) GEMM:
+    the product of d / (d + half_dim) over the three dims (tile quantization, NVIDIA
+    "Matrix Multiplication Background User's Guide")."""
+    f = 1.0
+    for d in (m, k, n):
+        f *= d / (d + half_dim)
+    return f
+
+
+def gemm_seconds(m: float, k: float, n: float, *, peak_flops_per_s: float, max_fraction: float,
+                 hbm_bytes_per_s: float, bytes_per_element: float,
+                 half_dim: float = GEMM_HALF_SATURATION_DIM) -> float:
+    """Roofline time of one GEMM: ``max(2mkn / (peak * MAMF * shape), bytes / (HBM * eff))``
+    with bytes = (mk + kn + mn) elements (Williams et al. 2009, "Roofline"; NVIDIA Matrix
+    Multiplication Background guide, arithmetic intensity)."""
+    if m <= 0 or k <= 0 or n <= 0:
+        return 0.0
+    flops = 2.0 * m * k * n
+    rate = peak_flops_per_s * max_fraction * gemm_shape_efficiency(m, k, n, half_dim)
+    bytes_moved = (m * k + k * n + m * n) * bytes_per_element
+    return max(flops / rate, bytes_moved / (hbm_bytes_per_s * HBM_EFFICIENCY))
+
+
+# ---------------------------------------------------------------------------------------------
+# FLOPs
+# ---------------------------------------------------------------------------------------------
+
+def head_linears(model) -> list[tuple[int, int]]:
+    """(in, out) of the output projection. A tied lm_head shares the embedding's weight but is
+    still a matmul (only the *input* embedding is a lookup; trace_feasibility.md §3), so a
+    model without a ``head`` linear in its inventory gets an (hidden x vocab) one here."""
+    heads = [(lin.in_features, lin.out_features) for lin in model.linears if lin.kind == "head"]
+    if not heads:
+        heads = [(model.hidden_size, model.vocab_size)]
+    return heads
+
+
+def linear_forward_flops_per_token(model) -> float:
+    """Forward matmul FLOPs per token: 2 x in x out per linear instance a token passes through
+    (MoE: ``active_copies`` = top-k experts), plus the output head (tied or not). The input
+    embedding is a lookup and costs no FLOPs (Kaplan et al. 2020, arXiv:2001.08361, Table 1,
+    excludes embeddings)."""
+    total = 0.0
+    for lin in model.linears:
+        if lin.kind == "head":
+            continue
+        total += 2.0 * lin.in_features * lin.out_features * lin.layers * lin.active_copies
+    for k, n in head_linears(model):
+        total += 2.0 * k * n
+    return total
+
+
+def attention_context_tokens(seq_len: int, *, causal: bool = True,
+                             sliding_window: Optional[int] = None) -> float:
+    """Average number of keys a query attends to: ``s/2`` under a causal mask (the lower
+    triangle; flash kernels skip the masked blocks), ``s`` without, at most the window."""
+    ctx = seq_len / 2.0 if causal else float(seq_len)
+    if sliding_window:
+        ctx = min(ctx, float(sliding_window))
+    return ctx
+
+
+def attention_forward_flops_per_token(model, seq_len: int, *, causal: bool = True) -> float:
+    """Forward FLOPs of the attention core (Q K^T and A V) per token over all layers:
+    ``2 * heads * (d_qk + d_v) * context`` per layer (Narayanan et al. 2021, arXiv:2104.04473,
+    eq. 2 term ``s/(6h)``; Chinchilla, Hoffmann et al. 2022, Table 4), with the causal half."""
+    d_qk = model.qk_head_dim or model.head_dim
+    d_v = model.v_head_dim or model.head_dim
+    ctx = attention_context_tokens(seq_len, causal=causal, sliding_window=model.sliding_window)
+    return 2.0 * model.num_attention_heads * (d_qk + d_v) * ctx * model.num_layers
+
+
+def lora_adapter_forward_flops_per_token(modules, rank: int) -> float:
+    """Forward FLOPs of LoRA adapters per token: ``2 r (in + out)`` per adapted module instance
+    a token passes (Hu et al. 2021, arXiv:2106.09685: x A then (x A) B)."""
+    return sum(2.0 * rank * (m.in_features + m.out_features) * m.layers * m.active_copies
+               for m in modules)
+
+
+def last_layer_matmul_forward_flops_per_token(model) -> float:
+    """Forward FLOPs of each layer's last matmul (the MLP down projection), summed over layers.
+    Non-reentrant activation checkpointing stops recomputing once the last saved tensor is
+    rebuilt, so this matmul is never recomputed (torch.utils.checkpoint early stop; measured
+    0.78 of a layer forward on Llama-2-7B, trace_feasibility.md §3)."""
+    total = 0.0
+    for lin in model.linears:
+        if lin.kind in ("mlp", "expert", "shared_expert") and lin.out_features == model.hidden_size \
+                and lin.in_features != model.hidden_size:
+            total += 2.0 * lin.in_features * lin.out_features * lin.layers * lin.active_copies
+    return total
+
+
+def training_flops_per_token(model, *, seq_len: int, technique: str = "full",
+                             lora_modules=(), lora_rank: int = 16,
+                             checkpointing: str = "none") -> dict[str, float]:
+    """Model and hardware FLOPs per trained token.
+
+    * full training: matmuls ``6 N_mm`` (forward 2, backward 4: input and weight gradients;
+      Kaplan et al. 2020, Narayanan et al. 2021) + attention core ``3 x`` forward;
+    * LoRA/QLoRA: the frozen base needs the forward and the input-gradient backward only,
+      ``4 N_mm``, plus ``6 r (in + out)`` per adapted module (Hu et al. 2021);
+    * recompute (hardware FLOPs only, Korthikanti et al. 2022, arXiv:2205.05198 §5): ``full``
+      adds one more forward of the transformer layers minus each layer's last matmul (early
+      stop), ``selective`` the attention core forward.
+
+    Returns ``model`` (MFU numerator), ``recompute`` and ``hardware`` (= model + recompute).
+    """
+    mm_fwd = linear_forward_flops_per_token(model)
+    attn_fwd = attention_forward_flops_per_token(model, seq_len)
+    if technique == "full":
+        model_flops = 3.0 * mm_fwd + 3.0 * attn_fwd
+    else:
+        model_flops = 2.0 * mm_fwd + 3.0 * attn_fwd \
+            + 3.0 * lora_adapter_forward_flops_per_token(lora_modules, lora_rank)
+    head_fwd = sum(2.0 * k * n for k, n in head_linears(model))
+    if checkpointing == "full":
+        adapters = lora_adapter_forward_flops_per_token(lora_modules, lora_rank) \
+            if technique != "full" else 0.0
+        recompute = mm_fwd - head_fwd - last_layer_matmul_forward_flops_per_token(model) \
+            + attn_fwd + adapters
+    elif checkpointing == "selective":
+        recompute = attn_fwd
+    else:
+        recompute = 0.0
+    return {"model": model_flops, "recompute": recompute, "hardware": model_flops + recompute}
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory-bound work
+# ---------------------------------------------------------------------------------------------
+
+def elementwise_bytes_per_token_per_layer(model, *, act_bytes: float = 2.0,
+                                          gated: Optional[bool] = None, tp: int = 1,
+                                          sequence_parallel: bool = False) -> float:
+    """HBM bytes of the unfused (eager) elementwise ops of one transformer layer, forward plus
+    backward, per token: two norms, two residual adds, RoPE on q/k, head layout copies and the
+    MLP activation (op-by-op traffic in the constants above; backward = 2x forward). Scales
+    with ``act_bytes / 2`` (the constants are for bf16 activations). Under tensor parallelism
+    the head/intermediate terms split over ``tp``; norms and residual adds are replicated on
+    every rank unless sequence parallelism splits them too (Korthikanti et al. 2022, §4.2.2)."""
+    h = model.hidden_size
+    q_dim = model.num_attention_heads * (model.qk_head_dim or model.head_dim)
+    kv_dim = model.num_kv_heads * (model.qk_head_dim or model.head_dim)
+    gated = model.gated_mlp if gated is None else gated
+    if model.is_moe:
+        inter = model.experts_per_token * (model.moe_intermediate_size or model.intermediate_size)
+        shared = [lin for lin in model.linears if lin.kind == "shared_expert"
+                  and lin.in_features == h]
+        inter += max((lin.out_features for lin in shared), default=0)
+    else:
+        inter = model.intermediate_size
+    replicated = 2 * NORM_BYTES_PER_ELEMENT * h + 2 * RESIDUAL_BYTES_PER_ELEMENT * h
+    split = (ROPE_BYTES_PER_ELEMENT * (q_dim + kv_dim)
+             + LAYOUT_BYTES_PER_ELEMENT * (2 * q_dim + 2 * kv_dim)
+             + (GATED_ACT_BYTES_PER_ELEMENT if gated else ACT_BYTES_PER_ELEMENT) * inter)
+    fwd = replicated / (tp if sequence_parallel else 1) + split / tp
+    return fwd * (1.0 + ELEMENTWISE_BACKWARD_FACTOR) * act_bytes / 2.0
+
+
+def loss_bytes_per_token(vocab_size: int, loss: str = "standard") -> float:
+    """HBM bytes of the cross-entropy over the vocabulary per token, forward and backward."""
+    return CE_BYTES_PER_LOGIT.get(loss, CE_BYTES_PER_LOGIT["standard"]) * vocab_size
+
+
+def eager_attention_bytes_per_token_per_layer(heads: float, seq_len: int) -> float:
+    """HBM bytes of materialised s x s attention scores per token per layer (eager attention
+    computes the full square and masks it), forward and backward."""
+    return EAGER_SCORE_BYTES_PER_ELEMENT * heads * seq_len * (1.0 + ELEMENTWISE_BACKWARD_FACTOR)
+
+
+def optimizer_update_bytes_per_param(*, states: float, state_bytes: float, param_bytes: float,
+                                     grad_bytes: float, master_bytes: float = 0.0,
+                                     impl: str = "foreach") -> float:
+    """HBM bytes one optimizer update moves per parameter: read param, grad and states, write
+    param and states (+ the low-precision copy when a master copy exists); foreach/for-loop
+    implementations make ``FOREACH_OPTIMIZER_PASS_FACTOR`` passes (Loshchilov & Hutter 2019
+    AdamW update; torch.optim fused vs foreach kernels)."""
+    one_pass = (param_bytes + grad_bytes + 2 * states * state_bytes + param_bytes
+                + 2 * master_bytes)
+    factor = 1.0 if impl == "fused" else FOREACH_OPTIMIZER_PASS_FACTOR
+    return one_pass * factor
+
+
+def memory_bound_seconds(bytes_moved: float, hbm_bytes_per_s: float, *,
+                         compiled: bool = False) -> float:
+    """Time of memory-bound work at ``HBM_EFFICIENCY`` of peak bandwidth (HN §4), divided by
+    ``COMPILE_MEMORY_BOUND_SPEEDUP`` under torch.compile."""
+    t = bytes_moved / (hbm_bytes_per_s * HBM_EFFICIENCY)
+    return t / COMPILE_MEMORY_BOUND_SPEEDUP if compiled else t
+
+
+# ---------------------------------------------------------------------------------------------
+# Communication (Patarasuk & Yuan 2009 ring; Thakur et al. 2005 MPICH collectives)
+# ---------------------------------------------------------------------------------------------
+
+def link_bytes_per_s(gpu, *, inter_node: bool, size: int = 2, nodes: int = 2) -> float:
+    """Achievable bus bandwidth (nccl-tests ``busbw``) of a collective group: NVLink/xGMI
+    within a node; across ``nodes`` nodes a hierarchical collective moves only
+    ``(nodes-1)/(size-1)`` of the bus traffic over each GPU's NIC, so
+    ``busbw = NIC * eff * (size-1)/(nodes-1)``, capped by the intra-node rate (HN §5: 4 x 8
+    B200 with 50 GB/s NICs reach 377 GB/s busbw = 36.5 GB/s per GPU on the wire)."""
+    intra = (gpu.intra_node_bytes_per_s or gpu.pcie_bytes_per_s or DEFAULT_PCIE_BYTES_PER_S) \
+        * INTRA_NODE_COLLECTIVE_EFFICIENCY
+    if not inter_node:
+        return intra
+    nic = (gpu.inter_node_bytes_per_s or DEFAULT_INTER_NODE_BYTES_PER_S) \
+        * INTER_NODE_COLLECTIVE_EFFICIENCY
+    nodes = max(2, nodes)
+    size = max(nodes, size)
+    return min(max(intra, nic), nic * (size - 1) / (nodes - 1))
+
+
+def group_nodes(size: int, stride: int, gpus_per_node: int) -> int:
+    """Nodes spanned by a group of ``size`` ranks ``stride`` apart."""
+    per_node = max(1, gpus_per_node // max(1, stride))
+    return max(1, math.ceil(size / per_node))
+
+
+def _latency_s(n: int, inter_node: bool) -> float:
+    # tree/ring hybrid: NCCL latency grows ~log2(n) steps (double binary tree, Sanders 2009)
+    alpha = INTER_NODE_LATENCY_S if inter_node else INTRA_NODE_LATENCY_S
+    return alpha * 2.0 * math.ceil(math.log2(max(2, n)))
+
+
+def all_reduce_seconds(bytes_per_rank: float, n: int, bus_bytes_per_s: float,
+                       inter_node: bool = False) -> float:
+    """Ring all-reduce: ``2 (n-1)/n * bytes / busbw`` + latency (nccl-tests busbw definition)."""
+    if n <= 1 or bytes_per_rank <= 0:
+        return 0.0
+    return 2.0 * (n - 1) / n * bytes_per_rank / bus_bytes_per_s + _latency_s(n, inter_node)
+
+
+def reduce_scatter_seconds(bytes_per_rank: float, n: int, bus_bytes_per_s: float,
+                           inter_node: bool = False) -> float:
+    """Ring reduce-scatter of a ``bytes_per_rank`` buffer: ``(n-1)/n * bytes / busbw``."""
+    if n <= 1 or bytes_per_rank <= 0:
+        return 0.0
+    return (n - 1) / n * bytes_per_rank / bus_bytes_per_s + _latency_s(n, inter_node) / 2
+
+
+def all_gather_seconds(bytes_gathered: float, n: int, bus_bytes_per_s: float,
+                       inter_node: bool = False) -> float:
+    """Ring all-gather producing ``bytes_gathered`` per rank: ``(n-1)/n * bytes / busbw``."""
+    return reduce_scatter_seconds(bytes_gathered, n, bus_bytes_per_s, inter_node)
+
+
+def all_to_all_seconds(bytes_per_rank: float, n: int, bus_bytes_per_s: float,
+                       inter_node: bool = False) -> float:
+    """All-to-all: each rank sends ``(n-1)/n`` of its buffer (MoE dispatch/combine,
+    Lepikhin et al. 2020 GShard)."""
+    if n <= 1 or bytes_per_rank <= 0:
+        return 0.0
+    return (n - 1) / n * bytes_per_rank / bus_bytes_per_s + _latency_s(n, inter_node) / 2
+
+
+def p2p_seconds(bytes_sent: float, bytes_per_s: float, inter_node: bool = False) -> float:
+    """One point-to-point transfer (pipeline stage boundary)."""
+    if bytes_sent <= 0:
+        return 0.0
+    return bytes_sent / bytes_per_s + (INTER_NODE_LATENCY_S if inter_node else INTRA_NODE_LATENCY_S)
+
+
+def pipeline_bubble_fraction(pp: int, microbatches: int, *, schedule: str = "1f1b",
+                             virtual_stages: int = 1) -> float:
+    """Idle fraction relative to the ideal compute time: ``(p-1)/m`` for GPipe and 1F1B,
+    ``(p-1)/(m v)`` for the interleaved schedule (Narayanan et al. 2021, arXiv:2104.04473,
+    §2.2.1-2.2.2)."""
+    if pp <= 1:
+        return 0.0
+    v = virtual_stages if schedule == "interleaved" else 1
+    return (pp - 1) / (max(1, microbatches) * max(1, v))
+
+
+def group_is_inter_node(size: int, stride: int, gpus_per_node: int) -> bool:
+    """Whether a process group of ``size`` ranks ``stride`` apart spans nodes (ranks are laid
+    out tp fastest, then cp, then dp, then pp; Megatron-LM ``parallel_state`` order)."""
+    return size > 1 and size * stride > gpus_per_node
+
+
+def exposed_comm_seconds(comm_seconds: float, overlap_window_seconds: float) -> float:
+    """Communication left on the critical path when it overlaps compute of
+    ``overlap_window_seconds``: the part that does not fit the window, plus
+    ``OVERLAP_INTERFERENCE_FRACTION`` of the hidden part (SM/HBM contention)."""
+    hidden = min(comm_seconds, max(0.0, overlap_window_seconds))
+    return comm_seconds - hidden + OVERLAP_INTERFERENCE_FRACTION * hidden
+
+
+def pcie_seconds(bytes_moved: float, gpu) -> float:
+    """Host<->device copy time over PCIe at ``PCIE_EFFICIENCY``."""
+    bw = (gpu.pcie_bytes_per_s or DEFAULT_PCIE_BYTES_PER_S) * PCIE_EFFICIENCY
+    return bytes_moved / bw

@@ -1,0 +1,295 @@
+"""Tests of the time_roofline plugin: FLOP formulas against torch's FlopCounterMode on tiny
+real models, properties of the step time, workload arithmetic and dataset errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import fmest_time_roofline.plugin as plugin
+from fmest.convert import job_from_dict
+from fmest.errors import InputError
+from fmest.testing import new_engine
+from fmest_time_roofline import formulas as F
+from fmest_time_roofline.dataset import count_dataset_tokens
+
+TINY = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 688,
+        "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+        "vocab_size": 1000, "max_position_embeddings": 512, "tie_word_embeddings": False}
+
+
+@pytest.fixture
+def engine():
+    return new_engine((plugin, "time_roofline"))
+
+
+def _job(**over):
+    base = {"model": "meta-llama/Llama-2-7b-hf",
+            "training": {"seq_len": 2048, "micro_batch_size": 1},
+            "hardware": {"gpu": "H100-SXM-80GB"}}
+    for k, v in over.items():
+        base.setdefault(k, {}).update(v) if isinstance(v, dict) else base.__setitem__(k, v)
+    return job_from_dict(base)
+
+
+def _time(engine, job):
+    return engine.estimate(job, quantities=("time", "tokens"), search_batch=False)
+
+
+# -- FLOPs vs torch.utils.flop_counter on real (tiny) transformers models -----------------
+
+def _counted_step_flops(model, inputs):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        out = model(input_ids=inputs, labels=inputs)
+        out.loss.backward()
+    return counter.get_total_flops()
+
+
+def _tiny_model(cfg=TINY):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**{k: v for k, v in cfg.items() if k != "model_type"})
+    config._attn_implementation = "eager"  # eager bmm attention is counted by FlopCounterMode
+    return transformers.LlamaForCausalLM(config), torch
+
+
+def test_full_training_flops_match_flop_counter(engine):
+    model, torch = _tiny_model()
+    b, s = 2, 128
+    counted = _counted_step_flops(model, torch.randint(0, 1000, (b, s)))
+    spec = engine.resolve_model(job_from_dict({"model": "tiny", "model_config": TINY}))
+    # eager attention computes the whole s x s square (masked), so no causal halving here
+    per_token = 3 * F.linear_forward_flops_per_token(spec) \
+        + 3 * F.attention_forward_flops_per_token(spec, s, causal=False)
+    assert counted == pytest.approx(per_token * b * s, rel=0.01)
+
+
+def test_lora_flops_match_flop_counter(engine):
+    peft = pytest.importorskip("peft")
+    model, torch = _tiny_model()
+    r = 8
+    model = peft.get_peft_model(model, peft.LoraConfig(r=r, target_modules=["q_proj", "v_proj"],
+                                                       lora_dropout=0.0))
+    b, s = 2, 64
+    counted = _counted_step_flops(model, torch.randint(0, 1000, (b, s)))
+    spec = engine.resolve_model(job_from_dict({"model": "tiny", "model_config": TINY}))
+    from fmest.job import Training
+    from fmest.counting import lora_modules
+
+    mods = lora_modules(spec, Training(technique="lora", lora_rank=r))
+    ours = F.training_flops_per_token(spec, seq_len=s, technique="lora", lora_modules=mods,
+                                      lora_rank=r)["model"]
+    ours -= 3 * F.attention_forward_flops_per_token(spec, s, causal=True)
+    ours += 3 * F.attention_forward_flops_per_token(spec, s, causal=False)  # eager square
+    # autograd skips input gradients that nothing needs: layer 0's q/k/v projections and
+    # lora_A read the (frozen) embeddings, so their dX is never computed.
+    h, kv = TINY["hidden_size"], 2 * 32
+    skipped = 2 * h * (h + 2 * kv) + 2 * 2 * r * h
+    assert counted == pytest.approx((ours - skipped) * b * s, rel=0.01)
+
+
+def test_frozen_base_is_4n_not_6n(engine):
+    spec = engine.resolve_model(_job())
+    full = F.training_flops_per_token(spec, seq_len=8, technique="full")["model"]
+    lora = F.training_flops_per_token(spec, seq_len=8, technique="lora")["model"]
+    assert lora / full == pytest.approx(4 / 6, rel=0.01)
+
+
+def test_tied_head_is_counted_and_embedding_is_not(engine):
+    spec = engine.resolve_model(job_from_dict({"model": "openai-community/gpt2"}))
+    per_layer = sum(2 * lin.in_features * lin.out_features * lin.layers for lin in spec.linears)
+    assert F.linear_forward_flops_per_token(spec) == per_layer + 2 * 768 * spec.vocab_size
+
+
+def test_moe_counts_active_experts_only(engine):
+    spec = engine.resolve_model(job_from_dict({"model": "mistralai/Mixtral-8x7B-v0.1"}))
+    fwd = F.linear_forward_flops_per_token(spec)
+    active = spec.param_counts().active - sum(g.params for g in spec.groups)
+    assert fwd == pytest.approx(2 * active, rel=0.001)
+
+
+def test_recompute_adds_hardware_not_model_flops(engine):
+    spec = engine.resolve_model(_job())
+    none = F.training_flops_per_token(spec, seq_len=2048)
+    full = F.training_flops_per_token(spec, seq_len=2048, checkpointing="full")
+    sel = F.training_flops_per_token(spec, seq_len=2048, checkpointing="selective")
+    assert none["model"] == full["model"] == sel["model"]
+    assert none["hardware"] < sel["hardware"] < full["hardware"]
+    # early stop: the recompute is ~0.78 of a layer forward on Llama-2-7B (trace notes §3)
+    layer_fwd = F.linear_forward_flops_per_token(spec) - 2 * 4096 * 32000 \
+        + F.attention_forward_flops_per_token(spec, 2048)
+    assert 0.7 < full["recompute"] / layer_fwd < 0.85
+
+
+# -- properties of the step time ------------------------------------------------------------
+
+@settings(max_examples=15, deadline=None)
+@given(dp=st.sampled_from([1, 2, 4, 8, 16, 64]))
+def test_more_gpus_never_slower_beyond_communication(dp):
+    engine = new_engine((plugin, "time_roofline"))
+    one = _time(engine, _job(parallelism={"dp": 1})).time
+    many = _time(engine, _job(parallelism={"dp": dp},
+                              hardware={"gpu": "H100-SXM-80GB", "nodes": max(1, dp // 8)})).time
+    comm = sum(v for k, v in many.breakdown.items() if k.startswith("communication"))
+    overhead_share = F.FRAMEWORK_OVERHEAD_FRACTION / (1 - F.FRAMEWORK_OVERHEAD_FRACTION)
+    assert many.step_seconds <= one.step_seconds + comm * (1 + overhead_share) + 1e-9
+
+
+@settings(max_examples=15, deadline=None)
+@given(s=st.sampled_from([1024, 2048, 4096]), k=st.sampled_from([2, 3, 4]))
+def test_time_grows_at_least_linearly_with_seq_len(s, k):
+    # In the compute-bound regime (>= 4096 tokens per micro-batch). Below the roofline ridge a
+    # GEMM is bound by reading its weights and its time grows slower than its rows: physical.
+    engine = new_engine((plugin, "time_roofline"))
+    a = _time(engine, _job(training={"seq_len": s, "micro_batch_size": 4})).time
+    b = _time(engine, _job(training={"seq_len": s * k, "micro_batch_size": 4})).time
+    # per-token work grows at least linearly (attention superlinearly); the per-step optimizer
+    # update does not depend on the sequence, so the whole step only grows monotonically
+    work = lambda t: t.breakdown["compute"] + t.breakdown["memory_bound"]  # noqa: E731
+    assert work(b) >= work(a) * k * 0.999
+    assert b.step_seconds > a.step_seconds
+
+
+def test_faster_gpu_is_faster(engine):
+    times = [_time(engine, _job(hardware={"gpu": g})).time.step_seconds
+             for g in ("A100-SXM-80GB", "H100-SXM-80GB",
+                       "B200-SXM-180GB")]
+    assert times[0] > times[1] > times[2]
+
+
+def test_total_time_is_steps_times_step_time(engine):
+    job = _job(workload={"dataset_tokens": 1e9, "epochs": 2})
+    t = _time(engine, job).time
+    assert t.total_steps == pytest.approx(-(-2e9 // 2048))
+    assert t.total_seconds == pytest.approx(t.total_steps * t.step_seconds)
+    t2 = _time(engine, _job(workload={"num_samples": 1000, "avg_seq_len": 512})).time
+    assert t2.total_steps == -(-1000 * 512 // 2048)
+    t3 = _time(engine, _job(workload={"max_steps": 7})).time
+    assert t3.total_seconds == pytest.approx(7 * t3.step_seconds)
+    assert _time(engine, _job()).time.total_seconds is None
+
+
+def test_breakdown_sums_to_step_and_tokens_match(engine):
+    rep = _time(engine, _job(parallelism={"tp": 2, "dp": 4, "fsdp": "full_shard"},
+                             training={"activation_checkpointing": "full"}))
+    t, k = rep.time, rep.tokens
+    assert sum(t.breakdown.values()) == pytest.approx(t.step_seconds)
+    assert "communication_tp" in t.breakdown and "communication_dp" in t.breakdown
+    assert k.tokens_per_second == pytest.approx(4 * 2048 / t.step_seconds)
+    assert k.tokens_per_second_per_gpu == pytest.approx(k.tokens_per_second / 8)
+    assert 0 < t.mfu <= t.hfu < 1
+    assert t.provenance.basis == "analytic" and t.provenance.plugin == "time_roofline"
+
+
+def test_mfu_override_and_compile(engine):
+    slow = _time(engine, _job(options={"mfu": 0.2})).time
+    fast = _time(engine, _job(options={"mfu": 0.6})).time
+    assert slow.breakdown["compute"] == pytest.approx(3 * fast.breakdown["compute"], rel=0.01)
+    eager = _time(engine, _job()).time
+    comp = _time(engine, _job(training={"compile": True})).time
+    assert comp.breakdown["memory_bound"] < eager.breakdown["memory_bound"]
+    assert comp.breakdown["compute"] == pytest.approx(eager.breakdown["compute"])
+
+
+def test_pipeline_bubble_follows_schedule(engine):
+    base = {"pp": 4, "dp": 1}
+    a = _time(engine, _job(parallelism=base, training={"grad_accum_steps": 8})).time
+    i = _time(engine, _job(parallelism=dict(base, pp_schedule="interleaved", pp_virtual_stages=2),
+                           training={"grad_accum_steps": 8})).time
+    assert i.breakdown["pipeline_bubble"] == pytest.approx(a.breakdown["pipeline_bubble"] / 2)
+    assert F.pipeline_bubble_fraction(4, 8) == pytest.approx(3 / 8)
+
+
+def test_collectives_and_hierarchy():
+    assert F.all_reduce_seconds(1e9, 1, 1e9) == 0
+    assert F.all_reduce_seconds(1e9, 8, 1e11) == pytest.approx(2 * 7 / 8 * 1e-2, rel=0.01)
+
+    class G:
+        intra_node_bytes_per_s, inter_node_bytes_per_s, pcie_bytes_per_s = 450e9, 50e9, 64e9
+    # one rank per node: the NIC is the bus; 8 per node: the NIC carries (k-1)/(n-1) of it
+    one = F.link_bytes_per_s(G, inter_node=True, size=4, nodes=4)
+    eight = F.link_bytes_per_s(G, inter_node=True, size=32, nodes=4)
+    assert one == pytest.approx(50e9 * F.INTER_NODE_COLLECTIVE_EFFICIENCY)
+    assert eight == pytest.approx(min(450e9 * F.INTRA_NODE_COLLECTIVE_EFFICIENCY, one * 31 / 3))
+
+
+def test_gemm_efficiency_saturates():
+    assert F.gemm_shape_efficiency(8192, 8192, 8192) > 0.97
+    assert F.gemm_shape_efficiency(8192, 8192, 16) < 0.3
+    assert F.gemm_shape_efficiency(1024, 1024, 1024) < F.gemm_shape_efficiency(4096, 4096, 4096)
+
+
+def test_no_torch_on_estimate_path():
+    import subprocess
+    import sys
+
+    code = ("import sys, fmest_time_roofline.plugin, fmest_time_roofline.formulas;"
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- dataset files --------------------------------------------------------------------------
+
+def test_dataset_jsonl_approximation(tmp_path, engine):
+    f = tmp_path / "d.jsonl"
+    f.write_text("\n".join(json.dumps({"text": "x" * 400}) for _ in range(10)) + "\n")
+    c = count_dataset_tokens(str(f), progress=False)
+    assert c.tokens == 1000 and c.records == 10 and "characters per token" in c.method
+    t = _time(engine, _job(workload={"dataset_path": str(f)})).time
+    assert t.total_steps == 1
+
+
+def test_dataset_csv_and_text(tmp_path):
+    f = tmp_path / "d.csv"
+    f.write_text("prompt,response\n" + "aaaa,bbbb\n" * 5)
+    assert count_dataset_tokens(str(f), progress=False).tokens == 2 * 5 + round(5 / 4)  # + "\n"
+    t = tmp_path / "d.txt"
+    t.write_text("abcd" * 100)
+    assert count_dataset_tokens(str(t), progress=False).tokens == 100
+
+
+def test_dataset_local_tokenizer(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"hello": 0, "world": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    f = tmp_path / "d.jsonl"
+    f.write_text(json.dumps({"text": "hello world hello"}) + "\n")
+    c = count_dataset_tokens(str(f), model_ref=str(tmp_path), progress=False)
+    assert c.tokens == 3 and "tokenizer.json" in c.method
+
+
+@pytest.mark.parametrize("name,content,needle", [
+    ("bad.jsonl", '{"text": "ok"}\n{not json\n', "line 2"),
+    ("bad.xyz", "hello", "unsupported"),
+    ("empty.jsonl", "\n\n", "no text"),
+    ("missing.jsonl", None, "no such file"),
+])
+def test_bad_dataset_names_the_field(tmp_path, engine, name, content, needle):
+    f = tmp_path / name
+    if content is not None:
+        f.write_text(content)
+    with pytest.raises(InputError) as err:
+        _time(engine, _job(workload={"dataset_path": str(f)}))
+    assert err.value.field == "workload.dataset_path"
+    assert needle in str(err.value)
+
+
+def test_progress_bar_writes_to_stream(tmp_path):
+    import io
+
+    from fmest_time_roofline.dataset import ProgressBar
+
+    buf = io.StringIO()
+    bar = ProgressBar(100, enabled=True, stream=buf)
+    bar.update(50, force=True)
+    bar.close()
+    assert "50.0%" in buf.getvalue() and "100.0%" in buf.getvalue()
