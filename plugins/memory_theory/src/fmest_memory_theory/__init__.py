@@ -1,0 +1,1 @@
+"""fmest-memory-theory: analytic per-GPU peak memory of a training step (see docs/memory_model.md)."""

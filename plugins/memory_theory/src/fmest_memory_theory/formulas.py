@@ -1,0 +1,292 @@
+"""Pure memory formulas, bytes in and bytes out. Units are in the names; every constant below
+is named and sourced. docs/memory_model.md explains how they combine into a step's peak.
+
+Notation (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+Models", arXiv:2205.05198, section 4): ``T`` tokens of one micro-batch on one GPU (``b*s/cp``),
+``h`` hidden size, ``a`` attention heads, ``s`` sequence length, ``t`` tensor-parallel size.
+"""
+
+from __future__ import annotations
+
+# -- element sizes --------------------------------------------------------------------------
+#: Bytes per element of each compute dtype. fp8 training (torchao float8 / Transformer Engine)
+#: keeps weights, gradients and saved matmul outputs in bf16 and casts to fp8 inside the matmul
+#: only, so its storage size is bf16's (torchao float8 README: "weights ... stay in high
+#: precision"; measured: torchtitan Llama-3.1-8B FSDP 77.0 GiB bf16 vs 76.8 GiB float8).
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
+FP32_BYTES = 4
+INT8_BYTES = 1
+
+# -- quantized base weights -----------------------------------------------------------------
+#: NF4 stores 4 bits per weight (Dettmers et al. 2023, QLoRA, arXiv:2305.14314, section 3).
+NF4_BYTES_PER_PARAM = 0.5
+#: QLoRA block size for the first quantization level: one absmax per 64 weights (section 3).
+NF4_BLOCK_SIZE = 64
+#: Double quantization: absmaxes quantized to 8 bits in blocks of 256 with one fp32 constant
+#: per block (QLoRA section 3: 32/64 = 0.5 bit -> 8/64 + 32/(64*256) = 0.127 bit per param).
+NF4_DQ_BLOCK_SIZE = 256
+#: LLM.int8 (Dettmers et al. 2022, arXiv:2208.07339): int8 weights plus one fp32 scale per
+#: output row (vector-wise quantization).
+INT8_ROW_SCALE_BYTES = 4
+
+# -- LoRA -----------------------------------------------------------------------------------
+#: peft keeps LoRA adapters in fp32 (``autocast_adapter_dtype=True``) and casts each adapter's
+#: input to the adapter dtype, so every adapted module saves an fp32 copy of its input
+#: (shared/research/trace_feasibility.md section 2b: 34.0 vs ~24 GiB activations, 7B r16).
+PEFT_ADAPTER_BYTES = FP32_BYTES
+
+# -- activations ----------------------------------------------------------------------------
+#: PyTorch RMSNorm/LayerNorm implementations in transformers, torchtune and torchtitan upcast
+#: the input to fp32 and keep that copy for backward (``hidden_states.to(torch.float32)``).
+NORM_UPCAST_BYTES = FP32_BYTES
+#: Eager attention in transformers computes softmax in fp32 and casts back
+#: (``softmax(..., dtype=torch.float32).to(query.dtype)``): the fp32 probabilities (saved by
+#: softmax) and the compute-dtype copy (saved by probs@V) coexist. Measured 5.98 B per score
+#: element for bf16 (research notes 2a: eager 74.08 vs sdpa 50.22 GiB, Llama-2-7B s2048).
+EAGER_SOFTMAX_BYTES = FP32_BYTES
+#: CUDA dropout (``native_dropout``) keeps a 1-byte bool mask per element (Korthikanti eq. 1
+#: counts masks at 1 byte).
+DROPOUT_MASK_BYTES = 1
+#: Flash/memory-efficient attention keep one fp32 log-sum-exp per (batch, head, query)
+#: (Dao et al. 2022, FlashAttention, arXiv:2205.14135, algorithm 2).
+LSE_BYTES = FP32_BYTES
+#: During one layer's backward the engine holds gradient buffers of about two
+#: intermediate-sized tensors (the grad of the MLP product and of one of its factors) beside
+#: the saved tensors; Korthikanti section 5 counts the same working set for recomputation.
+LAYER_BACKWARD_GRAD_BUFFERS = 2
+
+# -- logits and loss ------------------------------------------------------------------------
+#: ``cross_entropy = log_softmax + nll_loss`` upcast to fp32 (transformers ``ForCausalLMLoss``,
+#: torchtitan/torchtune ``logits.float()``). At the start of backward three fp32 [T, V] tensors
+#: coexist: the saved log-softmax output, its gradient from nll_loss and the gradient of the
+#: logits (PyTorch ``log_softmax_backward_data`` allocates a new tensor).
+LOGITS_FP32_COPIES_BACKWARD = 3
+#: torchtune ``CEWithChunkedOutputLoss`` default ``num_output_chunks`` (torchtune docs).
+CHUNKED_LOSS_CHUNKS = 8
+#: Fused linear-cross-entropy kernels (Liger ``LigerFusedLinearCrossEntropyLoss``, Apple
+#: cut-cross-entropy) never hold more than one chunk of logits; Liger sizes chunks so a chunk
+#: is about the hidden-state size; we count one fp32 chunk and its gradient of T*V/16.
+FUSED_LOSS_CHUNKS = 16
+
+# -- framework buffers ----------------------------------------------------------------------
+#: PyTorch DDP copies gradients into flat all-reduce buckets that persist across steps unless
+#: ``gradient_as_bucket_view=True`` ("the saved memory size will be equal to the total
+#: gradients size", torch.nn.parallel.DistributedDataParallel docs).
+DDP_BUCKET_COPIES_OF_GRADS = 1
+#: DeepSpeed ZeRO-1/2 defaults ``reduce_bucket_size`` = ``allgather_bucket_size`` = 5e8
+#: elements (DeepSpeed config docs); each is one flat buffer in the compute dtype.
+DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
+#: ZeRO-3/FSDP keep the current layer's unsharded parameters and prefetch the next one
+#: (FSDP ``forward_prefetch``/``backward_prefetch=BACKWARD_PRE``; Zhao et al. 2023 section 3.3).
+FSDP_UNSHARDED_LAYERS = 2
+
+# -- outside the tensors --------------------------------------------------------------------
+#: CUDA context + cuBLAS/cuBLASLt workspaces + NCCL communicator buffers: memory nvidia-smi
+#: shows but ``torch.cuda.max_memory_reserved()`` does not. ~500 MiB for the context with lazy
+#: module loading on CUDA 12 (PyTorch "CUDA semantics" notes; stas00/ml-engineering
+#: "the CUDA kernels take 0.5-2 GB"), 2 x 32 MiB cuBLAS workspaces on Hopper
+#: (``CUBLAS_WORKSPACE_CONFIG=:4096:8``).
+CUDA_CONTEXT_BYTES = 512 * 2**20
+CUBLAS_WORKSPACE_BYTES = 2 * 32 * 2**20
+#: NCCL: ``NCCL_BUFFSIZE`` 4 MiB per channel and peer direction; ~32 channels on NVLink
+#: systems (NCCL environment-variable docs) -> 256 MiB per communicator, counted once.
+NCCL_BUFFER_BYTES = 256 * 2**20
+#: Caching-allocator overhead, reserved over allocated at the peak (block rounding and
+#: segments that cannot be merged). Calibrated globally on the rows of
+#: shared/data/measured_dev.csv that report ``max_memory_reserved`` (docs/memory_model.md,
+#: "allocator reserve"); one number for every job.
+ALLOCATOR_RESERVE_FRACTION = 0.10
+
+
+# ============================================================================================
+# Weights
+# ============================================================================================
+
+def weights_bytes(params: float, bytes_per_param: float) -> float:
+    """Stored parameter bytes: ``params x bytes_per_param`` (ZeRO paper, Rajbhandari et al.
+    2020, section 3.1: 2 bytes per parameter for fp16 weights)."""
+    return params * bytes_per_param
+
+
+def nf4_bytes_per_param(double_quantization: bool) -> float:
+    """Bytes per NF4-quantized weight including quantization constants (Dettmers et al. 2023,
+    QLoRA section 3: 4 bits + 32/64 bits without, 8/64 + 32/(64*256) bits with double quant)."""
+    if double_quantization:
+        consts = INT8_BYTES / NF4_BLOCK_SIZE + FP32_BYTES / (NF4_BLOCK_SIZE * NF4_DQ_BLOCK_SIZE)
+    else:
+        consts = FP32_BYTES / NF4_BLOCK_SIZE
+    return NF4_BYTES_PER_PARAM + consts
+
+
+def int8_weight_bytes(in_features: int, out_features: int) -> float:
+    """LLM.int8 weight bytes of one matrix: int8 weights + one fp32 scale per output row
+    (Dettmers et al. 2022, arXiv:2208.07339, section 3.1)."""
+    return in_features * out_features * INT8_BYTES + out_features * INT8_ROW_SCALE_BYTES
+
+
+def lora_adapter_params(rank: int, in_features: int, out_features: int) -> int:
+    """LoRA parameters of one adapted matrix: ``A`` (r x in) + ``B`` (out x r)
+    (Hu et al. 2021, arXiv:2106.09685, section 4.1)."""
+    return rank * (in_features + out_features)
+
+
+# ============================================================================================
+# Optimizer
+# ============================================================================================
+
+def optimizer_state_bytes(trainable_params: float, states: float, bytes_per_element: float,
+                          overhead_bytes_per_element: float = 0.0) -> float:
+    """Optimizer states: ``states x (element + block-scale overhead) x params`` (ZeRO paper
+    section 3.1: Adam keeps 2 fp32 states = 8 bytes/param; 8-bit: Dettmers et al. 2022,
+    arXiv:2110.02861, one fp32 absmax per 2048-element block)."""
+    return trainable_params * states * (bytes_per_element + overhead_bytes_per_element)
+
+
+def factored_state_elements(matrix_shapes: list[tuple[int, int, int]],
+                            vector_elements: float) -> float:
+    """Adafactor second-moment elements: ``rows + cols`` per matrix, full size for vectors
+    (Shazeer & Stern 2018, arXiv:1804.04235, section 3). ``matrix_shapes`` holds
+    ``(rows, cols, count)``."""
+    return sum((r + c) * n for r, c, n in matrix_shapes) + vector_elements
+
+
+def mixed_precision_adam_bytes_per_param(half_bytes: int = 2) -> int:
+    """The ZeRO paper's 16 bytes/param for mixed-precision Adam: fp16 weights (2) + fp16 grads
+    (2) + fp32 master weights, momentum and variance (3 x 4) (Rajbhandari et al. 2020, 3.1)."""
+    return half_bytes + half_bytes + 3 * FP32_BYTES
+
+
+# ============================================================================================
+# Activations
+# ============================================================================================
+
+def norm_saved_bytes(tokens: float, hidden: float, act_bytes: int, *, upcast: bool,
+                     output_needed: bool) -> float:
+    """What one RMSNorm/LayerNorm keeps for backward: its input (fp32 upcast copy in eager
+    PyTorch, compute dtype when compiled/fused) and its normalized output when the next matmul
+    needs it for a weight gradient (Korthikanti eq. 1 counts 2sbh input + 2sbh output)."""
+    in_bytes = NORM_UPCAST_BYTES if upcast else act_bytes
+    return tokens * hidden * (in_bytes + (act_bytes if output_needed else 0))
+
+
+def attention_core_bytes(*, tokens: float, batch: float, seq: float, heads: float,
+                         q_dim: float, act_bytes: int, attention: str,
+                         dropout: float) -> float:
+    """Saved tensors of the attention core (after q/k/v, before the output projection).
+
+    ``eager``: the b*a*s^2 probabilities in fp32 plus their compute-dtype copy
+    (``EAGER_SOFTMAX_BYTES`` + act_bytes, only fp32 when computing in fp32), plus the dropout
+    mask and dropped probabilities when attention dropout > 0 (Korthikanti eq. 1: 5as^2b for
+    fp16 with dropout). The output is rebuilt by a contiguous copy that the output projection
+    saves (counted by the caller). ``sdpa``/``flash``: no s^2 term; the kernel saves its output
+    and a fp32 log-sum-exp per head and query (Dao et al. 2022).
+    """
+    if attention == "eager":
+        per_score = EAGER_SOFTMAX_BYTES + (act_bytes if act_bytes != EAGER_SOFTMAX_BYTES else 0)
+        if dropout > 0:
+            per_score += DROPOUT_MASK_BYTES + act_bytes
+        return batch * heads * seq * seq * per_score
+    return tokens * q_dim * act_bytes + batch * heads * seq * LSE_BYTES
+
+
+def gated_mlp_saved_bytes(tokens: float, intermediate: float, act_bytes: int, *,
+                          product_needed: bool) -> float:
+    """SwiGLU ``down(act(gate(x)) * up(x))`` keeps gate (for act backward), act(gate) and up
+    (for the product's backward) and, when ``down`` needs a weight gradient, the product
+    (Shazeer 2020 GLU variants; tensor count as in Korthikanti eq. 1 for the 2-matmul MLP)."""
+    return tokens * intermediate * act_bytes * (3 + (1 if product_needed else 0))
+
+
+def plain_mlp_saved_bytes(tokens: float, intermediate: float, act_bytes: int, *,
+                          output_needed: bool) -> float:
+    """GELU MLP: the GELU input and, when fc2 needs a weight gradient, its output
+    (Korthikanti eq. 1: 8sbh + 8sbh for i = 4h at 2 bytes)."""
+    return tokens * intermediate * act_bytes * (1 + (1 if output_needed else 0))
+
+
+def moe_dispatch_bytes(tokens: float, hidden: float, top_k: float, act_bytes: int) -> float:
+    """Permuted copies of the hidden states for expert dispatch and combine: each token is
+    copied top-k times into the grouped-GEMM input and the expert outputs are kept for the
+    weighted combine (Megablocks, Gale et al. 2022, section 4; transformers grouped_mm path)."""
+    return 2 * tokens * top_k * hidden * act_bytes
+
+
+def dropout_mask_bytes(tokens: float, hidden: float, dropout: float) -> float:
+    """Hidden dropout mask after attention and after the MLP: sbh bytes each when dropout > 0
+    (Korthikanti eq. 1)."""
+    return 2 * tokens * hidden * DROPOUT_MASK_BYTES if dropout > 0 else 0.0
+
+
+def korthikanti_bytes_per_layer(s: float, b: float, h: float, a: float, t: int = 1,
+                                sequence_parallel: bool = False,
+                                selective: bool = False) -> float:
+    """Korthikanti et al. 2022 eq. 1-4 for GPT with fp16 activations and dropout:
+    ``sbh(34 + 5as/h)`` without parallelism, ``sbh(10 + 24/t + 5as/(ht))`` with tensor
+    parallelism, ``sbh(34/t + 5as/(ht))`` with sequence parallelism, and no ``5as/h`` term
+    with selective recomputation. Used as a published check in the tests."""
+    s2 = 0.0 if selective else 5 * a * s / (h * t)
+    if sequence_parallel:
+        return s * b * h * (34 / t + s2)
+    return s * b * h * (10 + 24 / t + s2)
+
+
+def logits_bytes(tokens: float, vocab: float, act_bytes: int, *, loss: str,
+                 compiled: bool) -> tuple[float, float]:
+    """(held after forward, extra transient at the start of backward) for the logits and the
+    cross-entropy loss of one micro-batch.
+
+    ``standard``: the fp32 log-softmax output is saved; backward adds its gradient and the
+    logits' gradient (``LOGITS_FP32_COPIES_BACKWARD`` fp32 copies in all). ``compiled`` is
+    accepted for symmetry but does not change it: torchtitan's ``apply_compile`` compiles the
+    transformer blocks, not the loss (its Llama-3.1-8B CP rows need three fp32 copies).
+    ``chunked`` (torchtune ``CEWithChunkedOutputLoss``, compiled with the model as torchtune
+    does): compute-dtype logits are kept and one fp32 chunk gradient exists at a time. ``fused`` (Liger, cut-cross-entropy): only a chunk exists.
+    """
+    tv = tokens * vocab
+    if loss == "standard":
+        held = tv * FP32_BYTES
+        return held, tv * FP32_BYTES * (LOGITS_FP32_COPIES_BACKWARD - 1)
+    if loss == "chunked":
+        return tv * act_bytes, tv * FP32_BYTES / CHUNKED_LOSS_CHUNKS
+    return 0.0, 2 * tv * FP32_BYTES / FUSED_LOSS_CHUNKS
+
+
+def pipeline_inflight_microbatches(schedule: str, pp: int, microbatches: int,
+                                   virtual_stages: int = 1) -> float:
+    """Micro-batches whose activations the first pipeline stage holds, in units of its full
+    stage. 1F1B: ``min(pp, m)`` (Narayanan et al. 2021, arXiv:2104.04473, section 2.2.1);
+    GPipe: all ``m`` (Huang et al. 2019); interleaved 1F1B with ``v`` chunks:
+    ``pp * (1 + (pp-1)/(pp*v))`` (Narayanan 2021 section 2.2.2; Korthikanti section 4.2.3)."""
+    if pp <= 1:
+        return 1.0
+    if schedule == "gpipe":
+        return float(microbatches)
+    if schedule == "interleaved" and virtual_stages > 1:
+        full = pp * (1 + (pp - 1) / (pp * virtual_stages))
+        return min(full, float(microbatches))
+    return float(min(pp, microbatches))
+
+
+def allocator_reserve_bytes(allocated_bytes: float) -> float:
+    """Caching-allocator reserve over allocated bytes at the peak (``ALLOCATOR_RESERVE_FRACTION``,
+    calibrated globally, see docs/memory_model.md; PyTorch "CUDA semantics: memory
+    management")."""
+    return allocated_bytes * ALLOCATOR_RESERVE_FRACTION
+
+
+def cuda_context_bytes(world_size: int) -> float:
+    """CUDA context + cuBLAS workspaces (+ NCCL buffers when more than one GPU): memory outside
+    the caching allocator (constants above)."""
+    return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + (NCCL_BUFFER_BYTES if world_size > 1
+                                                           else 0)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def gib(x: float) -> float:
+    return x / 2**30
+
+
+__all__ = [n for n in dir() if not n.startswith("_")]
