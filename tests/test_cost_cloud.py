@@ -190,12 +190,17 @@ def test_twelve_gpus_on_eight_gpu_instances_rent_two(engine):
     assert any("4 idle" in n for n in c.notes)
 
 
-def test_cheapest_bill_may_use_smaller_instances_and_says_so(engine):
-    # 12 x p5.4xlarge (1 GPU, 82.56/h) bill less than 2 x p5.48xlarge (110.08/h); the note
-    # warns that the layout's 6-GPU nodes are then split over single-GPU instances
+def test_node_sized_instances_are_preferred_and_says_so(engine):
+    # 12 x p5.4xlarge (1 GPU, 82.56/h) would bill less than 2 x p5.48xlarge (110.08/h), but
+    # the layout's 6-GPU nodes need instances with >= 6 GPUs on one node
     c = cost(engine, job_on(gpus=12, provider="aws", region="us-east-1"))
-    assert (c.instance, c.instances, c.usd_per_hour) == ("p5.4xlarge", 12, pytest.approx(82.56))
-    assert any("6 GPUs per node" in n for n in c.notes)
+    assert (c.instance, c.instances, c.usd_per_hour) == ("p5.48xlarge", 2, pytest.approx(110.08))
+    assert any(">= 6 GPUs" in n for n in c.notes)
+
+
+def test_single_gpu_job_takes_the_cheapest_single_gpu_offer(engine):
+    c = cost(engine, job_on(gpus=1, provider="aws", region="us-east-1"))
+    assert c.instance == "p5.4xlarge" and c.instances == 1
 
 
 def test_overheads_stretch_the_billed_hours(engine):
@@ -259,12 +264,13 @@ def test_cheapest_is_the_lowest_bill_for_the_job(engine):
     c = estimate_cost(job, ctx, time_of(), on=TODAY)
     rows = [q for q in engine.registries.prices.values()
             if q.gpu == "H100-SXM-80GB" and q.price_type == "on_demand"]
-    best = min(instances_needed(8, q.gpus_per_instance) * q.usd_per_instance_hour for q in rows)
+    best = min(instances_needed(8, q.gpus_per_instance) * q.usd_per_instance_hour for q in rows
+               if q.gpus_per_instance >= 8)
     assert c.usd_per_hour == pytest.approx(best)
-    # within one provider the instance size that bills least for 12 GPUs wins: 3 x 4x H100
-    # (49.08/h) beats 2 x 8x H100 (63.84/h) and 12 x 1x H100 (51.48/h)
+    # within one provider, among node-sized instances (>= 6 GPUs for 6 per node), the one
+    # that bills least for 12 GPUs wins: 2 x 8x H100 (63.84/h); 4x and 1x offers are skipped
     c = cost(engine, job_on(gpus=12, provider="Lambda"))
-    assert (c.instance, c.instances, c.usd_per_hour) == ("4x H100 SXM", 3, pytest.approx(49.08))
+    assert (c.instance, c.instances, c.usd_per_hour) == ("8x H100 SXM", 2, pytest.approx(63.84))
 
 
 def test_no_provider_means_cheapest_on_demand(engine):
@@ -273,7 +279,8 @@ def test_no_provider_means_cheapest_on_demand(engine):
             if q.gpu == "A100-SXM-80GB" and q.price_type == "on_demand"]
     assert c.price_type == "on_demand"
     assert c.usd_per_hour == pytest.approx(
-        min(instances_needed(8, q.gpus_per_instance) * q.usd_per_instance_hour for q in rows))
+        min(instances_needed(8, q.gpus_per_instance) * q.usd_per_instance_hour for q in rows
+            if q.gpus_per_instance >= 8))
     assert any("no pricing.provider given" in n for n in c.notes)
 
 

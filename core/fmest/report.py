@@ -145,6 +145,8 @@ def render_table(report: Report, *, explain: bool = False) -> str:
                      f"peak in {m.phase or '?'})")
         width = max(len(k) for k in m.components) if m.components else 10
         for name, b in sorted(m.components.items(), key=lambda kv: -kv[1]):
+            if b == 0:
+                continue
             lines.append(f"  {name:<{width}}  {_fmt_bytes(b)}")
         lines.append(f"  {'-' * width}  {'-' * 14}")
         lines.append(f"  {'total':<{width}}  {_fmt_bytes(m.total_bytes)}")

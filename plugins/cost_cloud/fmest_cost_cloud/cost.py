@@ -182,6 +182,14 @@ def estimate_cost(job, ctx, time, *, on: Optional[date] = None,
     rows = filter_quotes(rows, gpu_label=ctx.gpu.name, provider=pricing.provider,
                          region=pricing.region, price_type=pricing.price_type,
                          all_gpus=rentable_gpus(ctx.registries))
+    # A multi-GPU layout assumes its GPUs per node share a node (the time estimate prices
+    # intra-node links): prefer instances at least that large when the filters leave any.
+    node_sized = [r for r in rows if r[0].gpus_per_instance >= ctx.layout.gpus_per_node]
+    if node_sized and len(node_sized) < len(rows):
+        notes.append(f"only instances with >= {ctx.layout.gpus_per_node} GPUs considered "
+                     f"(the layout's GPUs per node); {len(rows) - len(node_sized)} smaller "
+                     "offer(s) skipped")
+        rows = node_sized
     quote, plugin = cheapest_for_job(rows, world)
     n = instances_needed(world, quote.gpus_per_instance)
     rented = n * quote.gpus_per_instance
