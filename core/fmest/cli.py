@@ -107,6 +107,7 @@ _FLAG_MAP: list[tuple[str, str, str, Callable[[Any], Any] | None]] = [
     ("method", "options", "method", None),
     ("mfu", "options", "mfu", None),
     ("explain", "options", "explain", None),
+    ("learned_model", "options", "learned_model", None),
 ]
 
 
@@ -117,65 +118,77 @@ def add_estimate_arguments(p: argparse.ArgumentParser) -> None:
                    "or Hugging Face Hub id")
     g.add_argument("-f", "--input-file", metavar="FILE", help="job JSON (fmest layout or "
                    "fm-training-estimator EstimateInput); flags override it")
+    g.add_argument("--config", action="append", metavar="FILE", help="a training tool's config "
+                   "(TrainingArguments, DeepSpeed, accelerate, axolotl, torchtune, LLaMA-Factory, "
+                   "EstimateInput); repeatable, later files win, flags win over files")
+    g.add_argument("--config-format", metavar="NAME", help="skip detection: training-args, "
+                   "deepspeed, accelerate, axolotl, torchtune, llama-factory, "
+                   "fm-training-estimator")
     g = p.add_argument_group("training")
-    g.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "fp8"))
+    g.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "fp8"), help="compute dtype")
     g.add_argument("--precision", choices=("auto", "pure", "amp", "master"),
                    help="precision policy for stored weights/grads/states (default auto)")
-    g.add_argument("--seq-len", type=parse_positive_int)
+    g.add_argument("--seq-len", type=parse_positive_int, help="tokens per sample")
     g.add_argument("--per-device-batch", "--micro-batch", type=parse_positive_int,
-                   dest="per_device_batch")
-    g.add_argument("--grad-accum", type=parse_positive_int)
-    g.add_argument("--technique", choices=("full", "lora", "qlora"))
+                   dest="per_device_batch", help="micro-batch size per GPU (per data-parallel rank)")
+    g.add_argument("--grad-accum", type=parse_positive_int, help="gradient accumulation steps")
+    g.add_argument("--technique", choices=("full", "lora", "qlora"), help="what is trained")
     _bool_flag(g, "--lora", help="same as --technique lora")
     _bool_flag(g, "--qlora", help="same as --technique qlora")
-    g.add_argument("--lora-rank", type=parse_positive_int)
-    g.add_argument("--lora-alpha", type=float)
+    g.add_argument("--lora-rank", type=parse_positive_int, help="LoRA rank r")
+    g.add_argument("--lora-alpha", type=float, help="LoRA alpha (no effect on memory or time)")
     g.add_argument("--lora-target-modules", nargs="+", metavar="NAME",
                    help="module names (q_proj v_proj ...) or all-linear; commas also accepted")
     g.add_argument("--quant-bits", type=int, choices=(4, 8), help="QLoRA base weight bits")
-    g.add_argument("--optimizer", metavar="NAME")
-    g.add_argument("--optimizer-impl", choices=("auto", "foreach", "fused", "for_loop"))
+    g.add_argument("--optimizer", metavar="NAME", help="adamw, adamw_8bit, paged_adamw_8bit, adafactor, sgd, sgd_momentum, lion, ... (HF optim names accepted)")
+    g.add_argument("--optimizer-impl", choices=("auto", "foreach", "fused", "for_loop"), help="optimizer implementation (foreach adds one parameter-sized temporary)")
     _bool_flag(g, "--optimizer-in-backward", help="fuse the optimizer step into backward")
     g.add_argument("--grad-checkpoint", metavar="none|full|selective|true|false",
                    help="activation checkpointing (true = full)")
     _bool_flag(g, "--flashattn", help="same as --attn flash")
-    g.add_argument("--attn", choices=("eager", "sdpa", "flash"))
+    g.add_argument("--attn", choices=("eager", "sdpa", "flash"), help="attention implementation (eager keeps the s^2 scores)")
     _bool_flag(g, "--fused-loss", help="fused/chunked cross-entropy (no full fp32 logits)")
-    g.add_argument("--loss", choices=("standard", "fused", "chunked"))
+    g.add_argument("--loss", choices=("standard", "fused", "chunked"), help="cross-entropy implementation")
     _bool_flag(g, "--activation-offload", help="offload saved activations to CPU")
     _bool_flag(g, "--compile", help="torch.compile the model")
     g = p.add_argument_group("parallelism")
     for name in ("dp", "tp", "pp", "cp", "ep"):
-        g.add_argument(f"--{name}", type=parse_positive_int)
+        g.add_argument(f"--{name}", type=parse_positive_int, help={
+            "dp": "data-parallel degree (default: the GPUs left by tp*pp*cp)",
+            "tp": "tensor-parallel degree", "pp": "pipeline-parallel stages",
+            "cp": "context-parallel degree", "ep": "expert-parallel degree (MoE)"}[name])
     _bool_flag(g, "--sequence-parallel", help="Megatron sequence parallelism with tp")
-    g.add_argument("--pp-schedule", choices=("1f1b", "gpipe", "interleaved"))
-    g.add_argument("--pp-virtual-stages", type=parse_positive_int)
-    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3))
-    g.add_argument("--fsdp", choices=("full_shard", "shard_grad_op", "hybrid_shard", "no_shard"))
-    g.add_argument("--hsdp-shard-size", type=parse_positive_int)
-    g.add_argument("--cpu-offload", choices=("none", "optimizer", "params"))
+    g.add_argument("--pp-schedule", choices=("1f1b", "gpipe", "interleaved"), help="pipeline schedule")
+    g.add_argument("--pp-virtual-stages", type=parse_positive_int, help="model chunks per stage (interleaved)")
+    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="DeepSpeed ZeRO stage")
+    g.add_argument("--fsdp", choices=("full_shard", "shard_grad_op", "hybrid_shard", "no_shard"), help="PyTorch FSDP sharding strategy")
+    g.add_argument("--hsdp-shard-size", type=parse_positive_int, help="shard group size for hybrid_shard (default: GPUs per node)")
+    g.add_argument("--cpu-offload", choices=("none", "optimizer", "params"), help="offload optimizer states (and master weights) or also parameters to CPU")
     g = p.add_argument_group("hardware")
     g.add_argument("--gpu", metavar="NAME", help="GPU name or alias (fmest gpus)")
-    g.add_argument("--gpus-per-node", type=parse_positive_int)
-    g.add_argument("--nodes", type=parse_positive_int)
+    g.add_argument("--gpus-per-node", type=parse_positive_int, help="GPUs per node (default: what the parallelism needs, up to 8)")
+    g.add_argument("--nodes", type=parse_positive_int, help="number of nodes")
     g = p.add_argument_group("workload")
-    g.add_argument("--dataset-tokens", type=parse_count, metavar="N", help="e.g. 2e10")
-    g.add_argument("--num-samples", type=parse_count, metavar="N")
-    g.add_argument("--avg-seq-len", type=parse_count, metavar="N")
-    g.add_argument("--epochs", type=float)
-    g.add_argument("--max-steps", type=parse_positive_int)
+    g.add_argument("--dataset-tokens", type=parse_count, metavar="N", help="tokens in the dataset, e.g. 2e10")
+    g.add_argument("--num-samples", type=parse_count, metavar="N", help="samples in the dataset")
+    g.add_argument("--avg-seq-len", type=parse_count, metavar="N", help="average tokens per sample (default: --seq-len)")
+    g.add_argument("--epochs", type=float, help="passes over the dataset (default 1)")
+    g.add_argument("--max-steps", type=parse_positive_int, help="fixed number of optimizer steps instead of a dataset")
     g.add_argument("--dataset", metavar="FILE", help="JSONL/CSV/Parquet/text file to count")
     g = p.add_argument_group("pricing")
-    g.add_argument("--provider", metavar="NAME|cheapest")
-    g.add_argument("--region", metavar="R")
-    g.add_argument("--price-type", choices=("on_demand", "spot", "reserved_1y", "reserved_3y"))
-    g.add_argument("--price-per-gpu-hour", type=float, metavar="USD")
+    g.add_argument("--provider", metavar="NAME|cheapest", help="cloud provider to price on (fmest prices)")
+    g.add_argument("--region", metavar="R", help="provider region")
+    g.add_argument("--price-type", choices=("on_demand", "spot", "reserved_1y", "reserved_3y"), help="price type (default on_demand)")
+    g.add_argument("--price-per-gpu-hour", type=float, metavar="USD", help="flat price that overrides the price table")
     g = p.add_argument_group("answer")
     g.add_argument("--method", metavar="theory|traced|learned|hybrid",
                    help="policy that chooses among plugin answers")
     g.add_argument("--mfu", type=float, help="override the model FLOPs utilisation (0-1)")
     _bool_flag(g, "--explain", help="print every candidate answer and the rule that chose")
-    g.add_argument("--format", choices=("table", "json"), default="table")
+    g.add_argument("--learned-model", metavar="NAME|PATH", help="learned-model bundle for "
+                   "--method learned/hybrid: an installed name (fmest learned-models) or a "
+                   "bundle directory (default: the shipped default bundle)")
+    g.add_argument("--format", choices=("table", "json"), default="table", help="table for people, json for machines")
 
 
 def _set(d: dict, section: str, key: str, value: Any) -> None:
@@ -207,6 +220,14 @@ def job_dict_from_args(args: argparse.Namespace) -> dict:
         if not isinstance(loaded, dict):
             raise InputError("--input-file", "expected a JSON object", value=args.input_file)
         data = loaded
+    if getattr(args, "config", None):
+        from fmest.configs import load_configs, merge_into
+
+        merge = load_configs(args.config, getattr(args, "config_format", None))
+        merge_into(data, merge.data)
+        given = {f"{s}.{k}" for d, s, k, _ in _FLAG_MAP if getattr(args, d, None) is not None}
+        args._config_merge = merge
+        args._config_unresolved = [m for f, m in merge.unresolved.items() if f not in given]
     if args.model:
         data["model"] = args.model
     tr_flags = {k: getattr(args, k) for k in ("lora", "qlora")}
@@ -250,14 +271,58 @@ def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
 
         report = attrs.evolve(report, warnings=report.warnings + tuple(
             f"input field ignored: {i}" for i in ignored))
+    merge = getattr(args, "_config_merge", None)
+    if merge is not None:
+        import attrs
+
+        ignored_lines = tuple(f"config key ignored: {i}" for i in merge.ignored)
+        if args.format != "json" and not args.explain and len(ignored_lines) > 3:
+            # people get a summary; --explain and --format json list every key and reason
+            ignored_lines = (f"{len(ignored_lines)} config keys ignored (they do not change "
+                             "memory, time or cost; --explain lists each with its reason)",)
+        report = attrs.evolve(report, warnings=report.warnings + ignored_lines + tuple(
+            f"config value unresolved: {u}" for u in args._config_unresolved))
     if args.format == "json":
         from fmest.report import report_to_dict
 
-        print(json.dumps(report_to_dict(report), indent=2, default=str))
+        out = report_to_dict(report)
+        if merge is not None:
+            out["config"] = {"files": [list(f) for f in merge.files], "origins": merge.origins,
+                             "ignored": list(merge.ignored),
+                             "unresolved": list(args._config_unresolved)}
+        print(json.dumps(out, indent=2, default=str))
     else:
         from fmest.report import render_table
 
         print(render_table(report, explain=bool(job.options.explain)))
+        if merge is not None and job.options.explain:
+            print("\nWhere each setting came from (flags override these):")
+            w = max((len(k) for k in merge.origins), default=0)
+            for fld, origin in merge.origins.items():
+                print(f"  {fld:<{w}}  {origin}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace, engine_factory) -> int:
+    """``fmest export --to FORMAT``: the job (flags, -f, --config) as a tool's config file(s)."""
+    import os
+
+    from fmest.configs.export import export_job
+    from fmest.convert import job_from_dict
+
+    files = export_job(job_from_dict(job_dict_from_args(args)), args.to)
+    if args.output_dir:
+        os.makedirs(args.output_dir, exist_ok=True)
+        for name, text in files.items():
+            path = os.path.join(args.output_dir, name)
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            print(f"wrote {path}")
+    elif len(files) == 1:
+        sys.stdout.write(next(iter(files.values())))
+    else:
+        for name, text in files.items():
+            sys.stdout.write(f"# ==> {name} <==\n{text}")
     return 0
 
 
@@ -326,6 +391,12 @@ def build_parser(commands: dict | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     p = sub.add_parser("estimate", help="estimate memory, time, throughput and cost of a job")
     add_estimate_arguments(p)
+    p = sub.add_parser("export", help="write the job as a DeepSpeed, accelerate, axolotl or "
+                       "TrainingArguments config")
+    add_estimate_arguments(p)
+    p.add_argument("--to", required=True, choices=("deepspeed", "accelerate", "axolotl",
+                                                   "training-args"))
+    p.add_argument("--output-dir", metavar="DIR", help="write the file(s) here (default: stdout)")
     for name, help_ in (("models", "list the shipped model presets"),
                         ("gpus", "list the known accelerators"),
                         ("plugins", "list the plugins and the hooks they implement")):
@@ -361,7 +432,7 @@ def main(argv: Sequence[str] | None = None, *, engine=None) -> int:
 
     try:
         builtin = {"estimate": cmd_estimate, "models": cmd_models, "gpus": cmd_gpus,
-                   "plugins": cmd_plugins}
+                   "plugins": cmd_plugins, "export": cmd_export}
         first = next((a for a in argv if not a.startswith("-")), None)
         commands = {} if first in builtin else _plugin_commands(engine_factory())
         parser = build_parser(commands)

@@ -1,0 +1,311 @@
+"""Training-config importers: read the config files of the tools that run training and turn them
+into one fmest job dict (``fmest estimate --config FILE ...``).
+
+One module per format; each walks every key of its file and either sets a job field (recording
+the key it came from) or reports the key as ignored with the reason. Files merge in the order
+given, later files win; a file a config names (``deepspeed: ds.json``) is loaded right after
+it. Exporters are in :mod:`fmest.configs.export`. Only PyYAML is needed, none of the tools.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Optional
+
+from attrs import field, frozen
+
+from fmest.configs import (accelerate, axolotl, deepspeed, fm_training_estimator,
+                           llama_factory, torchtune, training_args)
+from fmest.configs._base import Sink
+from fmest.errors import InputError
+
+_MODULES = (training_args, deepspeed, accelerate, axolotl, torchtune, llama_factory,
+            fm_training_estimator)
+MAPPERS = {m.FORMAT: m.map_config for m in _MODULES}
+FORMATS = tuple(MAPPERS)
+
+
+@frozen(kw_only=True)
+class ConfigMerge:
+    """The merged result of some config files.
+
+    ``data``: a job dict in fmest's layout (``{"model": ..., "training": {...}, ...}``), only
+    the fields the files set. ``origins``: job field path -> ``"file: key.path"`` that set it
+    (the last file to set it). ``ignored``: ``"file: key.path: reason"`` for every key that sets
+    nothing. ``unresolved``: job field path -> ``"file: key.path: ..."`` for DeepSpeed
+    ``"auto"`` values no other file resolved (fmest's default is used). ``files``:
+    ``(file, format)`` in load order, included files too.
+    """
+
+    data: dict = field(factory=dict)
+    origins: dict = field(factory=dict)
+    ignored: tuple = ()
+    unresolved: dict = field(factory=dict)
+    files: tuple = ()
+
+
+# -- reading and detection ---------------------------------------------------------------
+def parse_text(path: str, text: str) -> dict:
+    """The top-level mapping of a JSON or YAML file; malformed text names file, line, column."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext == ".json" or (ext not in (".yaml", ".yml") and text.lstrip().startswith("{")):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(path, f"malformed JSON at line {exc.lineno} column {exc.colno}: "
+                             f"{exc.msg}") from None
+    else:
+        import yaml
+
+        try:
+            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise InputError(path, f"malformed YAML{where}: {problem}") from None
+        if len(docs) > 1:
+            raise InputError(path, "holds several YAML documents; give one config per file")
+        doc = docs[0] if docs else {}
+    if not isinstance(doc, dict):
+        raise InputError(path, "expected a mapping of keys at the top level",
+                         value=type(doc).__name__)
+    return doc
+
+
+_LF_KEYS = {"finetuning_type", "stage", "template", "cutoff_len", "lora_target",
+            "quantization_bit", "flash_attn", "dataset_dir", "enable_liger_kernel", "pure_bf16",
+            "disable_gradient_checkpointing"}
+_AXOLOTL_KEYS = {"base_model", "sequence_len", "micro_batch_size", "adapter", "lora_r",
+                 "lora_target_linear", "num_epochs", "sample_packing", "load_in_4bit",
+                 "load_in_8bit", "pad_to_sequence_len", "dataset_prepared_path"}
+_DS_KEYS = {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size",
+            "zero_allow_untested_optimizer", "steps_per_print", "wall_clock_breakdown"}
+_ACCEL_KEYS = {"compute_environment", "distributed_type", "machine_rank", "num_machines",
+               "main_training_function", "rdzv_backend"}
+_HF_KEYS = {"per_device_train_batch_size", "output_dir", "num_train_epochs", "optim",
+            "logging_steps", "save_strategy", "eval_strategy", "evaluation_strategy",
+            "lr_scheduler_type", "gradient_accumulation_steps", "per_device_eval_batch_size",
+            "bf16", "fp16", "gradient_checkpointing", "max_steps", "deepspeed", "fsdp"}
+_NAME_HINTS = (("deepspeed", ("ds_config", "deepspeed", "zero")),
+               ("accelerate", ("accelerate",)), ("axolotl", ("axolotl",)),
+               ("torchtune", ("torchtune", "_single_device", "_distributed")),
+               ("llama-factory", ("llama_factory", "llamafactory", "llama-factory")),
+               ("fm-training-estimator", ("estimate_input", "estimateinput")),
+               ("training-args", ("training_args", "trainingarguments", "trainer")))
+
+
+def detect_from_doc(path: str, doc: dict) -> Optional[str]:
+    keys = set(doc)
+    if keys & {"job_configs", "jobConfigs"}:
+        return "fm-training-estimator"
+    if any(isinstance(v, dict) and "_component_" in v for v in doc.values()):
+        return "torchtune"
+    if keys & {"compute_environment", "distributed_type"}:
+        return "accelerate"
+    if keys & _DS_KEYS or any(isinstance(doc.get(k), dict) and "enabled" in doc[k]
+                              for k in ("bf16", "fp16")):
+        return "deepspeed"
+    if keys & _LF_KEYS:
+        return "llama-factory"
+    if keys & _AXOLOTL_KEYS:
+        return "axolotl"
+    if keys & _HF_KEYS:
+        return "training-args"
+    if keys & _ACCEL_KEYS:
+        return "accelerate"
+    name = os.path.basename(path).lower()
+    for fmt, hints in _NAME_HINTS:
+        if any(h in name for h in hints):
+            return fmt
+    return None
+
+
+def detect_format(path: str, text: str) -> str:
+    """The format of a config file, from its keys (each tool's own keys) and, when the keys do
+    not tell, its name. Raises :class:`InputError` listing the formats when neither does."""
+    fmt = detect_from_doc(path, parse_text(path, text))
+    if fmt is None:
+        raise InputError(path, "cannot tell which tool's config this is; give --config-format",
+                         accepted=FORMATS)
+    return fmt
+
+
+# -- loading and merging -----------------------------------------------------------------
+def _read(path: str, display: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise InputError(display, f"cannot read config file: {exc.strerror}") from None
+
+
+def _put(data: dict, path: str, value: Any) -> None:
+    if "." not in path:
+        data[path] = value
+        return
+    section, name = path.split(".", 1)
+    data.setdefault(section, {})[name] = value
+
+
+def _lookup(data: dict, path: str, default: Any = None) -> Any:
+    if "." not in path:
+        return data.get(path, default)
+    section, name = path.split(".", 1)
+    return (data.get(section) or {}).get(name, default)
+
+
+def _dp(data: dict, origins: dict) -> tuple[Optional[int], str]:
+    """The data-parallel degree the merged files imply, and where it came from."""
+    if _lookup(data, "parallelism.dp") is not None:
+        return int(_lookup(data, "parallelism.dp")), origins.get("parallelism.dp", "")
+    gpn = _lookup(data, "hardware.gpus_per_node")
+    if gpn is None:
+        return None, ""
+    mp = 1
+    for k in ("tp", "pp", "cp"):
+        mp *= int(_lookup(data, f"parallelism.{k}", 1) or 1)
+    world = int(gpn) * int(_lookup(data, "hardware.nodes", 1) or 1)
+    return (world // mp if world % mp == 0 else None), origins.get("hardware.gpus_per_node", "")
+
+
+def _batch_arithmetic(sink: Sink, data: dict, origins: dict) -> None:
+    """DeepSpeed's rule train_batch_size = micro x accum x dp: check it, or derive the one
+    factor the files leave open (DeepSpeed derives it the same way)."""
+    mfield, afield = "training.micro_batch_size", "training.grad_accum_steps"
+    for total, key in sink.train_batch:
+        where = f"{sink.name}: {key}"
+        micro, accum = _lookup(data, mfield), _lookup(data, afield)
+        dp, dp_from = _dp(data, origins)
+        if dp is not None and micro is None and accum is None:
+            accum = 1
+        if micro is not None and accum is not None and dp is not None:
+            if int(micro) * int(accum) * dp != total:
+                raise InputError(where, f"{total} != micro-batch x accumulation x data-parallel "
+                                 f"GPUs = {micro} x {accum} x {dp} = {int(micro) * int(accum) * dp}"
+                                 f" (micro from {origins.get(mfield, 'default')}, accumulation "
+                                 f"from {origins.get(afield, 'default')}, GPUs from {dp_from})",
+                                 value=total)
+            continue
+        known = {"micro": micro, "accum": accum, "dp": dp}
+        missing = [k for k, v in known.items() if v is None]
+        if len(missing) != 1:
+            sink.ignored.append(f"{key}: {total} cannot be split into micro-batch x accumulation "
+                                f"x data-parallel GPUs without two of them; give them")
+            continue
+        prod = 1
+        for v in known.values():
+            prod *= int(v) if v is not None else 1
+        if total % prod:
+            raise InputError(where, f"{total} is not divisible by the known factors "
+                             f"({', '.join(f'{k} {v}' for k, v in known.items() if v)})",
+                             value=total)
+        target = {"micro": mfield, "accum": afield, "dp": "parallelism.dp"}[missing[0]]
+        _put(data, target, total // prod)
+        origins[target] = f"{where} / ({' x '.join(k for k in known if k != missing[0])})"
+
+
+def _validate(data: dict, origins: dict) -> None:
+    """Build a trial job so a bad value names the file and key it came from; then store every
+    value in the type the job holds."""
+    from fmest.convert import job_from_dict, unstructure
+
+    trial = dict(data)
+    trial.setdefault("model", "placeholder")
+    try:
+        job = job_from_dict(trial)
+    except InputError as exc:
+        origin = origins.get(exc.field)
+        if origin is None:
+            raise
+        raise InputError(f"{origin} (-> {exc.field})", str(exc)[len(exc.field) + 2:]) from None
+    for section, values in data.items():
+        if isinstance(values, dict):
+            obj = getattr(job, section)
+            for name in values:
+                value = unstructure(getattr(obj, name))
+                values[name] = list(value) if isinstance(value, tuple) else value
+
+
+def load_configs(paths: list[str], force_format: str | None = None) -> ConfigMerge:
+    """Read ``paths`` in order (later files win) into one :class:`ConfigMerge`.
+
+    ``force_format`` skips detection for the listed files (files they include keep their own
+    format). Raises :class:`InputError` naming the file and key for malformed files or values
+    and for an inconsistent DeepSpeed ``train_batch_size``.
+    """
+    if force_format is not None and force_format not in MAPPERS:
+        raise InputError("--config-format", "unknown config format", value=force_format,
+                         accepted=FORMATS)
+    sinks: list[Sink] = []
+    seen: set[str] = set()
+
+    def load(path: str, display: str, fmt: Optional[str]) -> None:
+        real = os.path.realpath(path)
+        if real in seen:
+            return
+        seen.add(real)
+        text = _read(path, display)
+        doc = parse_text(display, text)
+        fmt = fmt or detect_from_doc(display, doc)
+        if fmt is None:
+            raise InputError(display, "cannot tell which tool's config this is; give "
+                             "--config-format", accepted=FORMATS)
+        sink = Sink(display, path, fmt)
+        MAPPERS[fmt](doc, sink)
+        sinks.append(sink)
+        for inc_path, inc_display, inc_fmt in sink.includes:
+            load(inc_path, inc_display, inc_fmt)
+
+    for p in paths:
+        load(p, p, force_format)
+
+    data: dict = {}
+    origins: dict[str, str] = {}
+    overridden: list[str] = []
+    for s in sinks:
+        for fld, (value, key) in s.values.items():
+            here = f"{s.name}: {key}"
+            before = origins.get(fld)
+            if before is not None and not before.startswith(f"{s.name}: "):
+                if _lookup(data, fld) != value:
+                    overridden.append(f"{before}: overridden by {here} ({fld} = {value!r})")
+                else:
+                    here += f" (same as {before})"
+            _put(data, fld, value)
+            origins[fld] = here
+    for s in sinks:
+        _batch_arithmetic(s, data, origins)
+    unresolved: dict[str, str] = {}
+    for s in sinks:
+        for fld, keys in s.autos.items():
+            if fld in origins:
+                origins[fld] += f" (resolves \"auto\" of {s.name}: {', '.join(keys)})"
+                continue
+            unresolved[fld] = (f"{s.name}: {', '.join(keys)}: \"auto\" and no other file sets "
+                               f"{fld}; fmest's default is used")
+        dtype = _lookup(data, "training.dtype")
+        if dtype in s.master_keys:
+            # DeepSpeed owns the precision policy: low-precision weights + fp32 master copy.
+            _put(data, "training.precision", "master")
+            origins["training.precision"] = f"{s.name}: {s.master_keys[dtype]}"
+    _validate(data, origins)
+    ignored = tuple(f"{s.name}: {entry}" for s in sinks for entry in s.ignored) + tuple(
+        overridden)
+    return ConfigMerge(data=data, origins=dict(sorted(origins.items())), ignored=ignored,
+                       unresolved=unresolved, files=tuple((s.name, s.format) for s in sinks))
+
+
+def merge_into(base: dict, overlay: dict) -> dict:
+    """Overlay a job dict on another section by section (``overlay`` wins); returns ``base``."""
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key].update(value)
+        else:
+            base[key] = dict(value) if isinstance(value, dict) else value
+    return base
+
+
+__all__ = ["ConfigMerge", "FORMATS", "detect_format", "load_configs", "merge_into",
+           "parse_text"]

@@ -1,0 +1,138 @@
+"""What every config importer shares: the per-file collector and value coercion.
+
+An importer walks *every* key of its file and, for each, either sets a job field (with the key
+path it came from) or records why it is ignored; a bad value raises :class:`InputError` naming
+the file, the key path and the accepted values.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable
+
+from fmest.errors import InputError
+
+# Reasons shared by several formats.
+NOT_ESTIMATED = "does not change per-GPU memory, time or cost in fmest's model"
+LOGGING = "logging, saving or evaluation only; does not change training memory, time or cost"
+HYPERPARAM = "an optimisation hyperparameter; does not change memory, time or cost"
+DATA = ("fmest does not read the tool's datasets; give --dataset-tokens, --num-samples or "
+        "--dataset to size the run")
+
+
+def join(prefix: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{prefix}[{key}]"
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
+class Sink:
+    """What one file says: job fields (with the key path each came from), ignored keys with the
+    reason, DeepSpeed ``"auto"`` placeholders, included files and batch-size constraints."""
+
+    def __init__(self, name: str, path: str | None, fmt: str) -> None:
+        self.name = name
+        self.path = path
+        self.format = fmt
+        self.dir = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
+        self.values: dict[str, tuple[Any, str]] = {}
+        self.ignored: list[str] = []
+        self.autos: dict[str, list[str]] = {}
+        self.includes: list[tuple[str, str, str]] = []  # (path on disk, display name, format)
+        self.train_batch: list[tuple[int, str]] = []  # DeepSpeed train_batch_size, key path
+        self.master_keys: dict[str, str] = {}  # DeepSpeed owns the precision policy: dtype -> key
+
+    # -- recording ------------------------------------------------------------------------
+    def set(self, field: str, value: Any, key: str) -> None:
+        self.values.pop(field, None)  # re-insert so the order follows the file
+        self.values[field] = (value, key)
+
+    def get(self, field: str, default: Any = None) -> Any:
+        return self.values[field][0] if field in self.values else default
+
+    def ignore(self, key: str, reason: str) -> None:
+        self.ignored.append(f"{key}: {reason}")
+
+    def auto(self, field: str, key: str) -> None:
+        self.autos.setdefault(field, []).append(key)
+
+    def error(self, key: str, message: str, *, value: Any = None,
+              accepted: Iterable[Any] | None = None) -> InputError:
+        return InputError(f"{self.name}: {key}", message, value=value, accepted=accepted)
+
+    def include(self, key: str, value: Any, fmt: str) -> None:
+        """Load the file ``value`` names too (relative to this file, then to the working
+        directory); report the key when there is no such file."""
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(key, "expected the path of a config file", value=value)
+        value = value.strip()
+        here = os.path.join(self.dir, value)
+        for cand, display in ((here, os.path.normpath(os.path.join(os.path.dirname(self.name),
+                                                                   value))),
+                              (value, value)):
+            if os.path.isfile(cand):
+                self.includes.append((cand, display, fmt))
+                return
+        self.ignore(key, f"{fmt} config {value!r} not found next to the file or in the working "
+                    "directory; pass it with --config to map it")
+
+    # -- coercion -------------------------------------------------------------------------
+    def int_(self, key: str, value: Any, *, minimum: int = 1) -> int:
+        ok = not isinstance(value, bool)
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                ok = False
+        if ok and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not ok or not isinstance(value, int) or value < minimum:
+            raise self.error(key, f"expected a whole number >= {minimum}", value=value)
+        return value
+
+    def num(self, key: str, value: Any) -> float:
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            out = float(value)
+        except (TypeError, ValueError):
+            raise self.error(key, "expected a number", value=value) from None
+        if out <= 0:
+            raise self.error(key, "expected a number > 0", value=value)
+        return out
+
+    def bool_(self, key: str, value: Any) -> bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1"):
+            return True
+        if isinstance(value, str) and value.strip().lower() in ("false", "no", "off", "0", ""):
+            return False
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        raise self.error(key, "expected a boolean", value=value, accepted=("true", "false"))
+
+    def choice(self, key: str, value: Any, table: dict) -> Any:
+        """``table[value]`` with a case-insensitive string key; an error lists the keys."""
+        k = value.strip().lower() if isinstance(value, str) else value
+        lowered = {(t.lower() if isinstance(t, str) else t): v for t, v in table.items()}
+        if isinstance(k, bool) or k not in lowered:
+            raise self.error(key, "not an accepted value", value=value, accepted=list(table))
+        return lowered[k]
+
+    def mapping(self, key: str, value: Any) -> dict:
+        if not isinstance(value, dict):
+            raise self.error(key, "expected a mapping of keys", value=value)
+        return value
+
+
+def model_name(value: Any) -> str:
+    """A model as the tools name it: a Hub id or local path stays as given (the engine resolves
+    presets by full name, short name and alias)."""
+    return str(value).strip()
+
+
+def target_list(value: Any) -> list[str]:
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return [t.strip().strip("'\"") for t in str(value).strip("[] ").split(",") if t.strip()]

@@ -1,0 +1,58 @@
+"""Regenerate the flag tables of docs/cli.md from the real parser (run after adding a flag).
+
+Usage: python scripts/gen_cli_docs.py > docs/cli.md
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from fmest.cli import _plugin_commands, build_parser
+from fmest.engine import Engine
+
+INTRO = """# Command line
+
+`fmest COMMAND [flags]`. Bad input prints one line, `fmest: error: FIELD: what is wrong
+(got VALUE); accepted: ...`, and exits with code 2. Boolean flags accept a bare flag or
+`true`/`false`. Flag names are a contract other tools depend on: they are added to, never
+renamed. Flags override values from `-f/--input-file` and `--config` files.
+
+This page is generated from the parser by `scripts/gen_cli_docs.py`; a test checks that every
+flag is listed.
+"""
+
+
+def _rows(parser: argparse.ArgumentParser):
+    for group in parser._action_groups:
+        acts = [a for a in group._group_actions if a.option_strings and a.dest != "help"]
+        if not acts:
+            continue
+        yield group.title, acts
+
+
+def main() -> None:
+    commands = _plugin_commands(Engine())
+    parser = build_parser(commands)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    print(INTRO)
+    for name, p in sub.choices.items():
+        help_ = next((c.help for c in sub._choices_actions if c.dest == name), "")
+        print(f"## `fmest {name}`\n\n{help_ or ''}\n")
+        for title, acts in _rows(p):
+            print(f"**{title}**\n\n| flag | values | meaning |\n|---|---|---|")
+            for a in acts:
+                flags = ", ".join(f"`{o}`" for o in a.option_strings)
+                if a.choices:
+                    vals = " / ".join(str(c) for c in a.choices)
+                else:
+                    names = {"parse_positive_int": "N (>= 1)", "parse_count": "N (2e10, 300M)",
+                             "float": "X", "int": "N", "parse_bool": "true/false"}
+                    tname = getattr(a.type, "__name__", "") if a.type else ""
+                    vals = (a.metavar or names.get(tname) or "value").replace("|", " / ")
+                text = (a.help or "").replace("|", "/").replace("%%", "%")
+                print(f"| {flags} | {vals} | {text} |")
+            print()
+
+
+if __name__ == "__main__":
+    main()
