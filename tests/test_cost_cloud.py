@@ -19,6 +19,7 @@ pytest.importorskip("fmest_cost_cloud", reason="pip install -e plugins/cost_clou
 from hypothesis import given, strategies as st  # noqa: E402
 
 import fmest_cost_cloud.plugin as cost_plugin  # noqa: E402
+from fmest_cost_cloud.table import is_stale  # noqa: E402
 from fmest.cli import main  # noqa: E402
 from fmest.errors import DuplicateRegistrationError, InputError  # noqa: E402
 from fmest.estimates import Provenance, TimeEstimate  # noqa: E402
@@ -265,7 +266,7 @@ def test_cheapest_is_the_lowest_bill_for_the_job(engine):
     rows = [q for q in engine.registries.prices.values()
             if q.gpu == "H100-SXM-80GB" and q.price_type == "on_demand"]
     best = min(instances_needed(8, q.gpus_per_instance) * q.usd_per_instance_hour for q in rows
-               if q.gpus_per_instance >= 8)
+               if q.gpus_per_instance >= 8 and not is_stale(q.observed, TODAY, 180))
     assert c.usd_per_hour == pytest.approx(best)
     # within one provider, among node-sized instances (>= 6 GPUs for 6 per node), the one
     # that bills least for 12 GPUs wins: 2 x 8x H100 (63.84/h); 4x and 1x offers are skipped
@@ -280,7 +281,7 @@ def test_no_provider_means_cheapest_on_demand(engine):
     assert c.price_type == "on_demand"
     assert c.usd_per_hour == pytest.approx(
         min(instances_needed(8, q.gpus_per_instance) * q.usd_per_instance_hour for q in rows
-            if q.gpus_per_instance >= 8))
+            if q.gpus_per_instance >= 8 and not is_stale(q.observed, TODAY, 180)))
     assert any("no pricing.provider given" in n for n in c.notes)
 
 
@@ -458,3 +459,12 @@ def test_prices_bad_filters_exit_2_with_one_line(engine, capsys, argv, flag):
     assert code == 2 and out == ""
     assert err.startswith(f"fmest: error: {flag}:") and err.count("\n") == 1
     assert "accepted:" in err
+
+
+def test_cheapest_sets_stale_offers_aside_when_current_ones_exist(engine):
+    job = job_on(gpus=8, provider="cheapest")
+    ctx = engine.context(job)
+    current = estimate_cost(job, ctx, time_of(), on=TODAY, max_age=180)
+    anything = estimate_cost(job, ctx, time_of(), on=TODAY, max_age=100_000)
+    assert not current.stale and any("stale offer(s)" in n for n in current.notes)
+    assert anything.usd_per_hour <= current.usd_per_hour

@@ -190,6 +190,14 @@ def estimate_cost(job, ctx, time, *, on: Optional[date] = None,
                      f"(the layout's GPUs per node); {len(rows) - len(node_sized)} smaller "
                      "offer(s) skipped")
         rows = node_sized
+    limit = max_age if max_age is not None else max_age_days()
+    choosing = pricing.provider is None or pricing.provider.strip().lower() == CHEAPEST
+    fresh = [r for r in rows if not is_stale(r[0].observed, on, limit)]
+    if choosing and fresh and len(fresh) < len(rows):
+        # an old price may no longer be offered: choose among current ones when any exist
+        notes.append(f"{len(rows) - len(fresh)} stale offer(s) older than {limit} days not "
+                     "considered for 'cheapest'")
+        rows = fresh
     quote, plugin = cheapest_for_job(rows, world)
     n = instances_needed(world, quote.gpus_per_instance)
     rented = n * quote.gpus_per_instance
@@ -209,7 +217,6 @@ def estimate_cost(job, ctx, time, *, on: Optional[date] = None,
                      f"{quote.instance} has {quote.gpus_per_instance} per instance: unless the "
                      "provider places them on one node, the time estimate's intra-node "
                      "bandwidth does not hold (pick a provider or region with larger instances)")
-    limit = max_age if max_age is not None else max_age_days()
     stale = is_stale(quote.observed, on, limit)
     if stale:
         notes.append(f"price observed {quote.observed}, more than {limit} days ago "
