@@ -22,10 +22,13 @@ Mapping rules (each inference is stated; none is tuned per row):
   torchtune too: torchtune keeps adapters in bf16; PEFT LoRA keeps the ``auto`` rule).
 * ``zero_or_fsdp``: ``fsdp`` -> ``fsdp: full_shard``; ``1``/``2``/``3`` -> ``zero_stage``.
 * torchtitan rows: TP is always sequence-parallel (torchtitan's TP plan shards norms over the
-  sequence); PP micro-batches default to ``pp`` (torchtitan ``pipeline_parallel_microbatches``
-  default), so ``micro_batch = local batch / pp`` and ``grad_accum = pp``; "Interleaved 1F1B"
-  uses 2 virtual stages per rank.
-* torchtune rows: ``compile``/``chunked CE``/``activation offloading``/``optimizer_in_bwd``
+  sequence); PP micro-batches default to the total number of stages (torchtitan
+  ``build_pipeline_schedule``: ``num_total_stages = pipeline_parallel_degree * len(stages)``;
+  ``if n_microbatches is None: n_microbatches = num_total_stages``); "Interleaved 1F1B" uses 2
+  virtual stages per rank (a looped schedule builds 2 stages per rank), so 1F1B gets
+  ``micro_batch = local batch / pp`` and ``grad_accum = pp``, interleaved ``local / (2 pp)``
+  and ``2 pp``.
+* torchtune rows: ``compile`` (also written ``packed, compile, ...``)/``chunked CE``/``activation offloading``/``optimizer_in_bwd``
   flags from the ladder text; torch AdamW runs fused (the LoRA row states ``fused=True``; the
   8-bit row uses bitsandbytes AdamW8bit).
 * unsloth boundary rows: QLoRA on all linear layers; gradient checkpointing assumed on (the HF
@@ -168,8 +171,9 @@ def row_to_job(row: dict) -> tuple[Optional[dict], str]:
         if m is None:
             return None, "micro-batch size not stated"
         local = int(m.group(1))
-        if pp > 1:   # torchtitan default: as many micro-batches as stages
-            mb, ga = max(1, local // pp), pp
+        if pp > 1:   # torchtitan default: as many micro-batches as stages in total
+            stages = pp * (2 if "interleaved" in low else 1)
+            mb, ga = max(1, local // stages), stages
         else:
             mb = local
     training["micro_batch_size"] = mb
@@ -197,7 +201,7 @@ def row_to_job(row: dict) -> tuple[Optional[dict], str]:
     fa = (row["flash_attention"] or "").strip().lower()
     training["attention"] = {"true": "flash", "false": "eager"}.get(fa, "sdpa")
 
-    if re.search(r"torch\.compile|\+ ?compile|compile \+|compile true", low) \
+    if re.search(r"torch\.compile|\+ ?compile|compile \+|compile true|, compile,", low) \
             and "compile off" not in low:
         training["compile"] = True
     if "chunked ce" in low or "cewithchunkedoutputloss" in low:

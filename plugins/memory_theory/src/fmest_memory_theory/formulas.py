@@ -39,6 +39,14 @@ PEFT_ADAPTER_BYTES = FP32_BYTES
 #: PyTorch RMSNorm/LayerNorm implementations in transformers, torchtune and torchtitan upcast
 #: the input to fp32 and keep that copy for backward (``hidden_states.to(torch.float32)``).
 NORM_UPCAST_BYTES = FP32_BYTES
+#: ...and ``weight * normed.to(dtype)`` keeps the pre-scale compute-dtype tensor for the
+#: weight gradient: one more compute-dtype copy per eager norm (see ``norm_saved_bytes``).
+NORM_EAGER_PRESCALE_COPIES = 1
+#: Eager attention modules (transformers ``attn_output.transpose(1, 2).contiguous()``,
+#: torchtune ``output.transpose(1, 2).contiguous().view(...)``) feed the output projection a
+#: contiguous copy of the attention output, which that matmul saves beside the copy the
+#: attention kernel saves for its own backward; compiled blocks recompute the layout copy.
+EAGER_ATTN_OUTPUT_COPIES = 1
 #: Eager attention in transformers computes softmax in fp32 and casts back
 #: (``softmax(..., dtype=torch.float32).to(query.dtype)``): the fp32 probabilities (saved by
 #: softmax) and the compute-dtype copy (saved by probs@V) coexist. Measured 5.98 B per score
@@ -61,6 +69,13 @@ LAYER_BACKWARD_GRAD_BUFFERS = 2
 #: coexist: the saved log-softmax output, its gradient from nll_loss and the gradient of the
 #: logits (PyTorch ``log_softmax_backward_data`` allocates a new tensor).
 LOGITS_FP32_COPIES_BACKWARD = 3
+#: Vocabulary-parallel cross-entropy of PyTorch-native TP (``loss_parallel``, used by
+#: torchtitan whenever TP > 1): ``torch.distributed.tensor.parallel.loss``
+#: ``_nll_loss_and_log_softmax_backward`` fuses nll and log-softmax backward as
+#: ``grad_input = zeros_like(x); ...; (grad_input + torch.exp(x)) * grad_output``, so the saved
+#: log-softmax ``x``, the zeros/one-hot ``grad_input``, ``exp(x)`` and their sum coexist: four
+#: fp32 [T, V/tp] tensors instead of three.
+LOSS_PARALLEL_FP32_COPIES_BACKWARD = 4
 #: torchtune ``CEWithChunkedOutputLoss`` default ``num_output_chunks`` (torchtune docs).
 CHUNKED_LOSS_CHUNKS = 8
 #: Fused linear-cross-entropy kernels (Liger ``LigerFusedLinearCrossEntropyLoss``, Apple
@@ -79,6 +94,14 @@ DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
 #: ZeRO-3/FSDP keep the current layer's unsharded parameters and prefetch the next one
 #: (FSDP ``forward_prefetch``/``backward_prefetch=BACKWARD_PRE``; Zhao et al. 2023 section 3.3).
 FSDP_UNSHARDED_LAYERS = 2
+#: FSDP2 under pipeline parallelism: ``torch.distributed.pipelining`` runs every micro-batch
+#: backward but the last with ``set_requires_gradient_sync(False)`` ("we need to accumulate
+#: gradients on previous steps and reduce them on the last step", ``PipelineStage.
+#: backward_maybe_with_nosync``), and FSDP2 then upcasts each unsharded gradient to
+#: ``reduce_dtype`` before accumulating (``FSDPParam.to_accumulated_grad_if_needed``:
+#: ``self.unsharded_accumulated_grad = unsharded_grad.to(self.reduce_dtype)``). torchtitan's
+#: ``mixed_precision_reduce`` is fp32, so the stage's unsharded gradients cost 4 bytes/param.
+FSDP_PP_ACCUMULATED_GRAD_BYTES = FP32_BYTES
 
 # -- outside the tensors --------------------------------------------------------------------
 #: CUDA context + cuBLAS/cuBLASLt workspaces + NCCL communicator buffers: memory nvidia-smi
@@ -161,12 +184,21 @@ def mixed_precision_adam_bytes_per_param(half_bytes: int = 2) -> int:
 # ============================================================================================
 
 def norm_saved_bytes(tokens: float, hidden: float, act_bytes: int, *, upcast: bool,
-                     output_needed: bool) -> float:
+                     output_needed: bool, weight_trainable: bool = True) -> float:
     """What one RMSNorm/LayerNorm keeps for backward: its input (fp32 upcast copy in eager
     PyTorch, compute dtype when compiled/fused) and its normalized output when the next matmul
-    needs it for a weight gradient (Korthikanti eq. 1 counts 2sbh input + 2sbh output)."""
+    needs it for a weight gradient (Korthikanti eq. 1 counts 2sbh input + 2sbh output).
+
+    Eager (``upcast``) PyTorch norms also keep the compute-dtype normalized tensor *before*
+    the learnable scale: ``self.weight * hidden_states.to(input_dtype)`` (transformers
+    ``LlamaRMSNorm``; torchtune ``RMSNorm``: ``x_normed.type_as(x) * self.scale``) saves it
+    for the weight's gradient (``NORM_EAGER_PRESCALE_COPIES``) when the weight is trainable
+    (a frozen weight, LoRA, needs no such gradient); a compiled/fused norm recomputes it. Check: Llama-2-7B s2048 b1 bf16 forward activations
+    12.06 GiB in the exact fake-tensor trace (shared/research/trace_feasibility.md 2a);
+    this count with the eager attention-output copy gives 12.4, without both 10.9."""
     in_bytes = NORM_UPCAST_BYTES if upcast else act_bytes
-    return tokens * hidden * (in_bytes + (act_bytes if output_needed else 0))
+    prescale = NORM_EAGER_PRESCALE_COPIES * act_bytes if (upcast and weight_trainable) else 0
+    return tokens * hidden * (in_bytes + prescale + (act_bytes if output_needed else 0))
 
 
 def attention_core_bytes(*, tokens: float, batch: float, seq: float, heads: float,
@@ -231,23 +263,30 @@ def korthikanti_bytes_per_layer(s: float, b: float, h: float, a: float, t: int =
 
 
 def logits_bytes(tokens: float, vocab: float, act_bytes: int, *, loss: str,
-                 compiled: bool) -> tuple[float, float]:
+                 compiled: bool, vocab_parallel: bool = False) -> tuple[float, float]:
     """(held after forward, extra transient at the start of backward) for the logits and the
     cross-entropy loss of one micro-batch.
 
     ``standard``: the fp32 log-softmax output is saved; backward adds its gradient and the
-    logits' gradient (``LOGITS_FP32_COPIES_BACKWARD`` fp32 copies in all). ``compiled`` is
-    accepted for symmetry but does not change it: torchtitan's ``apply_compile`` compiles the
-    transformer blocks, not the loss (its Llama-3.1-8B CP rows need three fp32 copies).
-    ``chunked`` (torchtune ``CEWithChunkedOutputLoss``, compiled with the model as torchtune
-    does): compute-dtype logits are kept and one fp32 chunk gradient exists at a time. ``fused`` (Liger, cut-cross-entropy): only a chunk exists.
+    logits' gradient (``LOGITS_FP32_COPIES_BACKWARD`` fp32 copies in all;
+    ``LOSS_PARALLEL_FP32_COPIES_BACKWARD`` with ``vocab_parallel``, PyTorch ``loss_parallel``).
+    ``compiled`` does not change it: torchtitan's ``apply_compile`` compiles the transformer
+    blocks, not the loss (its Llama-3.1-8B CP rows need three fp32 copies).
+    ``chunked`` (torchtune ``CEWithChunkedOutputLoss``): compute-dtype logits are kept and one
+    chunk gradient exists at a time (compute dtype when the loss is compiled, fp32 eager).
+    ``fused`` (Liger, cut-cross-entropy): only a chunk exists.
     """
     tv = tokens * vocab
     if loss == "standard":
         held = tv * FP32_BYTES
-        return held, tv * FP32_BYTES * (LOGITS_FP32_COPIES_BACKWARD - 1)
+        copies = LOSS_PARALLEL_FP32_COPIES_BACKWARD if vocab_parallel else \
+            LOGITS_FP32_COPIES_BACKWARD
+        return held, tv * FP32_BYTES * (copies - 1)
     if loss == "chunked":
-        return tv * act_bytes, tv * FP32_BYTES / CHUNKED_LOSS_CHUNKS
+        # compiled (torchtune compiles the loss with the model): the backward kernel writes
+        # the chunk's gradient straight in the compute dtype; eager: an fp32 chunk gradient
+        chunk_bytes = act_bytes if compiled else FP32_BYTES
+        return tv * act_bytes, tv * chunk_bytes / CHUNKED_LOSS_CHUNKS
     return 0.0, 2 * tv * FP32_BYTES / FUSED_LOSS_CHUNKS
 
 

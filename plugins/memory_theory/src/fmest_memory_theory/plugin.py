@@ -180,8 +180,18 @@ def _lora_numbers(model, targets: tuple, rank: int) -> _LoraNumbers:
 # ---------------------------------------------------------------------------------------------
 
 def _layer_activation_bytes(model, mn: _ModelNumbers, ln, *, tokens, batch, seq, ab, tp, sp,
-                            attention, compiled, trainable_all, adapter_bytes, ckpt):
-    """(saved per layer, working set while that layer runs backward) for one micro-batch."""
+                            attention, compiled, trainable_all, adapter_bytes, ckpt,
+                            dtensor_sp=False):
+    """(saved per layer, working set while that layer runs backward) for one micro-batch.
+
+    ``dtensor_sp``: PyTorch-native (DTensor) sequence parallelism, as torchtitan applies it
+    (``PrepareModuleInput(input_layouts=Shard(1), desired_input_layouts=Replicate())`` before
+    attention and feed-forward): the norm output is all-gathered to the full sequence by a
+    separate collective and the column-parallel matmuls (wq/wk/wv, w1/w3) save that gathered
+    tensor, ``T*h`` elements rather than Megatron's ``T*h/t`` (Megatron-SP's fused
+    all-gather-GEMM re-gathers in backward instead, Korthikanti section 4.2.2). In backward the
+    gradient of the gathered input is likewise full-sequence before its reduce-scatter.
+    """
     h, a = model.hidden_size, model.num_attention_heads
     tsp = tp if sp else 1                     # what norms/residuals are divided by
     kv_split = min(tp, max(1, model.num_kv_heads))
@@ -193,13 +203,26 @@ def _layer_activation_bytes(model, mn: _ModelNumbers, ln, *, tokens, batch, seq,
     need_mlp_out = trainable_all or (lora_same_dtype and ln.on_mlp_out)
     upcast = not compiled
 
-    norm_a = F.norm_saved_bytes(tokens, h, ab, upcast=upcast, output_needed=need_attn_in) / tsp
+    def norm_bytes(output_needed):
+        if not dtensor_sp:
+            return F.norm_saved_bytes(tokens, h, ab, upcast=upcast,
+                                      output_needed=output_needed,
+                                      weight_trainable=trainable_all) / tsp
+        # sharded input (kept by the norm), full-sequence gathered output (kept by the matmuls)
+        return (F.norm_saved_bytes(tokens, h, ab, upcast=upcast, output_needed=False,
+                                   weight_trainable=trainable_all) / tsp
+                + (tokens * h * ab if output_needed else 0.0))
+
+    norm_a = norm_bytes(need_attn_in)
     qkv = tokens * (mn.q_dim / tp + (mn.k_dim + mn.v_dim) / kv_split) * ab
     core = F.attention_core_bytes(tokens=tokens, batch=batch, seq=seq, heads=a / tp,
                                   q_dim=mn.o_dim / tp, act_bytes=ab, attention=attention,
                                   dropout=dropout)
-    o_in = tokens * mn.o_dim / tp * ab if (attention == "eager" and need_o_in) else 0.0
-    norm_m = F.norm_saved_bytes(tokens, h, ab, upcast=upcast, output_needed=need_mlp_in) / tsp
+    # output projection input: eager attention builds it by a contiguous copy; sdpa/flash
+    # outputs are transposed into a contiguous copy too unless the block is compiled
+    o_in = (tokens * mn.o_dim / tp * ab * F.EAGER_ATTN_OUTPUT_COPIES
+            if (need_o_in and (attention == "eager" or not compiled)) else 0.0)
+    norm_m = norm_bytes(need_mlp_in)
 
     def dense_mlp(inter):
         if model.gated_mlp:
@@ -232,7 +255,8 @@ def _layer_activation_bytes(model, mn: _ModelNumbers, ln, *, tokens, batch, seq,
                                                    + ln.sharded_input_elements_per_token / tp)
         lora_extra += tokens * ln.rank_elements_per_token * adapter_bytes
     full = norm_a + qkv + core + o_in + norm_m + mlp + drop + lora_extra
-    grad_buffers = F.LAYER_BACKWARD_GRAD_BUFFERS * tokens * max(inter_eff / tp, h / tsp) * ab
+    grad_buffers = F.LAYER_BACKWARD_GRAD_BUFFERS * tokens * max(
+        inter_eff / tp, h if dtensor_sp else h / tsp) * ab
     if ckpt == "none":
         return full, grad_buffers
     layer_input = tokens * h * ab / tsp
@@ -273,6 +297,10 @@ def estimate_bytes(job, ctx) -> MemoryEstimate:
     ab = F.DTYPE_BYTES[t.dtype]
     tp, cp, ep = lay.tp, lay.cp, lay.ep
     sp = par.sequence_parallel
+    # PyTorch-native TP (DTensor) is what composes with FSDP (torchtitan); Megatron/DeepSpeed TP
+    # do not use ``fsdp``. It brings loss_parallel and separately all-gathered SP inputs.
+    dtensor_tp = tp > 1 and sharding.framework == "fsdp"
+    dtensor_sp = dtensor_tp and sp
     lora = t.technique in ("lora", "qlora")
     ln = _lora_numbers(model, tuple(t.lora_target_modules), t.lora_rank) if lora else None
     adapter_bytes = (F.FP32_BYTES if precision in ("amp", "master") else ab) if lora else ab
@@ -315,8 +343,9 @@ def estimate_bytes(job, ctx) -> MemoryEstimate:
         stage_params = dense_p + expert_p + emb_p + head_p + fnorm_p
 
         # weights
+        quant = [lin for lin in model.linears if lin.kind not in ("head",)] \
+            if t.technique == "qlora" else []
         if t.technique == "qlora":
-            quant = [lin for lin in model.linears if lin.kind not in ("head",)]
             q_params = sum(lin.weight_params for lin in quant) * frac / tp
             if t.quantization_bits == 4:
                 q_bytes = q_params * F.nf4_bytes_per_param(t.double_quantization)
@@ -373,13 +402,19 @@ def estimate_bytes(job, ctx) -> MemoryEstimate:
         static_buf = 0.0       # persistent across the step
         fwdbwd_buf = 0.0       # during forward and backward only
         layer_unsharded = (mn.largest_layer_params / tp) * ab
+        unsharded_acc = False  # micro-batch grads accumulate unsharded, not in the sharded grads
+        acc_buf = 0.0
         if sharding.framework in ("ddp", "fsdp") and not shards and lay.dp > 1 and trainable:
             static_buf += grads_full * F.DDP_BUCKET_COPIES_OF_GRADS
         if sharding.framework == "deepspeed" and not sharding.param_gather and lay.dp > 1:
             static_buf += min(2 * F.DEEPSPEED_BUCKET_ELEMENTS, trainable) * ab
         if "parameters" in shards and s_params > 1 or off_params:
             if sharding.param_gather and not (lay.pp > 1 and sharding.framework == "fsdp"):
-                root = max(emb_p, head_p) * ab
+                # the root unit (embedding, final norm, output projection: everything outside
+                # the per-block units) is gathered as one group at the start of forward and
+                # FSDP2 keeps the root unsharded until backward ends (``fully_shard`` docs:
+                # the root's parameters are needed again immediately for backward)
+                root = (emb_p + head_p) * ab
                 fwdbwd_buf += F.FSDP_UNSHARDED_LAYERS * layer_unsharded + root
                 if not lora:   # one layer's unsharded grads (+ fp32 copy for reduce)
                     fwdbwd_buf += layer_unsharded / ab * (ab + (F.FP32_BYTES if precision
@@ -387,10 +422,16 @@ def estimate_bytes(job, ctx) -> MemoryEstimate:
             else:
                 # SHARD_GRAD_OP, or FSDP under PP (torchtitan: reshard_after_forward=False):
                 # the stage's parameters stay unsharded through forward and backward, and
-                # unsharded gradients accumulate over micro-batches
+                # unsharded gradients accumulate over micro-batches (FSDP2 under PP: upcast to
+                # the fp32 reduce dtype, ``FSDP_PP_ACCUMULATED_GRAD_BYTES``)
                 fwdbwd_buf += base_bytes * ab / max(param_bytes, 1) if not lora else base_bytes
                 if not lora and accumulating:
-                    fwdbwd_buf += stage_params * ab
+                    acc_b = F.FSDP_PP_ACCUMULATED_GRAD_BYTES if (
+                        lay.pp > 1 and sharding.framework == "fsdp" and precision == "amp"
+                        and sharding.param_gather) else ab
+                    acc_buf = stage_params * acc_b
+                    fwdbwd_buf += acc_buf
+                    unsharded_acc = True
         elif precision == "amp" and not lora and ab < F.FP32_BYTES:
             # torch.autocast caches compute-dtype copies of the weights for backward
             fwdbwd_buf += (dense_p + expert_p + head_p) * ab
@@ -399,23 +440,43 @@ def estimate_bytes(job, ctx) -> MemoryEstimate:
         saved_l, work_l = _layer_activation_bytes(
             model, mn, ln, tokens=tokens, batch=t.micro_batch_size, seq=seq_local, ab=ab, tp=tp,
             sp=sp, attention=t.attention, compiled=t.compile, trainable_all=not lora,
-            adapter_bytes=adapter_bytes, ckpt=t.activation_checkpointing)
+            adapter_bytes=adapter_bytes, ckpt=t.activation_checkpointing, dtensor_sp=dtensor_sp)
         resident_layers = 1 if t.activation_offload else layers * inflight
         saved_all = saved_l * resident_layers
+        if lay.pp > 1 and not has_head:
+            # the pipeline runtime keeps each in-flight chunk's stage output until that chunk's
+            # backward (``PipelineStage.fwd_cache``: ``(output_tuple, input_values)``); no layer
+            # of the stage saves it (the last layer's output is only sent to the next stage)
+            chunks = inflight * max(1, par.pp_virtual_stages
+                                    if par.pp_schedule == "interleaved" else 1)
+            saved_all += chunks * tokens * model.hidden_size * ab / (tp if sp else 1)
         if has_head:
-            saved_all += F.norm_saved_bytes(tokens, model.hidden_size, ab, upcast=not t.compile,
-                                            output_needed=not lora) / (tp if sp else 1)
-            held, fwd_tr, bwd_tr = _logits(tokens, model.vocab_size / tp, ab, t.loss, t.compile)
+            if dtensor_sp:   # final norm: sharded input + full-sequence gathered output
+                saved_all += (F.norm_saved_bytes(tokens, model.hidden_size, ab,
+                                                 upcast=not t.compile, output_needed=False,
+                                                 weight_trainable=not lora) / tp
+                              + (tokens * model.hidden_size * ab if not lora else 0.0))
+            else:
+                saved_all += F.norm_saved_bytes(tokens, model.hidden_size, ab,
+                                                upcast=not t.compile,
+                                                output_needed=not lora,
+                                                weight_trainable=not lora) / (tp if sp else 1)
+            held, fwd_tr, bwd_tr = _logits(tokens, model.vocab_size / tp, ab, t.loss, t.compile,
+                                           vocab_parallel=dtensor_tp)
             # the output projection's weight gradient appears with the logits' gradient (the
             # embedding's, when tied)
             tied_p = 0.0 if head_p else mn.embedding_params / tp
             head_grad = (head_p or tied_p) * grad_bytes / s_grads if not lora else 0.0
         else:
             held = fwd_tr = bwd_tr = head_grad = 0.0
-        if t.technique == "qlora":   # bnb dequantizes one weight at a time to the compute dtype
-            work_l += mn.largest_tensor_params / tp * ab
+        if quant:   # bnb / torchao NF4 dequantize one quantized weight at a time to the compute
+            # dtype; the embedding and output projection are not quantized
+            work_l += max(lin.in_features * lin.out_features for lin in quant) / tp * ab
 
-        acc_grads = grads_peak if accumulating else 0.0
+        # accumulated grads between micro-batches; when they accumulate unsharded (counted in
+        # framework_buffers) the sharded grads only appear as the last backward reduce-scatters
+        # them, freeing the unsharded ones (``zero_grad(set_to_none=True)`` freed last step's)
+        acc_grads = grads_peak if accumulating and not unsharded_acc else 0.0
         static = {"weights": weights, "master_weights": master, "lora_adapters": lora_adapters,
                   "optimizer_states": states}
         phases = {
@@ -423,15 +484,21 @@ def estimate_bytes(job, ctx) -> MemoryEstimate:
                             logits_and_loss=held + fwd_tr, framework_buffers=static_buf
                             + fwdbwd_buf, optimizer_temporaries=0.0),
         }
+        # chunked output loss: the output weight is used once per chunk, so while a chunk's
+        # weight-gradient contribution is computed the autograd input buffer already holds the
+        # sum of the earlier ones (``InputBuffer::accumulate`` adds in place afterwards)
+        head_contrib = head_grad if t.loss == "chunked" else 0.0
         bwd_candidates = [
-            dict(static, gradients=acc_grads + (0.0 if accumulating else head_grad),
+            dict(static, gradients=acc_grads + (0.0 if accumulating else head_grad)
+                 + head_contrib,
                  activations=saved_all, logits_and_loss=held + bwd_tr,
                  framework_buffers=static_buf + fwdbwd_buf, optimizer_temporaries=0.0),
             dict(static, gradients=max(acc_grads, min(grads_peak, head_grad + grads_full / max(
                 layers, 1))), activations=saved_all + work_l, logits_and_loss=0.0,
                  framework_buffers=static_buf + fwdbwd_buf, optimizer_temporaries=temps_in_bwd),
+            # end of backward: every grad sharded; unsharded accumulators reduce-scattered
             dict(static, gradients=grads_peak, activations=saved_l + work_l,
-                 logits_and_loss=0.0, framework_buffers=static_buf + fwdbwd_buf,
+                 logits_and_loss=0.0, framework_buffers=static_buf + fwdbwd_buf - acc_buf,
                  optimizer_temporaries=temps_in_bwd),
         ]
         phases["backward"] = max(bwd_candidates, key=lambda d: sum(d.values()))
@@ -464,8 +531,9 @@ def estimate_bytes(job, ctx) -> MemoryEstimate:
         notes=notes)
 
 
-def _logits(tokens, vocab, ab, loss, compiled):
-    held, bwd_extra = F.logits_bytes(tokens, vocab, ab, loss=loss, compiled=compiled)
+def _logits(tokens, vocab, ab, loss, compiled, vocab_parallel=False):
+    held, bwd_extra = F.logits_bytes(tokens, vocab, ab, loss=loss, compiled=compiled,
+                                     vocab_parallel=vocab_parallel)
     tv = tokens * vocab
     fwd_extra = tv * ab if loss == "standard" else 0.0   # compute-dtype logits before upcast
     return held, fwd_extra, bwd_extra
