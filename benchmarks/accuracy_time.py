@@ -4,6 +4,12 @@ Rows: ``throughput`` (tokens/s per GPU, or TFLOP/s per GPU in the paper's own FL
 ``total_time`` (GPU-hours). Each row is mapped to a job, estimated with a fresh engine holding
 only the default plugins and ``time_roofline``, and compared in the row's own unit.
 
+Mapping: rows are turned into jobs by the shared mapping ``benchmarks/measured.py``
+(``row_to_job``; also used by the memory benchmark). Only rows it cannot express (it returns
+``None``: Megatron GPT-3-style models and MPT sizes without a preset) fall back to the local
+mapping :func:`local_row_to_job` below; the ``map`` column says which one was used
+(``shared`` / ``local``).
+
 Supported rows have a complete published configuration (inferred values as documented in
 measured_dev_SOURCES.md). ``assumed`` rows (GPU-hours totals) need a layout the source does not
 publish; they are shown but kept out of the target summary.
@@ -76,8 +82,9 @@ def _int(v, default=None):
     return int(float(v)) if v else default
 
 
-def row_to_job(row):
-    """A job dict for a measured row (minimal local mapping; see module doc)."""
+def local_row_to_job(row):
+    """A job dict for a measured row the shared mapping cannot express (Megatron GPT-3-style
+    models, MPT sizes without a preset); see module doc."""
     other = row["other"]
     low = other.lower()
     model, cfg = _model(row)
@@ -140,6 +147,20 @@ def row_to_job(row):
     return job
 
 
+def row_to_job(row):
+    """``(job_dict, mapping)``: the shared mapping (``benchmarks/measured.py``) where it covers
+    the row, else the local one."""
+    sys.path.insert(0, str(HERE))
+    try:
+        import measured
+    finally:
+        sys.path.pop(0)
+    job, _why = measured.row_to_job(row)
+    if job is not None:
+        return job, "shared"
+    return local_row_to_job(row), "local"
+
+
 def _total_time_job(row):
     """GPU-hours rows: Llama 2 pre-training (2T tokens, 4M-token global batch, seq 4096,
     A100-80GB). Layout not published: assumed FSDP over 1024 GPUs, micro-batch 1, full
@@ -165,22 +186,30 @@ def megatron_flops_per_iteration(cfg: dict, gbs: int, seq: int) -> float:
 
 def evaluate(rows, engine):
     from fmest.convert import job_from_dict
+    import fmest_time_roofline.plugin as roofline
 
     out = []
     for row in rows:
         if row["kind"] not in ("throughput", "total_time"):
             continue
         rec = {"id": row["id"], "unit": row["unit"], "measured": float(row["measured_value"]),
-               "status": "supported", "predicted": None, "error": None, "reason": ""}
+               "status": "supported", "predicted": None, "error": None, "reason": "",
+               "map": "-"}
         try:
             if row["kind"] == "total_time":
                 if not row["model"].startswith("meta-llama/Llama-2"):
                     raise Unsupported("layout/tokens not mapped")
                 jd = _total_time_job(row)
+                rec["map"] = "local"
                 rec["status"] = "assumed"
                 rec["reason"] = "layout not published (FSDP x1024 assumed); totals include restarts"
             else:
-                jd = row_to_job(row)
+                jd, rec["map"] = row_to_job(row)
+            # Composer (llm-foundry rows) runs FSDP1 with backward_prefetch=BACKWARD_POST
+            # (composer.utils.FSDPConfig); every other framework here prefetches before the
+            # backward (FSDP2, BACKWARD_PRE).
+            if "composer" in row.get("other", "").lower():
+                jd.setdefault("parallelism", {})["fsdp_backward_prefetch"] = "post"
             job = job_from_dict(jd)
             rep = engine.estimate(job, quantities=("time", "tokens"), search_batch=False)
             t, k = rep.time, rep.tokens
@@ -237,17 +266,18 @@ def main(argv=None) -> int:
     with open(args.csv, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     results = evaluate(rows, engine)
-    print(f"{'id':<34} {'unit':<8} {'measured':>10} {'predicted':>10} {'error':>8}  status")
+    print(f"{'id':<34} {'map':<6} {'unit':<8} {'measured':>10} {'predicted':>10} {'error':>8}  "
+          "status")
     for r in results:
         unit = {"tokens_per_sec_per_gpu": "tok/s/g", "TFLOPs_per_gpu": "TFLOP/s",
                 "gpu_hours": "GPU-h"}.get(r["unit"], r["unit"])
         if r["predicted"] is None:
-            print(f"{r['id']:<34} {unit:<8} {r['measured']:>10.4g} {'-':>10} {'-':>8}  "
+            print(f"{r['id']:<34} {r['map']:<6} {unit:<8} {r['measured']:>10.4g} {'-':>10} {'-':>8}  "
                   f"{r['status']}: {r['reason']}")
             continue
         flag = " !" if r["status"] == "supported" and abs(r["error"]) > 0.30 else ""
         extra = f" ({r['reason']})" if r["reason"] else ""
-        print(f"{r['id']:<34} {unit:<8} {r['measured']:>10.4g} {r['predicted']:>10.4g} "
+        print(f"{r['id']:<34} {r['map']:<6} {unit:<8} {r['measured']:>10.4g} {r['predicted']:>10.4g} "
               f"{r['error'] * 100:>+7.1f}%  {r['status']}{extra}{flag}")
         if args.verbose:
             tot = sum(r["breakdown"].values())
@@ -256,7 +286,9 @@ def main(argv=None) -> int:
     s = summarize(results)
     print()
     print(f"supported rows: {s['supported']}, assumed: {s['assumed']}, "
-          f"unsupported: {s['unsupported']}")
+          f"unsupported: {s['unsupported']}; mapping: shared "
+          f"{sum(r['map'] == 'shared' for r in results)}, local "
+          f"{sum(r['map'] == 'local' for r in results)}")
     if s["median_abs_error"] is not None:
         print(f"median |error| {s['median_abs_error'] * 100:.1f}%, mean |error| "
               f"{s['mean_abs_error'] * 100:.1f}%, within 10%: {s['within_10pct']}, within 30%: "

@@ -89,7 +89,8 @@ def test_training_args_mapping():
     assert m.data["training"] == {
         "micro_batch_size": 4, "grad_accum_steps": 8, "dtype": "bf16", "precision": "amp",
         "optimizer": "adamw_torch_fused", "activation_checkpointing": "full", "compile": False}
-    assert m.data["parallelism"] == {"fsdp": "full_shard", "cpu_offload": "params"}
+    assert m.data["parallelism"] == {"fsdp": "full_shard", "cpu_offload": "params",
+                                     "fsdp_backward_prefetch": "pre"}
     assert m.data["workload"] == {"epochs": 2.0}
     assert m.origins["training.micro_batch_size"].endswith(
         "training_args.json: per_device_train_batch_size")
@@ -160,7 +161,8 @@ def test_deepspeed_auto_values_unresolved_alone_resolved_by_another_file(tmp_pat
 
 def test_accelerate_fsdp_mapping():
     m = load_configs([_d("accelerate", "fsdp_config.yaml")])
-    assert m.data["parallelism"] == {"zero_stage": 0, "fsdp": "full_shard", "cpu_offload": "none"}
+    assert m.data["parallelism"] == {"zero_stage": 0, "fsdp": "full_shard", "cpu_offload": "none",
+                                     "fsdp_backward_prefetch": "pre"}
     assert m.data["hardware"] == {"nodes": 2, "gpus_per_node": 8}
     assert m.data["training"] == {"activation_checkpointing": "full", "dtype": "bf16",
                                   "precision": "amp"}
@@ -198,7 +200,8 @@ def test_axolotl_mapping():
     assert any(i.endswith("sample_packing: packed samples fill sequence_len; fmest already "
                           "sizes activations at sequence_len") for i in m.ignored)
     m = load_configs([_d("axolotl", "llama3_lora_fsdp.yaml")])
-    assert m.data["parallelism"] == {"fsdp": "full_shard", "cpu_offload": "params"}
+    assert m.data["parallelism"] == {"fsdp": "full_shard", "cpu_offload": "params",
+                                     "fsdp_backward_prefetch": "pre"}
     assert m.data["training"]["loss"] == "fused"
     assert m.data["training"]["lora_target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
 
@@ -455,3 +458,13 @@ def test_cli_export_stdout_and_output_dir(tmp_path, capsys):
     import yaml
 
     assert yaml.safe_load(out)["fsdp_config"]["fsdp_sharding_strategy"] == "FULL_SHARD"
+
+
+def test_fsdp_backward_prefetch_is_mapped(tmp_path):
+    from fmest.configs import load_configs
+
+    f = tmp_path / "acc.yaml"
+    f.write_text("distributed_type: FSDP\nnum_processes: 8\nfsdp_config:\n"
+                 "  fsdp_sharding_strategy: FULL_SHARD\n  fsdp_backward_prefetch: BACKWARD_POST\n")
+    merge = load_configs([str(f)], None)
+    assert merge.data["parallelism"]["fsdp_backward_prefetch"] == "post"

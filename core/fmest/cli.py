@@ -91,6 +91,7 @@ _FLAG_MAP: list[tuple[str, str, str, Callable[[Any], Any] | None]] = [
     ("fsdp", "parallelism", "fsdp", None),
     ("hsdp_shard_size", "parallelism", "hsdp_shard_size", None),
     ("cpu_offload", "parallelism", "cpu_offload", None),
+    ("fsdp_backward_prefetch", "parallelism", "fsdp_backward_prefetch", None),
     ("gpu", "hardware", "gpu", None),
     ("gpus_per_node", "hardware", "gpus_per_node", None),
     ("nodes", "hardware", "nodes", None),
@@ -162,6 +163,9 @@ def add_estimate_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pp-virtual-stages", type=parse_positive_int, help="model chunks per stage (interleaved)")
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="DeepSpeed ZeRO stage")
     g.add_argument("--fsdp", choices=("full_shard", "shard_grad_op", "hybrid_shard", "no_shard"), help="PyTorch FSDP sharding strategy")
+    g.add_argument("--fsdp-backward-prefetch", choices=("pre", "post", "none"),
+                   help="FSDP backward_prefetch: pre (BACKWARD_PRE, default), post (Composer's "
+                   "default), none")
     g.add_argument("--hsdp-shard-size", type=parse_positive_int, help="shard group size for hybrid_shard (default: GPUs per node)")
     g.add_argument("--cpu-offload", choices=("none", "optimizer", "params"), help="offload optimizer states (and master weights) or also parameters to CPU")
     g = p.add_argument_group("hardware")

@@ -25,6 +25,7 @@ OPTIMIZER_IMPLS = ("auto", "foreach", "fused", "for_loop")
 FSDP_STRATEGIES = ("none", "full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
 CPU_OFFLOAD = ("none", "optimizer", "params")
 PP_SCHEDULES = ("1f1b", "gpipe", "interleaved")
+FSDP_PREFETCH = ("pre", "post", "none")
 PRICE_TYPES = ("on_demand", "spot", "reserved_1y", "reserved_3y")
 QUANT_BITS = (4, 8)
 
@@ -111,7 +112,8 @@ class Parallelism:
     ``dp`` of ``None`` means "all GPUs not used by tp/pp/cp". ``zero_stage`` (DeepSpeed) and
     ``fsdp`` (PyTorch FSDP) are two spellings of sharded data parallelism; give one of them.
     ``hsdp_shard_size`` is the size of the shard group for ``hybrid_shard`` (default: GPUs per
-    node).
+    node). ``fsdp_backward_prefetch`` is FSDP's ``backward_prefetch`` (``pre`` = BACKWARD_PRE,
+    PyTorch's default and FSDP2's behaviour; ``post`` = BACKWARD_POST, Composer's default).
     """
 
     dp: Optional[int] = field(default=None, validator=_positive_int)
@@ -126,6 +128,7 @@ class Parallelism:
     fsdp: str = field(default="none", validator=_choice(FSDP_STRATEGIES))
     hsdp_shard_size: Optional[int] = field(default=None, validator=_positive_int)
     cpu_offload: str = field(default="none", validator=_choice(CPU_OFFLOAD))
+    fsdp_backward_prefetch: str = field(default="pre", validator=_choice(FSDP_PREFETCH))
 
     @property
     def model_parallel_size(self) -> int:

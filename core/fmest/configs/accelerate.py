@@ -21,6 +21,9 @@ SHARDING = {"FULL_SHARD": "full_shard", "SHARD_GRAD_OP": "shard_grad_op",
             1: "full_shard", 2: "shard_grad_op", 3: "no_shard", 4: "hybrid_shard",
             5: "hybrid_shard"}
 
+_PREFETCH = {"BACKWARD_PRE": "pre", "BACKWARD_POST": "post", "NO_PREFETCH": "none",
+             "NONE": "none", "FALSE": "none"}
+
 _FSDP_IGNORED = {
     "state_dict_type": "checkpoint format only",
     "version": "FSDP1 and FSDP2 shard the same bytes in fmest's model",
@@ -28,10 +31,6 @@ _FSDP_IGNORED = {
     "transformer_layer_cls_to_wrap": "wrapping granularity; fmest assumes one unit per "
                                      "transformer layer",
     "min_num_params": "wrapping granularity; fmest assumes one unit per transformer layer",
-    "backward_prefetch_policy": "prefetch overlaps communication; fmest does not model the "
-                                "extra gathered unit",
-    "backward_prefetch": "prefetch overlaps communication; fmest does not model the extra "
-                         "gathered unit",
     "forward_prefetch": "prefetch overlaps communication; fmest does not model the extra "
                         "gathered unit",
     "use_orig_params": "implementation detail; same bytes per GPU",
@@ -76,6 +75,10 @@ def map_fsdp_config(cfg: dict, sink: Sink, prefix: str) -> None:
         elif name == "activation_checkpointing":
             sink.set("training.activation_checkpointing",
                      "full" if sink.bool_(key, value) else "none", key)
+        elif name in ("backward_prefetch", "backward_prefetch_policy"):
+            v = "NONE" if value is None else str(value).strip().upper().split(".")[-1]
+            sink.set("parallelism.fsdp_backward_prefetch",
+                     sink.choice(key, v, _PREFETCH), key)
         elif name in _FSDP_IGNORED:
             sink.ignore(key, _FSDP_IGNORED[name])
         else:

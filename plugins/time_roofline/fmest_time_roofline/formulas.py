@@ -47,14 +47,25 @@ POWER_CAP_DERATE = {"H100-SXM-96GB": 0.896}
 #: describes the fall-off. Calibrated (global) within the 32-128 range that tile sizes allow.
 GEMM_HALF_SATURATION_DIM = 64.0
 
-#: Fraction of dense bf16 peak a fused (flash) attention kernel reaches, by architecture.
-#: A100: FlashAttention-2 reaches 50-73 % of peak forward and less backward (Dao 2023,
-#: arXiv:2307.08691, abstract and Fig. 5-7) -> 0.60 for forward+backward. Hopper: "FlashAttention-2
-#: achieves only 35 % utilization on H100" (Shah et al. 2024, FlashAttention-3, arXiv:2407.08608,
-#: abstract); PyTorch SDPA's flash backend is FA2 -> 0.35. Others: 0.45 (between the two).
-ATTENTION_EFFICIENCY = {"A100": 0.60, "A10": 0.60, "H100": 0.35, "H800": 0.35, "H200": 0.35,
-                        "H20": 0.35}
+#: Attention core = its own op class (not a GEMM): fraction of dense bf16 peak a fused (flash)
+#: attention kernel reaches, forward and backward separately, by architecture. FLOPs are counted
+#: the FlashAttention way (causal half; backward = 2.5x forward).
+#: * Hopper (PyTorch SDPA's flash backend is FlashAttention-2): Shah et al. 2024, FlashAttention-3
+#:   (arXiv:2407.08608) Fig. 5-6, H100 SXM5, head dim 128, seq 16k: FA2 forward causal 335
+#:   TFLOP/s, backward 322 TFLOP/s of 989.4 -> 0.339 / 0.325 (abstract: "FA2 achieves only 35 %
+#:   utilization on H100").
+#: * Ampere: FlashAttention-2 (Dao 2023, arXiv:2307.08691) reaches 50-73 % of A100 peak forward;
+#:   A100 causal head-dim-128 runs reach 50-60 % (FA2 forward 156-187 TFLOP/s at 1k-4k tokens,
+#:   liangan1/GPU_travel flash-attn benchmark) -> 0.60 forward; no A100 backward figure was
+#:   retrieved, so the backward keeps the former combined value 0.60.
+#: * Others: 0.45 (between the two).
+ATTENTION_FWD_EFFICIENCY = {"A100": 0.60, "A10": 0.60, "H100": 0.339, "H800": 0.339,
+                            "H200": 0.339, "H20": 0.339}
+ATTENTION_BWD_EFFICIENCY = {"A100": 0.60, "A10": 0.60, "H100": 0.325, "H800": 0.325,
+                            "H200": 0.325, "H20": 0.325}
 ATTENTION_EFFICIENCY_DEFAULT = 0.45
+#: Backwards-compatible alias (forward table).
+ATTENTION_EFFICIENCY = ATTENTION_FWD_EFFICIENCY
 
 #: The flash-attention backward pass executes 2.5x the forward FLOPs (it recomputes Q K^T:
 #: 5 matmuls vs 2; Dao 2023, Algorithm 2; torch.utils.flop_counter sdpa_backward_flop_count).
@@ -168,10 +179,12 @@ def power_cap_derate(gpu_name: str) -> float:
     return POWER_CAP_DERATE.get(gpu_name, 1.0)
 
 
-def attention_efficiency(gpu_name: str) -> float:
-    """Fraction of bf16 peak reached by fused attention (FA2 paper on A100; FA3 paper: FA2 on
-    H100 35 %)."""
-    return _lookup_prefix(ATTENTION_EFFICIENCY, gpu_name, ATTENTION_EFFICIENCY_DEFAULT)
+def attention_efficiency(gpu_name: str, direction: str = "fwd") -> float:
+    """Fraction of bf16 peak reached by fused attention, ``direction`` ``fwd`` or ``bwd``
+    (``ATTENTION_FWD_EFFICIENCY`` / ``ATTENTION_BWD_EFFICIENCY``: FA3 paper figures for FA2
+    on H100, FA2 paper range on A100)."""
+    table = ATTENTION_BWD_EFFICIENCY if direction == "bwd" else ATTENTION_FWD_EFFICIENCY
+    return _lookup_prefix(table, gpu_name, ATTENTION_EFFICIENCY_DEFAULT)
 
 
 def gemm_shape_efficiency(m: float, k: float, n: float,
@@ -467,3 +480,74 @@ def pcie_seconds(bytes_moved: float, gpu) -> float:
     """Host<->device copy time over PCIe at ``PCIE_EFFICIENCY``."""
     bw = (gpu.pcie_bytes_per_s or DEFAULT_PCIE_BYTES_PER_S) * PCIE_EFFICIENCY
     return bytes_moved / bw
+
+
+# ---------------------------------------------------------------------------------------------
+# Context parallelism: ring attention (PyTorch ``context_parallel``, as used by torchtitan)
+# ---------------------------------------------------------------------------------------------
+# torch/distributed/tensor/experimental/_attention.py (torch 2.6, the torchtitan rows' torch):
+# the sequence is split into 2*cp chunks, rank r holding chunks r and 2cp-1-r (load balance,
+# on by default); the attention runs as cp SDPA calls per layer (step 0: the local causal
+# block; steps 1..cp-1: full Q x half KV or half Q x full KV, non-causal), so the FLOPs equal
+# the causal total. Costs that the single-GPU kernel does not have:
+#   * forward K,V arrive by ONE all-gather (``_RotateMethod.ALL_GATHER``, the default), issued
+#     at step 0 and waited at step 1: it overlaps only the local causal block;
+#   * backward: the K,V all-gather again (overlapping backward step 0) and the dK,dV partial
+#     sums rotated in fp32 (``convert_to_f32``) by a permute after every step, each overlapping
+#     the next step's kernel; the last one is waited after the loop (exposed);
+#   * per-step merges in eager fp32 (``_SDPAMerger``, ``_partial_update`` = torch.cat of the
+#     whole buffer): memory-bound traffic below;
+#   * callers expand K,V to the query heads before SDPA (torchtitan/HF ``repeat_kv``), so the
+#     ring carries ``num_attention_heads`` heads of K and V.
+
+#: HBM bytes per output element (T x heads x head_dim) per forward ring step (steps >= 1): cast
+#: of the block output to fp32 (r2 w4), ``out - block_out`` (r4 r4 w4), times the sigmoid of the
+#: LSE difference (r4 w4), ``out - ...`` (r4 r4 w4), ``torch.cat`` of the merged half into the
+#: full buffer (r4 w4): 46 bytes (op list of ``_SDPAMerger._merge_one``).
+RING_MERGE_FWD_BYTES_PER_OUT_ELEMENT = 46.0
+#: HBM bytes per K/V element per forward ring step: ``torch.cat`` of K and V into the send
+#: buffer (r2 w2).
+RING_KV_PACK_BYTES_PER_KV_ELEMENT = 4.0
+#: Backward, per K/V element per step: pack (r2 w2 = 4), fp32 accumulate of the step's dK,dV
+#: into the received partial sum (``_partial_update`` add + cat: r4 r2 w4 on the half, r4 w4 on
+#: the whole = 13), fp32 ``torch.cat`` of dK,dV for the send (r4 w4 = 8): 25 bytes; per query
+#: element: fp32 accumulate of dQ (13 bytes).
+RING_BWD_BYTES_PER_KV_ELEMENT = 25.0
+RING_BWD_BYTES_PER_Q_ELEMENT = 13.0
+#: Bytes per element of the rotated dK,dV partial sums (fp32, ``convert_to_f32 = True``).
+RING_GRAD_BYTES_PER_ELEMENT = 4.0
+
+
+def ring_attention_costs(*, cp: int, tokens: float, q_heads: float, head_dim: float,
+                         act_bytes: float, fwd_seconds: float, bwd_seconds: float,
+                         recompute: bool, gather_bytes_per_s: float, p2p_bytes_per_s: float,
+                         gather_inter_node: bool = False, p2p_inter_node: bool = False
+                         ) -> dict[str, float]:
+    """Extra cost of PyTorch ring attention over the same FLOPs on one GPU, per micro-batch and
+    per layer-set whose attention forward/backward take ``fwd_seconds``/``bwd_seconds`` (all
+    cp steps). ``tokens`` = local tokens ``T``; K,V carry ``q_heads`` heads (expanded).
+
+    Returns ``memory_bytes`` (eager merge/accumulate traffic, fwd + recompute + bwd) and
+    ``exposed_seconds`` (communication not hidden behind the step it overlaps, plus the
+    interference share of the hidden part; see the module notes above)."""
+    if cp <= 1:
+        return {"memory_bytes": 0.0, "exposed_seconds": 0.0, "comm_seconds": 0.0}
+    steps = cp - 1
+    out_el = tokens * q_heads * head_dim
+    kv_el = 2.0 * tokens * q_heads * head_dim
+    fwd_bytes = steps * (RING_MERGE_FWD_BYTES_PER_OUT_ELEMENT * out_el
+                         + RING_KV_PACK_BYTES_PER_KV_ELEMENT * kv_el)
+    bwd_bytes = steps * (RING_BWD_BYTES_PER_KV_ELEMENT * kv_el
+                         + RING_BWD_BYTES_PER_Q_ELEMENT * out_el)
+    n_fwd = 2 if recompute else 1
+    memory_bytes = n_fwd * fwd_bytes + bwd_bytes
+    kv_bytes = kv_el * act_bytes
+    gather = all_gather_seconds(kv_bytes * cp, cp, gather_bytes_per_s, gather_inter_node)
+    step_fwd = fwd_seconds / cp
+    step_bwd = bwd_seconds / cp
+    exposed = n_fwd * exposed_comm_seconds(gather, step_fwd)  # overlaps the local block only
+    exposed += exposed_comm_seconds(gather, step_bwd)
+    dkv = p2p_seconds(kv_el * RING_GRAD_BYTES_PER_ELEMENT, p2p_bytes_per_s, p2p_inter_node)
+    exposed += steps * exposed_comm_seconds(dkv, step_bwd) + dkv  # last permute after the loop
+    comm = (n_fwd + 1) * gather + cp * dkv
+    return {"memory_bytes": memory_bytes, "exposed_seconds": exposed, "comm_seconds": comm}

@@ -6,7 +6,8 @@ One optimizer step on the most loaded GPU is ``grad_accum`` micro-batches of
   attention core (at the fused-attention efficiency of the GPU),
 * memory-bound work (norms, activations, RoPE, loss, QLoRA dequant, fp8 casts) at HBM speed,
 * tensor-parallel, expert-parallel and pipeline point-to-point communication (not overlapped),
-* context-parallel ring exchange (overlapped with the attention core),
+* context-parallel ring attention (all-gathered K,V overlapping the local block, fp32 dK,dV
+  rotation, eager merges; formulas.ring_attention_costs),
 
 plus the pipeline bubble, the exposed part of data-parallel communication (overlapped with
 compute up to the compute time), the optimizer update, host offload traffic and a framework
@@ -68,6 +69,14 @@ def _activation_bytes(memory, model, tokens: float, layers: float, act_bytes: fl
     return 34.0 / 2.0 * act_bytes * tokens * model.hidden_size * layers
 
 
+def _backward_prefetch(par) -> str:
+    """``parallelism.fsdp_backward_prefetch``: ``pre`` (FSDP2's implicit prefetch; FSDP1
+    ``BackwardPrefetch.BACKWARD_PRE``, the PyTorch/accelerate default), ``post``
+    (``BACKWARD_POST``, Composer/llm-foundry's default, composer.utils.FSDPConfig) or
+    ``none``."""
+    return par.fsdp_backward_prefetch
+
+
 def workload_tokens(job, model) -> tuple[Optional[float], str]:
     """Tokens the run trains on (epochs included) and how they were obtained; ``None`` when
     the job has no workload."""
@@ -112,13 +121,15 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
         if mfu_override > 1:
             raise InputError("options.mfu", "is a fraction of peak between 0 and 1",
                              value=mfu_override)
-        lin_frac, half_dim, attn_eff = mfu_override, 0.0, mfu_override
+        lin_frac, half_dim = mfu_override, 0.0
+        attn_eff = attn_eff_bwd = mfu_override
         notes.append(f"--mfu {mfu_override:g} replaces the matmul and attention efficiency "
                      "(no GEMM-shape fall-off); memory-bound work and communication are added")
     else:
         lin_frac = F.mamf_fraction(gpu.name, lin_dtype)
         half_dim = F.GEMM_HALF_SATURATION_DIM
-        attn_eff = F.attention_efficiency(gpu.name)
+        attn_eff = F.attention_efficiency(gpu.name, "fwd")
+        attn_eff_bwd = F.attention_efficiency(gpu.name, "bwd")
 
     tp, pp, cp, ep, dp = lay.tp, lay.pp, lay.cp, lay.ep, lay.dp
     b, s, m = tr.micro_batch_size, tr.seq_len, tr.grad_accum_steps
@@ -197,10 +208,11 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
         d = model.qk_head_dim or model.head_dim
         eff = (lin_frac if act_dtype == lin_dtype else F.mamf_fraction(gpu.name, act_dtype)) \
             * F.gemm_shape_efficiency(s, d, s, half_dim)
+        eff_bwd = eff
     else:
-        eff = attn_eff
+        eff, eff_bwd = attn_eff, attn_eff_bwd
     attn_fwd = attn_fwd_flops / (attn_peak * eff)
-    attn_bwd = attn_fwd * attn_bwd_factor
+    attn_bwd = attn_fwd_flops * attn_bwd_factor / (attn_peak * eff_bwd)
     attn_rec = attn_fwd if ckpt in ("full", "selective") else 0.0
 
     # ---- memory-bound work ------------------------------------------------------------------
@@ -246,12 +258,20 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
         inter = F.group_is_inter_node(pp, tp * cp * dp, gpn)
         bw = F.link_bytes_per_s(gpu, inter_node=inter, size=2, nodes=2)  # one hop
         pp_t = 2 * F.p2p_seconds(T * model.hidden_size * act_b / tp, bw, inter)
-    if cp > 1:
-        inter, bw = bw_of(cp, tp)
-        kv = 2 * model.num_kv_heads * (model.qk_head_dim or model.head_dim) / max(1, min(tp, model.num_kv_heads))
-        ring = (cp - 1) * T * kv * act_b / bw  # one KV chunk per ring step (Liu et al. 2023)
-        comm = ring * (1 + 2 + (1 if ckpt != "none" else 0))  # fwd KV, bwd KV + dKV, recompute
-        cp_t = F.exposed_comm_seconds(comm, attn_fwd + attn_bwd + attn_rec)
+    if cp > 1:  # ring attention (PyTorch context_parallel): formulas.ring_attention_costs
+        g_inter, g_bw = bw_of(cp, tp)
+        p_inter = F.group_is_inter_node(2, tp, gpn)
+        p_bw = F.link_bytes_per_s(gpu, inter_node=p_inter, size=2, nodes=2)
+        ring = F.ring_attention_costs(
+            cp=cp, tokens=T, q_heads=model.num_attention_heads / tp,
+            head_dim=model.qk_head_dim or model.head_dim, act_bytes=act_b,
+            fwd_seconds=attn_fwd / stage_layers, bwd_seconds=attn_bwd / stage_layers,
+            recompute=ckpt in ("full", "selective"),
+            gather_bytes_per_s=g_bw, p2p_bytes_per_s=p_bw, gather_inter_node=g_inter,
+            p2p_inter_node=p_inter)
+        cp_t = ring["exposed_seconds"] * stage_layers  # per layer x layers of the stage
+        # the ring merges run in eager PyTorch (a graph break under torch.compile)
+        mem_t += F.memory_bound_seconds(ring["memory_bytes"] * stage_layers, hbm)
 
     per_mb = compute_mb + mem_t + tp_t + ep_t + pp_t + cp_t
     compute = m * compute_mb
@@ -293,9 +313,17 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
             if sh.param_gather:  # ZeRO-3 / FULL_SHARD: gather for forward and for backward
                 # recompute under checkpointing reuses the backward gather of its unit
                 ag_fwd = ag
-                per_mb_exposed = F.exposed_comm_seconds(ag_fwd * (1 - tail), fwd_mb) \
-                    + F.exposed_comm_seconds((ag + rs) * (1 - tail), bwd_mb) \
-                    + (ag_fwd + ag + rs) * tail
+                if _backward_prefetch(par) in ("post", "none"):
+                    # FSDP1 BACKWARD_POST (Composer's default): the next unit's all-gather is
+                    # issued after the current unit's gradients, so the backward gathers wait
+                    # in line; only the reduce-scatter overlaps the next unit's backward.
+                    # Without prefetch ("none") the gathers are no better hidden.
+                    per_mb_exposed = F.exposed_comm_seconds(ag_fwd * (1 - tail), fwd_mb) + ag \
+                        + F.exposed_comm_seconds(rs * (1 - tail), bwd_mb) + (ag_fwd + rs) * tail
+                else:
+                    per_mb_exposed = F.exposed_comm_seconds(ag_fwd * (1 - tail), fwd_mb) \
+                        + F.exposed_comm_seconds((ag + rs) * (1 - tail), bwd_mb) \
+                        + (ag_fwd + ag + rs) * tail
                 dp_t = m * per_mb_exposed
             elif "parameters" in sh.shards:  # SHARD_GRAD_OP: gather once per forward
                 dp_t = m * (F.exposed_comm_seconds(ag * (1 - tail), fwd_mb)

@@ -293,3 +293,52 @@ def test_progress_bar_writes_to_stream(tmp_path):
     bar.update(50, force=True)
     bar.close()
     assert "50.0%" in buf.getvalue() and "100.0%" in buf.getvalue()
+
+
+def test_attention_is_its_own_op_class():
+    # FA3 paper figures for FA2 on H100: forward 335, backward 322 TFLOP/s of 989.4
+    assert F.attention_efficiency("H100-SXM-80GB", "fwd") == pytest.approx(335 / 989.4, abs=0.002)
+    assert F.attention_efficiency("H100-SXM-80GB", "bwd") == pytest.approx(322 / 989.4, abs=0.002)
+    assert F.attention_efficiency("A100-SXM-80GB") == F.ATTENTION_FWD_EFFICIENCY["A100"]
+    assert F.attention_efficiency("XYZ-1") == F.ATTENTION_EFFICIENCY_DEFAULT
+    # attention runs below matmul efficiency on every tabulated GPU
+    for key, eff in F.ATTENTION_FWD_EFFICIENCY.items():
+        assert eff < F.mamf_fraction(key + "-SXM", "bf16")
+
+
+def test_ring_attention_costs():
+    kw = dict(tokens=32768, q_heads=32, head_dim=128, act_bytes=2.0, recompute=True,
+              gather_bytes_per_s=350e9, p2p_bytes_per_s=350e9)
+    assert F.ring_attention_costs(cp=1, fwd_seconds=1.0, bwd_seconds=2.5, **kw) == \
+        {"memory_bytes": 0.0, "exposed_seconds": 0.0, "comm_seconds": 0.0}
+    c2 = F.ring_attention_costs(cp=2, fwd_seconds=0.06, bwd_seconds=0.15, **kw)
+    c8 = F.ring_attention_costs(cp=8, fwd_seconds=0.24, bwd_seconds=0.6, **kw)
+    # merge traffic grows with the number of ring steps (cp - 1)
+    assert c8["memory_bytes"] == pytest.approx(7 * c2["memory_bytes"])
+    # a slow link: the forward all-gather overlaps only the local causal block
+    slow = F.ring_attention_costs(cp=8, fwd_seconds=0.24, bwd_seconds=0.6,
+                                  **{**kw, "gather_bytes_per_s": 30e9, "p2p_bytes_per_s": 30e9})
+    assert slow["exposed_seconds"] > c8["exposed_seconds"] > 0
+
+
+def test_context_parallel_costs_more_than_its_flops(engine):
+    # same local tokens (T = 32k) and attention FLOPs per GPU: 4 GPUs ring vs 1 GPU would need
+    # 4x the attention; the CP job also pays the ring merges and exchanges
+    job = _job(training={"seq_len": 131072, "micro_batch_size": 1,
+                         "activation_checkpointing": "full", "attention": "sdpa"},
+               parallelism={"cp": 4, "fsdp": "full_shard"}, hardware={"gpu": "H100-SXM-80GB",
+                                                                       "nodes": 1})
+    rep = _time(engine, job)
+    assert rep.time.breakdown.get("communication_cp", 0.0) > 0.0
+
+
+def test_backward_post_prefetch_exposes_backward_gathers(engine):
+    job = _job(model="meta-llama/Llama-2-70b-hf",
+               training={"seq_len": 2048, "micro_batch_size": 1,
+                         "activation_checkpointing": "full"},
+               parallelism={"fsdp": "full_shard", "dp": 64},
+               hardware={"gpu": "A100-SXM-40GB", "gpus_per_node": 8, "nodes": 8})
+    pre = _time(engine, job).time
+    post = _time(engine, job.evolve(parallelism={"fsdp_backward_prefetch": "post"})).time
+    assert post.breakdown["communication_dp"] > pre.breakdown["communication_dp"]
+    assert post.step_seconds > pre.step_seconds
