@@ -200,8 +200,7 @@ def test_axolotl_mapping():
     assert any(i.endswith("sample_packing: packed samples fill sequence_len; fmest already "
                           "sizes activations at sequence_len") for i in m.ignored)
     m = load_configs([_d("axolotl", "llama3_lora_fsdp.yaml")])
-    assert m.data["parallelism"] == {"fsdp": "full_shard", "cpu_offload": "params",
-                                     "fsdp_backward_prefetch": "pre"}
+    assert m.data["parallelism"] == {"fsdp": "full_shard", "cpu_offload": "params"}
     assert m.data["training"]["loss"] == "fused"
     assert m.data["training"]["lora_target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
 
