@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import pytest
+
+from fmest.precision import resolve_precision
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -149,14 +151,14 @@ def test_precision_auto_rule():
     class T:
         precision, technique, dtype = "auto", "full", "bf16"
 
-    assert plugin.resolve_precision(T, S) == "pure"
+    assert resolve_precision(T, S) == "pure"
     T.technique = "lora"
-    assert plugin.resolve_precision(T, S) == "amp"
+    assert resolve_precision(T, S) == "amp"
     T.technique = "full"
     S.framework = "deepspeed"
-    assert plugin.resolve_precision(T, S) == "master"
+    assert resolve_precision(T, S) == "master"
     S.framework, S.shards = "fsdp", frozenset({"parameters"})
-    assert plugin.resolve_precision(T, S) == "amp"
+    assert resolve_precision(T, S) == "amp"
 
 
 def test_loss_parallel_four_fp32_copies():

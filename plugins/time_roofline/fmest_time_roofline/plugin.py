@@ -24,27 +24,23 @@ from fmest.counting import lora_modules, trainable_params
 from fmest.errors import InputError
 from fmest.estimates import Provenance, TimeEstimate, TokensEstimate
 from fmest.hookspecs import hookimpl
+from fmest.precision import resolve_precision
 
 from fmest_time_roofline import formulas as F
 
 BASIS = "analytic"
 
 
-def _precision(training) -> str:
-    # "auto": fp32 weights/grads/states with bf16 autocast (HF Trainer, torch AMP default)
-    # for full training; adapters are trained the same way.
-    return "amp" if training.precision == "auto" else training.precision
-
-
-def _grad_reduce_bytes(training) -> float:
+def _grad_reduce_bytes(training, sharding) -> float:
     """Gradient bytes on the wire: fp32 under amp/master (FSDP reduce_dtype fp32, Megatron
-    fp32 grad all-reduce), the compute dtype under pure precision."""
-    return 4.0 if _precision(training) in ("amp", "master") else F.dtype_bytes(
+    fp32 grad all-reduce), the compute dtype under pure precision (the precision rule is
+    core's :func:`fmest.precision.resolve_precision`, shared with the memory plugin)."""
+    return 4.0 if resolve_precision(training, sharding) in ("amp", "master") else F.dtype_bytes(
         "bf16" if training.dtype == "fp8" else training.dtype)
 
 
-def _optimizer_bytes(training, optimizer) -> dict:
-    prec = _precision(training)
+def _optimizer_bytes(training, optimizer, sharding) -> dict:
+    prec = resolve_precision(training, sharding)
     act = F.dtype_bytes("bf16" if training.dtype == "fp8" else training.dtype)
     if prec == "pure":
         param, grad, master, state = act, act, 0.0, act
@@ -227,7 +223,7 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
         mem_bytes += scores * T * stage_layers * (1.0 + (1.0 / 3.0 if ckpt != "none" else 0.0))
     if m > 1:  # gradient accumulation: read-add-write the gradient buffer per micro-batch
         grad_local = (trainable_params(model, tr) / (tp * pp))
-        mem_bytes += 3 * _grad_reduce_bytes(tr) * grad_local * (m - 1) / m
+        mem_bytes += 3 * _grad_reduce_bytes(tr, ctx.sharding) * grad_local * (m - 1) / m
     mem_t = F.memory_bound_seconds(mem_bytes, hbm, compiled=tr.compile) \
         + F.memory_bound_seconds(extra_bytes, hbm, compiled=False)
 
@@ -287,7 +283,7 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
         tr.lora_rank * (mm.in_features + mm.out_features) * mm.layers * mm.copies for mm in lora_mods))
     params_local = total_params / (tp * pp)
     train_local = trainable_params(model, tr) / (tp * pp)
-    gbytes = _grad_reduce_bytes(tr) * train_local
+    gbytes = _grad_reduce_bytes(tr, ctx.sharding) * train_local
     pbytes = act_b * params_local
     dp_t = 0.0
     fwd_mb = per_mb * fwd_share
@@ -337,7 +333,7 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
         opt_shard = sh.shard_group_size(dp=group, gpus_per_node=gpn,
                                         hsdp_shard_size=par.hsdp_shard_size)
     opt_params = train_local / opt_shard
-    ob = _optimizer_bytes(tr, ctx.optimizer)
+    ob = _optimizer_bytes(tr, ctx.optimizer, ctx.sharding)
     offload = 0.0
     if par.cpu_offload in ("optimizer", "params"):
         # grads down, params up over PCIe; the update runs on the host CPUs of the node

@@ -16,6 +16,7 @@ from attrs import frozen
 from fmest.counting import lora_modules
 from fmest.estimates import MemoryEstimate, Provenance
 from fmest.hookspecs import hookimpl
+from fmest.precision import resolve_precision
 
 from fmest_memory_theory import formulas as F
 
@@ -30,39 +31,6 @@ _ATTN_OUT_NAMES = frozenset({"o_proj", "out_proj", "dense", "c_proj", "wo", "out
 _MLP_OUT_NAMES = frozenset({"down_proj", "w2", "c_proj", "fc2", "dense_4h_to_h",
                             "output_linear", "down", "mlp.c_proj"})
 _LAYER_KINDS = ("attention", "mlp", "expert", "shared_expert", "router", "other")
-
-
-# ---------------------------------------------------------------------------------------------
-# precision policy
-# ---------------------------------------------------------------------------------------------
-
-def resolve_precision(training, sharding) -> str:
-    """The precision policy for ``precision="auto"`` (documented in docs/memory_model.md).
-
-    * LoRA/QLoRA -> ``amp``: frozen base in ``dtype``, adapters, their grads and states in fp32
-      (peft ``autocast_adapter_dtype=True``).
-    * fp32 compute -> ``pure``.
-    * full + FSDP sharding parameters -> ``amp``: fp32 sharded parameters, gradients and states,
-      compute in ``dtype`` on all-gathered copies (FSDP2 ``MixedPrecisionPolicy``, torchtitan).
-    * full + DeepSpeed ZeRO 1-3 -> ``master``: ``dtype`` weights and grads plus fp32 master
-      weights and fp32 states (DeepSpeed bf16/fp16 optimizers, Megatron).
-    * full + fp16 single GPU/DDP -> ``amp`` (fp16 weights without master copies diverge).
-    * full + bf16 single GPU/DDP -> ``pure`` (torchtune and PEFT's benchmark train in pure bf16;
-      the measured rows of shared/data/measured_dev.csv are pure bf16).
-    """
-    if training.precision != "auto":
-        return training.precision
-    if training.technique in ("lora", "qlora"):
-        return "amp"
-    if training.dtype == "fp32":
-        return "pure"
-    if sharding.framework == "fsdp" and "parameters" in sharding.shards:
-        return "amp"
-    if sharding.framework == "deepspeed":
-        return "master"
-    if training.dtype == "fp16":
-        return "amp"
-    return "pure"
 
 
 # ---------------------------------------------------------------------------------------------

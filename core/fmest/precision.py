@@ -1,0 +1,40 @@
+"""The precision policy rule, shared by every plugin so that memory, time and traces agree.
+
+``training.precision`` says what is stored: ``pure`` (weights, grads, states in the compute
+dtype), ``amp`` (fp32 weights/grads/states, compute under autocast), ``master`` (compute-dtype
+weights and grads + fp32 master weights and states). ``auto`` resolves by
+:func:`resolve_precision`.
+"""
+
+from __future__ import annotations
+
+
+def resolve_precision(training, sharding) -> str:
+    """The precision policy for ``precision="auto"`` (documented in docs/memory_model.md).
+
+    * LoRA/QLoRA -> ``amp``: frozen base in ``dtype``, adapters, their grads and states in fp32
+      (peft ``autocast_adapter_dtype=True``).
+    * fp32 compute -> ``pure``.
+    * full + FSDP sharding parameters -> ``amp``: fp32 sharded parameters, gradients and states,
+      compute in ``dtype`` on all-gathered copies (FSDP2 ``MixedPrecisionPolicy``, torchtitan).
+    * full + DeepSpeed ZeRO 1-3 -> ``master``: ``dtype`` weights and grads plus fp32 master
+      weights and fp32 states (DeepSpeed bf16/fp16 optimizers, Megatron).
+    * full + fp16 single GPU/DDP -> ``amp`` (fp16 weights without master copies diverge).
+    * full + bf16 single GPU/DDP -> ``pure`` (torchtune and PEFT's benchmark train in pure bf16;
+      the measured rows of shared/data/measured_dev.csv are pure bf16).
+
+    ``sharding`` is the job's :class:`fmest.transforms.ShardingStrategy` (``ctx.sharding``).
+    """
+    if training.precision != "auto":
+        return training.precision
+    if training.technique in ("lora", "qlora"):
+        return "amp"
+    if training.dtype == "fp32":
+        return "pure"
+    if sharding.framework == "fsdp" and "parameters" in sharding.shards:
+        return "amp"
+    if sharding.framework == "deepspeed":
+        return "master"
+    if training.dtype == "fp16":
+        return "amp"
+    return "pure"
