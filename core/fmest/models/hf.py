@@ -108,6 +108,21 @@ class _Builder:
         self.lin(u, h, inter, bias=bias, layers=layers, copies=copies, active=active, kind=kind)
         self.lin(d, inter, h, bias=bias, layers=layers, copies=copies, active=active, kind=kind)
 
+    def attention(self, h: int, nh: int, nkv: int, hd: int, layers: int, *,
+                  qkv_bias: bool = False, o_bias: bool = False) -> None:
+        """Separate q/k/v/o projections (grouped-query attention when nkv < nh)."""
+        self.lin("q_proj", h, nh * hd, bias=qkv_bias, layers=layers, kind="attention")
+        self.lin("k_proj", h, nkv * hd, bias=qkv_bias, layers=layers, kind="attention")
+        self.lin("v_proj", h, nkv * hd, bias=qkv_bias, layers=layers, kind="attention")
+        self.lin("o_proj", nh * hd, h, bias=o_bias, layers=layers, kind="attention")
+
+    def norms_embed_head(self, h: int, layers: int, norm_params_per_layer: int, vocab: int,
+                         tie: bool) -> None:
+        """Per-layer norms, the final norm, the embedding and (untied) output head."""
+        self.grp("layer_norms", norm_params_per_layer * layers, "norm")
+        self.grp("final_norm", h, "norm")
+        self.embed_and_head(vocab, h, tie)
+
     def embed_and_head(self, vocab: int, h: int, tie: bool, head_name: str = "lm_head",
                        emb_name: str = "embed_tokens") -> None:
         self.grp(emb_name, vocab * h, "embedding")
@@ -115,16 +130,20 @@ class _Builder:
             self.lin(head_name, h, vocab, kind="head")
 
 
+def _decoder_dims(c: _Cfg, *, head_dim_key: bool = True) -> tuple[int, ...]:
+    """(hidden, layers, heads, kv heads, head dim, intermediate, vocab) of a Llama-style
+    config; ``head_dim_key`` False ignores a ``head_dim`` key (models that derive it)."""
+    h = c.int("hidden_size")
+    nh = c.int("num_attention_heads")
+    hd = c.int("head_dim", default=h // nh) if head_dim_key else h // nh
+    return (h, c.int("num_hidden_layers"), nh, c.int("num_key_value_heads", default=nh), hd,
+            c.int("intermediate_size"), c.int("vocab_size"))
+
+
 # --------------------------------------------------------------------------- llama family
 
 def _llama_like(mt: str, c: _Cfg, b: _Builder) -> dict:
-    h = c.int("hidden_size")
-    L = c.int("num_hidden_layers")
-    nh = c.int("num_attention_heads")
-    nkv = c.int("num_key_value_heads", default=nh)
-    hd = c.int("head_dim", default=h // nh)
-    inter = c.int("intermediate_size")
-    V = c.int("vocab_size")
+    h, L, nh, nkv, hd, inter, V = _decoder_dims(c)
     tie = c.bool("tie_word_embeddings", _TIE_DEFAULT.get(mt, False))
 
     if mt == "qwen2":
@@ -141,18 +160,13 @@ def _llama_like(mt: str, c: _Cfg, b: _Builder) -> dict:
         b.lin("gate_up_proj", h, 2 * inter, layers=L, kind="mlp")
         b.lin("down_proj", inter, h, layers=L, kind="mlp")
     else:
-        b.lin("q_proj", h, nh * hd, bias=qkv_bias, layers=L, kind="attention")
-        b.lin("k_proj", h, nkv * hd, bias=qkv_bias, layers=L, kind="attention")
-        b.lin("v_proj", h, nkv * hd, bias=qkv_bias, layers=L, kind="attention")
-        b.lin("o_proj", nh * hd, h, bias=o_bias, layers=L, kind="attention")
+        b.attention(h, nh, nkv, hd, L, qkv_bias=qkv_bias, o_bias=o_bias)
         b.gated_mlp(h, inter, L, bias=mlp_bias)
 
     norms_per_layer = 4 * h if mt in ("gemma2", "gemma3_text") else 2 * h
     if mt in ("qwen3", "gemma3_text"):
         norms_per_layer += 2 * hd  # q_norm, k_norm over head_dim
-    b.grp("layer_norms", norms_per_layer * L, "norm")
-    b.grp("final_norm", h, "norm")
-    b.embed_and_head(V, h, tie)
+    b.norms_embed_head(h, L, norms_per_layer, V, tie)
 
     sw = c.get("sliding_window", default=None)
     if mt == "qwen2" and not c.bool("use_sliding_window", False):
@@ -169,24 +183,14 @@ def _llama_like(mt: str, c: _Cfg, b: _Builder) -> dict:
 # --------------------------------------------------------------------------- MoE decoders
 
 def _mixtral(c: _Cfg, b: _Builder) -> dict:
-    h = c.int("hidden_size")
-    L = c.int("num_hidden_layers")
-    nh = c.int("num_attention_heads")
-    nkv = c.int("num_key_value_heads", default=nh)
-    hd = c.int("head_dim", default=h // nh)
-    inter = c.int("intermediate_size")
-    V = c.int("vocab_size")
+    h, L, nh, nkv, hd, inter, V = _decoder_dims(c)
     E = c.int("num_local_experts", "num_experts")
     k = c.int("num_experts_per_tok")
     tie = c.bool("tie_word_embeddings", False)
-    for n, o in (("q_proj", nh * hd), ("k_proj", nkv * hd), ("v_proj", nkv * hd)):
-        b.lin(n, h, o, layers=L, kind="attention")
-    b.lin("o_proj", nh * hd, h, layers=L, kind="attention")
+    b.attention(h, nh, nkv, hd, L)
     b.lin("gate", h, E, layers=L, kind="router")
     b.gated_mlp(h, inter, L, kind="expert", names=("w1", "w3", "w2"), copies=E, active=k)
-    b.grp("layer_norms", 2 * h * L, "norm")
-    b.grp("final_norm", h, "norm")
-    b.embed_and_head(V, h, tie)
+    b.norms_embed_head(h, L, 2 * h, V, tie)
     sw = c.get("sliding_window", default=None)
     return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
                 head_dim=hd, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
@@ -196,13 +200,7 @@ def _mixtral(c: _Cfg, b: _Builder) -> dict:
 
 
 def _qwen2_moe(c: _Cfg, b: _Builder) -> dict:
-    h = c.int("hidden_size")
-    L = c.int("num_hidden_layers")
-    nh = c.int("num_attention_heads")
-    nkv = c.int("num_key_value_heads", default=nh)
-    hd = h // nh
-    inter = c.int("intermediate_size")
-    V = c.int("vocab_size")
+    h, L, nh, nkv, hd, inter, V = _decoder_dims(c, head_dim_key=False)
     E = c.int("num_experts")
     k = c.int("num_experts_per_tok")
     moe_inter = c.int("moe_intermediate_size")
@@ -213,18 +211,14 @@ def _qwen2_moe(c: _Cfg, b: _Builder) -> dict:
     qkv_bias = c.bool("qkv_bias", True)
     n_moe = sum(1 for i in range(L) if i not in mlp_only and E > 0 and (i + 1) % step == 0)
     n_dense = L - n_moe
-    for n, o in (("q_proj", nh * hd), ("k_proj", nkv * hd), ("v_proj", nkv * hd)):
-        b.lin(n, h, o, bias=qkv_bias, layers=L, kind="attention")
-    b.lin("o_proj", nh * hd, h, layers=L, kind="attention")
+    b.attention(h, nh, nkv, hd, L, qkv_bias=qkv_bias)
     b.gated_mlp(h, inter, n_dense)
     b.lin("gate", h, E, layers=n_moe, kind="router")
     b.gated_mlp(h, moe_inter, n_moe, kind="expert", copies=E, active=k)
     if shared_inter:
         b.gated_mlp(h, shared_inter, n_moe, kind="shared_expert")
         b.lin("shared_expert_gate", h, 1, layers=n_moe, kind="router")
-    b.grp("layer_norms", 2 * h * L, "norm")
-    b.grp("final_norm", h, "norm")
-    b.embed_and_head(V, h, tie)
+    b.norms_embed_head(h, L, 2 * h, V, tie)
     return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
                 head_dim=hd, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
                 num_experts=E, experts_per_token=k, moe_intermediate_size=moe_inter,
@@ -232,26 +226,16 @@ def _qwen2_moe(c: _Cfg, b: _Builder) -> dict:
 
 
 def _granitemoe(c: _Cfg, b: _Builder) -> dict:
-    h = c.int("hidden_size")
-    L = c.int("num_hidden_layers")
-    nh = c.int("num_attention_heads")
-    nkv = c.int("num_key_value_heads", default=nh)
-    hd = h // nh
-    inter = c.int("intermediate_size")
-    V = c.int("vocab_size")
+    h, L, nh, nkv, hd, inter, V = _decoder_dims(c, head_dim_key=False)
     E = c.int("num_local_experts")
     k = c.int("num_experts_per_tok")
     tie = c.bool("tie_word_embeddings", False)
     ab = c.bool("attention_bias", False)
-    for n, o in (("q_proj", nh * hd), ("k_proj", nkv * hd), ("v_proj", nkv * hd)):
-        b.lin(n, h, o, bias=ab, layers=L, kind="attention")
-    b.lin("o_proj", nh * hd, h, bias=ab, layers=L, kind="attention")
+    b.attention(h, nh, nkv, hd, L, qkv_bias=ab, o_bias=ab)
     b.lin("router", h, E, layers=L, kind="router")
     b.lin("input_linear", h, 2 * inter, layers=L, copies=E, active=k, kind="expert")
     b.lin("output_linear", inter, h, layers=L, copies=E, active=k, kind="expert")
-    b.grp("layer_norms", 2 * h * L, "norm")
-    b.grp("final_norm", h, "norm")
-    b.embed_and_head(V, h, tie)
+    b.norms_embed_head(h, L, 2 * h, V, tie)
     return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
                 head_dim=hd, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
                 num_experts=E, experts_per_token=k, moe_intermediate_size=inter,
