@@ -93,3 +93,10 @@ def test_models_gpus_plugins_commands(capsys):
     assert "H100" in capsys.readouterr().out
     assert main(["plugins", "--format", "json"], engine=eng) == 0
     assert "policies" in json.loads(capsys.readouterr().out)["plugins"]
+
+
+def test_explain_lists_candidates_without_crashing(capsys):
+    rc = main(["estimate", "--model", "gpt2", "--explain"], engine=None)
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "How each answer was chosen" in out and "memory:" in out

@@ -193,7 +193,10 @@ def render_table(report: Report, *, explain: bool = False) -> str:
             lines.append(f"  {q}: {d.rule}")
             for c in d.candidates:
                 v = _candidate_value(q, c)
-                vs = f"{v / GIB:.2f} GiB" if q == "memory" else f"{v:.4g}"
+                if v is None:
+                    vs = "-"
+                else:
+                    vs = f"{v / GIB:.2f} GiB" if q == "memory" else f"{v:.4g}"
                 lines.append(f"    - {c.provenance.plugin} ({c.provenance.basis}): {vs}"
                              + (f"  [{c.provenance.detail}]" if c.provenance.detail else ""))
             for f in d.failures:

@@ -1,0 +1,140 @@
+"""The ``learned_lgbm`` fmest plugin: learned memory and time answers, ``fmest learn`` and
+``fmest learned-models``.
+
+It answers only when ``job.options.method`` is ``learned`` or ``hybrid`` (theory stays fast
+and never imports lightgbm). The answer is the analytic baseline (see
+:mod:`fmest_learned_lgbm.baseline`) times ``exp(prediction)`` of the bundle's median model,
+with basis ``learned``, a P10/P90 ``interval``, ``in_domain`` (every feature inside its training
+range and every categorical value seen in training) and a ``detail`` naming the bundle. A
+broken bundle raises :class:`fmest.errors.PluginError` naming the file; the engine reports it as
+this plugin's failure and the policy falls back to theory.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from fmest.estimates import MemoryEstimate, Provenance, TimeEstimate
+from fmest.hookspecs import hookimpl
+
+# None of these import lightgbm at module level: a theory estimate never loads it.
+from fmest_learned_lgbm.baseline import (NOT_ALLOCATED, allocated_bytes, baseline_version,
+                                         theory_memory, theory_time)
+from fmest_learned_lgbm.bundle import cached_bundle, resolve_bundle_dir
+from fmest_learned_lgbm.features import feature_values
+
+ANSWERS_FOR = ("learned", "hybrid")
+
+
+def _bundle_for(job):
+    return cached_bundle(resolve_bundle_dir(job.options.learned_model))
+
+
+def _scaled(parts: dict, factor: float, total, cast):
+    """The baseline's breakdown scaled by ``factor``, adjusted so it sums to ``total``."""
+    out = {k: cast(v * factor) for k, v in parts.items()}
+    if out:
+        biggest = max(out, key=lambda k: abs(out[k]))
+        out[biggest] += total - sum(out.values())
+    return out
+
+
+def _predict(target, job, ctx, baseline):
+    bundle = _bundle_for(job)
+    model = bundle.targets.get(target)
+    if model is None:
+        return None
+    if target == "memory":
+        theory = allocated_bytes(baseline)
+    else:
+        theory = baseline.step_seconds
+    if not theory or theory <= 0:
+        return None
+    values = feature_values(model.names, job, ctx, theory=float(theory), device="cuda")
+    outside = model.domain(values)
+    lo, point, hi = model.predict_log_ratio(values)
+    notes = [f"learned correction x{math.exp(point):.3f} of the analytic baseline "
+             f"({model.meta.get('baseline')}); the breakdown is the analytic one scaled by it"
+             + (" (the CUDA context is kept as is)" if target == "memory" else "")]
+    if outside:
+        notes.append("outside the training domain: " + "; ".join(outside[:4])
+                     + (f" (+{len(outside) - 4} more)" if len(outside) > 4 else ""))
+    trained = model.meta.get("baseline_version")
+    if trained and trained != baseline_version(target):
+        notes.append(f"baseline version {baseline_version(target)} differs from the one the "
+                     f"bundle was trained against ({trained})")
+    if target == "memory":
+        fixed = sum(baseline.components.get(k, 0) for k in NOT_ALLOCATED)
+        scaled = baseline.total_bytes - fixed
+        interval = (fixed + scaled * math.exp(lo), fixed + scaled * math.exp(hi))
+    else:
+        interval = (float(theory) * math.exp(lo), float(theory) * math.exp(hi))
+    cv_error = model.meta.get("cv", {}).get("median_abs_error_learned", float("nan"))
+    prov = Provenance(basis="learned", interval=interval, in_domain=not outside,
+                      detail=f"{bundle.describe()}; {target} model, CV median |error| "
+                      f"{cv_error:.1%} on held-out model families")
+    return math.exp(point), prov, tuple(notes)
+
+
+@hookimpl
+def fmest_estimate_memory(job, ctx):
+    """Learned per-GPU peak memory (see module doc); ``None`` unless method is learned/hybrid
+    or when the bundle has no memory model or the baseline does not apply."""
+    if job.options.method not in ANSWERS_FOR:
+        return None
+    base = theory_memory(job, ctx)
+    if base is None:
+        return None
+    got = _predict("memory", job, ctx, base)
+    if got is None:
+        return None
+    factor, prov, notes = got
+    fixed = {k: v for k, v in base.components.items() if k in NOT_ALLOCATED}
+    rest = {k: v for k, v in base.components.items() if k not in NOT_ALLOCATED}
+    fixed_bytes = sum(fixed.values())
+    total = fixed_bytes + int(round((base.total_bytes - fixed_bytes) * factor))
+    components = dict(_scaled(rest, factor, total - fixed_bytes, lambda v: int(round(v))),
+                      **fixed)
+    lo, hi = prov.interval
+    prov = attrs.evolve(prov, interval=(float(int(lo)), float(int(math.ceil(hi)))))
+    return MemoryEstimate(total_bytes=total, components=components,
+                          provenance=prov, phase=base.phase,
+                          phase_peaks_bytes={k: fixed_bytes + int(round((v - fixed_bytes)
+                                                                        * factor))
+                                             for k, v in base.phase_peaks_bytes.items()},
+                          notes=notes)
+
+
+@hookimpl
+def fmest_estimate_time(job, ctx, memory):
+    """Learned step time when the bundle has a time model; ``None`` otherwise."""
+    if job.options.method not in ANSWERS_FOR:
+        return None
+    base = theory_time(job, ctx)
+    if base is None:
+        return None
+    got = _predict("time", job, ctx, base)
+    if got is None:
+        return None
+    factor, prov, notes = got
+    step = base.step_seconds * factor
+    total = base.total_seconds * factor if base.total_seconds is not None else None
+    return TimeEstimate(step_seconds=step,
+                        breakdown=_scaled(base.breakdown, factor, step, float),
+                        provenance=prov,
+                        mfu=base.mfu / factor if base.mfu else base.mfu,
+                        hfu=base.hfu / factor if base.hfu else base.hfu,
+                        flops_per_step=base.flops_per_step, total_seconds=total,
+                        total_steps=base.total_steps, notes=notes)
+
+
+@hookimpl
+def fmest_register_commands(register):
+    from fmest_learned_lgbm import cli
+
+    register("learn", "train a learned-model bundle (LightGBM) from probe datasets",
+             cli.add_learn_arguments, cli.run_learn)
+    register("learned-models", "list the installed learned-model bundles",
+             cli.add_list_arguments, cli.run_list)
