@@ -1,0 +1,8 @@
+"""fmest-torch-runner: run real training steps of a job's model -- on fake tensors (a
+``traced`` memory estimate), on CPU (ground truth for small models) or on a GPU -- and the
+``fmest probe`` command that records such runs as dataset rows.
+
+Importing this package does not import torch; :mod:`fmest_torch_runner.runner` does.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,247 @@
+"""The fmest plugin: a ``traced`` memory answer and the ``fmest probe`` command.
+
+Importing this module does not import torch (the CLI stays fast with the plugin installed);
+torch and transformers are imported only when a traced estimate or a probe is requested.
+
+Per-GPU memory = peak of a two-step fake-tensor trace of the real transformers model
+(:mod:`fmest_torch_runner.runner`, CPU kernel semantics, storages rounded to the CUDA
+allocator's 512-byte blocks), with parallelism the trace does not execute applied by scaling
+its per-category bytes, plus documented GPU-side terms (:func:`gpu_side_terms`). Traces are
+cached on disk by configuration hash in ``$FMEST_CACHE_DIR/traces`` (default
+``~/.cache/fmest/traces``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+from fmest.estimates import MemoryEstimate, Provenance
+from fmest.hookspecs import hookimpl
+
+MIB = 1 << 20
+#: CUDA context (driver, kernels loaded lazily) + one cuBLAS workspace; not seen by the
+#: caching allocator's counters but resident on the GPU. Typical CUDA 12 / H100 value;
+#: UNCALIBRATED (no GPU was available when this was written).
+CUDA_CONTEXT_BYTES = 500 * MIB
+CUBLAS_WORKSPACE_BYTES = 32 * MIB
+#: reserved-but-unallocated memory of the caching allocator (block rounding, fragmentation),
+#: as a fraction of the allocated peak. UNCALIBRATED.
+ALLOCATOR_RESERVE_FRACTION = 0.05
+#: NCCL communicator buffers per process when world size > 1 (more across nodes). UNCALIBRATED.
+NCCL_BUFFER_BYTES = 256 * MIB
+NCCL_INTERNODE_EXTRA_BYTES = 256 * MIB
+#: the CUDA caching allocator hands out blocks in multiples of 512 bytes
+ROUND_BYTES = 512
+TRACED_METHODS = ("traced", "hybrid")
+
+
+def cache_dir() -> Path:
+    """``$FMEST_CACHE_DIR/traces``, default ``~/.cache/fmest/traces``."""
+    base = os.environ.get("FMEST_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                               "fmest")
+    return Path(base) / "traces"
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return ""
+
+
+def trace_key(run, round_bytes: int = ROUND_BYTES) -> str:
+    """The cache key of a run: its spec, the rounding, and the library versions."""
+    from fmest_torch_runner.runner import RUNNER_VERSION
+
+    payload = {"run": run.key(), "round_bytes": round_bytes, "runner": RUNNER_VERSION,
+               "torch": _version("torch"), "transformers": _version("transformers"),
+               "peft": _version("peft") if run.technique != "full" else ""}
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def traced_run(run, *, round_bytes: int = ROUND_BYTES, use_cache: bool = True):
+    """The fake-mode :class:`~fmest_torch_runner.runner.RunResult` of ``run``, from the disk
+    cache when present. Returns ``(result, cache_hit)``."""
+    from fmest_torch_runner.runner import RunResult
+
+    key = trace_key(run, round_bytes)
+    path = cache_dir() / f"{key}.json"
+    if use_cache and path.is_file():
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return RunResult.from_dict(json.load(fh)["result"]), True
+        except (OSError, ValueError, TypeError, KeyError):
+            pass  # a corrupt entry is re-traced and overwritten
+    from fmest_torch_runner.runner import run as run_steps
+
+    res = run_steps(run, "fake", round_bytes=round_bytes)
+    if use_cache and res.status == "ok":
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump({"key": key, "run": run.key(), "result": res.to_dict()}, fh)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only cache is not an error
+    return res, False
+
+
+def gpu_side_terms(peak_bytes: int, *, world_size: int, nodes: int) -> dict[str, int]:
+    """Memory a GPU run holds beyond the tensors the trace sees (all UNCALIBRATED defaults,
+    overridable by environment variables):
+
+    * ``cuda_context``: CUDA context + cuBLAS workspace (``FMEST_CUDA_CONTEXT_BYTES``,
+      default 500 MiB + 32 MiB);
+    * ``allocator_reserve``: caching-allocator reserve over the allocated peak
+      (``FMEST_ALLOCATOR_RESERVE_FRACTION``, default 0.05);
+    * ``nccl_buffers``: NCCL buffers when world size > 1 (``FMEST_NCCL_BUFFER_BYTES``, default
+      256 MiB, +256 MiB across nodes).
+    """
+    ctx = int(float(os.environ.get("FMEST_CUDA_CONTEXT_BYTES",
+                                   CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES)))
+    frac = float(os.environ.get("FMEST_ALLOCATOR_RESERVE_FRACTION", ALLOCATOR_RESERVE_FRACTION))
+    nccl = 0
+    if world_size > 1:
+        nccl = int(float(os.environ.get("FMEST_NCCL_BUFFER_BYTES", NCCL_BUFFER_BYTES)))
+        if nodes > 1:
+            nccl += NCCL_INTERNODE_EXTRA_BYTES
+    return {"cuda_context": ctx, "allocator_reserve": int(round(peak_bytes * frac)),
+            "nccl_buffers": nccl}
+
+
+def parallel_factors(job, ctx) -> tuple[dict[str, float], list[str]]:
+    """Per-category divisors for what the single-process trace cannot execute.
+
+    Weights, gradients and optimizer state divide by ``tp*pp`` (and experts by ``ep``), and by
+    the shard group when the sharding strategy shards them; activations divide by ``tp*cp``
+    (exact only with sequence parallelism; 1F1B keeps ~pp micro-batches of L/pp layers on the
+    first stage, so ``pp`` leaves them unchanged).
+    """
+    lay = ctx.layout
+    notes: list[str] = []
+    mp = lay.tp * lay.pp
+    pc = ctx.model.param_counts()
+    expert_frac = pc.experts / pc.total if pc.total else 0.0
+    ep_keep = (1 - expert_frac) + expert_frac / lay.ep if lay.ep > 1 else 1.0
+    state = ep_keep / mp
+    shards = set(ctx.sharding.shards)
+    group = ctx.sharding.shard_group_size(dp=lay.dp, gpus_per_node=lay.gpus_per_node,
+                                          hsdp_shard_size=job.parallelism.hsdp_shard_size)
+    f = {"params": state, "grads": state, "optimizer_state": state,
+         "activations": 1.0 / (lay.tp * lay.cp), "temporaries": 1.0 / (lay.tp * lay.cp),
+         "optimizer_temporaries": state}
+    if group > 1:
+        for cat, what in (("params", "parameters"), ("grads", "gradients"),
+                          ("optimizer_state", "optimizer"), ("optimizer_temporaries",
+                                                             "optimizer")):
+            if what in shards:
+                f[cat] /= group
+    if mp > 1 or lay.ep > 1 or lay.cp > 1:
+        notes.append(f"tp={lay.tp} pp={lay.pp} cp={lay.cp} ep={lay.ep} not executed by the "
+                     "trace: weights/grads/optimizer state scaled by 1/(tp*pp)"
+                     + (" (experts by 1/ep)" if lay.ep > 1 else "")
+                     + ", activations by 1/(tp*cp)"
+                     + ("" if job.parallelism.sequence_parallel or lay.tp == 1 else
+                        " (optimistic without sequence parallelism)"))
+    if group > 1 and shards:
+        notes.append(f"{ctx.sharding.name} sharding not executed by the trace (no fake process "
+                     f"group): {', '.join(sorted(shards))} scaled by 1/{group}")
+    return f, notes
+
+
+def _scaled_windows(res, factors: dict[str, float], gather_bytes: int) -> dict[str, dict]:
+    out = {}
+    for window, cats in res.phase_breakdowns.items():
+        opt = window.endswith("optimizer")
+        scaled = {}
+        for c, v in cats.items():
+            key = "optimizer_temporaries" if (opt and c == "temporaries") else c
+            scaled[c] = int(round(v * factors.get(key, 1.0)))
+        if gather_bytes and not opt:
+            scaled["params"] = scaled.get("params", 0) + gather_bytes
+        out[window] = scaled
+    return out
+
+
+def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimate]:
+    """The traced :class:`MemoryEstimate` of ``job`` (None when the runner cannot run it)."""
+    try:
+        from fmest_torch_runner.runner import Unsupported, run_spec_from_job
+    except ImportError:  # torch/transformers missing
+        return None
+    try:
+        run = run_spec_from_job(job, ctx.model, optimizer_name=ctx.optimizer.name, device="fake",
+                                sharding=ctx.sharding)
+    except Unsupported:
+        return None  # e.g. QLoRA: bitsandbytes cannot be traced on CPU; the policy falls back
+    res, hit = traced_run(run, use_cache=use_cache)
+    if res.status == "unsupported":
+        return None
+    if res.status != "ok":
+        raise RuntimeError(f"fake trace failed: {res.error}")
+    factors, notes = parallel_factors(job, ctx)
+    gather = 0
+    if ctx.sharding.param_gather and "parameters" in ctx.sharding.shards:
+        # ZeRO-3/FSDP: ~two layers' weights gathered at a time (current + prefetch)
+        unsharded = res.breakdown_bytes.get("params", 0) * factors["params"] * \
+            ctx.sharding.shard_group_size(dp=ctx.layout.dp, gpus_per_node=ctx.layout.gpus_per_node,
+                                          hsdp_shard_size=job.parallelism.hsdp_shard_size)
+        gather = int(2 * unsharded / max(1, ctx.model.num_layers))
+        notes.append("parameter all-gather: two layers' unsharded weights added to forward/"
+                     "backward windows")
+    windows = _scaled_windows(res, factors, gather)
+    win, comps = max(windows.items(), key=lambda kv: sum(kv[1].values()))
+    peak = sum(comps.values())
+    extras = gpu_side_terms(peak, world_size=ctx.layout.world_size, nodes=ctx.layout.nodes)
+    components = {k: v for k, v in comps.items()}
+    components.update(extras)
+    total = sum(components.values())
+    phase_peaks: dict[str, int] = {}
+    for w, cats in windows.items():
+        kind = w.split("_", 1)[1]
+        p = sum(cats.values())
+        p += sum(gpu_side_terms(p, world_size=ctx.layout.world_size,
+                                nodes=ctx.layout.nodes).values())
+        phase_peaks[kind] = max(phase_peaks.get(kind, 0), p)
+    notes = [f"fake-tensor trace of 2 training steps of the transformers model "
+             f"({run.precision}, {run.param_dtype} weights"
+             + (f", autocast {run.autocast_dtype}" if run.autocast_dtype else "")
+             + f", {run.optimizer} {run.optimizer_impl}, peak in {win}; trace "
+             + ("from cache" if hit else f"{res.wall_seconds:.1f} s") + ")",
+             "GPU-side terms cuda_context, allocator_reserve, nccl_buffers are uncalibrated "
+             "defaults (docs/torch_runner.md)"] + notes
+    if run.attention != job.training.attention:
+        notes.append(f"attention {job.training.attention!r} traced as {run.attention!r}")
+    if job.training.attention == "flash":
+        notes.append("flash attention traced with the CPU sdpa flash kernel (no s^2 tensors)")
+    return MemoryEstimate(
+        total_bytes=int(total), components={k: int(v) for k, v in components.items()},
+        provenance=Provenance(basis="traced", detail="FakeTensorMode + live-storage tracker, "
+                              "CPU kernel semantics, 512-byte rounding"),
+        phase=win.split("_", 1)[1], phase_peaks_bytes=phase_peaks, notes=tuple(notes))
+
+
+@hookimpl
+def fmest_estimate_memory(job, ctx):
+    """Answer with basis ``traced`` only for ``options.method`` traced or hybrid (a trace
+    costs seconds); None otherwise, and for jobs the runner cannot execute."""
+    if job.options.method not in TRACED_METHODS:
+        return None
+    return traced_memory(job, ctx)
+
+
+@hookimpl
+def fmest_register_commands(register):
+    from fmest_torch_runner import probe
+
+    register("probe", "run real (cpu/cuda) or fake training steps of jobs and record rows "
+             "(CSV/Parquet); --sweep for a grid, one subprocess per configuration",
+             probe.add_arguments, probe.run_command)

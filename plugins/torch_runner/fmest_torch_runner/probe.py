@@ -1,0 +1,494 @@
+"""``fmest probe``: run jobs for real (cpu/cuda) or on fake tensors and record one row each.
+
+    fmest probe --model M [estimate flags] --device {cpu,cuda,fake} --output rows.csv
+    fmest probe ... --sweep grid.yaml [--jobs 2] [--threads 1] [--timeout 600]
+
+Each configuration runs in its own subprocess (``python -m fmest_torch_runner.probe
+--worker``), so an out-of-memory kill or a crash becomes a recorded row (status ``oom`` /
+``error``) instead of ending the sweep. Rows are appended as they complete; configurations whose
+``config_hash`` is already in the output file are skipped (resume).
+
+Sweep file: a YAML mapping of job field paths to lists; the cartesian product is run::
+
+    training.seq_len: [128, 256]
+    training.activation_checkpointing: [none, full]
+    model+model_config:            # several paths joined by "+": zipped values
+      - [tiny-llama, {model_type: llama, hidden_size: 256, ...}]
+      - [tiny-gpt2, configs/gpt2-tiny.json]   # a config file, relative to the YAML
+
+A scalar instead of a list is a single value.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import hashlib
+import itertools
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from fmest.errors import InputError
+
+DEVICES = ("cpu", "cuda", "fake")
+PHASE_WINDOWS = tuple(f"s{s}_{k}" for s in (1, 2) for k in ("forward", "backward", "optimizer"))
+BREAKDOWN = ("params", "grads", "optimizer_state", "activations", "temporaries")
+
+COLUMNS = (
+    ["config_hash", "status", "error", "device",
+     # job features
+     "model", "model_type", "params", "trainable_params", "num_layers", "hidden_size",
+     "num_attention_heads", "num_kv_heads", "intermediate_size", "vocab_size",
+     "tie_word_embeddings", "dtype", "precision", "precision_resolved", "technique",
+     "lora_rank", "lora_alpha", "lora_target_modules", "optimizer", "optimizer_impl",
+     "optimizer_impl_resolved", "seq_len", "micro_batch_size", "grad_accum_steps",
+     "activation_checkpointing", "attention", "attention_resolved", "dp", "tp", "pp", "cp",
+     "ep", "zero_stage", "fsdp", "gpu", "world_size",
+     # theory
+     "theory_peak_bytes", "theory_plugin", "theory_basis",
+     # measurements
+     "measured_peak_bytes", "measured_reserved_bytes", "measured_step_seconds",
+     "tracker_peak_bytes", "start_bytes", "peak_phase"]
+    + [f"peak_{w}_bytes" for w in PHASE_WINDOWS]
+    + [f"at_peak_{c}_bytes" for c in BREAKDOWN]
+    + ["step1_seconds", "step2_seconds", "run_wall_seconds",
+       # environment
+       "torch_version", "transformers_version", "peft_version", "fmest_version",
+       "runner_version", "python_version", "cpu_name", "gpu_name", "num_threads",
+       "created_utc", "job_json"])
+
+
+# -- sweep expansion -------------------------------------------------------------------------
+
+def _set_path(d: dict, path: str, value: Any) -> None:
+    parts = path.split(".")
+    cur = d
+    for p in parts[:-1]:
+        nxt = cur.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise InputError(f"--sweep {path}", f"{p!r} is not a section")
+        cur = nxt
+    cur[parts[-1]] = value
+
+
+def _load_model_config(value: Any, base: Path) -> Any:
+    if isinstance(value, str):
+        path = (base / value) if not os.path.isabs(value) else Path(value)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return json.load(fh)
+        except OSError as exc:
+            raise InputError("--sweep model_config", f"cannot read {path}: {exc.strerror}")
+    return value
+
+
+def load_sweep(path: str) -> list[tuple[list[str], list[Any]]]:
+    """The axes of a sweep file: ``[(paths, values)]`` (one path unless zipped with ``+``)."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            grid = yaml.safe_load(fh)
+    except OSError as exc:
+        raise InputError("--sweep", f"cannot read: {exc.strerror}", value=path) from None
+    except yaml.YAMLError as exc:
+        raise InputError("--sweep", f"malformed YAML: {exc}", value=path) from None
+    if not isinstance(grid, dict) or not grid:
+        raise InputError("--sweep", "expected a non-empty mapping of job field paths to lists",
+                         value=path)
+    base = Path(path).resolve().parent
+    axes = []
+    for key, values in grid.items():
+        paths = [p.strip() for p in str(key).split("+")]
+        if not isinstance(values, list):
+            values = [values]
+        if not values:
+            raise InputError(f"--sweep {key}", "empty list of values")
+        if len(paths) > 1:
+            for v in values:
+                if not isinstance(v, list) or len(v) != len(paths):
+                    raise InputError(f"--sweep {key}", f"each value must be a list of "
+                                     f"{len(paths)} items (one per path)", value=v)
+        fixed = []
+        for v in values:
+            vs = v if len(paths) > 1 else [v]
+            vs = [_load_model_config(x, base) if p == "model_config" else x
+                  for p, x in zip(paths, vs)]
+            fixed.append(vs)
+        axes.append((paths, fixed))
+    return axes
+
+
+def expand(base_job: dict, axes) -> list[dict]:
+    """Job dicts of the cartesian product of ``axes`` over ``base_job``."""
+    out = []
+    for combo in itertools.product(*[vals for _, vals in axes]):
+        d = copy.deepcopy(base_job)
+        for (paths, _), vs in zip(axes, combo):
+            for p, v in zip(paths, vs):
+                _set_path(d, p, copy.deepcopy(v))
+        out.append(d)
+    return out
+
+
+def config_hash(job_dict: dict, device: str) -> str:
+    from fmest_torch_runner.runner import RUNNER_VERSION
+
+    text = json.dumps({"job": job_dict, "device": device, "runner": RUNNER_VERSION},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# -- output ------------------------------------------------------------------------------------
+
+def _fmt(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    return v
+
+
+class RowWriter:
+    """Appends rows to a CSV (append mode) or Parquet file (rewritten; Parquet cannot append)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.parquet = path.lower().endswith((".parquet", ".pq"))
+        if not self.parquet and not path.lower().endswith(".csv"):
+            raise InputError("--output", "must end in .csv or .parquet", value=path)
+        self.lock = threading.Lock()
+
+    def done_hashes(self) -> set[str]:
+        if not os.path.exists(self.path) or os.path.getsize(self.path) == 0:
+            return set()
+        if self.parquet:
+            import pyarrow.parquet as pq
+
+            t = pq.read_table(self.path, columns=["config_hash"])
+            return set(t.column("config_hash").to_pylist())
+        with open(self.path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            if not reader.fieldnames or "config_hash" not in reader.fieldnames:
+                raise InputError("--output", "exists but has no config_hash column; give a new "
+                                 "file", value=self.path)
+            return {r["config_hash"] for r in reader}
+
+    def append(self, row: dict) -> None:
+        with self.lock:
+            if self.parquet:
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+
+                rec = {c: [None if row.get(c) in (None, "") else str(row.get(c))]
+                       for c in COLUMNS}
+                new = pa.table(rec, schema=pa.schema([(c, pa.string()) for c in COLUMNS]))
+                if os.path.exists(self.path):
+                    new = pa.concat_tables([pq.read_table(self.path), new])
+                tmp = self.path + ".tmp"
+                pq.write_table(new, tmp)
+                os.replace(tmp, self.path)
+                return
+            fresh = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
+            with open(self.path, "a", newline="", encoding="utf-8") as fh:
+                w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+                if fresh:
+                    w.writeheader()
+                w.writerow({c: _fmt(row.get(c)) for c in COLUMNS})
+
+
+# -- the worker (one configuration, in its own process) ----------------------------------------
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment(device: str) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(d):
+        try:
+            return version(d)
+        except PackageNotFoundError:
+            return ""
+
+    import torch
+
+    gpu = ""
+    if device == "cuda" and torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name()
+    from fmest_torch_runner.runner import RUNNER_VERSION
+
+    return {"device": device, "torch_version": torch.__version__,
+            "transformers_version": v("transformers"), "peft_version": v("peft"),
+            "fmest_version": v("fmest"), "runner_version": RUNNER_VERSION,
+            "python_version": platform.python_version(), "cpu_name": _cpu_name(),
+            "gpu_name": gpu, "num_threads": torch.get_num_threads(),
+            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def job_features(job, ctx) -> dict:
+    from fmest.counting import total_params, trainable_params
+
+    m, tr, par = ctx.model, job.training, job.parallelism
+    row = {"model": job.model, "model_type": m.model_type, "num_layers": m.num_layers,
+           "hidden_size": m.hidden_size, "num_attention_heads": m.num_attention_heads,
+           "num_kv_heads": m.num_kv_heads, "intermediate_size": m.intermediate_size,
+           "vocab_size": m.vocab_size, "tie_word_embeddings": m.tie_word_embeddings,
+           "gpu": job.hardware.gpu, "world_size": ctx.layout.world_size, "dp": ctx.layout.dp}
+    for k in ("dtype", "precision", "technique", "lora_rank", "lora_alpha", "optimizer",
+              "optimizer_impl", "seq_len", "micro_batch_size", "grad_accum_steps",
+              "activation_checkpointing", "attention"):
+        row[k] = getattr(tr, k)
+    row["lora_target_modules"] = ",".join(tr.lora_target_modules)
+    for k in ("tp", "pp", "cp", "ep", "zero_stage", "fsdp"):
+        row[k] = getattr(par, k)
+    try:
+        row["params"] = total_params(m, tr)
+        row["trainable_params"] = trainable_params(m, tr)
+    except Exception:  # counting is a feature, not a requirement of the probe
+        pass
+    return row
+
+
+def probe_one(job_dict: dict, device: str, *, theory: bool = True) -> dict:
+    """Run one configuration in this process and return its row."""
+    from fmest.convert import job_from_dict, job_to_dict
+
+    row: dict[str, Any] = {"device": device, "status": "error"}
+    row["config_hash"] = config_hash(job_dict, device)
+    try:
+        job = job_from_dict(job_dict)
+        row["job_json"] = json.dumps(job_to_dict(job), sort_keys=True, default=str)
+        from fmest.engine import Engine
+
+        engine = Engine()
+        ctx = engine.context(job)
+        row.update(job_features(job, ctx))
+    except Exception as exc:
+        row["error"] = f"{type(exc).__name__}: {exc}"
+        row.update(environment(device))
+        return row
+    if theory:
+        try:
+            d = engine.estimate_memory(job.evolve(options={"method": "theory"}), ctx)
+            if d.chosen is not None:
+                row["theory_peak_bytes"] = d.chosen.total_bytes
+                row["theory_plugin"] = d.chosen.provenance.plugin
+                row["theory_basis"] = d.chosen.provenance.basis
+        except Exception:
+            pass
+    from fmest_torch_runner.runner import Unsupported, run, run_spec_from_job
+
+    try:
+        spec = run_spec_from_job(job, ctx.model, optimizer_name=ctx.optimizer.name,
+                                 device=device, sharding=ctx.sharding)
+    except Unsupported as exc:
+        row.update(status="unsupported", error=str(exc))
+        row.update(environment(device))
+        return row
+    row["precision_resolved"] = spec.precision
+    row["optimizer_impl_resolved"] = spec.optimizer_impl
+    row["attention_resolved"] = spec.attention
+    res = run(spec, device)
+    row.update(status=res.status, error=res.error)
+    if res.params is not None:
+        row["params"], row["trainable_params"] = res.params, res.trainable_params
+    row["measured_peak_bytes"] = res.peak_bytes
+    row["measured_reserved_bytes"] = res.reserved_peak_bytes
+    row["tracker_peak_bytes"] = res.tracker_peak_bytes
+    row["start_bytes"] = res.start_bytes
+    row["peak_phase"] = res.peak_window
+    for w in PHASE_WINDOWS:
+        row[f"peak_{w}_bytes"] = res.phase_peaks_bytes.get(w)
+    for c in BREAKDOWN:
+        row[f"at_peak_{c}_bytes"] = res.breakdown_bytes.get(c)
+    st = res.step_seconds
+    row["step1_seconds"] = st[0] if st else None
+    row["step2_seconds"] = st[1] if len(st) > 1 else None
+    row["measured_step_seconds"] = st[-1] if st else None
+    row["run_wall_seconds"] = res.wall_seconds
+    row.update(environment(device))
+    return row
+
+
+_MARK = "FMEST_PROBE_ROW "
+
+
+def worker_main(argv: Optional[list[str]] = None) -> int:
+    """``python -m fmest_torch_runner.probe --worker --device D [--threads N] [--no-theory]``
+    reads one job JSON on stdin and prints its row as one marked JSON line."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="fmest_torch_runner.probe")
+    p.add_argument("--worker", action="store_true", required=True)
+    p.add_argument("--device", choices=DEVICES, required=True)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--no-theory", action="store_true")
+    args = p.parse_args(argv)
+    job_dict = json.loads(sys.stdin.read())
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    row = probe_one(job_dict, args.device, theory=not args.no_theory)
+    sys.stdout.write(_MARK + json.dumps(row, default=str) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def run_in_subprocess(job_dict: dict, device: str, *, threads: int = 0, timeout: float = 600,
+                      theory: bool = True) -> dict:
+    """Run one configuration in a fresh interpreter; a crash or timeout is a row too."""
+    cmd = [sys.executable, "-m", "fmest_torch_runner.probe", "--worker", "--device", device]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    if not theory:
+        cmd.append("--no-theory")
+    env = dict(os.environ)
+    if threads:
+        env.setdefault("OMP_NUM_THREADS", str(threads))
+    base = {"config_hash": config_hash(job_dict, device), "device": device,
+            "model": job_dict.get("model"),
+            "job_json": json.dumps(job_dict, sort_keys=True, default=str)}
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, input=json.dumps(job_dict), capture_output=True, text=True,
+                              timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {**base, "status": "error", "error": f"timeout after {timeout:.0f} s",
+                "run_wall_seconds": time.perf_counter() - t0}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(_MARK):
+            return json.loads(line[len(_MARK):])
+    tail = " | ".join(proc.stderr.strip().splitlines()[-3:])[-500:]
+    # -9: SIGKILL, in practice the kernel's OOM killer
+    status = "oom" if proc.returncode in (-9, 137) or "MemoryError" in proc.stderr else "error"
+    return {**base, "status": status,
+            "error": f"worker exited with {proc.returncode}: {tail}",
+            "run_wall_seconds": time.perf_counter() - t0}
+
+
+# -- the command -------------------------------------------------------------------------------
+
+def add_arguments(parser) -> None:
+    from fmest.cli import add_estimate_arguments
+
+    add_estimate_arguments(parser)
+    g = parser.add_argument_group("probe")
+    g.add_argument("--device", choices=DEVICES, default="cpu",
+                   help="cpu: real steps, allocator truth; cuda: real steps on a GPU; "
+                   "fake: fake-tensor trace (default cpu)")
+    g.add_argument("--output", "-o", required=True, metavar="rows.csv|rows.parquet",
+                   help="file the rows are appended to (configurations already in it are "
+                   "skipped)")
+    g.add_argument("--sweep", metavar="grid.yaml", help="YAML mapping of job field paths to "
+                   "lists; runs the cartesian product")
+    g.add_argument("--jobs", type=int, default=1, help="configurations run at once (default 1)")
+    g.add_argument("--threads", type=int, default=1,
+                   help="torch threads per configuration (default 1; 0 = torch's default)")
+    g.add_argument("--timeout", type=float, default=600.0, help="seconds per configuration")
+    g.add_argument("--no-theory", action="store_true",
+                   help="skip the theory estimate column")
+
+
+class _Progress:
+    def __init__(self, total: int, skipped: int) -> None:
+        self.total, self.skipped, self.done = total, skipped, 0
+        self.counts: dict[str, int] = {}
+        self.t0 = time.perf_counter()
+        self.tty = sys.stderr.isatty()
+
+    def update(self, status: str) -> None:
+        self.done += 1
+        self.counts[status] = self.counts.get(status, 0) + 1
+        el = time.perf_counter() - self.t0
+        eta = el / self.done * (self.total - self.done)
+        width = 24
+        fill = int(width * self.done / max(1, self.total))
+        counts = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
+        line = (f"[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} "
+                f"({self.skipped} already done) {counts} {el:.0f}s eta {eta:.0f}s")
+        sys.stderr.write(("\r" + line) if self.tty else (line + "\n"))
+        if self.tty and self.done == self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def run_command(args, engine) -> int:
+    from fmest.cli import job_dict_from_args
+    from fmest.convert import job_from_dict, job_to_dict
+
+    if args.jobs < 1:
+        raise InputError("--jobs", "must be >= 1", value=args.jobs)
+    writer = RowWriter(args.output)
+    placeholder = False
+    if args.sweep and not args.model and not args.input_file:
+        args.model, placeholder = "__from_sweep__", True
+    base = job_dict_from_args(args)
+    axes = load_sweep(args.sweep) if args.sweep else []
+    jobs = expand(base, axes)
+    normalised = []
+    for i, d in enumerate(jobs):
+        if placeholder and d.get("model") == "__from_sweep__":
+            raise InputError("--model", "required unless the sweep sets 'model'")
+        try:
+            job = job_from_dict(d)
+        except InputError as exc:
+            raise InputError(exc.field if hasattr(exc, "field") else "--sweep",
+                             f"configuration {i + 1} of {len(jobs)}: {exc}") from None
+        normalised.append(job_to_dict(job))
+    done = writer.done_hashes()
+    todo, seen = [], set()
+    for d in normalised:
+        h = config_hash(d, args.device)
+        if h in done or h in seen:
+            continue
+        seen.add(h)
+        todo.append(d)
+    skipped = len(normalised) - len(todo)
+    progress = _Progress(len(todo), skipped)
+    if not todo:
+        sys.stderr.write(f"nothing to do: all {len(normalised)} configurations are already in "
+                         f"{args.output}\n")
+        return 0
+
+    def one(d):
+        row = run_in_subprocess(d, args.device, threads=args.threads, timeout=args.timeout,
+                                theory=not args.no_theory)
+        writer.append(row)
+        with writer.lock:
+            progress.update(row.get("status", "error"))
+        return row
+
+    if args.jobs == 1:
+        rows = [one(d) for d in todo]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            rows = list(pool.map(one, todo))
+    bad = [r for r in rows if r.get("status") not in ("ok", "unsupported", "oom")]
+    sys.stderr.write(f"wrote {len(rows)} rows to {args.output} "
+                     f"({skipped} skipped as already present)\n")
+    for r in bad[:5]:
+        sys.stderr.write(f"  {r.get('config_hash')}: {r.get('status')}: {r.get('error')}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main())
