@@ -517,7 +517,7 @@ def _allocator_windows(prof) -> dict[str, int]:
     from torch._C._profiler import _EventType
 
     windows: list[tuple[int, int, str]] = []
-    allocs: list[tuple[int, int]] = []
+    allocs: list[tuple[int, int, int]] = []
     stack = list(prof.profiler.kineto_results.experimental_event_tree())
     while stack:
         n = stack.pop()
@@ -525,13 +525,17 @@ def _allocator_windows(prof) -> dict[str, int]:
         if n.tag == _EventType.Allocation:
             ef = n.extra_fields
             if str(ef.device).startswith("cpu"):
-                allocs.append((n.start_time_ns, ef.total_allocated))
+                allocs.append((n.start_time_ns, ef.total_allocated, ef.alloc_size))
         elif n.name.startswith("fmest::"):
             windows.append((n.start_time_ns, n.end_time_ns, n.name[len("fmest::"):]))
     allocs.sort()
+    # c10's profiled CPU memory reporter keeps one process-wide counter: bytes allocated
+    # under an earlier profiler session and still alive are already in it. Subtract the
+    # counter as it stood before this session's first allocation.
+    base = allocs[0][1] - allocs[0][2] if allocs else 0
     out: dict[str, int] = {}
     for start, end, name in windows:
-        vals = [a for t, a in allocs if start <= t <= end]
+        vals = [a - base for t, a, _size in allocs if start <= t <= end]
         if vals:
             out[name] = max(out.get(name, 0), max(vals))
     return out

@@ -229,6 +229,37 @@ def gated_mlp_saved_bytes(tokens: float, intermediate: float, act_bytes: int, *,
     return tokens * intermediate * act_bytes * (3 + (1 if product_needed else 0))
 
 
+#: Extra intermediate-sized tensors that an activation function written as several eager
+#: ops saves beyond the one input a fused kernel (``F.gelu``, ``F.silu``) keeps. Counted from
+#: transformers ``activations.py`` (``ACT2CLS``), op by op; a multiplication or addition with
+#: a Python scalar saves nothing, a tensor*tensor product saves both factors, ``tanh`` and
+#: ``sigmoid`` save their output, ``pow`` saves its input (already counted):
+#:
+#: * ``gelu_new`` (``NewGELUActivation``, GPT-2/GPT-J/CodeGen):
+#:   ``0.5 * x * (1.0 + torch.tanh(sqrt(2/pi) * (x + 0.044715 * torch.pow(x, 3.0))))`` saves
+#:   ``tanh(.)``, ``0.5 * x`` and ``1 + tanh(.)``: 3 (measured: ``cpu_probes.csv`` tiny-gpt2
+#:   fp32 eager b4 s128: 186.01 MiB measured; 2 MiB per such tensor per layer, T=512, i=1024).
+#: * ``gelu_fast`` (``FastGELUActivation``):
+#:   ``0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))`` saves
+#:   ``0.044715 * x``, ``x * 0.79..``, ``1 + 0.044715 x^2``, ``tanh(.)``, ``0.5 * x`` and
+#:   ``1 + tanh(.)``: 6.
+#: * ``quick_gelu`` (``QuickGELUActivation``): ``x * torch.sigmoid(1.702 * x)`` saves the
+#:   sigmoid output: 1.
+#:
+#: Fused ones (``gelu``, ``gelu_pytorch_tanh`` = ``F.gelu(approximate="tanh")``, ``silu``,
+#: ``relu``) save only their input: 0. Sizes are in the compute dtype (exact in fp32 and under
+#: CPU autocast; CUDA autocast runs ``pow`` in fp32, which would make ``gelu_new``'s ``tanh``
+#: and ``1 + tanh`` fp32, not modelled).
+ACTIVATION_EXTRA_SAVED = {"gelu_new": 3, "gelu_fast": 6, "quick_gelu": 1}
+
+
+def activation_extra_saved_bytes(tokens: float, intermediate: float, act_bytes: int,
+                                 activation: str | None) -> float:
+    """Intermediate-sized tensors an unfused activation saves beyond its input
+    (``ACTIVATION_EXTRA_SAVED``; 0 for fused or unknown activations)."""
+    return tokens * intermediate * act_bytes * ACTIVATION_EXTRA_SAVED.get(activation or "", 0)
+
+
 def plain_mlp_saved_bytes(tokens: float, intermediate: float, act_bytes: int, *,
                           output_needed: bool) -> float:
     """GELU MLP: the GELU input and, when fc2 needs a weight gradient, its output

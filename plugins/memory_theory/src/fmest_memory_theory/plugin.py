@@ -143,6 +143,14 @@ def _lora_numbers(model, targets: tuple, rank: int) -> _LoraNumbers:
                         rank_elements_per_token=r_el)
 
 
+def _activation_function(model) -> str | None:
+    """The MLP activation's name from the raw HF config (GPT-2 ``activation_function``,
+    most others ``hidden_act``); None when unknown."""
+    cfg = getattr(model, "hf_config", None) or {}
+    act = cfg.get("activation_function") or cfg.get("hidden_act")
+    return act if isinstance(act, str) else None
+
+
 # ---------------------------------------------------------------------------------------------
 # activations of one layer
 # ---------------------------------------------------------------------------------------------
@@ -192,10 +200,16 @@ def _layer_activation_bytes(model, mn: _ModelNumbers, ln, *, tokens, batch, seq,
             if (need_o_in and (attention == "eager" or not compiled)) else 0.0)
     norm_m = norm_bytes(need_mlp_in)
 
+    act_fn = _activation_function(model)
+
     def dense_mlp(inter):
+        # an unfused activation (GPT-2 ``gelu_new``) saves more than its input
+        extra = F.activation_extra_saved_bytes(tokens, inter / tp, ab, act_fn)
         if model.gated_mlp:
-            return F.gated_mlp_saved_bytes(tokens, inter / tp, ab, product_needed=need_mlp_out)
-        return F.plain_mlp_saved_bytes(tokens, inter / tp, ab, output_needed=need_mlp_out)
+            return extra + F.gated_mlp_saved_bytes(tokens, inter / tp, ab,
+                                                   product_needed=need_mlp_out)
+        return extra + F.plain_mlp_saved_bytes(tokens, inter / tp, ab,
+                                               output_needed=need_mlp_out)
 
     mlp_dense = dense_mlp(model.intermediate_size)
     if mn.moe_layers:
@@ -372,6 +386,8 @@ def estimate_bytes(job, ctx) -> MemoryEstimate:
         layer_unsharded = (mn.largest_layer_params / tp) * ab
         unsharded_acc = False  # micro-batch grads accumulate unsharded, not in the sharded grads
         acc_buf = 0.0
+        fwd_only_buf = 0.0     # during forward only (autocast cache under full checkpointing)
+        autocast_layer = 0.0   # one recomputed block's autocast weight copies
         if sharding.framework in ("ddp", "fsdp") and not shards and lay.dp > 1 and trainable:
             static_buf += grads_full * F.DDP_BUCKET_COPIES_OF_GRADS
         if sharding.framework == "deepspeed" and not sharding.param_gather and lay.dp > 1:
@@ -401,8 +417,21 @@ def estimate_bytes(job, ctx) -> MemoryEstimate:
                     fwdbwd_buf += acc_buf
                     unsharded_acc = True
         elif precision == "amp" and not lora and ab < F.FP32_BYTES:
-            # torch.autocast caches compute-dtype copies of the weights for backward
-            fwdbwd_buf += (dense_p + expert_p + head_p) * ab
+            # torch.autocast caches compute-dtype copies of the weights (``cached_cast``: fp32
+            # leaf tensors that require grad) until the autocast region exits after forward;
+            # what outlives it is what the matmuls saved for backward. Without full
+            # checkpointing that is every copy. Under full checkpointing the blocks' saved
+            # tensors are dropped, so in backward only the output projection (not
+            # checkpointed) still holds its copy, and the recomputed block re-casts its own
+            # weights for the length of its backward (counted in its working set).
+            head_copy = (head_p or (mn.embedding_params / tp if has_head else 0.0)) * ab
+            autocast_copies = (dense_p + expert_p) * ab + head_copy
+            if t.activation_checkpointing == "full":
+                fwd_only_buf += autocast_copies - head_copy
+                fwdbwd_buf += head_copy
+                autocast_layer = layer_unsharded
+            else:
+                fwdbwd_buf += autocast_copies
 
         # activations and logits
         saved_l, work_l = _layer_activation_bytes(
@@ -437,6 +466,7 @@ def estimate_bytes(job, ctx) -> MemoryEstimate:
             head_grad = (head_p or tied_p) * grad_bytes / s_grads if not lora else 0.0
         else:
             held = fwd_tr = bwd_tr = head_grad = 0.0
+        work_l += autocast_layer
         if quant:   # bnb / torchao NF4 dequantize one quantized weight at a time to the compute
             # dtype; the embedding and output projection are not quantized
             work_l += max(lin.in_features * lin.out_features for lin in quant) / tp * ab
@@ -450,16 +480,25 @@ def estimate_bytes(job, ctx) -> MemoryEstimate:
         phases = {
             "forward": dict(static, gradients=acc_grads, activations=saved_all,
                             logits_and_loss=held + fwd_tr, framework_buffers=static_buf
-                            + fwdbwd_buf, optimizer_temporaries=0.0),
+                            + fwdbwd_buf + fwd_only_buf, optimizer_temporaries=0.0),
         }
         # chunked output loss: the output weight is used once per chunk, so while a chunk's
         # weight-gradient contribution is computed the autograd input buffer already holds the
         # sum of the earlier ones (``InputBuffer::accumulate`` adds in place afterwards)
         head_contrib = head_grad if t.loss == "chunked" else 0.0
+        # standard loss: backward opens with the loss gradients (saved log-softmax + its
+        # gradient + the logits' gradient) and no parameter gradient yet; the output
+        # projection's weight gradient appears only once log-softmax backward has returned and
+        # the nll gradient and saved log-softmax are freed, beside one logits-sized gradient.
+        # Fused/chunked losses produce the head gradient while their chunk buffers live.
+        standard = t.loss == "standard"
+        head_first = 0.0 if (accumulating or standard) else head_grad
         bwd_candidates = [
-            dict(static, gradients=acc_grads + (0.0 if accumulating else head_grad)
-                 + head_contrib,
+            dict(static, gradients=acc_grads + head_first + head_contrib,
                  activations=saved_all, logits_and_loss=held + bwd_tr,
+                 framework_buffers=static_buf + fwdbwd_buf, optimizer_temporaries=0.0),
+            dict(static, gradients=acc_grads + (0.0 if accumulating else head_grad),
+                 activations=saved_all, logits_and_loss=held if standard else 0.0,
                  framework_buffers=static_buf + fwdbwd_buf, optimizer_temporaries=0.0),
             dict(static, gradients=max(acc_grads, min(grads_peak, head_grad + grads_full / max(
                 layers, 1))), activations=saved_all + work_l, logits_and_loss=0.0,
