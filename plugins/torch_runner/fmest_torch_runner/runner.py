@@ -120,14 +120,6 @@ def resolve_precision(training, sharding=None) -> str:
     from fmest.precision import resolve_precision as rule
 
     return rule(training, sharding if sharding is not None else BUILTIN_STRATEGIES[0])
-    if sharding is not None:
-        if sharding.framework == "fsdp" and "parameters" in sharding.shards:
-            return "amp"
-        if sharding.framework == "deepspeed":
-            return "master"
-    if training.dtype == "fp16":
-        return "amp"
-    return "pure"
 
 
 def run_spec_from_job(job, spec, *, optimizer_name: Optional[str] = None,
