@@ -171,6 +171,9 @@ def resolve_model(name_or_path: str, *, hub: bool = True, timeout_s: float = 3.0
     p = Path(s).expanduser()
     if p.exists():
         return spec_from_local(p)
+    if s.startswith((".", "/", "~")) or s.endswith(".json"):
+        raise InputError("model", "no such file or folder (a local config.json or a model "
+                         "folder holding one)", value=s)
     near = near_names(s, presets.preset_names(include_aliases=True))
     if hub and _looks_like_hub_id(s):
         try:
