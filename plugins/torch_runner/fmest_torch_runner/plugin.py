@@ -6,9 +6,10 @@ torch and transformers are imported only when a traced estimate or a probe is re
 Per-GPU memory = peak of a two-step fake-tensor trace of the real transformers model
 (:mod:`fmest_torch_runner.runner`, CPU kernel semantics, storages rounded to the CUDA
 allocator's 512-byte blocks), with parallelism the trace does not execute applied by scaling
-its per-category bytes, plus documented GPU-side terms (:func:`gpu_side_terms`). Traces are
-cached on disk by configuration hash in ``$FMEST_CACHE_DIR/traces`` (default
-``~/.cache/fmest/traces``).
+its per-category bytes (FSDP full sharding, and ZeRO-3 approximated by it, IS executed: FSDP2
+on a fake process group, see :func:`fsdp_world_size`), plus documented GPU-side terms
+(:func:`gpu_side_terms`). Traces are cached on disk by configuration hash in
+``$FMEST_CACHE_DIR/traces`` (default ``~/.cache/fmest/traces``).
 """
 
 from __future__ import annotations
@@ -117,8 +118,26 @@ def gpu_side_terms(peak_bytes: int, *, world_size: int, nodes: int) -> dict[str,
             "nccl_buffers": nccl}
 
 
-def parallel_factors(job, ctx) -> tuple[dict[str, float], list[str]]:
+def fsdp_world_size(job, ctx) -> int:
+    """The fake-process-group size to trace FSDP2 with, or 1 when the job's sharding is scaled
+    instead: sharding fsdp_full_shard (or zero3, approximated by FSDP2) over a shard group > 1,
+    full fine-tuning, pure/amp precision. ``FMEST_TRACE_FSDP=0`` turns it off."""
+    if os.environ.get("FMEST_TRACE_FSDP", "1") == "0":
+        return 1
+    from fmest_torch_runner.runner import fsdp_traceable
+
+    lay = ctx.layout
+    group = ctx.sharding.shard_group_size(dp=lay.dp, gpus_per_node=lay.gpus_per_node,
+                                          hsdp_shard_size=job.parallelism.hsdp_shard_size)
+    return group if fsdp_traceable(job, ctx.sharding, group) is None else 1
+
+
+def parallel_factors(job, ctx, *, fsdp_traced: bool = False) -> tuple[dict[str, float],
+                                                                       list[str]]:
     """Per-category divisors for what the single-process trace cannot execute.
+
+    With ``fsdp_traced`` the trace already ran FSDP2 over the shard group: nothing is divided
+    by the group (tp/pp/cp/ep still scale).
 
     Weights, gradients and optimizer state divide by ``tp*pp`` (and experts by ``ep``), and by
     the shard group when the sharding strategy shards them; activations divide by ``tp*cp``
@@ -138,7 +157,7 @@ def parallel_factors(job, ctx) -> tuple[dict[str, float], list[str]]:
     f = {"params": state, "grads": state, "optimizer_state": state,
          "activations": 1.0 / (lay.tp * lay.cp), "temporaries": 1.0 / (lay.tp * lay.cp),
          "optimizer_temporaries": state}
-    if group > 1:
+    if group > 1 and not fsdp_traced:
         for cat, what in (("params", "parameters"), ("grads", "gradients"),
                           ("optimizer_state", "optimizer"), ("optimizer_temporaries",
                                                              "optimizer")):
@@ -151,7 +170,12 @@ def parallel_factors(job, ctx) -> tuple[dict[str, float], list[str]]:
                      + ", activations by 1/(tp*cp)"
                      + ("" if job.parallelism.sequence_parallel or lay.tp == 1 else
                         " (optimistic without sequence parallelism)"))
-    if group > 1 and shards:
+    if fsdp_traced:
+        notes.append(f"{ctx.sharding.name} sharding traced: FSDP2 fully_shard over a fake "
+                     f"process group of {group} ranks, per-rank bytes of rank 0"
+                     + ("; DeepSpeed ZeRO-3 approximated by FSDP2 (its bucketing, prefetch and "
+                        "persistence thresholds differ)" if ctx.sharding.name == "zero3" else ""))
+    elif group > 1 and shards:
         notes.append(f"{ctx.sharding.name} sharding not executed by the trace (no fake process "
                      f"group): {', '.join(sorted(shards))} scaled by 1/{group}")
     return f, notes
@@ -178,8 +202,9 @@ def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimat
     except ImportError:  # torch/transformers missing
         return None
     try:
+        fsdp_w = fsdp_world_size(job, ctx)
         run = run_spec_from_job(job, ctx.model, optimizer_name=ctx.optimizer.name, device="fake",
-                                sharding=ctx.sharding)
+                                sharding=ctx.sharding, fsdp_world_size=fsdp_w)
     except Unsupported:
         return None  # e.g. QLoRA: bitsandbytes cannot be traced on CPU; the policy falls back
     res, hit = traced_run(run, use_cache=use_cache)
@@ -187,9 +212,11 @@ def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimat
         return None
     if res.status != "ok":
         raise RuntimeError(f"fake trace failed: {res.error}")
-    factors, notes = parallel_factors(job, ctx)
+    fsdp_traced = run.fsdp_world_size > 1
+    factors, notes = parallel_factors(job, ctx, fsdp_traced=fsdp_traced)
     gather = 0
-    if ctx.sharding.param_gather and "parameters" in ctx.sharding.shards:
+    if (not fsdp_traced and ctx.sharding.param_gather
+            and "parameters" in ctx.sharding.shards):
         # ZeRO-3/FSDP: ~two layers' weights gathered at a time (current + prefetch)
         unsharded = res.breakdown_bytes.get("params", 0) * factors["params"] * \
             ctx.sharding.shard_group_size(dp=ctx.layout.dp, gpus_per_node=ctx.layout.gpus_per_node,
@@ -198,6 +225,10 @@ def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimat
         notes.append("parameter all-gather: two layers' unsharded weights added to forward/"
                      "backward windows")
     windows = _scaled_windows(res, factors, gather)
+    if fsdp_traced:  # pitfall (i): the step-1 optimizer window is not trusted under FSDP
+        from fmest_torch_runner.runner import FSDP_IGNORED_WINDOW
+
+        windows.pop(FSDP_IGNORED_WINDOW, None)
     win, comps = max(windows.items(), key=lambda kv: sum(kv[1].values()))
     peak = sum(comps.values())
     extras = gpu_side_terms(peak, world_size=ctx.layout.world_size, nodes=ctx.layout.nodes)
@@ -213,7 +244,9 @@ def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimat
         phase_peaks[kind] = max(phase_peaks.get(kind, 0), p)
     notes = [f"fake-tensor trace of 2 training steps of the transformers model "
              f"({run.precision}, {run.param_dtype} weights"
-             + (f", autocast {run.autocast_dtype}" if run.autocast_dtype else "")
+             + ((f", MixedPrecisionPolicy {run.autocast_dtype} (no autocast)"
+                 if fsdp_traced else f", autocast {run.autocast_dtype}")
+                if run.autocast_dtype else "")
              + f", {run.optimizer} {run.optimizer_impl}, peak in {win}; trace "
              + ("from cache" if hit else f"{res.wall_seconds:.1f} s") + ")",
              "GPU-side terms cuda_context, allocator_reserve, nccl_buffers are uncalibrated "
@@ -225,7 +258,9 @@ def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimat
     return MemoryEstimate(
         total_bytes=int(total), components={k: int(v) for k, v in components.items()},
         provenance=Provenance(basis="traced", detail="FakeTensorMode + live-storage tracker, "
-                              "CPU kernel semantics, 512-byte rounding"),
+                              "CPU kernel semantics, 512-byte rounding"
+                              + (f", FSDP2 on a fake process group of {run.fsdp_world_size}"
+                                 if fsdp_traced else "")),
         phase=win.split("_", 1)[1], phase_peaks_bytes=phase_peaks, notes=tuple(notes))
 
 

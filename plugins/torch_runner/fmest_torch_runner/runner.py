@@ -30,9 +30,11 @@ from attrs import define, field, frozen
 
 MODES = ("fake", "cpu", "cuda")
 CATEGORIES = ("params", "grads", "optimizer_state", "activations", "temporaries")
-RUNNER_VERSION = "1"
+RUNNER_VERSION = "2"  # 2: fsdp_world_size (FSDP2 on a fake process group)
 #: the optimizers the runner can instantiate: canonical fmest name -> (torch class, kwargs)
 SUPPORTED_OPTIMIZERS = ("adamw", "adamw_torch_fused", "sgd", "sgd_momentum")
+#: sharding strategies traced with FSDP2 ``fully_shard`` (zero3 as an approximation)
+FSDP_TRACED_STRATEGIES = ("fsdp_full_shard", "zero3")
 
 
 class Unsupported(Exception):
@@ -63,6 +65,9 @@ class RunSpec:
     micro_batches: int = 1  # micro-batches run per step: min(grad_accum_steps, 2)
     steps: int = 2
     num_layers: Optional[int] = None  # override the config's layer count (calibration)
+    #: > 1: trace FSDP2 ``fully_shard`` on a fake process group of this many ranks (fake mode
+    #: only; per-rank memory of rank 0). 1 = single process, sharding left to the caller.
+    fsdp_world_size: int = 1
 
     def key(self) -> dict:
         """A JSON-able dict identifying the run (for cache hashes)."""
@@ -123,9 +128,12 @@ def resolve_precision(training, sharding=None) -> str:
 
 
 def run_spec_from_job(job, spec, *, optimizer_name: Optional[str] = None,
-                      device: str = "fake", sharding=None) -> RunSpec:
+                      device: str = "fake", sharding=None, fsdp_world_size: int = 1) -> RunSpec:
     """The :class:`RunSpec` of ``job`` on ``spec`` (a :class:`fmest.models.ModelSpec` with
-    ``hf_config``). Raises :class:`Unsupported` naming what the runner cannot execute."""
+    ``hf_config``). Raises :class:`Unsupported` naming what the runner cannot execute.
+
+    ``fsdp_world_size > 1`` asks for a traced FSDP2 full-shard run (see
+    :func:`fsdp_traceable`); it raises :class:`Unsupported` when the job cannot be traced so."""
     tr = job.training
     if not spec.hf_config:
         raise Unsupported(f"model {spec.name!r} has no hf_config to build it from")
@@ -174,7 +182,36 @@ def run_spec_from_job(job, spec, *, optimizer_name: Optional[str] = None,
         double_quantization=tr.double_quantization,
         gradient_checkpointing=tr.activation_checkpointing == "full", attention=attention,
         optimizer=opt, optimizer_impl=impl, seq_len=tr.seq_len,
-        micro_batch_size=tr.micro_batch_size, micro_batches=min(tr.grad_accum_steps, 2))
+        micro_batch_size=tr.micro_batch_size, micro_batches=min(tr.grad_accum_steps, 2),
+        fsdp_world_size=_check_fsdp(fsdp_world_size, device, precision, tr.technique))
+
+
+def fsdp_traceable(job, sharding, world_size: int, *, device: str = "fake") -> Optional[str]:
+    """None when ``job`` with ``sharding`` over ``world_size`` ranks can be traced with FSDP2
+    on a fake process group, else the reason it cannot."""
+    if device != "fake":
+        return f"FSDP2 tracing is fake-mode only (device {device})"
+    if world_size <= 1:
+        return "world size 1"
+    name = getattr(sharding, "name", str(sharding))
+    if name not in FSDP_TRACED_STRATEGIES:
+        return f"sharding {name!r} is not traced (only {', '.join(FSDP_TRACED_STRATEGIES)})"
+    if job.training.technique != "full":
+        return f"technique {job.training.technique!r} under FSDP is not traced"
+    if resolve_precision(job.training, sharding) not in ("pure", "amp"):
+        return "precision 'master' under FSDP is not traced"
+    return None
+
+
+def _check_fsdp(world_size: int, device: str, precision: str, technique: str) -> int:
+    if world_size <= 1:
+        return 1
+    if device != "fake":
+        raise Unsupported(f"FSDP2 tracing is fake-mode only (device {device})")
+    if technique != "full" or precision not in ("pure", "amp"):
+        raise Unsupported(f"FSDP2 tracing supports full fine-tuning with pure/amp precision "
+                          f"(got {technique}, {precision})")
+    return int(world_size)
 
 
 # -- building ------------------------------------------------------------------------------
@@ -415,8 +452,9 @@ def _train_steps(model, run: RunSpec, mode: str, tracker, *, on_phase=None, sync
         opt = make_optimizer(masters, run)
     else:
         opt = make_optimizer(params, run)
+    # under FSDP2 the MixedPrecisionPolicy casts the gathered weights (no autocast)
     amp = (torch.autocast(device, dtype=_dtype(run.autocast_dtype))
-           if run.autocast_dtype else contextlib.nullcontext())
+           if run.autocast_dtype and run.fsdp_world_size <= 1 else contextlib.nullcontext())
 
     def phase(window, kind):
         if on_phase:
@@ -485,7 +523,55 @@ def _count(model, res: RunResult) -> None:
     res.trainable_params = sum(p.numel() for p in seen.values() if p.requires_grad)
 
 
+@contextlib.contextmanager
+def _fake_process_group(world_size: int):
+    """A ``"fake"`` process group (no communication) of ``world_size`` ranks, this process
+    rank 0, and a 1-D CPU device mesh over it -- built here, BEFORE FakeTensorMode is entered
+    (pitfall h: ``init_device_mesh`` under fake mode fails on ``.tolist()``). The group is
+    destroyed on exit so that later traces in the same process work."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore  # registers "fake"
+
+    if dist.is_initialized():
+        raise Unsupported("a torch.distributed process group is already initialized in this "
+                          "process; the FSDP trace needs its own fake one")
+    dist.init_process_group("fake", world_size=world_size, rank=0, store=FakeStore())
+    try:
+        yield init_device_mesh("cpu", (world_size,))
+    finally:
+        dist.destroy_process_group()
+
+
+def _decoder_layers(model) -> list:
+    """The modules FSDP wraps one by one: instances of the model's ``_no_split_modules``
+    classes (the decoder layers of a transformers model)."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise Unsupported(f"cannot find the decoder layers of {type(model).__name__} to shard")
+    return layers
+
+
+def _fully_shard(model, run: RunSpec, mesh) -> None:
+    """``fully_shard`` each decoder layer, then the root (FSDP2's recommended wrapping); amp =
+    fp32 sharded weights + ``MixedPrecisionPolicy(param_dtype=autocast dtype, reduce fp32)``."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    kw: dict[str, Any] = {"mesh": mesh}
+    if run.precision == "amp" and run.autocast_dtype:
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=_dtype(run.autocast_dtype),
+                                               reduce_dtype=torch.float32)
+    for layer in _decoder_layers(model):
+        fully_shard(layer, **kw)
+    fully_shard(model, **kw)
+
+
 def _run_fake(run: RunSpec, res: RunResult, round_bytes: int) -> None:
+    if run.fsdp_world_size > 1:
+        _run_fake_fsdp(run, res, round_bytes)
+        return
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from fmest_torch_runner.tracker import StorageTracker
@@ -502,6 +588,52 @@ def _run_fake(run: RunSpec, res: RunResult, round_bytes: int) -> None:
     res.peak_bytes = res.tracker_peak_bytes
     res.notes.append("fake trace: CPU kernel semantics, storage sizes exact"
                      + (f", rounded up to {round_bytes} B" if round_bytes > 1 else ""))
+
+
+#: the window FSDP tracing ignores: FSDPMemTracker reports phantom optimizer state there
+#: (pitfall i); steady-state step 2 holds the same optimizer-state bytes
+FSDP_IGNORED_WINDOW = "s1_optimizer"
+
+
+def _run_fake_fsdp(run: RunSpec, res: RunResult, round_bytes: int) -> None:
+    """Per-rank (rank 0) memory of FSDP2 full sharding over ``run.fsdp_world_size`` ranks:
+    fake process group + ``fully_shard`` per decoder layer and root, two traced steps, the
+    tracker following ``UntypedStorage.resize_`` (FSDP frees unsharded weights by
+    ``resize_(0)``). The peak of record ignores the step-1 optimizer window (pitfall i)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from fmest_torch_runner.tracker import StorageTracker
+
+    if run.steps < 2:
+        raise Unsupported("FSDP tracing needs two steps (the step-1 optimizer window is "
+                          "ignored)")
+    W = run.fsdp_world_size
+    with _patched_mask_helper(), _fake_process_group(W) as mesh:
+        fake_mode = FakeTensorMode()
+        model = build_model(run, "fake", fake_mode)
+        _count(model, res)
+        with fake_mode:
+            _fully_shard(model, run, mesh)
+            tracker = StorageTracker(round_bytes=round_bytes, track_resize=True)
+            with tracker:
+                res.step_seconds = _train_steps(model, run, "fake", tracker)
+        del model
+    _fill_from_tracker(res, tracker)
+    kept = {w: p for w, p in res.phase_peaks_bytes.items() if w != FSDP_IGNORED_WINDOW}
+    res.peak_window, res.peak_bytes = max(kept.items(), key=lambda kv: kv[1])
+    res.breakdown_bytes = dict(res.phase_breakdowns[res.peak_window])
+    grow, shrink = tracker.resizes
+    if grow == 0 or shrink == 0:
+        raise RuntimeError(f"FSDP trace saw no UntypedStorage.resize_ (grow {grow}, shrink "
+                           f"{shrink}): unsharded weights would be miscounted")
+    mp = (f", MixedPrecisionPolicy {run.autocast_dtype}/fp32"
+          if run.precision == "amp" and run.autocast_dtype else "")
+    res.notes.append(
+        f"fake trace of FSDP2 full sharding over {W} ranks (fake process group, fully_shard per "
+        f"decoder layer + root{mp}); "
+        f"per-rank (rank 0) bytes; {grow} storage grows / {shrink} frees by resize_; "
+        f"window {FSDP_IGNORED_WINDOW} ignored for the peak; CPU kernel semantics"
+        + (f", rounded up to {round_bytes} B" if round_bytes > 1 else ""))
 
 
 def _allocator_windows(prof) -> dict[str, int]:

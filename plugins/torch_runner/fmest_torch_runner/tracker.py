@@ -14,6 +14,13 @@ The correction is also applied to the snapshots taken at the phase's peak when t
 already alive then (allocation sequence number <= the peak's), so breakdowns at peaks are right.
 
 Work per op is O(outputs); nothing walks modules (torch's ``MemTracker`` does, ~10-35x slower).
+
+Tensor subclasses that wrap other tensors (``DTensor`` of FSDP2: sharded parameters, gradients,
+optimizer state) are tracked through their inner tensors (``__tensor_flatten__``).
+With ``track_resize=True`` the tracker also follows ``UntypedStorage.resize_`` while it is
+entered (it patches the method: a storage resize is not an op the dispatch mode sees). FSDP2
+allocates and frees the unsharded parameters that way (``resize_(size)`` after the all-gather,
+``resize_(0)`` after use); a storage grown from 0 is counted as ``resize_category``.
 """
 
 from __future__ import annotations
@@ -22,12 +29,26 @@ import weakref
 from typing import Iterable, Optional
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
 CATEGORIES = ("params", "grads", "optimizer_state", "activations", "temporaries")
 _PHASE_CATEGORY = {"forward": "activations", "backward": "temporaries",
                    "optimizer": "temporaries", "setup": "temporaries"}
+
+
+def storages_of(t) -> list:
+    """The storages holding ``t``'s data: its own, or its inner tensors' for a wrapper subclass
+    (DTensor -> local shard)."""
+    if is_traceable_wrapper_subclass(t):
+        names, _ = t.__tensor_flatten__()
+        out = []
+        for n in names:
+            inner = getattr(t, n)
+            if isinstance(inner, torch.Tensor):
+                out.extend(storages_of(inner))
+        return out
+    return [t.untyped_storage()]
 
 
 class _Record:
@@ -57,9 +78,15 @@ class StorageTracker(TorchDispatchMode):
     Enter it *inside* ``FakeTensorMode`` when tracing (so it sees fake outputs first).
     """
 
-    def __init__(self, *, round_bytes: int = 1) -> None:
+    def __init__(self, *, round_bytes: int = 1, track_resize: bool = False,
+                 resize_category: str = "params") -> None:
         super().__init__()
         self.round_bytes = max(1, int(round_bytes))
+        self.track_resize = bool(track_resize)
+        self.resize_category = resize_category
+        self._orig_resize = None
+        #: number of UntypedStorage.resize_ calls seen (grow, shrink)
+        self.resizes = [0, 0]
         self._records: dict[int, _Record] = {}
         self._by_category = {c: 0 for c in CATEGORIES}
         self.total = 0
@@ -99,6 +126,51 @@ class StorageTracker(TorchDispatchMode):
         self._by_category[rec.category] -= rec.nbytes
         self.total -= rec.nbytes
 
+    def _on_resize(self, storage, old_nbytes: int) -> None:
+        new = storage.nbytes()
+        if new == old_nbytes:
+            return
+        self.resizes[0 if new > old_nbytes else 1] += 1
+        rec = self._records.get(storage._cdata)
+        if rec is None:
+            if new > 0:
+                self._add(storage, self.resize_category)
+            return
+        self._seq += 1
+        newb = self._size(new) if new > 0 else 0
+        self._by_category[rec.category] -= rec.nbytes
+        self.total -= rec.nbytes
+        if old_nbytes == 0 and new > 0:
+            rec.category = self.resize_category
+        rec.nbytes = newb
+        self._by_category[rec.category] += newb
+        self.total += newb
+        if new > old_nbytes:
+            self._check_peak()
+
+    def __enter__(self):
+        if self.track_resize and self._orig_resize is None:
+            orig = torch.UntypedStorage.resize_
+            tracker = self
+
+            def resize_(storage, size):
+                old = storage.nbytes()
+                out = orig(storage, size)
+                tracker._on_resize(storage, old)
+                return out
+
+            self._orig_resize = orig
+            torch.UntypedStorage.resize_ = resize_
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            if self._orig_resize is not None:
+                torch.UntypedStorage.resize_ = self._orig_resize
+                self._orig_resize = None
+
     def _check_peak(self) -> None:
         win = self.windows.get(self.current_window) if self.current_window else None
         if win is not None and self.total > win.total:
@@ -112,15 +184,14 @@ class StorageTracker(TorchDispatchMode):
         """Record already-existing tensors (params, buffers, inputs, states) as ``category``."""
         for t in tensors:
             if isinstance(t, torch.Tensor):
-                self._add(t.untyped_storage(), category)
+                for st in storages_of(t):
+                    self._add(st, category)
 
     def relabel(self, tensors: Iterable, category: str) -> None:
         """Move live storages to ``category`` (also in peak snapshots taken after they were
         allocated)."""
-        for t in tensors:
-            if not isinstance(t, torch.Tensor):
-                continue
-            rec = self._records.get(t.untyped_storage()._cdata)
+        for st in (st for t in tensors if isinstance(t, torch.Tensor) for st in storages_of(t)):
+            rec = self._records.get(st._cdata)
             if rec is None or rec.category == category:
                 continue
             old = rec.category
@@ -159,5 +230,6 @@ class StorageTracker(TorchDispatchMode):
         flat, _ = tree_flatten(out)
         for t in flat:
             if isinstance(t, torch.Tensor):
-                self._add(t.untyped_storage(), category)
+                for st in storages_of(t):
+                    self._add(st, category)
         return out
