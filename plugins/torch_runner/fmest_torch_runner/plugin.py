@@ -24,16 +24,11 @@ from fmest.estimates import MemoryEstimate, Provenance
 from fmest.hookspecs import hookimpl
 
 MIB = 1 << 20
-#: CUDA context (driver, kernels loaded lazily) + one cuBLAS workspace; not seen by the
-#: caching allocator's counters but resident on the GPU. Typical CUDA 12 / H100 value;
-#: UNCALIBRATED (no GPU was available when this was written).
-CUDA_CONTEXT_BYTES = 500 * MIB
-CUBLAS_WORKSPACE_BYTES = 32 * MIB
-#: reserved-but-unallocated memory of the caching allocator (block rounding, fragmentation),
-#: as a fraction of the allocated peak. UNCALIBRATED.
-ALLOCATOR_RESERVE_FRACTION = 0.05
-#: NCCL communicator buffers per process when world size > 1 (more across nodes). UNCALIBRATED.
-NCCL_BUFFER_BYTES = 256 * MIB
+#: GPU-side terms: the same constants as the analytic plugin, from core (fmest.device_terms),
+#: plus extra NCCL buffers across nodes (typical value, not yet measured on a GPU).
+from fmest.device_terms import (  # noqa: E402
+    ALLOCATOR_RESERVE_FRACTION, CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, NCCL_BUFFER_BYTES)
+
 NCCL_INTERNODE_EXTRA_BYTES = 256 * MIB
 #: the CUDA caching allocator hands out blocks in multiples of 512 bytes
 ROUND_BYTES = 512
@@ -96,13 +91,14 @@ def traced_run(run, *, round_bytes: int = ROUND_BYTES, use_cache: bool = True):
 
 
 def gpu_side_terms(peak_bytes: int, *, world_size: int, nodes: int) -> dict[str, int]:
-    """Memory a GPU run holds beyond the tensors the trace sees (all UNCALIBRATED defaults,
-    overridable by environment variables):
+    """Memory a GPU run holds beyond the tensors the trace sees (defaults from
+    :mod:`fmest.device_terms`, shared with the analytic plugin; overridable by environment
+    variables):
 
-    * ``cuda_context``: CUDA context + cuBLAS workspace (``FMEST_CUDA_CONTEXT_BYTES``,
-      default 500 MiB + 32 MiB);
+    * ``cuda_context``: CUDA context + cuBLAS workspaces (``FMEST_CUDA_CONTEXT_BYTES``,
+      default 512 MiB + 2 x 32 MiB);
     * ``allocator_reserve``: caching-allocator reserve over the allocated peak
-      (``FMEST_ALLOCATOR_RESERVE_FRACTION``, default 0.05);
+      (``FMEST_ALLOCATOR_RESERVE_FRACTION``, default 0.10, calibrated on reserved-memory rows);
     * ``nccl_buffers``: NCCL buffers when world size > 1 (``FMEST_NCCL_BUFFER_BYTES``, default
       256 MiB, +256 MiB across nodes).
     """

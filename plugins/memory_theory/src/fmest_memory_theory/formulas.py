@@ -104,21 +104,11 @@ FSDP_UNSHARDED_LAYERS = 2
 FSDP_PP_ACCUMULATED_GRAD_BYTES = FP32_BYTES
 
 # -- outside the tensors --------------------------------------------------------------------
-#: CUDA context + cuBLAS/cuBLASLt workspaces + NCCL communicator buffers: memory nvidia-smi
-#: shows but ``torch.cuda.max_memory_reserved()`` does not. ~500 MiB for the context with lazy
-#: module loading on CUDA 12 (PyTorch "CUDA semantics" notes; stas00/ml-engineering
-#: "the CUDA kernels take 0.5-2 GB"), 2 x 32 MiB cuBLAS workspaces on Hopper
-#: (``CUBLAS_WORKSPACE_CONFIG=:4096:8``).
-CUDA_CONTEXT_BYTES = 512 * 2**20
-CUBLAS_WORKSPACE_BYTES = 2 * 32 * 2**20
-#: NCCL: ``NCCL_BUFFSIZE`` 4 MiB per channel and peer direction; ~32 channels on NVLink
-#: systems (NCCL environment-variable docs) -> 256 MiB per communicator, counted once.
-NCCL_BUFFER_BYTES = 256 * 2**20
-#: Caching-allocator overhead, reserved over allocated at the peak (block rounding and
-#: segments that cannot be merged). Calibrated globally on the rows of
-#: shared/data/measured_dev.csv that report ``max_memory_reserved`` (docs/memory_model.md,
-#: "allocator reserve"); one number for every job.
-ALLOCATOR_RESERVE_FRACTION = 0.10
+#: GPU-side terms (CUDA context, cuBLAS workspaces, NCCL buffers, allocator reserve) live in
+#: core's :mod:`fmest.device_terms`, shared with the traced plugin.
+from fmest.device_terms import (  # noqa: E402
+    ALLOCATOR_RESERVE_FRACTION, CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, NCCL_BUFFER_BYTES,
+    allocator_reserve_bytes, cuda_context_bytes)
 
 
 # ============================================================================================
@@ -335,20 +325,6 @@ def pipeline_inflight_microbatches(schedule: str, pp: int, microbatches: int,
         full = pp * (1 + (pp - 1) / (pp * virtual_stages))
         return min(full, float(microbatches))
     return float(min(pp, microbatches))
-
-
-def allocator_reserve_bytes(allocated_bytes: float) -> float:
-    """Caching-allocator reserve over allocated bytes at the peak (``ALLOCATOR_RESERVE_FRACTION``,
-    calibrated globally, see docs/memory_model.md; PyTorch "CUDA semantics: memory
-    management")."""
-    return allocated_bytes * ALLOCATOR_RESERVE_FRACTION
-
-
-def cuda_context_bytes(world_size: int) -> float:
-    """CUDA context + cuBLAS workspaces (+ NCCL buffers when more than one GPU): memory outside
-    the caching allocator (constants above)."""
-    return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + (NCCL_BUFFER_BYTES if world_size > 1
-                                                           else 0)
 
 
 def ceil_div(a: int, b: int) -> int:
