@@ -372,15 +372,25 @@ def cmd_gpus(args, engine_factory) -> int:
 def cmd_plugins(args, engine_factory) -> int:
     from fmest.plugins import plugin_hooks
 
+    from importlib.metadata import entry_points
+
     engine = engine_factory()
     hooks = plugin_hooks(engine.pm)
+    # learned-model bundles are packages of their own (entry-point group fmest.learned_models);
+    # listed by name without importing them
+    bundles = {ep.name: ep.value for ep in entry_points(group="fmest.learned_models")}
     if args.format == "json":
-        print(json.dumps({"plugins": hooks,
+        print(json.dumps({"plugins": hooks, "learned_models": bundles,
                           "load_errors": [str(e) for e in engine.load_errors]}, indent=2))
         return 0
     w = max(len(n) for n in hooks)
     for name, hs in sorted(hooks.items()):
         print(f"{name:<{w}}  {', '.join(h.removeprefix('fmest_') for h in hs)}")
+    if bundles:
+        print("\nlearned-model bundles (--learned-model NAME; details: fmest learned-models)")
+        wb = max(len(n) for n in bundles)
+        for name, value in sorted(bundles.items()):
+            print(f"{name:<{wb}}  {value}")
     for err in engine.load_errors:
         print(f"error: {err}")
     return 0
