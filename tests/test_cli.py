@@ -92,7 +92,8 @@ def test_models_gpus_plugins_commands(capsys):
     assert main(["gpus"], engine=eng) == 0
     assert "H100" in capsys.readouterr().out
     assert main(["plugins", "--format", "json"], engine=eng) == 0
-    assert "policies" in json.loads(capsys.readouterr().out)["plugins"]
+    out = json.loads(capsys.readouterr().out)
+    assert "policies" in out["plugins"] and isinstance(out["learned_models"], dict)
 
 
 def test_explain_lists_candidates_without_crashing(capsys):
