@@ -92,6 +92,12 @@ FRAMEWORK_OVERHEAD_FRACTION = 0.15
 #: within a node 0.77-0.78 on 8xA100 (NVLink3), 0.82 ring on 8xH200; across nodes 0.70-0.75 of
 #: the per-GPU NIC.
 INTRA_NODE_COLLECTIVE_EFFICIENCY = 0.78
+#: NVLink4 (Hopper) ring collectives reach a higher fraction: 8xH200 ring all-reduce
+#: (``NCCL_NVLS_ENABLE=0``) 367.6 GB/s busbw of 450 GB/s = 0.82; H100 NVLink P2P 376 of 450 =
+#: 0.83 (HN §5). Hopper parts share the NVLink4/NVSwitch fabric, so they use this value; NVLS
+#: (in-switch all-reduce, >100 %) is not assumed because TP/FSDP use all-gather/reduce-scatter.
+INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU = {"H100-SXM": 0.82, "H800": 0.82, "H200": 0.82,
+                                           "GH200": 0.82}
 INTER_NODE_COLLECTIVE_EFFICIENCY = 0.72
 #: Per-step latency of a collective algorithm step (NCCL: a few microseconds per hop within a
 #: node, ~10 us across nodes; HN §5 "latency term for small messages").
@@ -147,7 +153,11 @@ EAGER_SCORE_BYTES_PER_ELEMENT = 20.0
 #: per parameter per use (Dettmers et al. 2023, arXiv:2305.14314, §3 "double dequant").
 QLORA_DEQUANT_BYTES_PER_PARAM = 4.6
 #: float8 training (torchao/TE dynamic scaling): each GEMM operand is read in bf16 for the amax,
-#: read again and written as fp8 (r2 r2 w1 = 5 bytes per element).
+#: read again and written as fp8 (r2 r2 w1 = 5 bytes per element). These are elementwise
+#: kernels: under torch.compile Inductor fuses the amax reduction and the cast with the
+#: neighbouring elementwise ops (torchao float8 README: "torch.compile is required to get
+#: performance" from float8 training), so they get ``COMPILE_MEMORY_BOUND_SPEEDUP`` like the
+#: other elementwise traffic; eager they run as separate kernels.
 FP8_CAST_BYTES_PER_ELEMENT = 5.0
 #: foreach AdamW runs ~8 multi-tensor kernels (weight decay, two lerps/mults, sqrt, div, add,
 #: addcdiv): about 3x the traffic of the single-pass fused kernel (torch/optim/adamw.py).
@@ -384,6 +394,26 @@ def memory_bound_seconds(bytes_moved: float, hbm_bytes_per_s: float, *,
 # Communication (Patarasuk & Yuan 2009 ring; Thakur et al. 2005 MPICH collectives)
 # ---------------------------------------------------------------------------------------------
 
+def tp_all_gather_bytes_per_element(lin_dtype: str, act_bytes: float) -> float:
+    """Bytes per element of the sequence-parallel all-gathers of tensor parallelism. Under
+    float8 training the TP plan casts before communicating: torchao
+    ``PrepareFloat8ModuleInput``/``Float8ColwiseParallel`` cast the layer input to float8
+    (e4m3) *before* the all-gather, and ``Float8RowwiseParallel`` casts the incoming gradient to
+    float8 (e5m2, ``NoopFwToFloat8BwDynamic``) before the backward all-gather
+    (torchao/float8/float8_tensor_parallel.py; used by torchtitan when float8 and TP are on,
+    torchtitan/parallelisms/parallelize_llama.py). The reduce-scatters carry bf16 partial sums.
+    """
+    return dtype_bytes("fp8") if lin_dtype == "fp8" else act_bytes
+
+
+def intra_node_collective_efficiency(gpu_name: str) -> float:
+    """Achieved ring busbw / unidirectional link speed within a node (HN §5):
+    ``INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU`` for NVLink4 parts, else
+    ``INTRA_NODE_COLLECTIVE_EFFICIENCY``."""
+    return _lookup_prefix(INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU, gpu_name,
+                          INTRA_NODE_COLLECTIVE_EFFICIENCY)
+
+
 def link_bytes_per_s(gpu, *, inter_node: bool, size: int = 2, nodes: int = 2) -> float:
     """Achievable bus bandwidth (nccl-tests ``busbw``) of a collective group: NVLink/xGMI
     within a node; across ``nodes`` nodes a hierarchical collective moves only
@@ -391,7 +421,7 @@ def link_bytes_per_s(gpu, *, inter_node: bool, size: int = 2, nodes: int = 2) ->
     ``busbw = NIC * eff * (size-1)/(nodes-1)``, capped by the intra-node rate (HN §5: 4 x 8
     B200 with 50 GB/s NICs reach 377 GB/s busbw = 36.5 GB/s per GPU on the wire)."""
     intra = (gpu.intra_node_bytes_per_s or gpu.pcie_bytes_per_s or DEFAULT_PCIE_BYTES_PER_S) \
-        * INTRA_NODE_COLLECTIVE_EFFICIENCY
+        * intra_node_collective_efficiency(getattr(gpu, "name", "") or "")
     if not inter_node:
         return intra
     nic = (gpu.inter_node_bytes_per_s or DEFAULT_INTER_NODE_BYTES_PER_S) \

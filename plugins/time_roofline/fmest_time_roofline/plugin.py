@@ -142,7 +142,8 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
 
     # ---- matmuls of one micro-batch on the slowest (last) pipeline stage -------------------
     fwd_mm = bwd_mm = rec_mm = 0.0
-    extra_bytes = 0.0  # fp8 casts, QLoRA dequant
+    extra_bytes = 0.0  # QLoRA dequant (bitsandbytes kernels, never fused)
+    fp8_cast_bytes = 0.0  # float8 amax + cast (fused by torch.compile)
     last_mm_names = set()
     for lin in model.linears:
         if lin.kind in ("mlp", "expert", "shared_expert") and lin.out_features == model.hidden_size \
@@ -171,7 +172,7 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
             rec_mm += t
         elems = (rows * k + k * n + rows * n) * count
         if lin_dtype == "fp8":
-            extra_bytes += F.FP8_CAST_BYTES_PER_ELEMENT * elems * (3 if full else 2)
+            fp8_cast_bytes += F.FP8_CAST_BYTES_PER_ELEMENT * elems * (3 if full else 2)
         if tr.technique == "qlora":
             uses = 2 + (1 if ckpt == "full" else 0)
             extra_bytes += F.QLORA_DEQUANT_BYTES_PER_PARAM * k * n * count * uses
@@ -225,7 +226,8 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
         grad_local = (trainable_params(model, tr) / (tp * pp))
         mem_bytes += 3 * _grad_reduce_bytes(tr, ctx.sharding) * grad_local * (m - 1) / m
     mem_t = F.memory_bound_seconds(mem_bytes, hbm, compiled=tr.compile) \
-        + F.memory_bound_seconds(extra_bytes, hbm, compiled=False)
+        + F.memory_bound_seconds(extra_bytes, hbm, compiled=False) \
+        + F.memory_bound_seconds(fp8_cast_bytes, hbm, compiled=tr.compile)
 
     compute_mb = fwd_mm + bwd_mm + rec_mm + attn_fwd + attn_bwd + attn_rec
     fwd_share = (fwd_mm + attn_fwd) / max(compute_mb, 1e-30)
@@ -241,9 +243,18 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     tp_t = ep_t = pp_t = cp_t = 0.0
     if tp > 1:
         inter, bw = bw_of(tp, 1)
-        n_coll = 4 + (2 if ckpt == "full" else 0)  # 2 fwd + 2 bwd (+2 recompute) per layer
-        tp_t = n_coll * stage_layers * F.all_reduce_seconds(T * model.hidden_size * act_b, tp, bw,
-                                                             inter)
+        n_pass = 2 + (1 if ckpt == "full" else 0)  # fwd + bwd (+ recompute) per layer
+        act_elems = T * model.hidden_size
+        if par.sequence_parallel:
+            # each all-reduce becomes an all-gather + a reduce-scatter (Korthikanti et al.
+            # 2022, §4.2.2), 2 of each per pass per layer; float8 TP gathers fp8 (formulas
+            # tp_all_gather_bytes_per_element), reductions stay in the activation dtype
+            ag_b = F.tp_all_gather_bytes_per_element(lin_dtype, act_b)
+            per_pass = 2 * (F.all_gather_seconds(act_elems * ag_b, tp, bw, inter)
+                            + F.reduce_scatter_seconds(act_elems * act_b, tp, bw, inter))
+        else:
+            per_pass = 2 * F.all_reduce_seconds(act_elems * act_b, tp, bw, inter)
+        tp_t = n_pass * stage_layers * per_pass
     if ep > 1 and model.is_moe:
         moe_layers = (model.num_moe_layers or model.num_layers) / pp
         inter, bw = bw_of(ep, tp * cp)
