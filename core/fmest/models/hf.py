@@ -476,6 +476,25 @@ def _generic(mt: str, c: _Cfg, b: _Builder, warnings: list[str]) -> dict:
 
 # --------------------------------------------------------------------------- entry point
 
+#: model_type -> (builder(mt, cfg, builder, warnings) -> shape fields, context length used when
+#: the config names none: the default of the transformers config class of that type).
+_BUILDERS = {
+    **{mt: (lambda mt, c, b, w: _llama_like(mt, c, b), 2048)
+       for mt in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3",
+                  "granite")},
+    "mixtral": (lambda mt, c, b, w: _mixtral(c, b), 4096 * 32),
+    "qwen2_moe": (lambda mt, c, b, w: _qwen2_moe(c, b), 32768),
+    "granitemoe": (lambda mt, c, b, w: _granitemoe(c, b), 4096),
+    "deepseek_v2": (_deepseek, 4096),
+    "deepseek_v3": (_deepseek, 4096),
+    "falcon": (lambda mt, c, b, w: _falcon(c, b, w), 2048),
+    "gpt2": (lambda mt, c, b, w: _gpt2(c, b), 1024),
+    "bloom": (lambda mt, c, b, w: _bloom(c, b), 2048),
+    "opt": (lambda mt, c, b, w: _opt(c, b), 2048),
+    "mpt": (lambda mt, c, b, w: _mpt(c, b, w), 2048),
+}
+
+
 def spec_from_hf_config(config: dict, *, name: str, source: str) -> ModelSpec:
     """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` dict.
 
@@ -510,40 +529,11 @@ def spec_from_hf_config(config: dict, *, name: str, source: str) -> ModelSpec:
 
     c = _Cfg(config)
     b = _Builder()
-    if mt in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3",
-              "granite"):
-        shape = _llama_like(mt, c, b)
-        max_pos_default = 2048
-    elif mt == "mixtral":
-        shape = _mixtral(c, b)
-        max_pos_default = 4096 * 32
-    elif mt == "qwen2_moe":
-        shape = _qwen2_moe(c, b)
-        max_pos_default = 32768
-    elif mt == "granitemoe":
-        shape = _granitemoe(c, b)
-        max_pos_default = 4096
-    elif mt in ("deepseek_v2", "deepseek_v3"):
-        shape = _deepseek(mt, c, b, warnings)
-        max_pos_default = 4096
-    elif mt == "falcon":
-        shape = _falcon(c, b, warnings)
-        max_pos_default = 2048
-    elif mt == "gpt2":
-        shape = _gpt2(c, b)
-        max_pos_default = 1024
-    elif mt == "bloom":
-        shape = _bloom(c, b)
-        max_pos_default = 2048
-    elif mt == "opt":
-        shape = _opt(c, b)
-        max_pos_default = 2048
-    elif mt == "mpt":
-        shape = _mpt(c, b, warnings)
-        max_pos_default = 2048
-    else:
+    builder, max_pos_default = _BUILDERS.get(mt, (None, 2048))
+    if builder is None:
         shape = _generic(mt or "<no model_type>", c, b, warnings)
-        max_pos_default = 2048
+    else:
+        shape = builder(mt, c, b, warnings)
     if "max_position_embeddings" not in shape:
         shape["max_position_embeddings"] = c.int(
             "max_position_embeddings", "n_positions", "max_seq_len", "seq_length",

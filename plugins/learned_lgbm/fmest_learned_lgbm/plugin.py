@@ -78,19 +78,27 @@ def _predict(target, job, ctx, baseline):
     return math.exp(point), prov, tuple(notes)
 
 
+def _correct(target: str, theory, job, ctx):
+    """(theory answer, learned factor, provenance, notes) for ``target``, or ``None`` when the
+    policy does not ask for learned answers, the baseline does not apply or the bundle has no
+    model for it."""
+    if job.options.method not in ANSWERS_FOR:
+        return None
+    base = theory(job, ctx)
+    if base is None:
+        return None
+    got = _predict(target, job, ctx, base)
+    return None if got is None else (base, *got)
+
+
 @hookimpl
 def fmest_estimate_memory(job, ctx):
     """Learned per-GPU peak memory (see module doc); ``None`` unless method is learned/hybrid
     or when the bundle has no memory model or the baseline does not apply."""
-    if job.options.method not in ANSWERS_FOR:
-        return None
-    base = theory_memory(job, ctx)
-    if base is None:
-        return None
-    got = _predict("memory", job, ctx, base)
+    got = _correct("memory", theory_memory, job, ctx)
     if got is None:
         return None
-    factor, prov, notes = got
+    base, factor, prov, notes = got
     fixed = {k: v for k, v in base.components.items() if k in NOT_ALLOCATED}
     rest = {k: v for k, v in base.components.items() if k not in NOT_ALLOCATED}
     fixed_bytes = sum(fixed.values())
@@ -110,15 +118,10 @@ def fmest_estimate_memory(job, ctx):
 @hookimpl
 def fmest_estimate_time(job, ctx, memory):
     """Learned step time when the bundle has a time model; ``None`` otherwise."""
-    if job.options.method not in ANSWERS_FOR:
-        return None
-    base = theory_time(job, ctx)
-    if base is None:
-        return None
-    got = _predict("time", job, ctx, base)
+    got = _correct("time", theory_time, job, ctx)
     if got is None:
         return None
-    factor, prov, notes = got
+    base, factor, prov, notes = got
     step = base.step_seconds * factor
     total = base.total_seconds * factor if base.total_seconds is not None else None
     return TimeEstimate(step_seconds=step,
