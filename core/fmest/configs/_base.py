@@ -47,6 +47,15 @@ class Sink:
         self.values.pop(field, None)  # re-insert so the order follows the file
         self.values[field] = (value, key)
 
+    def set_when_true(self, field: str, on: Any, key: str, value: Any,
+                      reason_if_false: str = "false") -> None:
+        """A boolean switch: set ``field`` to ``on`` when ``value`` is true, else record the key
+        as ignored (nothing is dropped silently)."""
+        if self.bool_(key, value):
+            self.set(field, on, key)
+        else:
+            self.ignore(key, reason_if_false)
+
     def get(self, field: str, default: Any = None) -> Any:
         return self.values[field][0] if field in self.values else default
 

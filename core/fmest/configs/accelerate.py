@@ -160,10 +160,7 @@ def _megatron(cfg: dict, sink: Sink, prefix: str) -> None:
         elif name == "megatron_lm_num_micro_batches":
             sink.set("training.grad_accum_steps", sink.int_(key, value), key)
         elif name == "megatron_lm_use_distributed_optimizer":
-            if sink.bool_(key, value):
-                sink.set("parallelism.zero_stage", 1, key)
-            else:
-                sink.ignore(key, "false: optimizer states replicated (fmest's default)")
+            sink.set_when_true("parallelism.zero_stage", 1, key, value, "false: optimizer states replicated (fmest's default)")
         else:
             sink.ignore(key, NOT_ESTIMATED)
 

@@ -110,10 +110,7 @@ def map_config(doc: dict, sink: Sink) -> None:
             else:
                 sink.ignore(key, "empty")
         elif name == "lora_target_linear":
-            if sink.bool_(key, value):
-                sink.set("training.lora_target_modules", ["all-linear"], key)
-            else:
-                sink.ignore(key, "false: lora_target_modules choose the modules")
+            sink.set_when_true("training.lora_target_modules", ["all-linear"], key, value, "false: lora_target_modules choose the modules")
         elif name == "sequence_len":
             sink.set("training.seq_len", sink.int_(key, value), key)
         elif name == "micro_batch_size":
@@ -169,10 +166,7 @@ def map_config(doc: dict, sink: Sink) -> None:
             else:
                 sink.ignore(key, "false")
         elif name == "fp8":
-            if sink.bool_(key, value):
-                sink.set("training.dtype", "fp8", key)
-            else:
-                sink.ignore(key, "false")
+            sink.set_when_true("training.dtype", "fp8", key, value)
         elif name == "deepspeed":
             from fmest.configs import deepspeed
 
@@ -200,15 +194,9 @@ def map_config(doc: dict, sink: Sink) -> None:
             sink.set("training.compile", str(value).strip().lower() != "auto" and
                      sink.bool_(key, value), key)
         elif name in ("liger_fused_linear_cross_entropy", "cut_cross_entropy"):
-            if sink.bool_(key, value):
-                sink.set("training.loss", "fused", key)
-            else:
-                sink.ignore(key, "false")
+            sink.set_when_true("training.loss", "fused", key, value)
         elif name == "chunked_cross_entropy":
-            if sink.bool_(key, value):
-                sink.set("training.loss", "chunked", key)
-            else:
-                sink.ignore(key, "false")
+            sink.set_when_true("training.loss", "chunked", key, value)
         elif name in ("sequence_parallel_degree", "context_parallel_size"):
             sink.set("parallelism.cp", sink.int_(key, value), key)
         elif name == "tensor_parallel_size":

@@ -139,10 +139,7 @@ def map_config(doc: dict, sink: Sink) -> None:
             else:
                 sink.set("training.attention", attn, key)
         elif name == "enable_liger_kernel":
-            if sink.bool_(key, value):
-                sink.set("training.loss", "fused", key)
-            else:
-                sink.ignore(key, "false: standard loss")
+            sink.set_when_true("training.loss", "fused", key, value, "false: standard loss")
         elif name == "pure_bf16":
             if sink.bool_(key, value):
                 sink.set("training.dtype", "bf16", key)
@@ -153,10 +150,7 @@ def map_config(doc: dict, sink: Sink) -> None:
             if sink.bool_(key, value):
                 sink.set("training.activation_checkpointing", "none", key)
         elif name == "use_unsloth_gc":
-            if sink.bool_(key, value):
-                sink.set("training.activation_offload", True, key)
-            else:
-                sink.ignore(key, "false")
+            sink.set_when_true("training.activation_offload", True, key, value)
         elif name == "stage":
             stage = str(value).strip().lower()
             if stage in ("sft", "pt"):
