@@ -110,7 +110,8 @@ def map_config(doc: dict, sink: Sink) -> None:
             else:
                 sink.ignore(key, "empty")
         elif name == "lora_target_linear":
-            sink.set_when_true("training.lora_target_modules", ["all-linear"], key, value, "false: lora_target_modules choose the modules")
+            sink.set_when_true("training.lora_target_modules", ["all-linear"], key, value,
+                               "false: lora_target_modules choose the modules")
         elif name == "sequence_len":
             sink.set("training.seq_len", sink.int_(key, value), key)
         elif name == "micro_batch_size":
