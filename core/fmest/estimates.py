@@ -14,6 +14,74 @@ from attrs import field, frozen
 
 BASES = ("measured", "learned", "traced", "analytic", "quoted")
 
+# -- the component vocabulary -------------------------------------------------------------------
+# Names a MemoryEstimate's ``components`` and a TimeEstimate's ``breakdown`` use, so plugins that
+# read another plugin's answer (through the engine) look up names, never substrings.
+
+#: Where a memory component lives relative to PyTorch's caching allocator:
+#: ``allocated`` bytes are what ``torch.cuda.max_memory_allocated()`` counts; ``reserve`` is what
+#: the allocator holds above that (``max_memory_reserved() - max_memory_allocated()``);
+#: ``outside`` is device memory the allocator never sees (CUDA context, cuBLAS workspaces, NCCL
+#: buffers: PyTorch "CUDA semantics", memory management notes).
+ALLOCATED, RESERVE, OUTSIDE = "allocated", "reserve", "outside"
+
+#: Memory component name -> (allocator class, meaning). The analytic plugin uses the first block,
+#: the traced plugin the tracker's categories (second block); both share the device terms.
+MEMORY_COMPONENTS: dict[str, tuple[str, str]] = {
+    "weights": (ALLOCATED, "model weights in their storage dtype (sharded share)"),
+    "master_weights": (ALLOCATED, "fp32 master copy of the trainable weights"),
+    "lora_adapters": (ALLOCATED, "LoRA adapter weights"),
+    "gradients": (ALLOCATED, "gradients of the trainable parameters"),
+    "optimizer_states": (ALLOCATED, "optimizer state (e.g. Adam moments)"),
+    "optimizer_temporaries": (ALLOCATED, "optimizer step working buffers"),
+    "activations": (ALLOCATED, "activations saved for backward"),
+    "logits_and_loss": (ALLOCATED, "logits, loss and their gradients"),
+    "framework_buffers": (ALLOCATED, "collective and prefetch buffers the framework allocates"),
+    # the traced plugin's tracker categories
+    "params": (ALLOCATED, "parameters (traced)"),
+    "grads": (ALLOCATED, "gradients (traced)"),
+    "optimizer_state": (ALLOCATED, "optimizer state (traced)"),
+    "temporaries": (ALLOCATED, "short-lived tensors at the peak (traced)"),
+    # GPU-side terms (fmest.device_terms)
+    "cuda_context": (OUTSIDE, "CUDA context and cuBLAS workspaces (plus NCCL buffers when the "
+                              "estimate has no separate nccl_buffers)"),
+    "nccl_buffers": (OUTSIDE, "NCCL communicator buffers"),
+    "allocator_reserve": (RESERVE, "caching-allocator reserve above the allocated peak"),
+}
+
+#: Components counted by ``max_memory_allocated`` / by ``max_memory_reserved`` / by neither.
+ALLOCATED_COMPONENTS = tuple(k for k, (cls, _) in MEMORY_COMPONENTS.items() if cls == ALLOCATED)
+RESERVE_COMPONENTS = tuple(k for k, (cls, _) in MEMORY_COMPONENTS.items() if cls == RESERVE)
+OUTSIDE_COMPONENTS = tuple(k for k, (cls, _) in MEMORY_COMPONENTS.items() if cls == OUTSIDE)
+#: Components holding saved activations (what a time model reads as activation traffic).
+ACTIVATION_COMPONENTS = ("activations",)
+
+#: Time breakdown part name -> meaning. ``communication_<group>`` parts are exposed
+#: (non-overlapped) collective time of that parallel group.
+TIME_PARTS: dict[str, str] = {
+    "compute": "matrix-multiply time at the achieved FLOP rate",
+    "memory_bound": "bandwidth-bound kernels (norms, activations, elementwise)",
+    "communication_tp": "exposed tensor-parallel collectives",
+    "communication_ep": "exposed expert-parallel all-to-alls",
+    "communication_pp": "exposed pipeline send/recv",
+    "communication_cp": "exposed context-parallel (ring attention) exchanges",
+    "communication_dp": "exposed data-parallel / sharding collectives",
+    "pipeline_bubble": "pipeline fill and drain",
+    "optimizer_step": "the optimizer update",
+    "offload": "exposed host-device transfers of offloaded state",
+    "framework_overhead": "launch and framework overhead",
+}
+#: Parallel groups a ``communication_<group>`` part may name.
+COMM_GROUPS = ("tp", "ep", "pp", "cp", "dp")
+
+
+def allocated_bytes(estimate: "MemoryEstimate") -> int:
+    """The part of a memory estimate a measured ``max_memory_allocated`` corresponds to:
+    the total less ``reserve`` and ``outside`` components (unknown names count as allocated)."""
+    skip = sum(estimate.components.get(k, 0) for k in RESERVE_COMPONENTS + OUTSIDE_COMPONENTS)
+    return int(estimate.total_bytes - skip)
+
+
 
 @frozen(kw_only=True)
 class Provenance:
