@@ -1,0 +1,142 @@
+"""A request body -> the CLI's ``fmest estimate`` arguments, so the service reads input through
+the CLI's own door and answers with the CLI's own ``--format json`` object.
+
+A body is a JSON object holding the job in any form ``-f`` accepts (an fmest job or an
+fm-training-estimator ``EstimateInput``), either under ``"input"`` or at the top level, plus
+any ``fmest estimate`` flag by its JSON name: the flag without ``--`` and with ``_`` for ``-``
+(``seq_len``, ``per_device_batch``, ``micro_batch``, ``gpu``, ``zero``, ...). Flags win over the
+job, as on the command line. Each flag value goes through the flag's own argparse type and
+choices, so the service accepts exactly what the CLI accepts and names the same field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from typing import Any
+
+from fmest.errors import InputError
+
+#: Flags the service does not take from a body: files on the server's disk and output format.
+SERVER_SIDE_FLAGS = frozenset({"input_file", "config", "config_format", "format", "plot", "help"})
+#: Top-level keys that belong to the job itself (fmest layout or EstimateInput).
+JOB_KEYS = frozenset({"model_config", "training", "parallelism", "hardware", "workload",
+                      "pricing", "options", "estimator", "estimator_metadata",
+                      "estimatorMetadata", "job_configs", "jobConfigs"})
+_ESTIMATE_INPUT_KEYS = frozenset({"estimator", "estimator_metadata", "estimatorMetadata",
+                                  "job_configs", "jobConfigs"})
+
+
+@functools.lru_cache(maxsize=1)
+def estimate_parser() -> argparse.ArgumentParser:
+    """The ``fmest estimate`` sub-parser, exactly as the CLI builds it."""
+    from fmest.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices["estimate"]
+
+
+@functools.lru_cache(maxsize=1)
+def flag_actions() -> dict[str, argparse.Action]:
+    """JSON name -> argparse action: every long option (``--micro-batch`` -> ``micro_batch``)
+    and every destination (``per_device_batch``) of ``fmest estimate``."""
+    out: dict[str, argparse.Action] = {}
+    for action in estimate_parser()._actions:
+        if action.dest in SERVER_SIDE_FLAGS:
+            continue
+        names = [action.dest] + [o[2:].replace("-", "_") for o in action.option_strings
+                                 if o.startswith("--")]
+        for name in names:
+            out.setdefault(name, action)
+    return out
+
+
+def flag_groups() -> list[tuple[str, list[argparse.Action]]]:
+    """The CLI's argument groups (input, training, ...) with the flags the service takes."""
+    groups = []
+    for group in estimate_parser()._action_groups:
+        actions = [a for a in group._group_actions
+                   if a.dest not in SERVER_SIDE_FLAGS and a.option_strings]
+        if actions:
+            groups.append((group.title, actions))
+    return groups
+
+
+def is_bool_flag(action: argparse.Action) -> bool:
+    return action.nargs == "?" and action.const is True
+
+
+def flag_name(action: argparse.Action) -> str:
+    """The long option (``--seq-len``) of an action."""
+    return next(o for o in action.option_strings if o.startswith("--"))
+
+
+def convert_flag(name: str, action: argparse.Action, value: Any) -> Any:
+    """One JSON value through the flag's argparse type and choices (what the CLI would do with
+    ``--flag VALUE``); errors name the JSON field and, where known, the accepted values."""
+    if value is None:
+        return None
+    if action.nargs in ("+", "*"):
+        items = value if isinstance(value, list) else [value]
+        return [convert_flag(name, _Single(action), v) for v in items]
+    if isinstance(value, (dict, list)):
+        raise InputError(name, "expected a single value", value=value,
+                         accepted=list(action.choices) if action.choices else None)
+    text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    converted: Any = text
+    if action.type is not None:
+        try:
+            converted = action.type(text)
+        except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
+            message = str(exc) if isinstance(exc, argparse.ArgumentTypeError) else (
+                f"expected {getattr(action.type, '__name__', 'a value')}")
+            raise InputError(name, message, value=None if "got" in message else value, accepted=(
+                [True, False] if is_bool_flag(action) else
+                list(action.choices) if action.choices else None)) from None
+    if action.choices is not None and converted not in action.choices:
+        raise InputError(name, "not an accepted value", value=value, accepted=action.choices)
+    return converted
+
+
+class _Single:
+    """An nargs='+' action seen as one item (for converting list elements)."""
+
+    def __init__(self, action: argparse.Action) -> None:
+        self.type, self.choices, self.nargs, self.const = action.type, action.choices, None, None
+
+
+def split_body(body: Any) -> tuple[Any, dict[str, Any]]:
+    """``(job input or None, flags)`` of a request body."""
+    if not isinstance(body, dict):
+        raise InputError("body", "expected a JSON object: the job (fmest layout or "
+                         "EstimateInput) and/or fmest estimate flags by JSON name",
+                         value=type(body).__name__)
+    body = dict(body)
+    if "input" in body:
+        job_input = body.pop("input")
+        if job_input is not None and not isinstance(job_input, dict):
+            raise InputError("input", "expected a JSON object (an fmest job or an "
+                             "fm-training-estimator EstimateInput)", value=type(job_input).__name__)
+    else:
+        job_input = {k: body.pop(k) for k in list(body) if k in JOB_KEYS} or None
+        if job_input is not None and "model" in body and not _ESTIMATE_INPUT_KEYS & set(job_input):
+            job_input["model"] = body["model"]  # an fmest job names its model at the top
+    return job_input, body
+
+
+def estimate_args(body: Any) -> tuple[argparse.Namespace, Any]:
+    """The namespace ``fmest estimate --format json`` would parse from this body, and the job
+    input that ``-f`` would read."""
+    job_input, flags = split_body(body)
+    args = estimate_parser().parse_args([])
+    actions = flag_actions()
+    for name, value in flags.items():
+        action = actions.get(name)
+        if action is None:
+            raise InputError(name, "unknown field: not an fmest estimate flag (JSON names: the "
+                             "flag without -- and with _ for -) nor a job section",
+                             accepted=sorted(set(actions) | JOB_KEYS | {"input"}))
+        setattr(args, action.dest, convert_flag(name, action, value))
+    args.format = "json"
+    return args, job_input

@@ -1,0 +1,140 @@
+"""OpenAPI pieces of the service, generated from the CLI's ``fmest estimate`` parser so the
+schema, the page's form and the command line name the same knobs in the same groups.
+
+Each flag property carries ``x-flag`` (its ``--option``) and ``x-group`` (the CLI's argument
+group: input, training, parallelism, hardware, workload, pricing, answer); the page builds its
+form from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from fmest.cli import parse_bool, parse_count, parse_positive_int
+from fmest.serve.inputs import flag_groups, flag_name, is_bool_flag
+
+DESCRIPTION = (
+    "Estimate per-GPU memory, step time, tokens/s and cost of LLM training runs. "
+    "`POST /v1/estimate` takes the job in any form `fmest estimate -f` accepts (an fmest job "
+    "or an fm-training-estimator EstimateInput, at the top level or under `input`) plus any "
+    "`fmest estimate` flag by its JSON name (`--seq-len` -> `seq_len`); flags win. The answer "
+    "is exactly `fmest estimate --format json`. Errors are "
+    '`{"error": {"field": ..., "message": ..., "accepted": [...]}}`.')
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["error"],
+    "properties": {"error": {
+        "type": "object", "required": ["field", "message", "accepted"],
+        "properties": {
+            "field": {"type": ["string", "null"],
+                      "description": "path of the offending value (a flag's JSON name or a job "
+                                     "field such as training.seq_len); null when no field is to "
+                                     "blame"},
+            "message": {"type": "string"},
+            "accepted": {"type": "array", "description": "accepted values, when enumerable"},
+        }}},
+}
+
+#: The top-level fields of ``fmest estimate --format json`` (report_to_dict's contract).
+ESTIMATE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["model", "job", "layout", "gpu", "memory", "time", "tokens", "cost",
+                 "provenance", "warnings", "decisions"],
+    "properties": {
+        "model": {"type": "object"}, "job": {"type": "object"}, "layout": {"type": "object"},
+        "gpu": {"type": "object", "required": ["name", "memory_bytes"]},
+        "memory": {"type": ["object", "null"], "properties": {
+            "total_bytes": {"type": "number"}, "components": {"type": "object"},
+            "phase_peaks_bytes": {"type": "object"}, "gpu_memory_bytes": {"type": "number"},
+            "fits": {"type": ["boolean", "null"]},
+            "max_micro_batch": {"type": ["integer", "null"]}}},
+        "time": {"type": ["object", "null"]}, "tokens": {"type": ["object", "null"]},
+        "cost": {"type": ["object", "null"]}, "provenance": {"type": "object"},
+        "warnings": {"type": "array", "items": {"type": "string"}},
+        "decisions": {"type": "object"},
+    },
+}
+
+_JOB_SECTION = {"type": "object", "description": "a section of the fmest job layout "
+                "(docs/cli.md); its fields as in `fmest estimate --format json`'s `job`"}
+
+
+def _flag_schema(action: argparse.Action) -> dict[str, Any]:
+    if is_bool_flag(action) or action.type is parse_bool:
+        out: dict[str, Any] = {"type": "boolean"}
+    elif action.type is parse_positive_int:
+        out = {"type": "integer", "minimum": 1}
+    elif action.type is int:
+        out = {"type": "integer"}
+    elif action.type in (float, parse_count):
+        out = {"type": "number"}
+    else:
+        out = {"type": "string"}
+    if action.choices is not None:
+        out["enum"] = list(action.choices)
+    if action.nargs in ("+", "*"):
+        out = {"type": "array", "items": out, "minItems": 1}
+    out["description"] = (action.help or "").replace("%%", "%")
+    out["x-flag"] = flag_name(action)
+    return out
+
+
+def estimate_request_schema() -> dict[str, Any]:
+    """The body of ``POST /v1/estimate``: flags by JSON name, the job sections, ``input``."""
+    props: dict[str, Any] = {}
+    for title, actions in flag_groups():
+        for action in actions:
+            prop = _flag_schema(action)
+            prop["x-group"] = title
+            props[action.dest] = prop
+    for section in ("training", "parallelism", "hardware", "workload", "pricing", "options"):
+        props[section] = dict(_JOB_SECTION)
+    props["model_config"] = {"type": "object", "description": "an inline Hugging Face "
+                             "config.json (the model's shape); `model` then names it"}
+    props["job_configs"] = {"type": "array", "items": {"type": "object"}, "description":
+                            "fm-training-estimator EstimateInput jobs (with `estimator`)"}
+    props["estimator"] = {"type": "object", "description": "fm-training-estimator "
+                          "EstimateInput estimator metadata"}
+    props["input"] = {"type": "object", "description": "the job as `-f` reads it (fmest job or "
+                      "EstimateInput); the other fields are then flags"}
+    return {"type": "object", "properties": props, "additionalProperties": False,
+            "example": {"model": "meta-llama/Llama-2-7b-hf", "gpu": "A100-80GB",
+                        "per_device_batch": 2, "seq_len": 4096, "zero": 3, "gpus_per_node": 8,
+                        "dataset_tokens": 1e9}}
+
+
+def _json(schema: dict) -> dict:
+    return {"application/json": {"schema": schema}}
+
+
+def _errors(*codes: int) -> dict:
+    text = {413: "request body over the size limit", 422: "bad input (field named)",
+            500: "a bug (logged by the server; no traceback in the body)",
+            501: "not available in this installation", 504: "over the time limit"}
+    return {str(c): {"description": text[c], "content": _json(ERROR_SCHEMA)} for c in codes}
+
+
+def estimate_openapi() -> dict:
+    return {"requestBody": {"required": True, "content": _json(estimate_request_schema())},
+            "responses": {"200": {"description": "`fmest estimate --format json`",
+                                  "content": _json(ESTIMATE_SCHEMA)},
+                          **_errors(413, 422, 500, 504)}}
+
+
+def plan_openapi() -> dict:
+    return {"requestBody": {"required": True, "content": _json({"type": "object"})},
+            "responses": {"200": {"description": "`fmest plan --format json`",
+                                  "content": _json({"type": "object"})},
+                          **_errors(413, 422, 500, 501, 504)}}
+
+
+def list_openapi(item: str) -> dict:
+    return {"responses": {"200": {"description": f"{item} listing", "content": _json(
+        {"type": "array", "items": {"type": "object"}})}, **_errors(500)}}
+
+
+def health_openapi() -> dict:
+    return {"responses": {"200": {"description": "the server is up", "content": _json(
+        {"type": "object", "required": ["status", "version", "plugins", "load_errors"]})},
+        **_errors(500)}}
