@@ -145,20 +145,21 @@ def test_moe_and_expert_parallel():
 
 
 def test_precision_auto_rule():
-    class S:
-        framework, shards = "ddp", frozenset()
+    """docs/memory_model.md precision rule: the strategy's ``auto_precision`` decides for full
+    half-precision training (ZeRO -> master, parameter-sharding FSDP -> amp); LoRA -> amp;
+    otherwise bf16 -> pure, fp16 -> amp."""
+    from fmest.default_plugins.parallelism import BUILTIN_STRATEGIES
+    from fmest.job import Training
 
-    class T:
-        precision, technique, dtype = "auto", "full", "bf16"
-
-    assert resolve_precision(T, S) == "pure"
-    T.technique = "lora"
-    assert resolve_precision(T, S) == "amp"
-    T.technique = "full"
-    S.framework = "deepspeed"
-    assert resolve_precision(T, S) == "master"
-    S.framework, S.shards = "fsdp", frozenset({"parameters"})
-    assert resolve_precision(T, S) == "amp"
+    by_name = {s.name: s for s in BUILTIN_STRATEGIES}
+    full = Training()
+    assert resolve_precision(full, by_name["zero0"]) == "pure"
+    assert resolve_precision(Training(dtype="fp16"), by_name["zero0"]) == "amp"
+    assert resolve_precision(Training(technique="lora"), by_name["zero3"]) == "amp"
+    assert resolve_precision(full, by_name["zero1"]) == "master"
+    assert resolve_precision(full, by_name["fsdp_full_shard"]) == "amp"
+    assert resolve_precision(full, by_name["fsdp_no_shard"]) == "pure"
+    assert resolve_precision(Training(dtype="fp32"), by_name["zero3"]) == "pure"
 
 
 def test_loss_parallel_four_fp32_copies():

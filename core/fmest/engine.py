@@ -21,7 +21,7 @@ from fmest.models.spec import ModelSpec
 from fmest.policies import Decision, Failure
 from fmest.prices import PriceQuote
 from fmest.registry import ListRegistry, Registry
-from fmest.transforms import OptimizerSpec, ShardingStrategy
+from fmest.transforms import OptimizerSpec, ShardingStrategy, Transforms, resolve_transforms
 
 QUANTITIES = ("memory", "time", "tokens", "cost")
 _RESULT_TYPES = {"memory": MemoryEstimate, "time": TimeEstimate, "tokens": TokensEstimate,
@@ -87,6 +87,8 @@ class EstimateContext:
     sharding: ShardingStrategy
     registries: Registries = field(eq=False, repr=False)
     warnings: tuple[str, ...] = ()
+    #: optimizer sizing, sharding and communication resolved once (fmest.transforms)
+    transforms: Optional[Transforms] = None
 
 
 @frozen(kw_only=True)
@@ -189,9 +191,11 @@ class Engine:
             pass  # allowed (QLoRA + ZeRO-3 is supported by DeepSpeed with bnb >= 0.43)
         if job.options.method not in self.registries.policies:
             self.registries.policies.get(job.options.method)  # raises with the accepted names
+        transforms = resolve_transforms(job, model=model, layout=layout, optimizer=optimizer,
+                                        sharding=sharding)
         return EstimateContext(model=model, gpu=gpu, layout=layout, optimizer=optimizer,
                                sharding=sharding, registries=self.registries,
-                               warnings=tuple(model.warnings))
+                               warnings=tuple(model.warnings), transforms=transforms)
 
     # -- asking plugins -------------------------------------------------------------------
     def _ask(self, quantity: str, job: Job, **kwargs) -> tuple[list, list[Failure]]:

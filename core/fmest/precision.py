@@ -15,13 +15,14 @@ def resolve_precision(training, sharding) -> str:
     * LoRA/QLoRA -> ``amp``: frozen base in ``dtype``, adapters, their grads and states in fp32
       (peft ``autocast_adapter_dtype=True``).
     * fp32 compute -> ``pure``.
-    * full + FSDP sharding parameters -> ``amp``: fp32 sharded parameters, gradients and states,
-      compute in ``dtype`` on all-gathered copies (FSDP2 ``MixedPrecisionPolicy``, torchtitan).
-    * full + DeepSpeed ZeRO 1-3 -> ``master``: ``dtype`` weights and grads plus fp32 master
-      weights and fp32 states (DeepSpeed bf16/fp16 optimizers, Megatron).
+    * full + a sharding strategy with ``auto_precision`` -> that policy: the built-in FSDP
+      strategies that shard parameters say ``amp`` (fp32 sharded parameters, gradients and
+      states, compute in ``dtype`` on all-gathered copies: FSDP2 ``MixedPrecisionPolicy``,
+      torchtitan); DeepSpeed ZeRO 1-3 say ``master`` (``dtype`` weights and grads plus fp32
+      master weights and fp32 states: DeepSpeed bf16/fp16 optimizers, Megatron).
     * full + fp16 single GPU/DDP -> ``amp`` (fp16 weights without master copies diverge).
     * full + bf16 single GPU/DDP -> ``pure`` (torchtune and PEFT's benchmark train in pure bf16;
-      the measured rows of shared/data/measured_dev.csv are pure bf16).
+      the measured rows of the evidence set, measured_dev.csv, are pure bf16).
 
     ``sharding`` is the job's :class:`fmest.transforms.ShardingStrategy` (``ctx.sharding``).
     """
@@ -31,10 +32,8 @@ def resolve_precision(training, sharding) -> str:
         return "amp"
     if training.dtype == "fp32":
         return "pure"
-    if sharding.framework == "fsdp" and "parameters" in sharding.shards:
-        return "amp"
-    if sharding.framework == "deepspeed":
-        return "master"
+    if sharding.auto_precision is not None:
+        return sharding.auto_precision
     if training.dtype == "fp16":
         return "amp"
     return "pure"

@@ -1,18 +1,103 @@
-"""Transforms: named strategy objects the estimators apply in a fixed order.
+"""Transforms: named strategy objects the core applies once, in a fixed order, per job.
 
-1. optimizer state sizing (:class:`OptimizerSpec`), then
-2. sharding over data-parallel ranks (:class:`ShardingStrategy`), then
-3. communication (which collectives a strategy runs; used by time plugins).
+1. **optimizer** (:class:`OptimizerSpec`, sized by :meth:`OptimizerSpec.sizing` under the
+   precision policy): bytes per element of the weights, trainable parameters, gradients,
+   master copies, optimizer states and step temporaries (:class:`OptimizerSizing`);
+2. **sharding** (:class:`ShardingStrategy`, planned by :meth:`ShardingStrategy.plan`): how
+   many ranks split parameters, gradients and optimizer states (:class:`ShardingPlan`) plus
+   the framework behaviour the strategy brings (flat buckets, PyTorch-native TP, ...);
+3. **communication** (:meth:`ShardingStrategy.collectives`): the data-parallel collectives of
+   one step, per phase, with bytes, group and whether they may overlap compute
+   (:class:`CommunicationPlan`).
 
-They are registered through ``fmest_register_optimizers`` / ``fmest_register_parallelism``
-so a third party can add an optimizer or a sharding scheme without touching the formulas.
+:func:`resolve_transforms` runs the three in that order; the engine puts the result on the
+estimation context (``ctx.transforms``), so every estimator (analytic memory, roofline time,
+traced memory) reads the same answer instead of re-deriving it. A third party registers an
+optimizer or a sharding strategy through ``fmest_register_optimizers`` /
+``fmest_register_parallelism`` (or subclasses these classes to override a method) and is
+modelled everywhere. A fourth slot, ``stack`` (the training-stack profile), is reserved for
+the same resolution (issue 12); it is ``None`` until that axis exists.
+
+The element-size rule is :data:`DTYPES`, the only dtype table of the product.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from attrs import field, frozen
+
+from fmest.errors import InputError
+
+# ---------------------------------------------------------------------------------------------
+# dtypes: one table
+# ---------------------------------------------------------------------------------------------
+
+FP32_BYTES = 4
+
+
+@frozen(kw_only=True)
+class DtypeInfo:
+    """Sizes of one training dtype: ``storage_bytes`` per stored element (weights, gradients,
+    saved activations) and ``operand_bytes`` per matmul operand (what a GEMM reads)."""
+
+    storage_dtype: str
+    storage_bytes: int
+    operand_bytes: int
+
+
+#: Element sizes of ``training.dtype`` (IEEE 754 / OCP FP8 sizes). The fp8 storage rule:
+#: float8 training (torchao float8, Transformer Engine) keeps weights, gradients and saved
+#: activations in bf16 and casts to fp8 inside the matmul only, so fp8 *stores* 2 bytes and
+#: its GEMM operands are 1 byte (torchao float8 README: "weights ... stay in high precision";
+#: measured: torchtitan Llama-3.1-8B FSDP 77.0 GiB bf16 vs 76.8 GiB float8).
+DTYPES = {
+    "fp32": DtypeInfo(storage_dtype="fp32", storage_bytes=4, operand_bytes=4),
+    "bf16": DtypeInfo(storage_dtype="bf16", storage_bytes=2, operand_bytes=2),
+    "fp16": DtypeInfo(storage_dtype="fp16", storage_bytes=2, operand_bytes=2),
+    "fp8": DtypeInfo(storage_dtype="bf16", storage_bytes=2, operand_bytes=1),
+}
+
+
+def dtype_info(dtype: str) -> DtypeInfo:
+    """The :data:`DTYPES` row of ``dtype``; an unknown dtype is an :class:`InputError`."""
+    try:
+        return DTYPES[dtype]
+    except KeyError:
+        raise InputError("training.dtype", "unknown dtype", value=dtype,
+                         accepted=sorted(DTYPES)) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. optimizer state sizing
+# ---------------------------------------------------------------------------------------------
+
+@frozen(kw_only=True)
+class OptimizerSizing:
+    """Bytes per element of everything the optimizer transform sizes, for one job.
+
+    ``weight_bytes``: every stored base weight (fp32 under full ``amp`` training, else the
+    compute dtype's storage). ``trainable_bytes``: each trainable parameter (LoRA adapters:
+    fp32 under amp/master, peft ``autocast_adapter_dtype``). ``grad_bytes``: each gradient.
+    ``master_bytes``: the fp32 master copy per trainable parameter (``master`` precision, else
+    0). ``state_bytes``: each optimizer state element, ``state_overhead_bytes`` its block-scale
+    overhead (8-bit optimizers). ``temp_states``: parameter-sized temporaries the update
+    allocates with implementation ``impl``.
+    """
+
+    precision: str
+    compute_bytes: int
+    weight_bytes: int
+    trainable_bytes: int
+    grad_bytes: int
+    master_bytes: int
+    states: float
+    state_bytes: float
+    state_overhead_bytes: float
+    temp_states: float
+    impl: str
+    factored: bool
+    paged: bool
 
 
 @frozen(kw_only=True)
@@ -42,16 +127,124 @@ class OptimizerSpec:
     default_impl: str = "foreach"
     source: str = ""
 
+    def implementation(self, training) -> str:
+        """``training.optimizer_impl``, or this optimizer's default for ``auto``."""
+        return training.optimizer_impl if training.optimizer_impl != "auto" else self.default_impl
+
+    def sizing(self, training, precision: str) -> OptimizerSizing:
+        """Per-element bytes under ``precision`` (``pure``/``amp``/``master``, see
+        :mod:`fmest.precision`): ZeRO paper (Rajbhandari et al. 2020, section 3.1) mixed
+        precision: compute-dtype weights and grads + fp32 master, momentum and variance;
+        ``amp`` keeps fp32 weights and grads (torch.autocast); ``pure`` keeps everything in
+        the compute dtype. LoRA trains fp32 adapters under amp/master (peft
+        ``autocast_adapter_dtype=True``) on a compute-dtype base."""
+        compute = dtype_info(training.dtype).storage_bytes
+        lora = training.technique in ("lora", "qlora")
+        fp32_weights = (precision == "amp" and not lora) or training.dtype == "fp32"
+        weight = FP32_BYTES if fp32_weights else compute
+        if lora:
+            trainable = FP32_BYTES if precision in ("amp", "master") else compute
+            grad = trainable
+        else:
+            trainable = weight
+            grad = FP32_BYTES if precision == "amp" else weight
+        if self.state_bytes_per_element is not None:
+            state = self.state_bytes_per_element
+        else:
+            state = FP32_BYTES if precision in ("amp", "master") else weight
+        impl = self.implementation(training)
+        return OptimizerSizing(
+            precision=precision, compute_bytes=compute, weight_bytes=weight,
+            trainable_bytes=trainable, grad_bytes=grad,
+            master_bytes=FP32_BYTES if precision == "master" else 0, states=self.states,
+            state_bytes=state, state_overhead_bytes=self.quant_overhead_bytes_per_element,
+            temp_states=self.step_temp_states.get(impl, 0.0), impl=impl,
+            factored=self.factored, paged=self.paged)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. sharding and 3. communication
+# ---------------------------------------------------------------------------------------------
+
+PHASES = ("forward", "backward", "step")
+
+
+@frozen(kw_only=True)
+class Collective:
+    """One data-parallel collective of a training step.
+
+    ``kind``: ``all_reduce``/``reduce_scatter``/``all_gather``. ``payload_bytes``: the full
+    (unsharded) buffer per rank it reduces or produces. ``group_size`` ranks ``group_stride``
+    apart (ranks are laid out tp fastest). ``phase``: ``forward``/``backward`` (per micro-batch
+    when ``per_micro_batch``) or ``step`` (once, after the update). ``overlappable``: it may
+    hide behind the compute of its phase (bucketed/prefetched); otherwise it is exposed.
+    """
+
+    kind: str
+    what: str
+    payload_bytes: float
+    group_size: int
+    group_stride: int
+    phase: str
+    per_micro_batch: bool
+    overlappable: bool
+
+
+@frozen(kw_only=True)
+class CommunicationPlan:
+    """The data-parallel collectives of one optimizer step, in issue order."""
+
+    collectives: tuple[Collective, ...] = ()
+    grad_bytes_per_element: float = 0.0
+
+    def in_phase(self, phase: str, *, per_micro_batch: Optional[bool] = None):
+        return tuple(c for c in self.collectives if c.phase == phase
+                     and (per_micro_batch is None or c.per_micro_batch == per_micro_batch))
+
+
+@frozen(kw_only=True)
+class ShardingPlan:
+    """Divisors of per-GPU model state under one strategy and layout.
+
+    ``group_size``: ranks one copy of the sharded state is split over (data x context
+    parallel ranks, or the HSDP shard group). ``params_divisor``/``grads_divisor``/
+    ``optimizer_divisor``: ``group_size`` for what the strategy shards, else 1."""
+
+    strategy: "ShardingStrategy"
+    group_size: int
+    params_divisor: int
+    grads_divisor: int
+    optimizer_divisor: int
+    replicas: int
+
 
 @frozen(kw_only=True)
 class ShardingStrategy:
-    """How data-parallel ranks split model state, and what they communicate.
+    """How data-parallel ranks split model state, what they communicate, and what framework
+    behaviour comes with it. Estimators ask these fields and methods; none matches names.
 
-    ``shards`` lists what is partitioned over the shard group: a subset of
-    ``{"optimizer", "gradients", "parameters"}``. ``hybrid``: sharding happens within a group of
-    ``hsdp_shard_size`` ranks (default: GPUs per node) and replicas across groups.
-    ``param_gather``: parameters are all-gathered per layer for forward and again for backward
-    (ZeRO-3 / FSDP FULL_SHARD). ``grad_collective``: ``all_reduce`` or ``reduce_scatter``.
+    ``shards``: a subset of ``{"optimizer", "gradients", "parameters"}``. ``hybrid``: shard
+    within ``hsdp_shard_size`` ranks (default: GPUs per node), replicate across. ``param_gather``:
+    parameters are all-gathered per layer for forward and again for backward (ZeRO-3 / FSDP
+    FULL_SHARD). ``grad_collective``: ``all_reduce`` or ``reduce_scatter``.
+
+    Behaviour flags (each with what it changes):
+
+    * ``auto_precision``: the precision ``precision="auto"`` resolves to for full training in
+      half precision (``None``: the dtype decides; :func:`fmest.precision.resolve_precision`).
+    * ``ddp_bucket``: unsharded gradients are copied into persistent flat all-reduce buckets
+      (PyTorch DDP, FSDP NO_SHARD): one more copy of the gradients in memory.
+    * ``reduce_bucket_elements``/``allgather_bucket_elements``: flat compute-dtype buckets of
+      that many elements for gradient reduction and parameter gathering (DeepSpeed ZeRO-1/2).
+    * ``native_tensor_parallel``: composes with PyTorch-native (DTensor) TP, as torchtitan does:
+      vocabulary-parallel loss and separately all-gathered sequence-parallel inputs.
+    * ``pp_unsharded_params``: under pipeline parallelism parameters stay unsharded from forward
+      to backward and gradients accumulate unsharded (torchtitan ``reshard_after_forward=False``).
+    * ``fp32_grad_accum``: those unsharded gradients accumulate in the fp32 reduce dtype under
+      ``amp`` (FSDP2 ``to_accumulated_grad_if_needed``).
+    * ``backward_prefetch``: backward parameter gathers may be prefetched behind compute
+      (``parallelism.fsdp_backward_prefetch`` ``pre``); without it they are exposed.
+    * ``framework``: a descriptive label only (shown to users; never compared by estimators).
     """
 
     name: str
@@ -60,7 +253,15 @@ class ShardingStrategy:
     hybrid: bool = False
     param_gather: bool = False
     grad_collective: str = "all_reduce"
-    framework: str = "ddp"
+    auto_precision: Optional[str] = None
+    ddp_bucket: bool = False
+    reduce_bucket_elements: int = 0
+    allgather_bucket_elements: int = 0
+    native_tensor_parallel: bool = False
+    pp_unsharded_params: bool = False
+    fp32_grad_accum: bool = False
+    backward_prefetch: bool = True
+    framework: str = ""
     source: str = ""
 
     def shard_group_size(self, *, dp: int, gpus_per_node: int,
@@ -71,3 +272,118 @@ class ShardingStrategy:
         if self.hybrid:
             return max(1, min(dp, hsdp_shard_size or gpus_per_node))
         return dp
+
+    @property
+    def gathers_full_shard(self) -> bool:
+        """Shards everything and gathers parameters per layer without replicas: what FSDP2
+        ``fully_shard`` executes (ZeRO-3, FSDP FULL_SHARD)."""
+        return (self.shards >= {"optimizer", "gradients", "parameters"} and self.param_gather
+                and not self.hybrid)
+
+    def plan(self, layout, parallelism) -> ShardingPlan:
+        """Divisors for ``layout``: context-parallel ranks hold the same weights and shard
+        with the data-parallel ones (torchtitan's ``dp_shard_cp`` mesh)."""
+        group = layout.dp * layout.cp
+        shard_n = self.shard_group_size(dp=group, gpus_per_node=layout.gpus_per_node,
+                                        hsdp_shard_size=parallelism.hsdp_shard_size)
+        return ShardingPlan(
+            strategy=self, group_size=shard_n,
+            params_divisor=shard_n if "parameters" in self.shards else 1,
+            grads_divisor=shard_n if "gradients" in self.shards else 1,
+            optimizer_divisor=shard_n if "optimizer" in self.shards else 1,
+            replicas=max(1, group // shard_n))
+
+    def collectives(self, *, grad_bytes: float, param_bytes: float, group: int,
+                    plan: ShardingPlan, stride: int, prefetch: str) -> tuple[Collective, ...]:
+        """The data-parallel collectives of one step (Rajbhandari et al. 2020 section 7 for
+        ZeRO's communication volume; Zhao et al. 2023 section 3.3 for FSDP's per-unit
+        all-gather/reduce-scatter and prefetching; Li et al. 2020 for DDP's bucketed
+        all-reduce during backward). ``grad_bytes``/``param_bytes``: gradient and parameter
+        bytes of one rank's model-parallel slice; ``group``: data x context parallel ranks;
+        ``prefetch``: ``parallelism.fsdp_backward_prefetch``."""
+        if group <= 1:
+            return ()
+
+        def make(kind, what, payload, size, at_stride, phase, per_mb, overlap=True):
+            return Collective(kind=kind, what=what, payload_bytes=payload, group_size=size,
+                              group_stride=at_stride, phase=phase, per_micro_batch=per_mb,
+                              overlappable=overlap)
+
+        if not self.shards or (self.grad_collective == "all_reduce"
+                               and "gradients" not in self.shards):
+            out = [make("all_reduce", "gradients", grad_bytes, group, stride, "backward", False)]
+            if "optimizer" in self.shards:   # ZeRO-1: updated parameters gathered after the step
+                out.append(make("all_gather", "parameters", param_bytes, group, stride, "step",
+                                False, overlap=False))
+            return tuple(out)
+        shard_n = plan.group_size
+        reduce = [make("reduce_scatter", "gradients", grad_bytes, shard_n, stride, "backward",
+                       True)]
+        if plan.replicas > 1:   # HSDP: all-reduce the gradient shard across replicas
+            reduce.append(make("all_reduce", "gradients", grad_bytes / shard_n, plan.replicas,
+                               stride * shard_n, "backward", True))
+        gather = dict(kind="all_gather", what="parameters", payload=param_bytes, size=shard_n,
+                      at_stride=stride)
+        if self.param_gather:   # gathered for forward and again for backward
+            hidden = self.backward_prefetch and prefetch not in ("post", "none")
+            return (make(**gather, phase="forward", per_mb=True),
+                    make(**gather, phase="backward", per_mb=True, overlap=hidden), *reduce)
+        if "parameters" in self.shards:   # SHARD_GRAD_OP: gathered once per forward
+            return (make(**gather, phase="forward", per_mb=True), *reduce)
+        # ZeRO-2: gradients reduce-scattered per micro-batch, parameters gathered per step
+        return (*reduce, make(**gather, phase="step", per_mb=False, overlap=False))
+
+
+# ---------------------------------------------------------------------------------------------
+# resolution
+# ---------------------------------------------------------------------------------------------
+
+@frozen(kw_only=True)
+class Transforms:
+    """The resolved transforms of one job, in application order (``ctx.transforms``)."""
+
+    precision: str
+    optimizer: OptimizerSizing
+    sharding: ShardingPlan
+    communication: CommunicationPlan
+    stack: Any = None   # the training-stack axis (issue 12) resolves here
+
+
+def grad_reduce_bytes_per_element(sizing: OptimizerSizing) -> float:
+    """Gradient bytes on the wire: fp32 under amp/master (FSDP ``reduce_dtype`` fp32,
+    Megatron's fp32 gradient all-reduce), the compute dtype's storage under pure."""
+    return float(FP32_BYTES) if sizing.precision in ("amp", "master") else \
+        float(sizing.compute_bytes)
+
+
+def resolve_transforms(job, *, model, layout, optimizer: OptimizerSpec,
+                       sharding: ShardingStrategy) -> Transforms:
+    """Apply the transforms in order: optimizer sizing (under the precision policy), then
+    sharding, then communication (this module's doc)."""
+    from fmest.counting import total_params, trainable_params
+    from fmest.precision import resolve_precision
+
+    training, par = job.training, job.parallelism
+    precision = resolve_precision(training, sharding)
+    sizing = optimizer.sizing(training, precision)
+    plan = sharding.plan(layout, par)
+    model_parallel = layout.tp * layout.pp
+    reduce_bytes = grad_reduce_bytes_per_element(sizing)
+    grad_bytes = reduce_bytes * (trainable_params(model, training) / model_parallel)
+    param_bytes = sizing.compute_bytes * (total_params(model, training) / model_parallel)
+    comm = CommunicationPlan(
+        collectives=sharding.collectives(
+            grad_bytes=grad_bytes, param_bytes=param_bytes, group=layout.dp * layout.cp,
+            plan=plan, stride=layout.tp, prefetch=par.fsdp_backward_prefetch),
+        grad_bytes_per_element=reduce_bytes)
+    return Transforms(precision=precision, optimizer=sizing, sharding=plan, communication=comm)
+
+
+def transforms_of(job, ctx) -> Transforms:
+    """``ctx.transforms`` (filled by the engine), resolved here for a context built without
+    them (a hand-made context in a test or script)."""
+    resolved = getattr(ctx, "transforms", None)
+    if resolved is not None:
+        return resolved
+    return resolve_transforms(job, model=ctx.model, layout=ctx.layout, optimizer=ctx.optimizer,
+                              sharding=ctx.sharding)

@@ -1,0 +1,193 @@
+"""Activations of one transformer layer for one micro-batch: what it saves for backward and
+the working set while it runs backward (Korthikanti et al. 2022, arXiv:2205.05198, section 4,
+refined per op for eager PyTorch; docs/memory_model.md). Each block of the layer (norms,
+attention, MLP, LoRA inputs) is its own function; :func:`layer_activation_bytes` combines them
+and applies activation checkpointing.
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+
+from fmest_memory_theory import formulas as F
+
+_MLP_OUT_NAMES = frozenset({"down_proj", "w2", "c_proj", "fc2", "dense_4h_to_h",
+                            "output_linear", "down", "mlp.c_proj"})
+
+
+@frozen(kw_only=True)
+class LayerInputs:
+    """The job-side inputs of one layer's activation count.
+
+    ``dtensor_sp``: PyTorch-native (DTensor) sequence parallelism, as torchtitan applies it
+    (``PrepareModuleInput(input_layouts=Shard(1), desired_input_layouts=Replicate())``): the
+    norm output is all-gathered to the full sequence by a separate collective and the
+    column-parallel matmuls save that gathered tensor, ``T*h`` elements rather than
+    Megatron's ``T*h/t`` (Megatron-SP re-gathers in backward instead, Korthikanti section
+    4.2.2). In backward the gradient of the gathered input is likewise full-sequence.
+    """
+
+    tokens: float
+    batch: float
+    seq: float
+    act_bytes: int
+    tp: int
+    sequence_parallel: bool
+    attention: str
+    compiled: bool
+    trainable_all: bool
+    adapter_bytes: float
+    checkpointing: str
+    dtensor_sp: bool = False
+
+    @property
+    def norm_divisor(self) -> int:
+        """What norms and residuals are divided by: ``tp`` under sequence parallelism."""
+        return self.tp if self.sequence_parallel else 1
+
+
+@frozen(kw_only=True)
+class _Needs:
+    """Which saved inputs a weight gradient needs (all under full training; under LoRA only
+    where an adapter in the compute dtype sits)."""
+
+    attn_in: bool
+    o_in: bool
+    mlp_in: bool
+    mlp_out: bool
+
+
+def _needs(lora, inputs: LayerInputs) -> _Needs:
+    same_dtype = lora is not None and inputs.adapter_bytes == inputs.act_bytes
+    full = inputs.trainable_all
+    return _Needs(attn_in=full or (same_dtype and lora.in_attn),
+                  o_in=full or (same_dtype and lora.on_attn_out),
+                  mlp_in=full or (same_dtype and lora.on_mlp_in),
+                  mlp_out=full or (same_dtype and lora.on_mlp_out))
+
+
+def norm_block_bytes(hidden: float, inputs: LayerInputs, output_needed: bool) -> float:
+    """One norm's saved bytes (formulas.norm_saved_bytes); under DTensor SP its sharded input
+    plus the full-sequence gathered output the matmuls keep."""
+    upcast = not inputs.compiled
+    if not inputs.dtensor_sp:
+        return F.norm_saved_bytes(inputs.tokens, hidden, inputs.act_bytes, upcast=upcast,
+                                  output_needed=output_needed,
+                                  weight_trainable=inputs.trainable_all) / inputs.norm_divisor
+    return (F.norm_saved_bytes(inputs.tokens, hidden, inputs.act_bytes, upcast=upcast,
+                               output_needed=False,
+                               weight_trainable=inputs.trainable_all) / inputs.norm_divisor
+            + (inputs.tokens * hidden * inputs.act_bytes if output_needed else 0.0))
+
+
+def attention_block_bytes(model, dims, inputs: LayerInputs,
+                          needs: _Needs) -> tuple[float, float, float]:
+    """(q/k/v projections' outputs, the attention core, the output projection's input)."""
+    tokens, act, tp = inputs.tokens, inputs.act_bytes, inputs.tp
+    kv_split = min(tp, max(1, model.num_kv_heads))
+    qkv = tokens * (dims.q_dim / tp + (dims.k_dim + dims.v_dim) / kv_split) * act
+    core = F.attention_core_bytes(tokens=tokens, batch=inputs.batch, seq=inputs.seq,
+                                  heads=model.num_attention_heads / tp, q_dim=dims.o_dim / tp,
+                                  act_bytes=act, attention=inputs.attention,
+                                  dropout=model.dropout)
+    # output projection input: eager attention builds it by a contiguous copy; sdpa/flash
+    # outputs are transposed into a contiguous copy too unless the block is compiled
+    o_in = (tokens * dims.o_dim / tp * act * F.EAGER_ATTN_OUTPUT_COPIES
+            if (needs.o_in and (inputs.attention == "eager" or not inputs.compiled)) else 0.0)
+    return qkv, core, o_in
+
+
+def _activation_function(model) -> str | None:
+    """The MLP activation's name from the raw HF config (GPT-2 ``activation_function``,
+    most others ``hidden_act``); None when unknown."""
+    cfg = getattr(model, "hf_config", None) or {}
+    act = cfg.get("activation_function") or cfg.get("hidden_act")
+    return act if isinstance(act, str) else None
+
+
+def dense_mlp_bytes(model, intermediate: float, inputs: LayerInputs, needs: _Needs) -> float:
+    """A dense MLP's saved tensors; an unfused activation (GPT-2 ``gelu_new``) saves more."""
+    tokens, act, tp = inputs.tokens, inputs.act_bytes, inputs.tp
+    extra = F.activation_extra_saved_bytes(tokens, intermediate / tp, act,
+                                           _activation_function(model))
+    if model.gated_mlp:
+        return extra + F.gated_mlp_saved_bytes(tokens, intermediate / tp, act,
+                                               product_needed=needs.mlp_out)
+    return extra + F.plain_mlp_saved_bytes(tokens, intermediate / tp, act,
+                                           output_needed=needs.mlp_out)
+
+
+def mlp_block_bytes(model, dims, inputs: LayerInputs, needs: _Needs) -> tuple[float, float]:
+    """(saved bytes averaged over dense and MoE layers, the widest intermediate a token
+    passes): MoE layers keep top-k expert activations, dispatch copies (formulas
+    .moe_dispatch_bytes), shared experts and fp32 router logits."""
+    tokens, act, tp = inputs.tokens, inputs.act_bytes, inputs.tp
+    mlp_dense = dense_mlp_bytes(model, model.intermediate_size, inputs, needs)
+    if not dims.moe_layers:
+        return mlp_dense, model.intermediate_size
+    top_k = model.experts_per_token or 1
+    moe_inter = model.moe_intermediate_size or model.intermediate_size
+    shared = sum(lin.out_features for lin in model.linears
+                 if lin.kind == "shared_expert" and lin.name not in _MLP_OUT_NAMES)
+    shared_inter = shared / (2 if model.gated_mlp else 1)
+    mlp_moe = (F.gated_mlp_saved_bytes(tokens * top_k, moe_inter / tp, act,
+                                       product_needed=needs.mlp_out)
+               + F.moe_dispatch_bytes(tokens, model.hidden_size / inputs.norm_divisor, top_k,
+                                      act)
+               + (dense_mlp_bytes(model, shared_inter, inputs, needs) if shared_inter else 0.0)
+               + tokens * model.num_experts * F.FP32_BYTES)  # router logits
+    mlp = (dims.dense_layers * mlp_dense + dims.moe_layers * mlp_moe) / model.num_layers
+    widest = max(model.intermediate_size if dims.dense_layers else 0, moe_inter * top_k)
+    return mlp, widest
+
+
+def lora_input_bytes(lora, inputs: LayerInputs) -> float:
+    """peft casts each adapted module's input to the adapter dtype (an fp32 copy when the
+    adapters are fp32) and keeps the rank-sized ``x A`` product."""
+    if lora is None:
+        return 0.0
+    extra = 0.0
+    if inputs.adapter_bytes != inputs.act_bytes:
+        replicated = lora.input_elements_per_token - lora.sharded_input_elements_per_token
+        extra = inputs.tokens * inputs.adapter_bytes * (
+            replicated / inputs.norm_divisor + lora.sharded_input_elements_per_token / inputs.tp)
+    return extra + inputs.tokens * lora.rank_elements_per_token * inputs.adapter_bytes
+
+
+def selective_saved_bytes(model, dims, inputs: LayerInputs, widest: float) -> float:
+    """torchtitan op-level SAC keeps the layer input, the attention output and every other
+    matmul output (q, v, MLP gate, MLP down), recomputes norms and pointwise ops
+    (torchtitan parallelize_llama ``_save_list``; the s^2 core is never kept)."""
+    tokens, act, tp = inputs.tokens, inputs.act_bytes, inputs.tp
+    kv_split = min(tp, max(1, model.num_kv_heads))
+    flash_out = F.attention_core_bytes(tokens=tokens, batch=inputs.batch, seq=inputs.seq,
+                                       heads=model.num_attention_heads / tp,
+                                       q_dim=dims.o_dim / tp, act_bytes=act, attention="sdpa",
+                                       dropout=0.0)
+    layer_input = tokens * model.hidden_size * act / inputs.norm_divisor
+    return (layer_input + tokens * (dims.q_dim / tp + dims.v_dim / kv_split) * act + flash_out
+            + tokens * widest / tp * act + tokens * model.hidden_size / inputs.norm_divisor
+            * act)
+
+
+def layer_activation_bytes(model, dims, lora, inputs: LayerInputs) -> tuple[float, float]:
+    """(saved per layer, working set while that layer runs backward) for one micro-batch,
+    under ``inputs.checkpointing`` (none / full: only the layer input is kept and the layer is
+    recomputed / selective)."""
+    hidden, tokens, act = model.hidden_size, inputs.tokens, inputs.act_bytes
+    needs = _needs(lora, inputs)
+    mlp, widest = mlp_block_bytes(model, dims, inputs, needs)
+    qkv, core, o_in = attention_block_bytes(model, dims, inputs, needs)
+    full = (norm_block_bytes(hidden, inputs, needs.attn_in) + qkv + core + o_in
+            + norm_block_bytes(hidden, inputs, needs.mlp_in) + mlp
+            + F.dropout_mask_bytes(tokens, hidden, model.dropout) / inputs.norm_divisor
+            + lora_input_bytes(lora, inputs))
+    grad_buffers = F.LAYER_BACKWARD_GRAD_BUFFERS * tokens * max(
+        widest / inputs.tp, hidden if inputs.dtensor_sp else hidden / inputs.norm_divisor) * act
+    if inputs.checkpointing == "none":
+        return full, grad_buffers
+    if inputs.checkpointing == "full":   # the recomputed layer beyond its checkpointed input
+        layer_input = tokens * hidden * act / inputs.norm_divisor
+        return layer_input, max(full - layer_input, 0.0) + grad_buffers
+    saved = min(selective_saved_bytes(model, dims, inputs, widest), full)
+    return saved, max(full - saved, 0.0) + grad_buffers
