@@ -1,28 +1,541 @@
-"""Accuracy against published measurements of real runs (../shared/data/measured_dev.csv):
-memory rows (benchmarks/accuracy_memory.py) then throughput rows (benchmarks/accuracy_time.py).
+"""fmest against published measurements of real training runs, judged out-of-source.
 
-Run: python benchmarks/accuracy.py
+Run: ``python benchmarks/accuracy.py`` (tables), ``--json`` (one JSON object), ``--rows``
+(every row), ``--unsupported`` (the rows fmest cannot express, with the missing feature: a to-do
+list), ``--fitters NAME,...`` (add fitted corrections from ``fitting.AVAILABLE``, what-if).
+Data: ``benchmarks/data/measured.csv`` (``$FMEST_MEASURED_CSV`` overrides), mapped to jobs by
+``benchmarks/measured.py``. Method: ``docs/benchmarks.md``.
+
+What is compared with what (the estimate is made comparable to the counter the source read):
+
+* ``max_memory_reserved`` and ``unknown`` -> the estimate less the components the caching
+  allocator never sees (class ``outside`` in ``fmest.estimates.MEMORY_COMPONENTS``: CUDA
+  context, NCCL buffers). ``unknown`` counters are read as reserved: the number most training
+  logs print (torchtitan, HF/accelerate memory trackers).
+* ``max_memory_allocated`` / ``active_bytes`` -> the allocated part
+  (``fmest.estimates.allocated_bytes``: less ``reserve`` and ``outside`` components).
+* ``nvidia-smi`` -> the whole estimate.
+* Units: ``GiB`` = 2^30 bytes; ``GB`` is read as 2^30 bytes too (tools print GiB labelled "GB";
+  the sources note the +-7.4 % ambiguity) unless ``other`` states 10^9 bytes.
+* Throughput in the row's unit: tokens/s per GPU or for the job, samples/s, MFU % and TFLOP/s
+  per GPU from fmest's MFU times the dtype's dense peak (Megatron 2021 rows: Narayanan et al.
+  2021 eq. 3 FLOPs, recompute included, as the source counts), seconds per step compared as a
+  rate (measured/predicted - 1). Error = predicted / measured - 1 (positive: fmest predicts more
+  memory / a faster run).
+* ``oom`` rows: a pass/fail check that fmest's whole estimate exceeds the GPU's memory.
+  Boundary rows (``BOUNDARY`` in ``other``: the largest configuration that fit): pass when the
+  whole estimate is within the GPU's memory. Neither enters the medians.
+* ``suspect`` rows (a stated physical reason) stay out of the medians and are listed.
+
+Baselines on the same rows: memory "16 B/param + nothing" and "weights + states + Korthikanti
+activations"; throughput "6 N tokens at 40 % of the dtype's dense peak" (functions below).
 """
 
 from __future__ import annotations
 
-import runpy
+import argparse
+import json
+import math
+import re
+import statistics
 import sys
+import time
 from pathlib import Path
+from typing import Optional
 
 HERE = Path(__file__).resolve().parent
-
-
-def main() -> int:
+if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
-    rc = 0
-    for part in ("accuracy_memory.py", "accuracy_time.py"):
-        print(f"\n===== {part} =====")
+
+import fitting  # noqa: E402
+import measured  # noqa: E402
+
+GIB = 2**30
+FMEST = "fmest"
+BASE_16 = "16 B/param"
+BASE_KOR = "wts+states+Korthikanti"
+BASE_6N = "6N @40% peak"
+MEMORY_BASELINES = (BASE_16, BASE_KOR)
+THROUGHPUT_BASELINES = (BASE_6N,)
+RATE_UNITS = ("tokens_per_sec_per_gpu", "tokens_per_sec", "TFLOPs_per_gpu", "MFU_pct",
+              "samples_per_sec")
+FOOTER = ("note: the hand-set constants in fmest's formulas were checked against the development "
+          "sources (rows dev-*),\n      so those rows are in-sample for the formulas even in the "
+          "LOSO column; 'unseen' = rows from the other sources.")
+
+
+def dev_sources(rows) -> set[str]:
+    """Source ids of the original development set (rows ``dev-*``)."""
+    return {r["source"] for r in rows if r["id"].startswith("dev-")}
+
+
+# -- baselines ----------------------------------------------------------------------------------
+def korthikanti_activation_bytes(*, seq_len: int, micro_batch: int, hidden: int, heads: int,
+                                 layers: int, tp: int, checkpointing: str,
+                                 flash: bool) -> float:
+    """Activation memory of one micro-batch: ``s b h (34 + 5 a s / h)`` bytes per layer
+    (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+    eq. 2; 16-bit activations), divided by ``tp`` (the paper's tensor + sequence parallel
+    form, eq. 5). Full recomputation keeps the layer input, ``2 s b h`` per layer (sec. 4.3);
+    selective recomputation and flash attention drop the ``5 a s / h`` score term (sec. 5;
+    Dao et al. 2022 never store the score matrix)."""
+    sbh = float(seq_len) * micro_batch * hidden
+    if checkpointing == "full":
+        per_layer = 2.0 * sbh
+    elif checkpointing == "selective" or flash:
+        per_layer = 34.0 * sbh
+    else:
+        per_layer = sbh * (34.0 + 5.0 * heads * seq_len / hidden)
+    return per_layer * layers / tp
+
+
+def state_bytes_per_param(technique: str, sharding: str, dp: int) -> float:
+    """Weights + gradients + Adam states per parameter for the Korthikanti baseline:
+    full mixed precision = 2 (16-bit weights) + 2 (grads) + 12 (fp32 master, m, v) (Rajbhandari
+    et al. 2020, ZeRO, sec. 3.1); ZeRO-1 shards the 12, ZeRO-2 the 14, ZeRO-3/FSDP all 16 over
+    ``dp``. LoRA: the frozen 16-bit weights (2); QLoRA: 4-bit NF4 weights (0.5) (Dettmers et al.
+    2023); adapters are ignored (<1 %)."""
+    if technique == "lora":
+        return 2.0
+    if technique == "qlora":
+        return 0.5
+    if sharding in ("3", "fsdp", "fsdp-hybrid"):
+        return 16.0 / dp
+    if sharding == "2":
+        return 2.0 + 14.0 / dp
+    if sharding in ("1", "distopt"):
+        return 4.0 + 12.0 / dp
+    return 16.0
+
+
+def baseline_memory_gib(row: dict, job: dict, model) -> dict[str, float]:
+    """The two memory baselines (GiB per GPU) for a mapped row."""
+    par, tr = job["parallelism"], job["training"]
+    tp, pp, dp, cp = par.get("tp", 1), par.get("pp", 1), par.get("dp", 1), par.get("cp", 1)
+    params = model.param_counts().total
+    zf = (row.get("zero_or_fsdp") or "").strip().lower()
+    model_parallel = tp * pp
+    b16 = 16.0 * params / model_parallel / (dp if zf in ("3", "fsdp", "fsdp-hybrid") else 1)
+    states = state_bytes_per_param(tr.get("technique", "full"), zf, dp) * params / model_parallel
+    acts = korthikanti_activation_bytes(
+        seq_len=tr["seq_len"] // cp, micro_batch=tr["micro_batch_size"],
+        hidden=model.hidden_size, heads=model.num_attention_heads,
+        layers=math.ceil(model.num_layers / pp), tp=tp,
+        checkpointing=tr.get("activation_checkpointing", "none"),
+        flash=tr.get("attention") == "flash")
+    return {BASE_16: b16 / GIB, BASE_KOR: (states + acts) / GIB}
+
+
+def baseline_tokens_per_gpu(dtype: str, model, gpu) -> Optional[float]:
+    """Tokens/s per GPU of the rule of thumb "6 N FLOPs per token at 40 % of the dtype's dense
+    peak" (Kaplan et al. 2020, C ~ 6 N D; N = parameters one token uses, MoE: active)."""
+    peak = gpu.peak_flops_per_s("fp8" if dtype == "fp8" else dtype)
+    active = model.param_counts().active
+    if not peak or not active:
+        return None
+    return 0.40 * peak / (6.0 * active)
+
+
+# -- estimating ------------------------------------------------------------------------------
+def _engine():
+    from fmest.engine import Engine
+
+    return Engine()
+
+
+def _memory_bytes_per_unit(row: dict) -> float:
+    other = (row.get("other") or "").lower()
+    if row["unit"] == "GB" and re.search(r"10\^9|1e9|decimal gb", other):
+        return 1e9
+    return float(GIB)
+
+
+def comparable_bytes(estimate, measure_type: str) -> tuple[float, str]:
+    """The part of a memory estimate a counter of ``measure_type`` sees (module doc)."""
+    from fmest.estimates import OUTSIDE_COMPONENTS, allocated_bytes
+
+    mtype = (measure_type or "unknown").strip()
+    if mtype == "nvidia-smi":
+        return float(estimate.total_bytes), "whole"
+    if mtype in ("max_memory_allocated", "active_bytes"):
+        return float(allocated_bytes(estimate)), "allocated"
+    outside = sum(estimate.components.get(k, 0) for k in OUTSIDE_COMPONENTS)
+    return float(estimate.total_bytes - outside), "reserved"
+
+
+def megatron_flops_per_iteration(cfg: dict, gbs: int, seq: int) -> float:
+    """Narayanan et al. 2021 eq. 3: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) (recompute incl.)."""
+    h, layers, vocab = cfg["n_embd"], cfg["n_layer"], cfg["vocab_size"]
+    return 96.0 * gbs * seq * layers * h * h * (1 + seq / (6.0 * h) + vocab / (16.0 * layers * h))
+
+
+def predicted_rate(row: dict, job: dict, report) -> Optional[float]:
+    """fmest's prediction in the row's throughput unit (module doc)."""
+    unit = row["unit"]
+    t, k = report.time, report.tokens
+    if t is None or k is None:
+        return None
+    world = report.context.layout.world_size
+    if unit == "tokens_per_sec_per_gpu":
+        return k.tokens_per_second_per_gpu
+    if unit == "tokens_per_sec":
+        return k.tokens_per_second
+    if unit == "samples_per_sec":
+        return k.tokens_per_second / job["training"]["seq_len"]
+    if unit == "seconds_per_step":
+        return t.step_seconds
+    if unit == "MFU_pct":
+        return None if t.mfu is None else t.mfu * 100.0
+    if unit == "TFLOPs_per_gpu":
+        cfg = job.get("model_config") or {}
+        if row.get("stack") == "megatron-core" and "n_embd" in cfg and row.get("global_batch"):
+            gbs = int(float(row["global_batch"]))
+            tr = job["training"]
+            steps = gbs / (tr["micro_batch_size"] * tr["grad_accum_steps"] * report.context.layout.dp)
+            flops = megatron_flops_per_iteration(cfg, gbs, tr["seq_len"])
+            return flops / (t.step_seconds * steps * world) / 1e12
+        if t.flops_per_step is None:
+            return None
+        return t.flops_per_step / t.step_seconds / world / 1e12
+    return None
+
+
+def baseline_rate(row: dict, job: dict, model, gpu) -> Optional[float]:
+    """The 6N baseline in the row's unit."""
+    per_gpu = baseline_tokens_per_gpu(job["training"]["dtype"], model, gpu)
+    if per_gpu is None:
+        return None
+    num = measured._int(row["num_gpus"], 1) or 1
+    seq = job["training"]["seq_len"]
+    tokens_per_step = (seq * job["training"]["micro_batch_size"]
+                       * job["training"]["grad_accum_steps"] * job["parallelism"].get("dp", 1))
+    unit = row["unit"]
+    if unit == "tokens_per_sec_per_gpu":
+        return per_gpu
+    if unit == "tokens_per_sec":
+        return per_gpu * num
+    if unit == "samples_per_sec":
+        return per_gpu * num / seq
+    if unit == "seconds_per_step":
+        return tokens_per_step / (per_gpu * num)
+    if unit == "MFU_pct":
+        return 40.0
+    if unit == "TFLOPs_per_gpu":
+        return 0.40 * gpu.peak_flops_per_s("fp8" if job["training"]["dtype"] == "fp8"
+                                           else job["training"]["dtype"]) / 1e12
+    return None
+
+
+def pct_error(row: dict, predicted: float, measured_value: float) -> float:
+    """Signed % error; step times are compared as rates."""
+    if row["unit"] in ("seconds_per_step", "hours", "gpu_hours"):
+        return (measured_value / predicted - 1.0) * 100.0
+    return (predicted / measured_value - 1.0) * 100.0
+
+
+def evaluate(rows: list[dict], engine=None, progress: bool = True) -> list[dict]:
+    """One result dict per row (status ``scored``, ``oom-check``, ``boundary-check``,
+    ``suspect``, ``unsupported``, ``failed`` or ``not-scored``)."""
+    from fmest.convert import job_from_dict
+
+    engine = engine or _engine()
+    cache: dict[str, object] = {}
+    out = []
+    started = time.time()
+    for n, row in enumerate(rows, 1):
+        if progress and (n % 100 == 0 or n == len(rows)):
+            print(f"  [{n}/{len(rows)}] {time.time() - started:.0f} s", file=sys.stderr, flush=True)
+        mapped = measured.map_row(row)
+        res = {"id": row["id"], "source": row["source"], "stack": mapped.stack,
+               "kind": row["kind"], "unit": row["unit"], "measure_type": row["measure_type"],
+               "gpu_family": measured.gpu_family(row), "features": mapped.features,
+               "row": row, "job": mapped.job, "status": "", "reason": mapped.reason,
+               "measured": None, "predicted": None, "baselines": {}}
+        out.append(res)
+        if mapped.job is None:
+            res["status"] = "unsupported"
+            continue
+        if row["kind"] == "total_time":
+            res["status"], res["reason"] = "not-scored", "total-time rows need the workload's " \
+                "token count and include restarts; not scored"
+            continue
+        key = json.dumps(mapped.job, sort_keys=True)
         try:
-            runpy.run_path(str(HERE / part), run_name="__main__")
-        except SystemExit as exc:
-            rc = rc or int(exc.code or 0)
-    return rc
+            if key not in cache:
+                job = job_from_dict(mapped.job)
+                cache[key] = engine.estimate(job, quantities=("memory", "time", "tokens"),
+                                             search_batch=False)
+            report = cache[key]
+        except Exception as exc:  # an InputError/InfeasibleError is a finding, not a crash
+            res["status"], res["reason"] = "failed", f"{type(exc).__name__}: {exc}"
+            continue
+        model, gpu = report.context.model, report.context.gpu
+        oom = (row.get("oom") or "").strip().lower() == "true"
+        boundary = "boundary" in (row.get("other") or "").lower()
+        if row["kind"] == "memory" or oom:
+            est = report.memory
+            if est is None:
+                res["status"], res["reason"] = "failed", "no memory estimate"
+                continue
+            if oom or boundary:
+                cap = gpu.memory_bytes
+                res["status"] = "oom-check" if oom else "boundary-check"
+                res["predicted"] = est.total_bytes / GIB
+                res["measured"] = cap / GIB
+                res["passed"] = est.total_bytes > cap if oom else est.total_bytes <= cap
+                continue
+            comp, label = comparable_bytes(est, row["measure_type"])
+            res["predicted"] = comp / _memory_bytes_per_unit(row)
+            res["compared_as"] = label
+            res["baselines"] = {k: v * GIB / _memory_bytes_per_unit(row)
+                                for k, v in baseline_memory_gib(row, mapped.job, model).items()}
+        else:
+            pred = predicted_rate(row, mapped.job, report)
+            if pred is None or pred <= 0:
+                res["status"], res["reason"] = "failed", "no time estimate in the row's unit " \
+                    + "; ".join(report.warnings)[:200]
+                continue
+            res["predicted"] = pred
+            base = baseline_rate(row, mapped.job, model, gpu)
+            if base:
+                res["baselines"] = {BASE_6N: base}
+        res["measured"] = float(row["measured_value"])
+        res["status"] = "suspect" if (row.get("suspect") or "").strip() else "scored"
+    return out
+
+
+# -- statistics ----------------------------------------------------------------------------
+def weighted_median(values: list[float], weights: list[float]) -> Optional[float]:
+    if not values:
+        return None
+    pairs = sorted(zip(values, weights))
+    half = sum(weights) / 2.0
+    acc = 0.0
+    for value, weight in pairs:
+        acc += weight
+        if acc >= half:
+            return value
+    return pairs[-1][0]
+
+
+def percentile(values: list[float], q: float) -> Optional[float]:
+    if not values:
+        return None
+    vals = sorted(values)
+    pos = (len(vals) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
+
+
+def summary(items: list[dict], errors: dict[str, float], unanswered: int = 0) -> dict:
+    """The contract's S: rows, median_abs_pct, p90_abs_pct, within10_share, worst_id (plus
+    unanswered, worst_pct and the source-weighted median)."""
+    errs = [(it, errors[it["id"]]) for it in items if it["id"] in errors]
+    if not errs:
+        return {"rows": 0, "unanswered": unanswered, "median_abs_pct": None, "p90_abs_pct": None,
+                "within10_share": None, "worst_id": None, "worst_pct": None,
+                "source_weighted_median_abs_pct": None}
+    abs_e = [abs(e) for _, e in errs]
+    worst = max(errs, key=lambda p: abs(p[1]))
+    per_source: dict[str, int] = {}
+    for it, _ in errs:
+        per_source[it["source"]] = per_source.get(it["source"], 0) + 1
+    weights = [1.0 / per_source[it["source"]] for it, _ in errs]
+    return {"rows": len(errs), "unanswered": unanswered,
+            "median_abs_pct": round(statistics.median(abs_e), 2),
+            "p90_abs_pct": round(percentile(abs_e, 0.9), 2),
+            "within10_share": round(sum(e <= 10.0 for e in abs_e) / len(abs_e), 3),
+            "worst_id": worst[0]["id"], "worst_pct": round(worst[1], 1),
+            "source_weighted_median_abs_pct": round(weighted_median(abs_e, weights), 2)}
+
+
+def to_scored(res: dict, quantity: str) -> fitting.Scored:
+    return fitting.Scored(id=res["id"], source=res["source"], stack=res["stack"],
+                          quantity=quantity, measured=res["measured"],
+                          predicted=res["predicted"], row=res["row"], job=res["job"])
+
+
+def analyse(results: list[dict], fitters=()) -> dict:
+    """Everything the report prints, per quantity: in-sample, LOSO, unseen, baselines,
+    breakdowns, checks, suspects, unsupported."""
+    devs = {r["source"] for r in results if r["id"].startswith("dev-")}
+    out: dict = {}
+    for quantity, kinds, bases in (("memory", ("memory",), MEMORY_BASELINES),
+                                   ("throughput", ("throughput",), THROUGHPUT_BASELINES)):
+        mine = [r for r in results if r["kind"] in kinds]
+        scored = [r for r in mine if r["status"] == "scored"]
+        unanswered = sum(r["status"] in ("unsupported", "failed") for r in mine)
+        items = [to_scored(r, quantity) for r in scored]
+        ins = fitting.in_sample(items, fitters)
+        loso, folds = fitting.leave_one_source_out(items, fitters)
+        by_id = {r["id"]: r for r in scored}
+        err_in = {i: pct_error(by_id[i]["row"], p, by_id[i]["measured"]) for i, p in ins.items()}
+        err_lo = {i: pct_error(by_id[i]["row"], p, by_id[i]["measured"]) for i, p in loso.items()}
+        err_base = {b: {r["id"]: pct_error(r["row"], r["baselines"][b], r["measured"])
+                        for r in scored if r["baselines"].get(b)} for b in bases}
+        unseen = [r for r in scored if r["source"] not in devs]
+        q: dict = {"in_sample": summary(scored, err_in, unanswered),
+                   "loso": summary(scored, err_lo, unanswered),
+                   "unseen": summary(unseen, err_lo),
+                   "baselines": {b: summary(scored, e) for b, e in err_base.items()},
+                   "fold_params": folds if fitters else {}}
+        for name, key in (("per_stack", lambda r: [r["stack"]]),
+                          ("per_gpu_family", lambda r: [r["gpu_family"]]),
+                          ("per_feature", lambda r: list(r["features"]))):
+            groups: dict[str, list] = {}
+            for r in scored:
+                for g in key(r):
+                    groups.setdefault(g, []).append(r)
+            table = {}
+            for g, members in sorted(groups.items()):
+                entry = summary(members, err_lo)
+                entry["baselines"] = {b: summary(members, err_base[b])["median_abs_pct"]
+                                      for b in bases}
+                entry["loses_to"] = [b for b, v in entry["baselines"].items()
+                                     if v is not None and entry["median_abs_pct"] is not None
+                                     and v < entry["median_abs_pct"]]
+                table[g] = entry
+            q[name] = table
+        checks = [r for r in results if r["status"] in ("oom-check", "boundary-check")
+                  and (quantity == "memory")]
+        q["checks"] = {"oom": {"rows": sum(r["status"] == "oom-check" for r in checks),
+                               "passed": sum(r["status"] == "oom-check" and r["passed"]
+                                             for r in checks)},
+                       "boundary": {"rows": sum(r["status"] == "boundary-check" for r in checks),
+                                    "passed": sum(r["status"] == "boundary-check" and r["passed"]
+                                                  for r in checks)}}
+        q["suspect"] = [r["id"] for r in mine if r["status"] == "suspect"]
+        q["errors_loso"] = err_lo
+        q["errors_baselines"] = err_base
+        out[quantity] = q
+    return out
+
+
+# -- printing ----------------------------------------------------------------------------------
+def _fmt(value, spec="5.1f", suffix="%"):
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def print_summary_table(title: str, q: dict) -> None:
+    print(f"\n{title}")
+    head = (f"  {'':34s} {'rows':>5s} {'unans':>5s} {'median|e|':>10s} {'p90|e|':>8s} "
+            f"{'<=10%':>6s} {'src-wtd med':>11s}  worst row (error)")
+    print(head)
+    lines = [("fmest in-sample", q["in_sample"]), ("fmest LOSO", q["loso"]),
+             ("fmest unseen (LOSO, non-dev sources)", q["unseen"])]
+    lines += [(f"baseline {b}", s) for b, s in q["baselines"].items()]
+    for label, s in lines:
+        within = "-" if s["within10_share"] is None else f"{s['within10_share'] * 100:5.0f}%"
+        worst = "-" if s["worst_id"] is None else f"{s['worst_id']} ({s['worst_pct']:+.0f}%)"
+        print(f"  {label:34s} {s['rows']:5d} {s.get('unanswered', 0):5d} "
+              f"{_fmt(s['median_abs_pct'], '9.1f')} {_fmt(s['p90_abs_pct'], '7.1f')} "
+              f"{within:>6s} {_fmt(s['source_weighted_median_abs_pct'], '10.1f')}  {worst}")
+
+
+def print_breakdown(title: str, table: dict, bases) -> None:
+    print(f"\n  {title} (LOSO median |error|, %)")
+    cols = "".join(f" {b[:22]:>22s}" for b in bases)
+    print(f"    {'group':26s} {'rows':>5s} {'fmest':>7s} {'<=10%':>6s}{cols}  verdict")
+    for g, e in table.items():
+        bcols = "".join(f" {_fmt(e['baselines'][b], '21.1f')}" for b in bases)
+        within = "-" if e["within10_share"] is None else f"{e['within10_share'] * 100:5.0f}%"
+        verdict = ("fmest LOSES to " + ", ".join(e["loses_to"])) if e["loses_to"] else ""
+        print(f"    {g[:26]:26s} {e['rows']:5d} {_fmt(e['median_abs_pct'], '6.1f')} "
+              f"{within:>6s}{bcols}  {verdict}")
+
+
+def print_report(results: list[dict], analysis: dict, seconds: float, rows_total: int,
+                 sources_total: int, show_rows: bool) -> None:
+    print(f"fmest accuracy on the evidence set: {rows_total} rows from {sources_total} sources "
+          f"(benchmarks/data/measured.csv); error = fmest / measured - 1")
+    if show_rows:
+        print(f"\n{'id':60s} {'stack':13s} {'unit':24s} {'measured':>10s} {'fmest':>10s} "
+              f"{'error':>8s}  status")
+        for r in results:
+            err = ""
+            if r["status"] in ("scored", "suspect"):
+                err = f"{pct_error(r['row'], r['predicted'], r['measured']):+7.1f}%"
+            elif r["status"] in ("oom-check", "boundary-check"):
+                err = "PASS" if r["passed"] else "FAIL"
+            meas = "-" if r["measured"] is None else f"{r['measured']:10.4g}"
+            pred = "-" if r["predicted"] is None else f"{r['predicted']:10.4g}"
+            print(f"{r['id'][:60]:60s} {r['stack'][:13]:13s} {r['unit'][:24]:24s} {meas:>10s} "
+                  f"{pred:>10s} {err:>8s}  {r['status']} {r['reason'][:80]}")
+    for quantity, unit, bases in (("memory", "per-GPU peak, GiB", MEMORY_BASELINES),
+                                  ("throughput", "tokens/s, TFLOP/s, MFU or step time",
+                                   THROUGHPUT_BASELINES)):
+        q = analysis[quantity]
+        print_summary_table(f"== {quantity.upper()} ({unit}) ==", q)
+        for name in ("per_stack", "per_gpu_family", "per_feature"):
+            print_breakdown(name.replace("_", " "), q[name], bases)
+        if quantity == "memory":
+            c = q["checks"]
+            print(f"\n  checks: oom rows predicted above capacity {c['oom']['passed']}/"
+                  f"{c['oom']['rows']}; boundary rows predicted within capacity "
+                  f"{c['boundary']['passed']}/{c['boundary']['rows']}")
+        if q["suspect"]:
+            print(f"  suspect rows kept out of the medians: {', '.join(q['suspect'])}")
+    unsupported = [r for r in results if r["status"] in ("unsupported", "failed")]
+    print(f"\nunanswered rows: {len(unsupported)} (python benchmarks/accuracy.py --unsupported "
+          "lists them with the missing feature)")
+    print(FOOTER)
+    print(f"run time: {seconds:.1f} s")
+
+
+def unsupported_report(results: list[dict]) -> None:
+    """The to-do list: missing features with their row counts, then every row."""
+    rows = [r for r in results if r["status"] in ("unsupported", "failed", "not-scored")]
+    reasons: dict[str, list[str]] = {}
+    for r in rows:
+        key = r["reason"]
+        reasons.setdefault(f"{r['status']}: {key[:120]}", []).append(r["id"])
+    print(f"{len(rows)} rows fmest does not answer, by missing feature:")
+    for reason, ids in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
+        print(f"  {len(ids):4d}  {reason}")
+    print()
+    for r in rows:
+        print(f"{r['id']:70s} {r['status']:12s} {r['reason']}")
+
+
+def json_report(analysis: dict, rows_total: int, sources_total: int, seconds: float) -> dict:
+    out = {"rows": rows_total, "sources": sources_total, "seconds": round(seconds, 1)}
+    for quantity in ("memory", "throughput"):
+        q = analysis[quantity]
+        out[quantity] = {k: q[k] for k in ("in_sample", "loso", "unseen", "baselines",
+                                           "per_stack", "per_gpu_family", "per_feature",
+                                           "checks", "suspect")}
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--rows", action="store_true", help="print every row")
+    ap.add_argument("--unsupported", action="store_true",
+                    help="list the rows fmest cannot express, with the missing feature")
+    ap.add_argument("--fitters", default="",
+                    help="comma-separated fitters to refit per fold: "
+                         + ", ".join(fitting.AVAILABLE))
+    args = ap.parse_args(argv)
+    started = time.time()
+    rows = measured.load_rows()
+    results = evaluate(rows, progress=True)
+    if args.unsupported:
+        unsupported_report(results)
+        return 0
+    fitters = list(fitting.FITTERS)
+    for name in filter(None, args.fitters.split(",")):
+        if name not in fitting.AVAILABLE:
+            ap.error(f"--fitters: unknown {name!r}; accepted: {', '.join(fitting.AVAILABLE)}")
+        fitters.append(fitting.AVAILABLE[name]())
+    analysis = analyse(results, fitters)
+    seconds = time.time() - started
+    sources = len({r["source"] for r in rows})
+    if args.json:
+        print(json.dumps(json_report(analysis, len(rows), sources, seconds)))
+        return 0
+    print_report(results, analysis, seconds, len(rows), sources, args.rows)
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,64 +1,112 @@
-"""Published measurements (shared/data/measured_dev.csv) as fmest jobs.
+"""The evidence set (``benchmarks/data/measured.csv``) as fmest jobs.
 
-Public API (reused by the memory and time benchmarks):
+Public API (used by ``accuracy.py``, ``traced.py`` and the tests):
 
 * :func:`load_rows` ``(kind=None) -> list[dict]``: the CSV rows (all, or one ``kind``:
   ``memory``, ``throughput``, ``total_time``). The path is ``$FMEST_MEASURED_CSV`` or
-  ``../shared/data/measured_dev.csv`` relative to the repository root.
-* :func:`row_to_job` ``(row) -> (job_dict or None, reason)``: the fmest job dict
-  (:func:`fmest.convert.job_from_dict` input) for a row, or ``None`` and why it cannot be
-  expressed. ``reason`` is ``""`` for supported rows.
+  ``benchmarks/data/measured.csv``.
+* :func:`map_row` ``(row) -> Mapped``: the fmest job dict (:func:`fmest.convert.job_from_dict`
+  input), or ``None`` and the missing feature; plus the row's stack and feature tags.
+* :func:`row_to_job` ``(row) -> (job_dict or None, reason)`` (``reason`` is ``""`` when mapped).
 * :func:`jobs` ``(kind=None) -> list[(row, job_dict or None, reason)]``.
 
-Mapping rules (each inference is stated; none is tuned per row):
+Mapping rules. Each inference is stated once here and applied to every row it matches; none is
+tuned per row. ``other`` is read as ``key=value; key=value`` where the parts write that way.
 
-* model -> preset by name (``find_preset``; ``meta-llama/Llama-3.2-3B-Instruct`` -> the
-  Llama-3.2-3B preset, ``MPT-7B (...)`` -> ``mpt-7b``); unknown architectures are unsupported.
-* gpu -> the gpus.csv row of that part; ``H100-96GB`` -> ``H100-SXM-96GB``; rows naming only a
-  capacity map to a GPU of that capacity (only the capacity matters for memory).
-* dtype ``bf16+float8``/``fp8 (...)`` -> ``fp8``; ``bf16 (amp)`` -> precision ``amp``;
-  ``bf16 (pure)`` -> ``pure``; torchtune and PEFT-benchmark rows train in pure bf16 (their
-  recipes load the model in bf16 with no autocast) -> precision ``pure`` (LoRA rows of
-  torchtune too: torchtune keeps adapters in bf16; PEFT LoRA keeps the ``auto`` rule).
-* ``zero_or_fsdp``: ``fsdp`` -> ``fsdp: full_shard``; ``1``/``2``/``3`` -> ``zero_stage``.
-* torchtitan rows: TP is always sequence-parallel (torchtitan's TP plan shards norms over the
-  sequence); PP micro-batches default to the total number of stages (torchtitan
-  ``build_pipeline_schedule``: ``num_total_stages = pipeline_parallel_degree * len(stages)``;
-  ``if n_microbatches is None: n_microbatches = num_total_stages``); "Interleaved 1F1B" uses 2
-  virtual stages per rank (a looped schedule builds 2 stages per rank), so 1F1B gets
-  ``micro_batch = local batch / pp`` and ``grad_accum = pp``, interleaved ``local / (2 pp)``
-  and ``2 pp``.
-* torchtune rows: ``compile`` (also written ``packed, compile, ...``)/``chunked CE``/``activation offloading``/``optimizer_in_bwd``
-  flags from the ladder text; torch AdamW runs fused (the LoRA row states ``fused=True``; the
-  8-bit row uses bitsandbytes AdamW8bit).
-* unsloth boundary rows: QLoRA on all linear layers; gradient checkpointing assumed on (the HF
-  baseline does not state it; without it 28k tokens could not fit an 80 GB GPU).
-* ``flash_attention``: true -> ``flash``, false -> ``eager``, unknown -> ``sdpa``.
+1. **Model** -> fmest preset by name (``find_preset``, also after dropping a `` (...)`` note and
+   an ``-Instruct``/``-chat``/``-hf`` suffix: fine-tunes share the base model's architecture).
+   Two published families without presets are built from their stated shapes: ``GPT-3-style
+   (Megatron-LM), h=H, L=L`` (GPT-2 blocks, vocab 51200, heads per Narayanan et al. 2021 Table 1)
+   and ``MPT-<size>`` (the mosaicml/mpt-7b preset with ``d_model``/layers/heads/vocab from
+   ``other``). Any other unknown model is unsupported: "no preset for model X".
+2. **GPU** -> the fmest GPU table by name or alias. Names stating only a capacity (``80GB GPU``,
+   ``24GB GPU``) map to a GPU of that capacity (A100-SXM-80GB, RTX4090-24GB); only capacity
+   matters for the memory rows that carry them.
+3. **dtype**: ``bf16``/``fp16``/``fp32`` as written; ``fp8`` and ``bf16+float8`` -> ``fp8``.
+   **Precision**: ``precision=X`` in ``other`` wins; else a full fine-tune whose ``other`` states
+   ``torch_dtype=bfloat16|float16`` (model loaded in half precision: HF Trainer and accelerate
+   keep the loaded dtype for weights, grads and optimizer states) or a ``torchtune`` row (pure
+   bf16 recipes) -> ``pure``; the Megatron 2021 rows (``fp16`` on ``megatron-core``) ->
+   ``master``; else fmest's ``auto`` rule.
+4. **Technique**: ``full``/``lora``/``qlora``; anything else (``gptq-lora``, ...) is
+   unsupported ("technique X"). LoRA rank from ``lora_rank`` (16 if empty). LoRA targets:
+   ``targets=a+b+c`` in ``other``; else stack ``torchtune`` -> torchtune's default
+   (q, v, o, gate, up, down), stack ``unsloth`` or "all linear" in ``other`` -> all seven
+   linears; else fmest's default (q, v: PEFT's default for Llama-family models).
+5. **Optimizer**: ``8bit``/``8-bit`` (not "non-8-bit") -> ``adamw_8bit`` (``paged`` ->
+   ``paged_adamw_8bit``); ``adafactor``, ``lion``, ``sgd`` (``sgd_momentum`` when momentum is
+   stated) by name; everything else -> ``adamw``; ``fused=true`` or stack ``torchtune`` ->
+   ``optimizer_impl=fused``; ``optimizer_in_bwd=true`` -> optimizer in backward.
+6. **Sharding** (``zero_or_fsdp``): ``1``/``2``/``3`` -> ``zero_stage``; ``distopt`` (Megatron
+   distributed optimizer: optimizer states sharded over DP, ZeRO-1-like) -> ``zero_stage=1``;
+   ``fsdp`` -> ``fsdp=full_shard``; ``fsdp-hybrid`` -> ``hybrid_shard`` sharded within a node
+   (``hsdp_shard_size`` = GPUs per node); ``fsdp-grad-op`` -> ``shard_grad_op``; ``none``/``0``/
+   empty -> no sharding. ``offload=optimizer|params`` or "cpu offload" in ``other`` ->
+   ``cpu_offload``.
+7. **Layout**: ``tp``/``pp``/``cp``/``ep`` as given (1 if empty); ``dp`` as given, else
+   ``num_gpus / (tp*pp*cp)`` (expert parallelism lives inside DP, Megatron-Core's layout). A row
+   whose ``dp*tp*pp*cp`` differs from ``num_gpus`` is unsupported. GPUs per node = min(8, GPUs).
+   TP on ``torchtitan`` and ``megatron-core`` rows, or ``sequence_parallel=true``, is
+   sequence-parallel.
+8. **Batch**: ``micro_batch`` and ``grad_accum`` as given; ``grad_accum`` empty with
+   ``global_batch`` stated -> ``global_batch / (micro_batch * dp)``; else 1. ``micro_batch``
+   empty: (a) ``local bs N`` in ``other`` (torchtitan PP tables) -> as many micro-batches as
+   pipeline stages in total (torchtitan ``build_pipeline_schedule``; interleaved 1F1B builds 2
+   stages per rank), so ``micro_batch = N / stages``; without PP ``micro_batch = N``;
+   (b) ``megatron-core`` rows with ``global_batch`` -> micro-batch 1 and accumulation
+   ``global_batch / dp`` (the PTD-P runs' micro-batch is unpublished; 1 is Megatron-LM's usual
+   setting in its example scripts); (c) otherwise unsupported ("micro-batch size not stated").
+   PP schedule: "interleaved" in ``other`` -> ``interleaved`` with 2 virtual stages; "gpipe" ->
+   ``gpipe``; else 1F1B.
+9. **Activation checkpointing**: ``full``/``selective`` as given; ``offload`` -> ``full`` plus
+   ``activation_offload`` (Unsloth-style offloaded checkpoints); empty on ``unsloth`` boundary
+   rows -> ``full``; ``gradient_checkpointing=true`` in ``other`` -> ``full``.
+10. **Attention**: ``flash_attention`` true -> ``flash``, false -> ``eager``, else ``sdpa``.
+11. **Kernels and loss**: ``compile`` stated on (``compile=true``, "torch.compile", torchtune
+    ladder wording) -> ``compile``; "chunked CE" -> ``loss=chunked``; ``liger=true`` (Liger
+    fused linear cross-entropy) or a fused cross-entropy named in ``other`` -> ``loss=fused``;
+    "activation offloading" -> ``activation_offload``.
+12. **Stack**: the ``stack`` column is kept on the mapping (``Mapped.stack``) and passed as
+    ``training.stack`` when fmest's job has that field (issue 12), detected at run time.
+13. Rows with ``seq_len`` empty are unsupported ("sequence length not stated").
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import os
 import re
 from pathlib import Path
 from typing import Optional
 
+import attrs
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CSV = REPO_ROOT.parent / "shared" / "data" / "measured_dev.csv"
+DEFAULT_CSV = REPO_ROOT / "benchmarks" / "data" / "measured.csv"
 
-_GPU_RULES = (
-    (r"H100-96GB", "H100-SXM-96GB"),
-    (r"H100-80GB|H100 80GB|H100-SXM", "H100-SXM-80GB"),
-    (r"A100-40GB", "A100-SXM-40GB"),
-    (r"A100", "A100-SXM-80GB"),
-    (r"L40S", "L40S-48GB"),
-    (r"^80GB GPU", "A100-SXM-80GB"),
-    (r"^24GB GPU", "RTX4090-24GB"),
-)
-
+MEGATRON_HEADS = {2304: 24, 3072: 32, 4096: 32, 6144: 48, 8192: 64, 10240: 80, 12288: 96,
+                  16384: 128, 20480: 128, 25600: 160}  # Narayanan et al. 2021, Table 1
+_CAPACITY_ONLY = {"80": "A100-SXM-80GB", "24": "RTX4090-24GB", "40": "A100-SXM-40GB",
+                  "48": "L40S-48GB"}
 _TORCHTUNE_LORA_TARGETS = ("q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LONG_CONTEXT = 16384
+
+#: Feature tags (for the per-feature breakdown) and the rule that sets each.
+FEATURES = ("LoRA", "QLoRA", "ZeRO-3/FSDP", "TP", "PP", "CP", "EP", "fp8", "offload",
+            "long context >=16k")
+
+
+@attrs.frozen(kw_only=True)
+class Mapped:
+    """One row as an fmest job (``job`` None when fmest cannot express it: ``reason`` says
+    which feature is missing)."""
+
+    job: Optional[dict]
+    reason: str
+    stack: str
+    features: tuple[str, ...]
 
 
 def csv_path() -> Path:
@@ -66,7 +114,7 @@ def csv_path() -> Path:
 
 
 def load_rows(kind: Optional[str] = None) -> list[dict]:
-    """Rows of the measured CSV (optionally only those of ``kind``), as dicts of strings."""
+    """Rows of the evidence CSV (optionally only those of ``kind``), as dicts of strings."""
     with open(csv_path(), newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     return [r for r in rows if kind is None or r["kind"] == kind]
@@ -82,149 +130,306 @@ def _int(v: str, default: Optional[int] = None) -> Optional[int]:
         return default
 
 
-def _model(row) -> tuple[Optional[str], str]:
+def other_kv(row: dict) -> dict[str, str]:
+    """``key=value`` parts of ``other`` (keys lower-cased; first value wins)."""
+    out: dict[str, str] = {}
+    for part in (row.get("other") or "").split(";"):
+        if "=" in part:
+            key, value = part.split("=", 1)
+            out.setdefault(key.strip().lower(), value.strip())
+    return out
+
+
+def _true(text: Optional[str]) -> bool:
+    return (text or "").strip().lower().split(" ")[0] in ("true", "1", "yes", "on")
+
+
+@functools.lru_cache(maxsize=None)
+def _preset(name: str) -> Optional[str]:
     from fmest.models.presets import find_preset
 
-    raw = row["model"].strip()
-    for cand in (raw, raw.split(" (")[0].strip()):
+    cands = [name, name.split(" (")[0].strip()]
+    cands += [re.sub(r"-(instruct|chat|hf|it)(-v[\d.]+)?$", "", c, flags=re.I) for c in cands]
+    cands += [re.sub(r"-(instruct|chat|it)", "", c, flags=re.I) for c in cands]
+    for cand in cands:
         hit = find_preset(cand)
         if hit:
-            return hit, ""
-    return None, f"no preset for model {raw!r}"
+            return hit
+    return None
 
 
-def _gpu(row) -> tuple[Optional[str], str]:
-    g = row["gpu"]
-    for pat, name in _GPU_RULES:
-        if re.search(pat, g):
-            return name, ""
-    return None, f"no GPU mapping for {g!r}"
+def _model(row, kv) -> tuple[Optional[str], Optional[dict], str]:
+    raw = row["model"].strip()
+    hit = _preset(raw)
+    if hit:
+        return hit, None, ""
+    other = row.get("other", "")
+    if raw.startswith("GPT-3-style"):
+        hidden = int(re.search(r"h=(\d+)", raw).group(1))
+        layers = int(re.search(r"L=(\d+)", raw + " " + other).group(1))
+        return f"megatron-gpt-h{hidden}", {
+            "model_type": "gpt2", "n_embd": hidden, "n_layer": layers,
+            "n_head": MEGATRON_HEADS.get(hidden, hidden // 128), "vocab_size": 51200,
+            "n_positions": max(2048, _int(row["seq_len"], 2048)), "tie_word_embeddings": True}, ""
+    if raw.startswith("MPT-") and re.search(r"d_model (\d+)", other):
+        from fmest.models.presets import preset_data
+
+        cfg = dict(preset_data("mosaicml/mpt-7b")["config"])
+        cfg.update(d_model=int(re.search(r"d_model (\d+)", other).group(1)),
+                   n_layers=int(re.search(r"(\d+) layers", other).group(1)),
+                   n_heads=int(re.search(r"(\d+) heads", other).group(1)),
+                   vocab_size=int(re.search(r"vocab (\d+)", other).group(1)),
+                   max_seq_len=_int(row["seq_len"], 2048))
+        return raw.split(" ")[0], cfg, ""
+    return None, None, f"no preset for model {raw!r} (architecture config needed)"
 
 
-def row_to_job(row: dict) -> tuple[Optional[dict], str]:
-    """The fmest job dict for one CSV row, or ``(None, reason)`` (see module doc)."""
-    model, why = _model(row)
-    if model is None:
-        return None, why
-    gpu, why = _gpu(row)
-    if gpu is None:
-        return None, why
+@functools.lru_cache(maxsize=None)
+def _gpu_names() -> dict[str, str]:
+    from fmest.gpus import shipped_gpus
+
+    names = {}
+    for spec in shipped_gpus():
+        for alias in (spec.name,) + tuple(spec.aliases):
+            names[alias.lower()] = spec.name
+    return names
+
+
+def gpu_name(published: str) -> Optional[str]:
+    """The fmest GPU table name for a published GPU name (rule 2), or None."""
+    text = published.strip()
+    names = _gpu_names()
+    for cand in (text, text.split(" (")[0], text.replace("RTXA6000", "RTX-A6000")):
+        if cand.lower() in names:
+            return names[cand.lower()]
+    m = re.match(r"^(\d+)GB GPU", text)
+    if m:
+        return _CAPACITY_ONLY.get(m.group(1))
+    low = text.lower().replace("_", "-")
+    for key, name in (("h100-sxm-96", "H100-SXM-96GB"), ("h100-96", "H100-SXM-96GB"),
+                      ("a100-pcie-80", "A100-PCIE-80GB"), ("a100-pcie-40", "A100-PCIE-40GB"),
+                      ("a100-sxm-40", "A100-SXM-40GB"), ("a100-sxm-80", "A100-SXM-80GB"),
+                      ("h100-pcie", "H100-PCIE-80GB"), ("h100-sxm", "H100-SXM-80GB"),
+                      ("h200", "H200-SXM-141GB"), ("gh200", "H200-SXM-141GB"),
+                      ("b200", "B200-SXM-180GB"), ("v100-sxm-32", "V100-SXM2-32GB"),
+                      ("v100-sxm-16", "V100-SXM2-16GB"), ("gaudi2", "GAUDI2-96GB"),
+                      ("mi250x", "MI250X-128GB"), ("mi300x", "MI300X-192GB")):
+        if key in low:
+            return name
+    return None
+
+
+def gpu_family(row: dict) -> str:
+    """GPU family for the breakdown (A100, H100, H200, L40S, consumer RTX, ...)."""
+    g = row["gpu"].upper()
+    for fam in ("GH200", "H200", "H100", "A100", "B200", "L40S", "L4", "A10G", "V100", "T4",
+                "MI300X", "MI250X", "GAUDI"):
+        if fam in g:
+            return fam
+    if "RTX" in g or "A6000" in g:
+        return "RTX/workstation"
+    return "other"
+
+
+def features(row: dict, job: Optional[dict]) -> tuple[str, ...]:
+    """The row's feature tags (``FEATURES``), read from the row's columns."""
+    tags = []
+    tech = (row.get("technique") or "").lower()
+    zf = (row.get("zero_or_fsdp") or "").lower()
+    low = (row.get("other") or "").lower()
+    if tech == "lora":
+        tags.append("LoRA")
+    if tech == "qlora":
+        tags.append("QLoRA")
+    if zf in ("3", "fsdp", "fsdp-hybrid"):
+        tags.append("ZeRO-3/FSDP")
+    for name in ("tp", "pp", "cp", "ep"):
+        if (_int(row.get(name), 1) or 1) > 1:
+            tags.append(name.upper())
+    if "fp8" in row.get("dtype", "") or "float8" in row.get("dtype", ""):
+        tags.append("fp8")
+    if row.get("activation_checkpointing") == "offload" or "offload" in low and \
+            "offload false" not in low and "no activation offloading" not in low:
+        tags.append("offload")
+    if (_int(row.get("seq_len"), 0) or 0) >= LONG_CONTEXT:
+        tags.append("long context >=16k")
+    return tuple(tags)
+
+
+@functools.lru_cache(maxsize=1)
+def _training_fields() -> frozenset:
+    from fmest.job import Training
+
+    return frozenset(f.name for f in attrs.fields(Training))
+
+
+def map_row(row: dict) -> Mapped:
+    """The fmest job for one row, or why not (module doc, rules 1-13)."""
+    stack = (row.get("stack") or "").strip().lower()
+    tags = features(row, None)
+    try:
+        job, why = _job(row, stack)
+    except Exception as exc:  # a malformed row is reported, not fatal
+        job, why = None, f"{type(exc).__name__}: {exc}"
+    return Mapped(job=job, reason=why, stack=stack or "(empty)", features=tags)
+
+
+def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
+    kv = other_kv(row)
     other = row.get("other", "")
     low = other.lower()
-    rid = row["id"]
-    titan = rid.startswith("titan") or "torchtitan" in low
-    torchtune = rid.startswith("tt") or "torchtune" in low
-    peftbench = rid.startswith("peftmmqa")
-
-    dtype_raw = (row["dtype"] or "bf16").strip().lower()
+    tech = (row["technique"] or "full").strip().lower()
+    if tech not in ("full", "lora", "qlora"):  # rule 4 first: it names the missing feature
+        return None, f"technique {tech!r}"
+    model, model_config, why = _model(row, kv)
+    if model is None:
+        return None, why
+    gpu = gpu_name(row["gpu"])
+    if gpu is None:
+        return None, f"no GPU in fmest's table for {row['gpu']!r}"
     training: dict = {}
+    # rule 3
+    dtype_raw = (row["dtype"] or "bf16").strip().lower()
     if "float8" in dtype_raw or dtype_raw.startswith("fp8"):
         training["dtype"] = "fp8"
-    elif dtype_raw.startswith("fp16"):
-        training["dtype"] = "fp16"
-    elif dtype_raw.startswith("fp32"):
-        training["dtype"] = "fp32"
     else:
-        training["dtype"] = "bf16"
-    if "(amp)" in dtype_raw:
-        training["precision"] = "amp"
-    elif "(pure)" in dtype_raw or ((torchtune or peftbench) and row["technique"] == "full"):
+        training["dtype"] = next((d for d in ("fp16", "fp32", "bf16") if dtype_raw.startswith(d)),
+                                 "bf16")
+    if kv.get("precision") in ("pure", "amp", "master"):
+        training["precision"] = kv["precision"]
+    elif tech == "full" and (re.search(r"torch_dtype=(bfloat16|float16)", other)
+                             or stack == "torchtune"):
         training["precision"] = "pure"
-    elif torchtune:
-        training["precision"] = "pure"
-
-    tech = (row["technique"] or "full").strip()
-    if tech not in ("full", "lora", "qlora"):
-        return None, f"technique {tech!r}"
+    elif stack == "megatron-core" and training["dtype"] == "fp16":
+        training["precision"] = "master"
+    # rule 4
     training["technique"] = tech
     if tech != "full":
         training["lora_rank"] = _int(row["lora_rank"], 16)
-        if torchtune:
-            training["lora_target_modules"] = list(_TORCHTUNE_LORA_TARGETS)
-        elif rid.startswith("unsloth"):
+        targets = kv.get("targets") or kv.get("lora_targets") or ""
+        if targets and "all" not in targets.lower():
+            training["lora_target_modules"] = [t.strip() for t in re.split(r"[+,| ]", targets)
+                                               if t.strip()]
+        elif stack == "unsloth" or "all linear" in low or "all-linear" in low \
+                or row["id"].startswith("dev-unsloth") or "all" in targets.lower():
             training["lora_target_modules"] = list(_ALL_LINEAR)
-        elif "q_proj,v_proj" in other or "q,v" in low:
-            training["lora_target_modules"] = ["q_proj", "v_proj"]
-
-    opt = row["optimizer"].lower()
+        elif stack == "torchtune":
+            training["lora_target_modules"] = list(_TORCHTUNE_LORA_TARGETS)
+    # rule 5
+    opt = (row["optimizer"] or "").lower()
     if ("8-bit" in opt or "8bit" in opt) and "non-8-bit" not in opt:
-        training["optimizer"] = "adamw_8bit"
+        training["optimizer"] = "paged_adamw_8bit" if "paged" in opt else "adamw_8bit"
+    elif "adafactor" in opt:
+        training["optimizer"] = "adafactor"
+    elif "lion" in opt:
+        training["optimizer"] = "lion"
     elif "sgd" in opt:
-        training["optimizer"] = "sgd_momentum"
+        training["optimizer"] = "sgd_momentum" if "momentum" in opt else "sgd"
     else:
         training["optimizer"] = "adamw"
-        if "fused=true" in opt or torchtune:
+        if "fused=true" in opt or stack == "torchtune":
             training["optimizer_impl"] = "fused"
     if "optimizer_in_bwd=true" in opt:
         training["optimizer_in_backward"] = True
-
+    # rule 13
     seq = _int(row["seq_len"])
     if seq is None:
         return None, "sequence length not stated"
     training["seq_len"] = seq
-    dp, tp, pp, cp = (_int(row[k], 1) for k in ("dp", "tp", "pp", "cp"))
+    # rule 7
+    num = _int(row["num_gpus"], 1) or 1
+    tp, pp, cp, ep = (_int(row[k], 1) or 1 for k in ("tp", "pp", "cp", "ep"))
+    dp = _int(row["dp"]) or max(1, num // (tp * pp * cp))
+    if dp * tp * pp * cp != num:
+        return None, f"dp*tp*pp*cp = {dp * tp * pp * cp} != num_gpus {num}"
     par: dict = {"dp": dp, "tp": tp, "pp": pp, "cp": cp}
-    mb = _int(row["micro_batch"])
-    ga = _int(row["grad_accum"], 1)
+    if ep > 1:
+        par["ep"] = ep
+    if tp > 1 and (stack in ("torchtitan", "megatron-core") or _true(kv.get("sequence_parallel"))):
+        par["sequence_parallel"] = True
+    # rule 8
+    mb, ga = _int(row["micro_batch"]), _int(row["grad_accum"])
+    gbs = _int(row.get("global_batch"))
     if mb is None:
         m = re.search(r"local bs (\d+)", low)
-        if m is None:
-            return None, "micro-batch size not stated"
-        local = int(m.group(1))
-        if pp > 1:   # torchtitan default: as many micro-batches as stages in total
-            stages = pp * (2 if "interleaved" in low else 1)
+        if m is not None:
+            local = int(m.group(1))
+            stages = pp * (2 if "interleaved" in low else 1) if pp > 1 else 1
             mb, ga = max(1, local // stages), stages
+        elif stack == "megatron-core" and gbs:
+            mb, ga = 1, max(1, gbs // dp)
         else:
-            mb = local
+            return None, "micro-batch size not stated"
+    if ga is None:
+        ga = max(1, gbs // (mb * dp)) if gbs else 1
     training["micro_batch_size"] = mb
-    training["grad_accum_steps"] = ga or 1
+    training["grad_accum_steps"] = ga
     if pp > 1:
         if "interleaved" in low:
-            par["pp_schedule"] = "interleaved"
-            par["pp_virtual_stages"] = 2
+            par["pp_schedule"], par["pp_virtual_stages"] = "interleaved", 2
         elif "gpipe" in low:
             par["pp_schedule"] = "gpipe"
-    if tp > 1 and titan:
-        par["sequence_parallel"] = True
-
+    # rule 6
     zf = (row["zero_or_fsdp"] or "").strip().lower()
-    if zf == "fsdp":
-        par["fsdp"] = "full_shard"
-    elif zf in ("1", "2", "3"):
+    gpn = min(8, num)
+    if zf in ("1", "2", "3"):
         par["zero_stage"] = int(zf)
-
+    elif zf == "distopt":
+        par["zero_stage"] = 1
+    elif zf == "fsdp":
+        par["fsdp"] = "full_shard"
+    elif zf == "fsdp-hybrid":
+        par["fsdp"], par["hsdp_shard_size"] = "hybrid_shard", gpn
+    elif zf == "fsdp-grad-op":
+        par["fsdp"] = "shard_grad_op"
+    elif zf not in ("", "none", "0"):
+        return None, f"zero_or_fsdp {zf!r}"
+    off = kv.get("offload", "").lower()
+    if off in ("optimizer", "params"):
+        par["cpu_offload"] = off
+    elif re.search(r"cpu[ _-]offload(?!\S* false)", low) and "offload false" not in low \
+            and "offload=none" not in low:
+        par["cpu_offload"] = "optimizer"
+    # rule 9
     ac = (row["activation_checkpointing"] or "").strip().lower()
     if ac in ("full", "selective"):
         training["activation_checkpointing"] = ac
-    elif not ac and rid.startswith("unsloth"):
+    elif ac == "offload":
         training["activation_checkpointing"] = "full"
+        training["activation_offload"] = True
+    elif not ac and (stack == "unsloth" or row["id"].startswith("dev-unsloth")
+                     or _true(kv.get("gradient_checkpointing"))):
+        training["activation_checkpointing"] = "full"
+    # rule 10
     fa = (row["flash_attention"] or "").strip().lower()
     training["attention"] = {"true": "flash", "false": "eager"}.get(fa, "sdpa")
-
-    if re.search(r"torch\.compile|\+ ?compile|compile \+|compile true|, compile,", low) \
-            and "compile off" not in low:
+    # rule 11
+    if (_true(kv.get("compile")) or re.search(r"torch\.compile|\+ ?compile|compile \+|"
+                                               r"compile true|, compile,", low)) \
+            and "compile off" not in low and "compile false" not in low:
         training["compile"] = True
     if "chunked ce" in low or "cewithchunkedoutputloss" in low:
         training["loss"] = "chunked"
+    elif _true(kv.get("liger")) or re.search(r"fused[- ]linear[- ]cross|flce=true", low):
+        training["loss"] = "fused"
     if "activation offloading" in low and "no activation offloading" not in low:
         training["activation_offload"] = True
+    # rule 12
+    if stack and "stack" in _training_fields():
+        training["stack"] = stack
+    hardware = {"gpu": gpu, "gpus_per_node": gpn, "nodes": max(1, num // gpn)}
+    job = {"model": model, "training": training, "parallelism": par, "hardware": hardware}
+    if model_config is not None:
+        job["model_config"] = model_config
+    return job, ""
 
-    num = _int(row["num_gpus"], 1) or 1
-    world = dp * tp * pp * cp
-    if world != num:
-        return None, f"dp*tp*pp*cp = {world} != num_gpus {num}"
-    hardware = {"gpu": gpu, "nodes": max(1, num // 8) if num % 8 == 0 else 1}
-    return {"model": model, "training": training, "parallelism": par,
-            "hardware": hardware}, ""
+
+def row_to_job(row: dict) -> tuple[Optional[dict], str]:
+    """``(job_dict, "")`` or ``(None, reason)`` for one row (see module doc)."""
+    mapped = map_row(row)
+    return mapped.job, mapped.reason
 
 
 def jobs(kind: Optional[str] = None) -> list[tuple[dict, Optional[dict], str]]:
     """``(row, job_dict or None, reason)`` for every row of ``kind``."""
-    out = []
-    for row in load_rows(kind):
-        try:
-            job, why = row_to_job(row)
-        except Exception as exc:  # a malformed row is reported, not fatal
-            job, why = None, f"{type(exc).__name__}: {exc}"
-        out.append((row, job, why))
-    return out
+    return [(row, *row_to_job(row)) for row in load_rows(kind)]
