@@ -20,7 +20,8 @@ What is compared with what (the estimate is made comparable to the counter the s
 * Throughput in the row's unit: tokens/s per GPU or for the job, samples/s, MFU % and TFLOP/s
   per GPU from fmest's MFU times the dtype's dense peak (Megatron 2021 rows: Narayanan et al.
   2021 eq. 3 FLOPs, recompute included, as the source counts), seconds per step compared as a
-  rate (measured/predicted - 1). Error = predicted / measured - 1 (positive: fmest predicts more
+  rate (measured/predicted - 1); a timed "iteration" that ``other`` says is one micro-batch is
+  compared with fmest's step time divided by the accumulation steps. Error = predicted / measured - 1 (positive: fmest predicts more
   memory / a faster run).
 * ``oom`` rows: a pass/fail check that fmest's whole estimate exceeds the GPU's memory.
   Boundary rows (``BOUNDARY`` in ``other``: the largest configuration that fit): pass when the
@@ -59,6 +60,9 @@ MEMORY_BASELINES = (BASE_16, BASE_KOR)
 THROUGHPUT_BASELINES = (BASE_6N,)
 RATE_UNITS = ("tokens_per_sec_per_gpu", "tokens_per_sec", "TFLOPs_per_gpu", "MFU_pct",
               "samples_per_sec")
+#: ``other`` wording that says a timed "step" is one micro-batch's forward+backward (Lit-GPT
+#: iterations), not an optimizer step: compared with fmest's step time / grad_accum.
+MICRO_BATCH_ITERATION = re.compile(r"iteration = one micro-batch|per micro-batch iteration", re.I)
 FOOTER = ("note: the hand-set constants in fmest's formulas were checked against the development "
           "sources (rows dev-*),\n      so those rows are in-sample for the formulas even in the "
           "LOSO column; 'unseen' = rows from the other sources.")
@@ -183,6 +187,8 @@ def predicted_rate(row: dict, job: dict, report) -> Optional[float]:
     if unit == "samples_per_sec":
         return k.tokens_per_second / job["training"]["seq_len"]
     if unit == "seconds_per_step":
+        if MICRO_BATCH_ITERATION.search(row.get("other") or ""):
+            return t.step_seconds / job["training"]["grad_accum_steps"]
         return t.step_seconds
     if unit == "MFU_pct":
         return None if t.mfu is None else t.mfu * 100.0

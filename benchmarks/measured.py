@@ -30,7 +30,8 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    ``master``; else fmest's ``auto`` rule.
 4. **Technique**: ``full``/``lora``/``qlora``; anything else (``gptq-lora``, ...) is
    unsupported ("technique X"). LoRA rank from ``lora_rank`` (16 if empty). LoRA targets:
-   ``targets=a+b+c`` in ``other``; else stack ``torchtune`` -> torchtune's default
+   ``targets=a+b+c`` in ``other`` (Lit-GPT's ``query``/``key``/``value``/``projection`` ->
+   ``q_proj``/``k_proj``/``v_proj``/``o_proj``); else stack ``torchtune`` -> torchtune's default
    (q, v, o, gate, up, down), stack ``unsloth`` or "all linear" in ``other`` -> all seven
    linears; else fmest's default (q, v: PEFT's default for Llama-family models).
 5. **Optimizer**: ``8bit``/``8-bit`` (not "non-8-bit") -> ``adamw_8bit`` (``paged`` ->
@@ -91,6 +92,8 @@ _CAPACITY_ONLY = {"80": "A100-SXM-80GB", "24": "RTX4090-24GB", "40": "A100-SXM-4
                   "48": "L40S-48GB"}
 _TORCHTUNE_LORA_TARGETS = ("q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+#: Lit-GPT's module names -> the Hugging Face names fmest's presets use (rule 4).
+_LITGPT_NAMES = {"query": "q_proj", "key": "k_proj", "value": "v_proj", "projection": "o_proj"}
 LONG_CONTEXT = 16384
 
 #: Feature tags (for the per-feature breakdown) and the rule that sets each.
@@ -295,8 +298,11 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     else:
         training["dtype"] = next((d for d in ("fp16", "fp32", "bf16") if dtype_raw.startswith(d)),
                                  "bf16")
-    if kv.get("precision") in ("pure", "amp", "master"):
-        training["precision"] = kv["precision"]
+    precision = kv.get("precision", "").split(" ")[0].lower()
+    precision = {"bf16-true": "pure", "16-true": "pure", "bf16-mixed": "amp",
+                 "16-mixed": "amp"}.get(precision, precision)
+    if precision in ("pure", "amp", "master"):
+        training["precision"] = precision
     elif tech == "full" and (re.search(r"torch_dtype=(bfloat16|float16)", other)
                              or stack == "torchtune"):
         training["precision"] = "pure"
@@ -308,8 +314,9 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         training["lora_rank"] = _int(row["lora_rank"], 16)
         targets = kv.get("targets") or kv.get("lora_targets") or ""
         if targets and "all" not in targets.lower():
-            training["lora_target_modules"] = [t.strip() for t in re.split(r"[+,| ]", targets)
-                                               if t.strip()]
+            training["lora_target_modules"] = [
+                _LITGPT_NAMES.get(t.strip(), t.strip())
+                for t in re.split(r"[+,| ]", targets.split(" (")[0]) if t.strip()]
         elif stack == "unsloth" or "all linear" in low or "all-linear" in low \
                 or row["id"].startswith("dev-unsloth") or "all" in targets.lower():
             training["lora_target_modules"] = list(_ALL_LINEAR)
