@@ -2,7 +2,8 @@
 
     python benchmarks/traced.py [--max-params-b 100] [--no-timing]
 
-For every memory row of shared/data/measured_dev.csv (mapped to a job by
+For every memory row of the development sources in benchmarks/data/measured.csv (rows
+``dev-*``; ``--all`` for every memory row of the evidence set; mapped to a job by
 ``benchmarks/measured.py``): the traced estimate (fmest-torch-runner, method ``traced``), the
 analytic estimate (method ``theory``) and the published figure, with relative errors. Rows
 the runner cannot execute (fp8, compile, chunked loss, optimizer-in-backward, QLoRA ...) show
@@ -23,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 GIB = 1024 ** 3
+ALL_ROWS = "--all" in sys.argv
 
 
 def _published_bytes(row) -> float:
@@ -47,6 +49,8 @@ def compare(max_params_b: float) -> None:
     engine = Engine()
     lines = []
     for row in measured.load_rows("memory"):
+        if not ALL_ROWS and not row["id"].startswith("dev-"):
+            continue
         jd, reason = measured.row_to_job(row)
         pub = _published_bytes(row)
         if jd is None:
@@ -124,6 +128,8 @@ def main() -> int:
     ap.add_argument("--max-params-b", type=float, default=100.0,
                     help="skip tracing models larger than this (billions of params)")
     ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--all", action="store_true",
+                    help="every memory row of the evidence set, not only the dev-* rows")
     ap.add_argument("--no-compare", action="store_true")
     args = ap.parse_args()
     os.environ.setdefault("FMEST_CACHE_DIR", tempfile.mkdtemp(prefix="fmest-traced-bench-"))
