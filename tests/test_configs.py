@@ -392,15 +392,13 @@ _VARIANTS = [
 
 
 def _value(job, path: str):
-    from fmest.configs.export import _canonical_optimizer
-    from fmest.models.presets import find_preset
-
+    registries = new_engine().registries
     if path == "model":
-        return find_preset(job.model) or job.model
+        return registries.models.canonical(job.model) or job.model
     section, name = path.split(".")
     obj = resolve_layout(job) if section == "layout" else getattr(job, section)
     value = getattr(obj, name)
-    return _canonical_optimizer(value) if name == "optimizer" else value
+    return registries.optimizers.canonical(value) if name == "optimizer" else value
 
 
 @pytest.mark.parametrize("to,change", _VARIANTS, ids=[f"{t}-{i}" for i, (t, _) in

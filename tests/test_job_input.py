@@ -96,4 +96,4 @@ def test_fm_training_estimator_bad_method():
     bad = dict(FM_INPUT, estimator={"method": "magic"})
     bad.pop("estimator_metadata")
     with pytest.raises(InputError, match="estimator.method"):
-        job_from_dict(bad)
+        fmest.to_job(bad)

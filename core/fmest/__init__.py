@@ -21,20 +21,17 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["estimate", "estimate_memory", "estimate_time", "estimate_tokens", "estimate_cost",
+__all__ = ["estimate", "estimate_jobs", "estimate_memory", "estimate_time", "estimate_tokens", "estimate_cost",
            "to_job", "Job", "Engine", "report_to_dict", "__version__"]
 
 
 def to_job(job: Any):
-    """A :class:`fmest.job.Job` from a job, dict or JSON text."""
-    from fmest.convert import job_from_dict, job_from_json
-    from fmest.job import Job
+    """A :class:`fmest.job.Job` from a job, dict or JSON text (fmest's layout or an
+    EstimateInput; for an EstimateInput with several jobs, the first: use
+    :func:`fmest.inputs.read_input` for all of them)."""
+    from fmest.inputs import read_input
 
-    if isinstance(job, Job):
-        return job
-    if isinstance(job, (str, bytes)):
-        return job_from_json(job.decode() if isinstance(job, bytes) else job)
-    return job_from_dict(job)
+    return read_input(job)[0][0]
 
 
 def _engine(engine):
@@ -45,14 +42,33 @@ def _engine(engine):
     return default_engine()
 
 
+def estimate_jobs(pairs, *, engine=None, quantities=("memory", "time", "tokens", "cost"),
+                  method: str | None = None):
+    """Estimate ``(job, InputReport)`` pairs from the input door (:mod:`fmest.inputs`); the
+    first job's :class:`fmest.engine.Report` carries the others in ``others``. The CLI and
+    :func:`estimate` both come through here, so they report the same."""
+    import attrs
+
+    eng = _engine(engine)
+    reports = []
+    for job, report in pairs:
+        if method is not None:
+            job = job.evolve(options={"method": method})
+        result = eng.estimate(job, quantities=quantities)
+        reports.append(attrs.evolve(result, input=report,
+                                    warnings=result.warnings + report.warnings()))
+    first = reports[0]
+    return attrs.evolve(first, others=tuple(reports[1:])) if len(reports) > 1 else first
+
+
 def estimate(job: Any, *, engine=None, quantities=("memory", "time", "tokens", "cost"),
              method: str | None = None):
     """Estimate everything the installed plugins can answer; returns a
-    :class:`fmest.engine.Report`. ``method`` overrides ``job.options.method``."""
-    j = to_job(job)
-    if method is not None:
-        j = j.evolve(options={"method": method})
-    return _engine(engine).estimate(j, quantities=quantities)
+    :class:`fmest.engine.Report` (an EstimateInput with several jobs: the first job's report,
+    the others in ``report.others``). ``method`` overrides ``job.options.method``."""
+    from fmest.inputs import read_input
+
+    return estimate_jobs(read_input(job), engine=engine, quantities=quantities, method=method)
 
 
 def estimate_memory(job: Any, *, engine=None, method: str | None = None):

@@ -195,50 +195,22 @@ def add_estimate_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--format", choices=("table", "json"), default="table", help="table for people, json for machines")
 
 
-def _set(d: dict, section: str, key: str, value: Any) -> None:
-    d.setdefault(section, {})[key] = value
+def read_flags(args: argparse.Namespace) -> Any:
+    """The flags actually given, as an input layer (origin: the flag)."""
+    from fmest.inputs import Layer
 
+    values: dict = {}
 
-def job_dict_from_args(args: argparse.Namespace) -> dict:
-    """Merge: input file, then flags actually given (flags win)."""
-    data: dict = {}
-    if args.input_file:
-        try:
-            with open(args.input_file, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise InputError("--input-file", f"cannot read: {exc.strerror}",
-                             value=args.input_file) from None
-        try:
-            loaded = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError("--input-file", f"malformed JSON at line {exc.lineno} column "
-                             f"{exc.colno}: {exc.msg}", value=args.input_file) from None
-        if isinstance(loaded, dict) and ("job_configs" in loaded or "estimator" in loaded):
-            from fmest.compat.fm_training_estimator import jobs_from_estimate_input
-            from fmest.convert import job_to_dict
+    def put(path: str, value: Any, flag: str) -> None:
+        values.pop(path, None)
+        values[path] = (value, flag)
 
-            jobs, ignored = jobs_from_estimate_input(loaded)
-            args._ignored_input = ignored
-            loaded = job_to_dict(jobs[0])
-        if not isinstance(loaded, dict):
-            raise InputError("--input-file", "expected a JSON object", value=args.input_file)
-        data = loaded
-    if getattr(args, "config", None):
-        from fmest.configs import load_configs, merge_into
-
-        merge = load_configs(args.config, getattr(args, "config_format", None))
-        merge_into(data, merge.data)
-        given = {f"{s}.{k}" for d, s, k, _ in _FLAG_MAP if getattr(args, d, None) is not None}
-        args._config_merge = merge
-        args._config_unresolved = [m for f, m in merge.unresolved.items() if f not in given]
     if args.model:
-        data["model"] = args.model
-    tr_flags = {k: getattr(args, k) for k in ("lora", "qlora")}
-    if tr_flags["qlora"]:
-        _set(data, "training", "technique", "qlora")
-    elif tr_flags["lora"]:
-        _set(data, "training", "technique", "lora")
+        put("model", args.model, "--model")
+    if args.qlora:
+        put("training.technique", "qlora", "--qlora")
+    elif args.lora:
+        put("training.technique", "lora", "--lora")
     if args.grad_checkpoint is not None:
         gc = args.grad_checkpoint.strip().lower()
         gc = {"true": "full", "1": "full", "yes": "full", "false": "none", "0": "none",
@@ -246,63 +218,98 @@ def job_dict_from_args(args: argparse.Namespace) -> dict:
         if gc not in ("none", "full", "selective"):
             raise InputError("--grad-checkpoint", "not an accepted value", value=args.grad_checkpoint,
                              accepted=("none", "full", "selective", "true", "false"))
-        _set(data, "training", "activation_checkpointing", gc)
+        put("training.activation_checkpointing", gc, "--grad-checkpoint")
     if args.flashattn:
-        _set(data, "training", "attention", "flash")
+        put("training.attention", "flash", "--flashattn")
     for dest, section, key, fn in _FLAG_MAP:
         value = getattr(args, dest, None)
         if value is None:
             continue
         if dest == "lora_target_modules":
             value = [v for item in value for v in item.split(",") if v]
-        _set(data, section, key, fn(value) if fn else value)
-    if "model" not in data:
-        raise InputError("--model", "required (a preset name, local config.json or Hub id; "
+        put(f"{section}.{key}", fn(value) if fn else value, "--" + dest.replace("_", "-"))
+    return Layer(source="flags", values=values)
+
+
+def jobs_from_args(args: argparse.Namespace):
+    """Every job the command line describes, each with its :class:`fmest.inputs.InputReport`:
+    the job input (``-f``, or an EstimateInput given with ``--config``), then the other
+    ``--config`` files, then the flags (flags win)."""
+    from fmest.inputs import build_jobs, read_configs, read_file
+
+    job_layers = read_file(args.input_file) if args.input_file else []
+    config_layers = []
+    if getattr(args, "config", None):
+        more, config_layers = read_configs(args.config, getattr(args, "config_format", None))
+        if more and job_layers:
+            raise InputError("--config", "an fm-training-estimator EstimateInput is a job "
+                             "input; give it with -f or --config, not both")
+        job_layers = job_layers or more
+    missing = InputError("--model", "required (a preset name, local config.json or Hub id; "
                          "see 'fmest models')")
-    return data
+    return build_jobs(job_layers, [*config_layers, read_flags(args)], require_model=missing)
+
+
+def job_dict_from_args(args: argparse.Namespace) -> dict:
+    """The first job the command line describes, as a dict in fmest's layout (for commands
+    that take one job; :func:`jobs_from_args` gives every job and its input report)."""
+    from fmest.convert import job_to_dict
+
+    return job_to_dict(jobs_from_args(args)[0][0])
+
+
+def _summarised(report, args) -> Any:
+    """People get a summary of many ignored config keys; --explain and --format json list each
+    key with its reason."""
+    import attrs
+
+    config_lines = [w for w in report.warnings if w.startswith("config key ignored: ")]
+    if args.format == "json" or report.job.options.explain or len(config_lines) <= 3:
+        return report
+    rest = tuple(w for w in report.warnings if not w.startswith("config key ignored: "))
+    note = (f"{len(config_lines)} config keys ignored (they do not change memory, time or "
+            "cost; --explain lists each with its reason)",)
+    return attrs.evolve(report, warnings=rest + note)
+
+
+def _report_json(report) -> dict:
+    from fmest.report import report_to_dict
+
+    out = report_to_dict(report)
+    if report.input is not None and report.input.files:
+        inp = report.input
+        out["config"] = {"files": [list(f) for f in inp.files],
+                         "origins": {k: v for k, v in inp.origins.items()
+                                     if not v.startswith("--")},
+                         "ignored": [str(i) for i in inp.ignored if i.kind == "config"],
+                         "unresolved": list(inp.unresolved.values())}
+    return out
 
 
 def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
-    from fmest.convert import job_from_dict
+    import fmest
 
-    data = job_dict_from_args(args)
-    job = job_from_dict(data)
-    engine = engine_factory()
-    report = engine.estimate(job)
-    ignored = getattr(args, "_ignored_input", None) or []
-    if ignored:
-        import attrs
-
-        report = attrs.evolve(report, warnings=report.warnings + tuple(
-            f"input field ignored: {i}" for i in ignored))
-    merge = getattr(args, "_config_merge", None)
-    if merge is not None:
-        import attrs
-
-        ignored_lines = tuple(f"config key ignored: {i}" for i in merge.ignored)
-        if args.format != "json" and not args.explain and len(ignored_lines) > 3:
-            # people get a summary; --explain and --format json list every key and reason
-            ignored_lines = (f"{len(ignored_lines)} config keys ignored (they do not change "
-                             "memory, time or cost; --explain lists each with its reason)",)
-        report = attrs.evolve(report, warnings=report.warnings + ignored_lines + tuple(
-            f"config value unresolved: {u}" for u in args._config_unresolved))
+    pairs = jobs_from_args(args)
+    report = fmest.estimate_jobs(pairs, engine=engine_factory())
+    reports = report.all_reports
     if args.format == "json":
-        from fmest.report import report_to_dict
-
-        out = report_to_dict(report)
-        if merge is not None:
-            out["config"] = {"files": [list(f) for f in merge.files], "origins": merge.origins,
-                             "ignored": list(merge.ignored),
-                             "unresolved": list(args._config_unresolved)}
+        if len(reports) == 1:
+            out = _report_json(report)
+        else:
+            out = {"jobs": [_report_json(r) for r in reports]}
         print(json.dumps(out, indent=2, default=str))
-    else:
-        from fmest.report import render_table
+        return 0
+    from fmest.report import render_table
 
-        print(render_table(report, explain=bool(job.options.explain)))
-        if merge is not None and job.options.explain:
+    for r in reports:
+        if len(reports) > 1:
+            print(f"{'' if r is report else chr(10)}== job {r.input.job_index + 1} of "
+                  f"{len(reports)}: {r.job.model} ==")
+        print(render_table(_summarised(r, args), explain=bool(r.job.options.explain)))
+        if r.input is not None and r.input.files and r.job.options.explain:
             print("\nWhere each setting came from (flags override these):")
-            w = max((len(k) for k in merge.origins), default=0)
-            for fld, origin in merge.origins.items():
+            w = max((len(k) for k in r.input.origins), default=0)
+            for fld, origin in r.input.origins.items():
                 print(f"  {fld:<{w}}  {origin}")
     return 0
 
@@ -312,9 +319,12 @@ def cmd_export(args: argparse.Namespace, engine_factory) -> int:
     import os
 
     from fmest.configs.export import export_job
-    from fmest.convert import job_from_dict
 
-    files = export_job(job_from_dict(job_dict_from_args(args)), args.to)
+    pairs = jobs_from_args(args)
+    if len(pairs) > 1:
+        raise InputError("--to", f"the input holds {len(pairs)} jobs; export writes one job's "
+                         "config (split the EstimateInput)")
+    files = export_job(pairs[0][0], args.to, registries=engine_factory().registries)
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
         for name, text in files.items():
@@ -331,21 +341,39 @@ def cmd_export(args: argparse.Namespace, engine_factory) -> int:
 
 
 def cmd_models(args, engine_factory) -> int:
-    from fmest.models.presets import list_presets
+    """The model registry: every plugin's presets (not a built-in table)."""
+    reg = engine_factory().registries
 
-    rows = [(p.name, p.model_type, ", ".join(p.aliases[:3])) for p in list_presets()]
+    def model_type(name: str) -> str:
+        known = reg.model_info.get(name, {}).get("model_type")
+        return known if known is not None else reg.models.find(name)().model_type
+
+    rows = [{"name": name, "model_type": model_type(name),
+             "aliases": _display_aliases(reg, name),
+             "source": reg.model_sources.get(name, ""),
+             "retrieved": reg.model_info.get(name, {}).get("retrieved", ""),
+             "plugin": reg.models.source_of(name)}
+            for name in sorted(reg.models.names(), key=str.lower)]
     if args.format == "json":
-        print(json.dumps([{"name": n, "model_type": t, "aliases": list(p.aliases),
-                           "source": p.source, "retrieved": p.retrieved}
-                          for (n, t, _), p in zip(rows, list_presets())], indent=2))
+        print(json.dumps(rows, indent=2))
         return 0
-    w0 = max(len(r[0]) for r in rows)
-    w1 = max(len(r[1]) for r in rows)
+    if not rows:
+        print("no model presets registered; a local config.json or model folder works.")
+        return 0
+    w0 = max(len(r["name"]) for r in rows)
+    w1 = max(len(r["model_type"]) for r in rows)
     print(f"{'name':<{w0}}  {'type':<{w1}}  aliases")
-    for n, t, a in rows:
-        print(f"{n:<{w0}}  {t:<{w1}}  {a}")
+    for r in rows:
+        print(f"{r['name']:<{w0}}  {r['model_type']:<{w1}}  {', '.join(r['aliases'][:3])}")
     print(f"\n{len(rows)} presets; a local config.json or model folder also works.")
     return 0
+
+
+def _display_aliases(reg, name: str) -> list[str]:
+    """The aliases a plugin registered for ``name``, in its order (the registry keeps keys
+    lower-cased; the registering plugin's spelling is in ``model_info``)."""
+    given = reg.model_info.get(name, {}).get("aliases")
+    return list(given) if given is not None else reg.models.aliases_of(name)
 
 
 def cmd_gpus(args, engine_factory) -> int:

@@ -1,13 +1,20 @@
-"""The one cattrs converter at fmest's edges: dict/JSON <-> job, report -> dict.
+"""The one private cattrs converter at fmest's edges: dict/JSON <-> job, report -> dict.
 
-Bad data fails with :class:`fmest.errors.InputError` whose field is the path of the bad value
-(``training.micro_batch_size``) and, for enumerations, the accepted values. Unknown keys are
-an error too: nothing a user gives is silently dropped.
+Structure hooks accept what JSON, YAML and command lines give: numbers as strings (``"1024"``,
+``"1e9"``), booleans as strings (``"true"``/``"yes"``/``"on"``/``"1"`` are true;
+``"false"``/``"no"``/``"off"``/``"0"``/``""`` are false, never truthiness). Bad data fails with
+:class:`fmest.errors.InputError` whose field is the path of the bad value
+(``training.micro_batch_size``) and, for enumerations, the accepted values. Unknown keys are an
+error too: nothing a user gives is silently dropped.
+
+This module reads fmest's own layout only; other tools' formats are readers in
+:mod:`fmest.inputs` (which uses this converter once, after merging every source).
 """
 
 from __future__ import annotations
 
 import json
+import typing
 from typing import Any
 
 import attrs
@@ -19,124 +26,208 @@ from fmest.job import Hardware, Job, Options, Parallelism, Pricing, Training, Wo
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
 
-_SECTIONS = {"training": Training, "parallelism": Parallelism, "hardware": Hardware,
-             "workload": Workload, "pricing": Pricing, "options": Options}
+SECTIONS = {"training": Training, "parallelism": Parallelism, "hardware": Hardware,
+            "workload": Workload, "pricing": Pricing, "options": Options}
+TOP_FIELDS = ("model", "model_config")
+
+TRUE_STRINGS = ("true", "1", "yes", "on")
+FALSE_STRINGS = ("false", "0", "no", "off", "")
 
 
-def _num(value: Any, typ: type, path: str):
+class _Bad(ValueError):
+    """A value a structure hook rejects: the message and accepted values, path added later."""
+
+    def __init__(self, message: str, value: Any, accepted=None) -> None:
+        super().__init__(message)
+        self.message, self.value, self.accepted = message, value, accepted
+
+
+def structure_bool(value: Any, _type=bool) -> bool:
+    """``true``/``yes``/``on``/``1`` and ``false``/``no``/``off``/``0``/empty, any case."""
     if isinstance(value, bool):
-        raise InputError(path, f"expected a {typ.__name__}", value=value)
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in TRUE_STRINGS:
+            return True
+        if text in FALSE_STRINGS:
+            return False
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise _Bad("expected a boolean", value, ("true", "false"))
+
+
+def _number(value: Any, kind: str) -> float | int:
+    if isinstance(value, bool):
+        raise _Bad(f"expected a {kind}", value)
     if isinstance(value, str):
         try:
             value = float(value.strip())
         except ValueError:
-            raise InputError(path, f"expected a {typ.__name__}", value=value) from None
-    if typ is int:
-        if isinstance(value, float):
-            if not value.is_integer():
-                raise InputError(path, "expected a whole number", value=value)
-            value = int(value)
-        if not isinstance(value, int):
-            raise InputError(path, "expected a whole number", value=value)
-        return value
+            raise _Bad(f"expected a {kind}", value) from None
     if not isinstance(value, (int, float)):
-        raise InputError(path, "expected a number", value=value)
-    return float(value)
+        raise _Bad("expected a number", value)
+    return value
 
 
-def _bool(value: Any, path: str) -> bool:
-    if isinstance(value, bool):
+def structure_int(value: Any, _type=int) -> int:
+    number = _number(value, "int")
+    if isinstance(number, float):
+        if not number.is_integer():
+            raise _Bad("expected a whole number", value)
+        number = int(number)
+    return number
+
+
+def structure_float(value: Any, _type=float) -> float:
+    return float(_number(value, "float"))
+
+
+def structure_str(value: Any, _type=str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise _Bad("expected a string", value)
+    return str(value)
+
+
+def _structure_str_tuple(value: Any, _type) -> Any:
+    # the field's own converter splits "a,b" strings; lists are checked item by item
+    if isinstance(value, str):
         return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "on"):
-        return True
-    if isinstance(value, str) and value.strip().lower() in ("false", "0", "no", "off", ""):
-        return False
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    raise InputError(path, "expected a boolean", value=value, accepted=("true", "false"))
+    if not isinstance(value, (list, tuple)):
+        raise _Bad("expected a list of names or a comma-separated string", value)
+    return tuple(structure_str(v) for v in value)
 
 
-def _structure_section(cls: type, data: Any, path: str):
+def _structure_mapping(value: Any, _type) -> dict:
+    if not isinstance(value, dict):
+        raise _Bad("expected an object (mapping of keys to values)", value)
+    return dict(value)
+
+
+_converter.register_structure_hook(bool, structure_bool)
+_converter.register_structure_hook(int, structure_int)
+_converter.register_structure_hook(float, structure_float)
+_converter.register_structure_hook(str, structure_str)
+_converter.register_structure_hook_func(lambda t: t == tuple[str, ...], _structure_str_tuple)
+_converter.register_structure_hook_func(
+    lambda t: t is dict or typing.get_origin(t) is dict, _structure_mapping)
+
+
+def _first_error(exc: BaseException, path: str) -> InputError:
+    """The first leaf of a cattrs error tree as an :class:`InputError` at its path."""
+    if isinstance(exc, ClassValidationError):
+        noted, plain = exc.group_exceptions()
+        if noted:
+            inner, note = noted[0]
+            return _first_error(inner, f"{path}.{note.name}" if path else note.name)
+        inner = plain[0]  # raised by the class itself (an attrs validator)
+        if isinstance(inner, InputError):
+            return InputError(f"{path}.{inner.field}" if path else inner.field,
+                              str(inner).split(": ", 1)[1])
+        return _first_error(inner, path)
+    if isinstance(exc, IterableValidationError):
+        noted, plain = exc.group_exceptions()
+        if noted:
+            inner, note = noted[0]
+            return _first_error(inner, f"{path}[{note.index}]")
+        return _first_error(plain[0], path)
+    if isinstance(exc, ForbiddenExtraKeysError):
+        accepted = sorted(a.name for a in attrs.fields(exc.cl))
+        extra = sorted(exc.extra_fields)[0]
+        return InputError(f"{path}.{extra}" if path else extra, "unknown field",
+                          accepted=accepted)
+    if isinstance(exc, _Bad):
+        return InputError(path, exc.message, value=exc.value, accepted=exc.accepted)
+    if isinstance(exc, InputError):  # an attrs validator: its field is the attribute name
+        return InputError(path, str(exc).split(": ", 1)[1]) if path else exc
+    return InputError(path or "job", f"{type(exc).__name__}: {exc}")
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return {f.name: f.type for f in attrs.fields(attrs.resolve_types(cls))}
+
+
+def _section(cls: type, data: Any, path: str):
     if isinstance(data, cls):
         return data
     if not isinstance(data, dict):
         raise InputError(path, "expected an object (mapping of field to value)", value=data)
-    fields = {f.name: f for f in attrs.fields(attrs.resolve_types(cls))}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise InputError(f"{path}.{unknown[0]}", "unknown field", accepted=sorted(fields))
-    kwargs: dict[str, Any] = {}
+    types = _field_types(cls)
     for name, value in data.items():
-        f = fields[name]
-        fpath = f"{path}.{name}"
-        typ = f.type
-        origin_none = value is None
-        base = typ
-        args = getattr(typ, "__args__", ())
-        if args and type(None) in args:  # Optional[X]
-            base = next(a for a in args if a is not type(None))
-        if origin_none:
-            if base is typ:
-                raise InputError(fpath, "may not be null")
-            kwargs[name] = None
-            continue
-        if base is bool:
-            kwargs[name] = _bool(value, fpath)
-        elif base in (int, float):
-            kwargs[name] = _num(value, base, fpath)
-        elif base is str:
-            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-                raise InputError(fpath, "expected a string", value=value)
-            kwargs[name] = str(value)
-        else:
-            kwargs[name] = value
+        if value is None and name in types and type(None) not in typing.get_args(types[name]):
+            raise InputError(f"{path}.{name}", "may not be null")
     try:
-        return cls(**kwargs)
-    except InputError as exc:
+        return _converter.structure(data, cls)
+    except InputError as exc:  # a validator: prefix the section
         raise InputError(f"{path}.{exc.field}", str(exc).split(": ", 1)[1]) from None
-    except TypeError as exc:
-        raise InputError(path, str(exc)) from None
+    except (ClassValidationError, _Bad, ForbiddenExtraKeysError) as exc:
+        raise _first_error(exc, path) from None
 
 
 def job_from_dict(data: Any) -> Job:
-    """Build a :class:`Job` from a plain dict (as parsed from JSON).
+    """Build a :class:`Job` from a plain dict in fmest's layout (as parsed from JSON).
 
-    Layout: ``{"model": ..., "training": {...}, "parallelism": {...}, "hardware": {...},
-    "workload": {...}, "pricing": {...}, "options": {...}}``. An fm-training-estimator
-    ``EstimateInput`` (keys ``estimator``/``job_configs``) is accepted too, see
-    :mod:`fmest.compat.fm_training_estimator`.
+    Layout: ``{"model": ..., "model_config": {...}, "training": {...}, "parallelism": {...},
+    "hardware": {...}, "workload": {...}, "pricing": {...}, "options": {...}}``. Another tool's
+    format (an fm-training-estimator ``EstimateInput``, a config file) is read by
+    :func:`fmest.inputs.read_input`.
     """
     if isinstance(data, Job):
         return data
     if not isinstance(data, dict):
         raise InputError("job", "expected a JSON object", value=type(data).__name__)
-    if "job_configs" in data or "estimator" in data:
-        from fmest.compat.fm_training_estimator import jobs_from_estimate_input
-
-        jobs, _ignored = jobs_from_estimate_input(data)
-        return jobs[0]
-    allowed = {"model", "model_config", *_SECTIONS}
+    if "job_configs" in data or "jobConfigs" in data or "estimator" in data \
+            or "estimator_metadata" in data:
+        raise InputError("job_configs", "this is an fm-training-estimator EstimateInput, which "
+                         "may hold several jobs; read it with fmest.inputs.read_input (or pass "
+                         "it to fmest.estimate / fmest estimate -f)")
+    allowed = {*TOP_FIELDS, *SECTIONS}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise InputError(unknown[0], "unknown field", accepted=sorted(allowed))
-    if "model" not in data or not isinstance(data["model"], str) or not data["model"].strip():
+    model = data.get("model")
+    if not isinstance(model, str) or not model.strip():
         raise InputError("model", "a model name, local config path or Hub id is required")
-    mc = data.get("model_config")
-    if mc is not None and not isinstance(mc, dict):
-        raise InputError("model_config", "expected a Hugging Face config object", value=mc)
-    sections = {name: _structure_section(cls, data.get(name, {}), name)
-                for name, cls in _SECTIONS.items()}
-    return Job(model=data["model"].strip(), model_config=mc, **sections)
+    config = data.get("model_config")
+    if config is not None and not isinstance(config, dict):
+        raise InputError("model_config", "expected a Hugging Face config object", value=config)
+    sections = {name: _section(cls, data.get(name, {}), name) for name, cls in SECTIONS.items()}
+    return Job(model=model.strip(), model_config=config, **sections)
+
+
+def structure_field(path: str, value: Any) -> Any:
+    """One job field (``training.seq_len``) in the type the job holds, by the same hooks as
+    :func:`job_from_dict` (validators of ranges and choices run when the job is built)."""
+    if "." not in path:
+        if path == "model":
+            return structure_str(value)
+        return value
+    section, name = path.split(".", 1)
+    types = _field_types(SECTIONS[section])
+    typ = types[name]
+    args = typing.get_args(typ)
+    if value is None:
+        return None
+    if args and type(None) in args:
+        typ = next(a for a in args if a is not type(None))
+    try:
+        return _converter.structure(value, typ)
+    except _Bad as exc:
+        raise InputError(path, exc.message, value=exc.value, accepted=exc.accepted) from None
 
 
 def job_from_json(text: str, *, source: str = "input") -> Job:
-    """Parse JSON text into a job; malformed JSON names the source, line and column."""
+    """Parse JSON text in fmest's layout into a job; malformed JSON names the source, line
+    and column."""
+    return job_from_dict(parse_json(text, source=source))
+
+
+def parse_json(text: str, *, source: str = "input") -> Any:
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(source, f"malformed JSON at line {exc.lineno} column {exc.colno}: "
                          f"{exc.msg}") from None
-    return job_from_dict(data)
 
 
 def job_to_dict(job: Job) -> dict[str, Any]:
@@ -152,5 +243,5 @@ def unstructure(obj: Any) -> Any:
     return _converter.unstructure(obj)
 
 
-__all__ = ["job_from_dict", "job_from_json", "job_to_dict", "unstructure",
-           "ClassValidationError", "ForbiddenExtraKeysError", "IterableValidationError"]
+__all__ = ["job_from_dict", "job_from_json", "job_to_dict", "unstructure", "structure_field",
+           "structure_bool", "parse_json", "SECTIONS"]

@@ -14,7 +14,8 @@ import attrs
 from attrs import field, frozen
 
 from fmest.errors import FmestError, InfeasibleError, InputError, PluginError
-from fmest.estimates import CostEstimate, MemoryEstimate, TimeEstimate, TokensEstimate, with_plugin
+from fmest.estimates import (BASES, CostEstimate, MemoryEstimate, TimeEstimate, TokensEstimate,
+                             with_plugin)
 from fmest.gpus import GpuSpec
 from fmest.job import Job, Layout, resolve_layout
 from fmest.models.spec import ModelSpec
@@ -28,8 +29,30 @@ _RESULT_TYPES = {"memory": MemoryEstimate, "time": TimeEstimate, "tokens": Token
                  "cost": CostEstimate}
 
 
+@frozen(kw_only=True)
+class EstimatorInfo:
+    """What an estimation plugin declared through ``fmest_register_estimators``: the bases its
+    answers have, and whether it is cheap enough to be asked once per candidate in a search
+    (``max_micro_batch``)."""
+
+    plugin: str
+    bases: tuple[str, ...]
+    searchable: bool = True
+
+
+def _checked(kind: str, item, cls):
+    if not isinstance(item, cls):
+        raise TypeError(f"registered a {type(item).__name__} as a {kind}; expected "
+                        f"{cls.__module__}.{cls.__name__}")
+    return item
+
+
 class Registries:
-    """Every registry, filled once from the registration hooks of a plugin manager."""
+    """Every registry, filled once from the registration hooks of a plugin manager.
+
+    A registration hook that raises or registers something of the wrong type is recorded in
+    ``errors`` (a :class:`fmest.plugins.LoadError` naming the plugin) and the others go on.
+    """
 
     def __init__(self, pm) -> None:
         self.gpus: Registry[GpuSpec] = Registry("GPU", "hardware.gpu")
@@ -42,38 +65,73 @@ class Registries:
             "price", key=lambda q: (q.provider.lower(), q.instance.lower(), q.region.lower(),
                                     q.price_type))
         self.model_sources: dict[str, str] = {}
+        #: model name -> what its plugin said about it at registration (model_type, retrieved)
+        self.model_info: dict[str, dict] = {}
+        self.estimators: dict[str, EstimatorInfo] = {}
+        self.errors: list = []
         self._fill(pm)
 
-    def _each(self, pm, hook_name: str, make_register):
-        for impl in getattr(pm.hook, hook_name).get_hookimpls():
-            impl.function(register=make_register(impl.plugin_name))
-
     def _fill(self, pm) -> None:
-        def named(registry, attr="name"):
+        from fmest.plugins import call_register
+
+        def named(registry, cls):
             def make(plugin):
                 def register(item):
-                    registry.add(getattr(item, attr), item, aliases=getattr(item, "aliases", ()),
+                    _checked(registry.kind, item, cls)
+                    registry.add(item.name, item, aliases=getattr(item, "aliases", ()),
                                  source=plugin)
                 return register
             return make
 
+        def policies(plugin):
+            def register(policy):
+                if not (isinstance(getattr(policy, "name", None), str)
+                        and callable(getattr(policy, "choose", None))):
+                    raise TypeError(f"registered a {type(policy).__name__} as a policy; "
+                                    "expected an object with name and choose(quantity, "
+                                    "candidates) (fmest.policies.Policy)")
+                self.policies.add(policy.name, policy, source=plugin)
+            return register
+
         def models(plugin):
-            def register(name, loader, aliases=(), source=""):
+            def register(name, loader, aliases=(), source="", **info):
+                if not isinstance(name, str) or not callable(loader):
+                    raise TypeError("register(name, loader): name must be a string and loader "
+                                    f"a zero-argument callable (got {name!r}, {loader!r})")
                 self.models.add(name, loader, aliases=aliases, source=plugin)
                 self.model_sources[name] = source
+                self.model_info[name] = dict(info, aliases=tuple(aliases))
             return register
 
         def prices(plugin):
             def register(quote):
-                self.prices.add(quote, source=plugin)
+                self.prices.add(_checked("price", quote, PriceQuote), source=plugin)
             return register
 
-        self._each(pm, "fmest_register_gpus", named(self.gpus))
-        self._each(pm, "fmest_register_models", models)
-        self._each(pm, "fmest_register_optimizers", named(self.optimizers))
-        self._each(pm, "fmest_register_parallelism", named(self.parallelism))
-        self._each(pm, "fmest_register_policies", named(self.policies))
-        self._each(pm, "fmest_register_prices", prices)
+        def estimators(plugin):
+            def register(basis, searchable=True):
+                bases = (basis,) if isinstance(basis, str) else tuple(basis)
+                bad = [b for b in bases if b not in BASES]
+                if bad or not bases:
+                    raise InputError("basis", "not an accepted basis", value=bad or basis,
+                                     accepted=BASES)
+                old = self.estimators.get(plugin)
+                if old is not None:
+                    bases = tuple(dict.fromkeys(old.bases + bases))
+                    searchable = old.searchable and searchable
+                self.estimators[plugin] = EstimatorInfo(plugin=plugin, bases=bases,
+                                                        searchable=bool(searchable))
+            return register
+
+        for hook, make in (("fmest_register_gpus", named(self.gpus, GpuSpec)),
+                           ("fmest_register_models", models),
+                           ("fmest_register_optimizers", named(self.optimizers, OptimizerSpec)),
+                           ("fmest_register_parallelism",
+                            named(self.parallelism, ShardingStrategy)),
+                           ("fmest_register_policies", policies),
+                           ("fmest_register_prices", prices),
+                           ("fmest_register_estimators", estimators)):
+            call_register(pm, hook, make, self.errors)
 
 
 @frozen(kw_only=True)
@@ -106,6 +164,16 @@ class Report:
     max_micro_batch: Optional[int] = None
     decisions: dict[str, Decision] = field(factory=dict)
     warnings: tuple[str, ...] = ()
+    #: where the job's values came from (an :class:`fmest.inputs.InputReport`), when the job
+    #: came through the input door
+    input: Any = None
+    #: the reports of the other jobs of a multi-job input (an EstimateInput with several
+    #: ``job_configs``); ``all_reports`` lists every job's report in input order
+    others: tuple = ()
+
+    @property
+    def all_reports(self) -> tuple["Report", ...]:
+        return (self, *self.others)
 
 
 def sharding_name(job: Job) -> str:
@@ -123,7 +191,9 @@ class Engine:
     """Estimates jobs with the plugins of one plugin manager.
 
     ``Engine()`` uses the installed plugins; tests pass a fresh manager
-    (``fmest.testing.new_engine``).
+    (``fmest.testing.new_engine``). Every hook is called through :mod:`fmest.plugins`'s calling
+    layer, and only from the typed methods below (``ask_*``, ``correct_*``, ``resolve_model``,
+    ``commands``): hook names live in this file and :mod:`fmest.hookspecs`.
     """
 
     def __init__(self, pm=None) -> None:
@@ -132,9 +202,76 @@ class Engine:
 
             pm = new_plugin_manager()
         self.pm = pm
-        self.load_errors = list(getattr(pm, "fmest_load_errors", []))
         self.registries = Registries(pm)
+        self.load_errors = list(getattr(pm, "fmest_load_errors", [])) + self.registries.errors
         self._model_cache: dict[tuple, ModelSpec] = {}
+
+    # -- the typed facade over the hooks ------------------------------------------------------
+    def _asked(self, policy, searching: bool):
+        """Which plugins a policy wants to hear (by their declared bases)."""
+        asks = getattr(policy, "asks", None)
+        declared = self.registries.estimators
+
+        def wanted(plugin: str) -> bool:
+            info = declared.get(plugin)
+            if info is None:
+                return True
+            if searching and not info.searchable:
+                return False
+            return asks is None or any(asks(basis) for basis in info.bases)
+        return wanted
+
+    def _each(self, hook: str, kwargs: dict, quantity: str, only=None):
+        from fmest.plugins import call_each
+
+        answers, failures = call_each(self.pm, hook, kwargs, expect=_RESULT_TYPES[quantity],
+                                      reraise=(InfeasibleError, InputError), only=only)
+        return ([with_plugin(result, plugin) for plugin, result in answers],
+                [Failure(plugin=f.plugin, error=f.error) for f in failures])
+
+    def ask_memory(self, job: Job, ctx: EstimateContext, *, only=None):
+        """Every ``fmest_estimate_memory`` answer: ``(answers, failures)``."""
+        return self._each("fmest_estimate_memory", {"job": job, "ctx": ctx}, "memory", only)
+
+    def correct_memory(self, job: Job, ctx: EstimateContext, candidates, *, only=None):
+        """Every ``fmest_correct_memory`` answer given the memory ``candidates`` so far."""
+        return self._each("fmest_correct_memory",
+                          {"job": job, "ctx": ctx, "candidates": tuple(candidates)},
+                          "memory", only)
+
+    def ask_time(self, job: Job, ctx: EstimateContext, memory, *, only=None):
+        return self._each("fmest_estimate_time", {"job": job, "ctx": ctx, "memory": memory},
+                          "time", only)
+
+    def correct_time(self, job: Job, ctx: EstimateContext, memory, candidates, *, only=None):
+        return self._each("fmest_correct_time", {"job": job, "ctx": ctx, "memory": memory,
+                                                  "candidates": tuple(candidates)}, "time", only)
+
+    def ask_tokens(self, job: Job, ctx: EstimateContext, time, *, only=None):
+        return self._each("fmest_estimate_tokens", {"job": job, "ctx": ctx, "time": time},
+                          "tokens", only)
+
+    def ask_cost(self, job: Job, ctx: EstimateContext, time, *, only=None):
+        return self._each("fmest_estimate_cost", {"job": job, "ctx": ctx, "time": time},
+                          "cost", only)
+
+    def commands(self) -> dict:
+        """CLI sub-commands from ``fmest_register_commands``: name -> (help, add_arguments,
+        run); a plugin whose registration fails is named in ``load_errors``."""
+        from fmest.plugins import call_register
+
+        out: dict = {}
+
+        def make(plugin):
+            def register(name, help, add_arguments, run):
+                if not (isinstance(name, str) and callable(add_arguments) and callable(run)):
+                    raise TypeError("register(name, help, add_arguments, run) needs a name and "
+                                    "two callables")
+                out[name] = (help, add_arguments, run)
+            return register
+
+        call_register(self.pm, "fmest_register_commands", make, self.load_errors)
+        return out
 
     # -- resolution ---------------------------------------------------------------------
     def resolve_model(self, job: Job) -> ModelSpec:
@@ -147,13 +284,17 @@ class Engine:
             spec = spec_from_hf_config(dict(job.model_config), name=job.model,
                                        source="inline model_config")
         else:
-            loader = self.registries.models.find(job.model)
-            if loader is not None:
-                spec = loader()
-            else:
-                from fmest.models.local import resolve_model
+            from fmest.plugins import call_first
 
-                spec = resolve_model(job.model)
+            plugin, spec = call_first(self.pm, "fmest_resolve_model",
+                                      {"name": job.model, "registries": self.registries},
+                                      reraise=(FmestError,))
+            if spec is None:
+                raise InputError("model", "no installed plugin resolves model names (is the "
+                                 "model_resolver default plugin disabled?)", value=job.model)
+            if not isinstance(spec, ModelSpec):
+                raise PluginError(plugin, f"fmest_resolve_model returned "
+                                  f"{type(spec).__name__}, expected fmest.models.ModelSpec")
         self._model_cache[key] = spec
         return spec
 
@@ -197,34 +338,27 @@ class Engine:
                                sharding=sharding, registries=self.registries,
                                warnings=tuple(model.warnings), transforms=transforms)
 
-    # -- asking plugins -------------------------------------------------------------------
-    def _ask(self, quantity: str, job: Job, **kwargs) -> tuple[list, list[Failure]]:
-        hook = getattr(self.pm.hook, f"fmest_estimate_{quantity}")
-        answers, failures = [], []
-        for impl in hook.get_hookimpls():
-            try:
-                result = impl.function(job=job, **kwargs)
-            except (InfeasibleError, InputError):
-                raise
-            except Exception as exc:  # a broken plugin names itself and spares the others
-                failures.append(Failure(plugin=impl.plugin_name,
-                                        error=f"{type(exc).__name__}: {exc}"))
-                continue
-            if result is None:
-                continue
-            if not isinstance(result, _RESULT_TYPES[quantity]):
-                failures.append(Failure(plugin=impl.plugin_name, error=(
-                    f"returned {type(result).__name__}, expected "
-                    f"{_RESULT_TYPES[quantity].__name__}")))
-                continue
-            answers.append(with_plugin(result, impl.plugin_name))
-        return answers, failures
-
-    def decide(self, quantity: str, job: Job, **kwargs) -> Decision:
-        answers, failures = self._ask(quantity, job, **kwargs)
+    # -- deciding -------------------------------------------------------------------------
+    def decide(self, quantity: str, job: Job, *, ctx: EstimateContext, memory=None, time=None,
+               searching: bool = False) -> Decision:
+        """Ask the plugins the job's policy wants, let correction hooks see the answers, and
+        let the policy choose."""
         policy = self.registries.policies.get(job.options.method)
-        decision = policy.choose(quantity, answers)
-        return attrs.evolve(decision, failures=tuple(failures))
+        only = self._asked(policy, searching)
+        if quantity == "memory":
+            answers, failures = self.ask_memory(job, ctx, only=only)
+            more, more_failures = self.correct_memory(job, ctx, answers, only=only)
+        elif quantity == "time":
+            answers, failures = self.ask_time(job, ctx, memory, only=only)
+            more, more_failures = self.correct_time(job, ctx, memory, answers, only=only)
+        elif quantity == "tokens":
+            (answers, failures), (more, more_failures) = \
+                self.ask_tokens(job, ctx, time, only=only), ([], [])
+        else:
+            (answers, failures), (more, more_failures) = \
+                self.ask_cost(job, ctx, time, only=only), ([], [])
+        decision = policy.choose(quantity, answers + more)
+        return attrs.evolve(decision, failures=tuple(failures + more_failures))
 
     # -- public operations ------------------------------------------------------------------
     def estimate_memory(self, job: Job, ctx: EstimateContext | None = None) -> Decision:
@@ -232,12 +366,15 @@ class Engine:
         return self.decide("memory", job, ctx=ctx)
 
     def max_micro_batch(self, job: Job, ctx: EstimateContext, *, limit: int = 4096) -> int:
-        """Largest micro-batch whose estimated peak fits the GPU (0 if even 1 does not)."""
+        """Largest micro-batch whose estimated peak fits the GPU (0 if even 1 does not).
+
+        Each candidate batch is decided by the job's policy over the plugins that declared
+        themselves searchable (a trace per candidate would take minutes)."""
         cap = ctx.gpu.memory_bytes
 
         def fits(b: int) -> bool:
             j = job.evolve(training={"micro_batch_size": b})
-            chosen = self.decide("memory", j, ctx=ctx).chosen
+            chosen = self.decide("memory", j, ctx=ctx, searching=True).chosen
             return chosen is not None and chosen.total_bytes <= cap
 
         if not fits(1):
@@ -255,6 +392,14 @@ class Engine:
                 hi = mid
         return lo
 
+    def _search_note(self, memory) -> list[str]:
+        info = self.registries.estimators.get(memory.provenance.plugin)
+        if info is None or info.searchable:
+            return []
+        return [f"max_micro_batch comes from the plugins cheap enough to search (the chosen "
+                f"answer's plugin {memory.provenance.plugin!r} is not: one "
+                f"{memory.provenance.basis} answer per candidate batch would take minutes)"]
+
     def estimate(self, job: Job, *, quantities=QUANTITIES, search_batch: bool = True) -> Report:
         """Estimate ``quantities`` for ``job`` and return a :class:`Report`."""
         for q in quantities:
@@ -271,13 +416,8 @@ class Engine:
             headroom = ctx.gpu.memory_bytes - memory.total_bytes
             fits = headroom >= 0
             if search_batch:
-                search_job = job
-                if memory.provenance.basis == "traced":
-                    # a trace costs seconds; the batch search uses the formulas instead
-                    search_job = job.evolve(options={"method": "theory"})
-                    warnings.append("max_micro_batch comes from the theory policy (tracing "
-                                    "every candidate batch would take minutes)")
-                max_mb = self.max_micro_batch(search_job, ctx)
+                warnings += self._search_note(memory)
+                max_mb = self.max_micro_batch(job, ctx)
         time = tokens = cost = None
         if any(q in quantities for q in ("time", "tokens", "cost")):
             decisions["time"] = self.decide("time", job, ctx=ctx, memory=memory)

@@ -5,9 +5,12 @@ its registries; each receives a ``register`` callable and returns nothing. Regis
 same key twice fails loudly, naming both plugins.
 
 Estimation hooks (``fmest_estimate_*``) run per request. Each returns its answer, or ``None``
-when the job is not one it can answer (wrong technique, missing data, out of scope). Every
-implementation is called separately; an exception is reported as a failure of that plugin and
-does not stop the others. The engine stamps the answering plugin's entry-point name into
+when the job is not one it can answer (wrong technique, missing data, out of scope); correction
+hooks (``fmest_correct_*``) then see every answer so far. Every implementation is called
+separately, with only the arguments it declares (an implementation may take a subset of the
+spec's arguments, as in pytest); an exception or a result of the wrong type is reported as a
+failure of that plugin and does not stop the others. Which plugins are asked depends on the
+bases they declare (``fmest_register_estimators``) and the job's policy. The engine stamps the answering plugin's entry-point name into
 ``provenance.plugin``; a policy (see ``fmest_register_policies``) chooses among the answers.
 
 The ``ctx`` argument of estimation hooks is an :class:`fmest.engine.EstimateContext`:
@@ -38,9 +41,10 @@ def fmest_register_gpus(register):
 def fmest_register_models(register):
     """Register model presets.
 
-    Fires once per engine. Call ``register(name, loader, aliases=(), source="")`` where
-    ``loader`` is a zero-argument callable returning a :class:`fmest.models.ModelSpec` (called
-    lazily, on first use). Returns nothing.
+    Fires once per engine. Call ``register(name, loader, aliases=(), source="", **info)``
+    where ``loader`` is a zero-argument callable returning a :class:`fmest.models.ModelSpec`
+    (called lazily, on first use), ``source`` says where the shape comes from and ``info`` may
+    carry ``model_type`` and ``retrieved`` for listings (``fmest models``). Returns nothing.
     """
 
 
@@ -84,6 +88,33 @@ def fmest_register_policies(register):
 
 
 @hookspec
+def fmest_register_estimators(register):
+    """Declare what the estimation answers of this plugin are based on.
+
+    Fires once per engine. Call ``register(basis, searchable=True)``: ``basis`` is one of
+    :data:`fmest.estimates.BASES` (or a tuple of them); ``searchable=False`` says an answer costs
+    too much to be asked once per candidate in a search (``max_micro_batch`` then asks the
+    other plugins; a trace takes seconds). The policy of a job decides whom to ask: a plugin is
+    asked when the policy can choose one of its bases (``policy.asks(basis)``), so a plugin
+    never tests ``job.options.method`` itself. A plugin that declares nothing is always asked.
+    Returns nothing.
+    """
+
+
+@hookspec(firstresult=True)
+def fmest_resolve_model(name, registries):
+    """Resolve a model name to a :class:`fmest.models.ModelSpec`.
+
+    Fires per job whose ``model_config`` is not inline. ``name`` is ``job.model`` (a preset
+    name or alias, a local ``config.json`` or folder, a Hub id); ``registries`` the engine's
+    :class:`fmest.engine.Registries` (``registries.models`` holds the registered presets).
+    Return a ``ModelSpec``, or ``None`` to let the next implementation try. The first answer
+    wins; the core's default (``trylast``) tries a registered preset, then a local path, then
+    the Hub, and raises :class:`fmest.errors.UnknownNameError` naming the nearest presets.
+    """
+
+
+@hookspec
 def fmest_register_commands(register):
     """Register CLI sub-commands.
 
@@ -110,6 +141,28 @@ def fmest_estimate_time(job, ctx, memory):
     ``memory`` is the chosen :class:`fmest.estimates.MemoryEstimate` (or ``None``), for plugins
     that price offload traffic or recomputation. Return a
     :class:`fmest.estimates.TimeEstimate`, or ``None`` if not applicable.
+    """
+
+
+@hookspec
+def fmest_correct_memory(job, ctx, candidates):
+    """Correct another plugin's memory answer (a learned model over an analytic baseline).
+
+    Fires after every ``fmest_estimate_memory`` implementation, for the same job. ``candidates``
+    is the tuple of their :class:`fmest.estimates.MemoryEstimate` answers, each with
+    ``provenance.plugin`` and ``provenance.basis`` set; pick the baseline by basis (never
+    import another plugin to recompute it). Return a new ``MemoryEstimate`` (it joins the
+    candidates the policy chooses from), or ``None`` if not applicable.
+    """
+
+
+@hookspec
+def fmest_correct_time(job, ctx, memory, candidates):
+    """Correct another plugin's time answer.
+
+    Fires after every ``fmest_estimate_time`` implementation; ``memory`` is the chosen memory
+    estimate (or ``None``), ``candidates`` the tuple of their
+    :class:`fmest.estimates.TimeEstimate` answers. Return a new ``TimeEstimate``, or ``None``.
     """
 
 

@@ -28,6 +28,7 @@ ENTRYPOINT_GROUP = "fmest"
 DEFAULT_PLUGINS = {
     "gpus": "fmest.default_plugins.gpus",
     "models": "fmest.default_plugins.models",
+    "model_resolver": "fmest.default_plugins.model_resolver",
     "optimizers": "fmest.default_plugins.optimizers",
     "parallelism": "fmest.default_plugins.parallelism",
     "policies": "fmest.default_plugins.policies",
@@ -51,6 +52,29 @@ def _env_list(name: str) -> set[str] | None:
     return {p.strip() for p in raw.split(",") if p.strip()}
 
 
+def _register(pm: pluggy.PluginManager, plugin, name: str) -> None:
+    """Register ``plugin`` as ``name``; a validation error is recorded under that name."""
+    try:
+        pm.register(plugin, name=name)
+    except Exception as exc:  # a hook implementation whose arguments the spec does not have
+        if pm.is_registered(plugin):
+            pm.unregister(plugin)
+        pm.fmest_load_errors.append(LoadError(name, f"{type(exc).__name__}: {exc}"))
+
+
+def check_pending(pm: pluggy.PluginManager) -> None:
+    """pluggy's ``check_pending`` until clean: each plugin with a hook implementation that
+    matches no spec (a misspelled hook name) is recorded by name and unregistered."""
+    while True:
+        try:
+            pm.check_pending()
+            return
+        except pluggy.PluginValidationError as exc:
+            name = pm.get_name(exc.plugin) or repr(exc.plugin)
+            pm.fmest_load_errors.append(LoadError(str(name), str(exc)))
+            pm.unregister(exc.plugin)
+
+
 def new_plugin_manager(*, entrypoints: bool | None = None, defaults: bool = True,
                        disable: set[str] | None = None,
                        only: set[str] | None = None) -> pluggy.PluginManager:
@@ -66,7 +90,7 @@ def new_plugin_manager(*, entrypoints: bool | None = None, defaults: bool = True
     if defaults:
         for name, module in DEFAULT_PLUGINS.items():
             if name not in disabled:
-                pm.register(importlib.import_module(module), name=name)
+                _register(pm, importlib.import_module(module), name)
     if entrypoints:
         seen: set[str] = set()
         for ep in sorted(entry_points(group=ENTRYPOINT_GROUP), key=lambda e: e.name):
@@ -77,16 +101,104 @@ def new_plugin_manager(*, entrypoints: bool | None = None, defaults: bool = True
             seen.add(ep.name)
             try:
                 plugin = ep.load()
-                pm.register(plugin, name=ep.name)
             except Exception as exc:  # a broken plugin must not take the others down
                 pm.fmest_load_errors.append(LoadError(ep.name, f"{type(exc).__name__}: {exc}"))
-    try:
-        pm.check_pending()
-    except pluggy.PluginValidationError as exc:
-        name = getattr(exc, "plugin_name", None) or "?"
-        pm.fmest_load_errors.append(LoadError(str(name), str(exc)))
-        pm.unregister(name=name)
+                continue
+            _register(pm, plugin, ep.name)
+    check_pending(pm)
     return pm
+
+
+# -- the one calling layer --------------------------------------------------------------------
+@frozen(kw_only=True)
+class HookFailure:
+    """One implementation that raised or broke the return contract."""
+
+    plugin: str
+    error: str
+
+
+def call_impl(impl, kwargs: dict):
+    """Call one hook implementation the way pluggy does: only with the arguments it declares
+    (``impl.argnames``), so an implementation may take a subset of the spec's arguments and a
+    spec may grow an argument without breaking installed plugins."""
+    return impl.function(*[kwargs[name] for name in impl.argnames])
+
+
+def each_impl(pm: pluggy.PluginManager, hook_name: str):
+    """The implementations of ``hook_name`` sorted by plugin name (answers never depend on
+    install order)."""
+    hook = getattr(pm.hook, hook_name)
+    return sorted(hook.get_hookimpls(), key=lambda impl: impl.plugin_name)
+
+
+def call_each(pm: pluggy.PluginManager, hook_name: str, kwargs: dict, *, expect=None,
+              reraise: tuple = (), only=None):
+    """Call every implementation of ``hook_name`` separately.
+
+    Returns ``(answers, failures)``: ``answers`` are ``(plugin name, result)`` pairs for results
+    that are not ``None`` (and are instances of ``expect`` when given); a raise (other than the
+    ``reraise`` types) or a result of the wrong type is a :class:`HookFailure` naming the plugin.
+    ``only(plugin name) -> bool`` skips implementations the caller does not want to ask.
+    """
+    answers, failures = [], []
+    for impl in each_impl(pm, hook_name):
+        if only is not None and not only(impl.plugin_name):
+            continue
+        try:
+            result = call_impl(impl, kwargs)
+        except reraise:
+            raise
+        except Exception as exc:  # a broken plugin names itself and spares the others
+            failures.append(HookFailure(plugin=impl.plugin_name,
+                                        error=f"{type(exc).__name__}: {exc}"))
+            continue
+        if result is None:
+            continue
+        if expect is not None and not isinstance(result, expect):
+            failures.append(HookFailure(plugin=impl.plugin_name, error=(
+                f"{hook_name} returned {type(result).__name__}, expected {expect.__name__}")))
+            continue
+        answers.append((impl.plugin_name, result))
+    return answers, failures
+
+
+def call_first(pm: pluggy.PluginManager, hook_name: str, kwargs: dict, *, reraise: tuple = ()):
+    """A ``firstresult`` hook through the same binding: implementations in pluggy's call order
+    (``tryfirst`` first, ``trylast`` last); the first non-``None`` result wins. Returns
+    ``(plugin name, result)`` or ``(None, None)``; an exception other than ``reraise`` becomes
+    a :class:`fmest.errors.PluginError` naming the plugin."""
+    from fmest.errors import PluginError
+
+    for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls()):
+        try:
+            result = call_impl(impl, kwargs)
+        except reraise:
+            raise
+        except Exception as exc:
+            raise PluginError(impl.plugin_name, f"{hook_name} failed: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        if result is not None:
+            return impl.plugin_name, result
+    return None, None
+
+
+def call_register(pm: pluggy.PluginManager, hook_name: str, make_register, errors: list) -> None:
+    """Run a registration hook: each implementation gets its own ``register`` callable
+    (``make_register(plugin name)``); one that raises (or registers something the registry
+    rejects) is recorded in ``errors`` as a :class:`LoadError` naming it, and the others go
+    on. A duplicate key stays fatal: it is a conflict between two plugins the user must
+    resolve (the error names both)."""
+    from fmest.errors import DuplicateRegistrationError
+
+    for impl in each_impl(pm, hook_name):
+        try:
+            call_impl(impl, {"register": make_register(impl.plugin_name)})
+        except DuplicateRegistrationError:
+            raise
+        except Exception as exc:
+            errors.append(LoadError(impl.plugin_name,
+                                    f"{hook_name}: {type(exc).__name__}: {exc}"))
 
 
 def plugin_hooks(pm: pluggy.PluginManager) -> dict[str, list[str]]:

@@ -43,6 +43,10 @@ class Policy(Protocol):
 
     def choose(self, quantity: str, candidates: Sequence[Any]) -> Decision: ...
 
+    # Optional: ``asks(basis) -> bool`` says whether the policy can choose answers of that
+    # basis; the engine then asks only plugins that declared such a basis
+    # (``fmest_register_estimators``). A policy without ``asks`` hears every plugin.
+
 
 def _by_plugin(cands):
     return sorted(cands, key=lambda c: c.provenance.plugin)
@@ -59,6 +63,10 @@ class BasisPolicy:
     description: str
     order: tuple[str, ...]
     allow_out_of_domain: bool = False
+
+    def asks(self, basis: str) -> bool:
+        """Whether answers of ``basis`` can be chosen (the engine asks only such plugins)."""
+        return basis in self.order
 
     def choose(self, quantity: str, candidates: Sequence[Any]) -> Decision:
         cands = _by_plugin(candidates)

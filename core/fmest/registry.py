@@ -50,6 +50,16 @@ class Registry(Generic[T]):
         hit = self._keys.get(_norm(key))
         return self._items[hit[0]] if hit else None
 
+    def canonical(self, key: str) -> str | None:
+        """The registered name ``key`` (a name or alias, any case) stands for, or ``None``."""
+        hit = self._keys.get(_norm(key))
+        return hit[0] if hit else None
+
+    def aliases_of(self, name: str) -> list[str]:
+        """Every key registered for ``name`` other than the name itself."""
+        return [k for k, (canon, _src) in self._keys.items()
+                if canon == name and k != _norm(name)]
+
     def source_of(self, name: str) -> str:
         return self._keys[_norm(name)][1]
 

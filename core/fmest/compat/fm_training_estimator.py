@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from fmest.convert import structure_bool
 from fmest.errors import InputError
 
 # fm.torch_dtype -> our compute dtype
@@ -53,6 +54,16 @@ def _targets(value: Any) -> list[str]:
     return [t.strip().strip("'\"") for t in text.split(",") if t.strip()]
 
 
+def _bool(value: Any, path: str) -> bool:
+    """A boolean the way the tools write it: ``"false"``, ``"no"``, ``"0"`` are false (a
+    string is never tested for truthiness)."""
+    try:
+        return structure_bool(value)
+    except ValueError:
+        raise InputError(path, "expected a boolean", value=value,
+                         accepted=("true", "false")) from None
+
+
 def training_arguments_fields(hf: dict, path: str) -> tuple[dict, list[str]]:
     """Map a transformers ``TrainingArguments`` dict onto job sections.
 
@@ -69,12 +80,12 @@ def training_arguments_fields(hf: dict, path: str) -> tuple[dict, list[str]]:
         elif k == "gradient_accumulation_steps":
             out["training"]["grad_accum_steps"] = value
         elif k == "gradient_checkpointing":
-            out["training"]["activation_checkpointing"] = "full" if value else "none"
-        elif k in ("bf16", "fp16") and value:
+            out["training"]["activation_checkpointing"] = "full" if _bool(value, p) else "none"
+        elif k in ("bf16", "fp16") and _bool(value, p):
             out["training"]["dtype"] = k
             out["training"].setdefault("precision", "amp")  # HF Trainer: fp32 weights + autocast
         elif k in ("bf16", "fp16", "tf32", "bf16_full_eval", "fp16_full_eval"):
-            if value and k == "tf32":
+            if k == "tf32" and value is not None and _bool(value, p):
                 ignored.append(f"{p}: tf32 matmuls change speed, not memory (time plugins read "
                                "--dtype fp32 as tf32 tensor-core capable)")
         elif k == "optim":
@@ -92,7 +103,8 @@ def training_arguments_fields(hf: dict, path: str) -> tuple[dict, list[str]]:
             if "offload" in text:
                 out["parallelism"]["cpu_offload"] = "params"
         elif k == "fsdp_config" and isinstance(value, dict):
-            if value.get("activation_checkpointing"):
+            if _bool(value.get("activation_checkpointing", False),
+                     f"{p}.activation_checkpointing"):
                 out["training"]["activation_checkpointing"] = "full"
             rest = sorted(set(value) - {"activation_checkpointing"})
             if rest:
@@ -128,7 +140,7 @@ def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, lis
         if k == "base_model_path":
             continue
         if k == "flash_attention_v2":
-            job["training"]["attention"] = "flash" if value else "sdpa"
+            job["training"]["attention"] = "flash" if _bool(value, p) else "sdpa"
         elif k in ("max_seq_length", "block_size"):
             job["training"]["seq_len"] = int(value)
             if k == "max_seq_length" and "block_size" in fm:
@@ -195,10 +207,17 @@ def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, lis
     return {k: v for k, v in job.items() if v != {}}, ignored
 
 
-def jobs_from_estimate_input(data: dict):
-    """Parse an ``EstimateInput`` dict into fmest jobs and the list of ignored fields."""
-    from fmest.convert import job_from_dict
+def is_estimate_input(data: Any) -> bool:
+    """Whether a parsed JSON document is an ``EstimateInput`` (not fmest's own layout)."""
+    return isinstance(data, dict) and bool(
+        {"job_configs", "jobConfigs", "estimator", "estimator_metadata", "estimatorMetadata"}
+        & set(data))
 
+
+def estimate_input_jobs(data: Any) -> tuple[list[dict], list[str]]:
+    """An ``EstimateInput`` as job dicts in fmest's layout, one per ``job_configs`` entry, and
+    the ``"key.path: reason"`` of every field that sets nothing. Values are not structured
+    here: :mod:`fmest.inputs` merges them with the other sources and builds each job once."""
     if not isinstance(data, dict):
         raise InputError("EstimateInput", "expected a JSON object")
     meta = _get(data, "estimator_metadata", "estimator", "estimatorMetadata", default={}) or {}
@@ -217,5 +236,13 @@ def jobs_from_estimate_input(data: dict):
     for i, cfg in enumerate(configs):
         d, ign = _job_from_config(cfg, i, method)
         ignored += ign
-        jobs.append(job_from_dict(d))
+        jobs.append(d)
     return jobs, ignored
+
+
+def jobs_from_estimate_input(data: dict):
+    """Parse an ``EstimateInput`` dict into fmest jobs and the list of ignored fields."""
+    from fmest.convert import job_from_dict
+
+    dicts, ignored = estimate_input_jobs(data)
+    return [job_from_dict(d) for d in dicts], ignored

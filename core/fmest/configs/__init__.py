@@ -207,25 +207,31 @@ def _batch_arithmetic(sink: Sink, data: dict, origins: dict) -> None:
 
 
 def _validate(data: dict, origins: dict) -> None:
-    """Build a trial job so a bad value names the file and key it came from; then store every
-    value in the type the job holds."""
-    from fmest.convert import job_from_dict, unstructure
+    """Store every value in the type the job holds (the converter's structure hooks, field by
+    field), so a bad type names the file and key it came from. Ranges and choices are checked
+    once, when :mod:`fmest.inputs` builds the job (naming the file and key too)."""
+    from fmest.convert import structure_field, unstructure
 
-    trial = dict(data)
-    trial.setdefault("model", "placeholder")
-    try:
-        job = job_from_dict(trial)
-    except InputError as exc:
-        origin = origins.get(exc.field)
-        if origin is None:
-            raise
-        raise InputError(f"{origin} (-> {exc.field})", str(exc)[len(exc.field) + 2:]) from None
     for section, values in data.items():
-        if isinstance(values, dict):
-            obj = getattr(job, section)
-            for name in values:
-                value = unstructure(getattr(obj, name))
-                values[name] = list(value) if isinstance(value, tuple) else value
+        paths = [(section, None)] if not isinstance(values, dict) else \
+            [(f"{section}.{name}", name) for name in values]
+        for path, name in paths:
+            value = data[section] if name is None else values[name]
+            try:
+                typed = structure_field(path, value)
+            except InputError as exc:
+                origin = origins.get(exc.field)
+                if origin is None:
+                    raise
+                raise InputError(f"{origin} (-> {exc.field})",
+                                 str(exc)[len(exc.field) + 2:]) from None
+            except KeyError:
+                continue  # an unknown field: reported when the job is built
+            typed = unstructure(typed)
+            if name is None:
+                data[section] = typed
+            else:
+                values[name] = list(typed) if isinstance(typed, tuple) else typed
 
 
 def load_configs(paths: list[str], force_format: str | None = None) -> ConfigMerge:

@@ -45,13 +45,9 @@ _DS_FILE = "ds_config.json"
 
 
 def _canonical_optimizer(name: str) -> str:
-    from fmest.default_plugins.optimizers import BUILTIN_OPTIMIZERS
-
-    low = name.strip().lower()
-    for spec in BUILTIN_OPTIMIZERS:
-        if low == spec.name or low in (a.lower() for a in spec.aliases):
-            return spec.name
-    return name
+    """The optimizer name as given: :func:`export_job` has already replaced it by the
+    registry's canonical name."""
+    return name.strip().lower()
 
 
 def _hf_optim(job: Job) -> str:
@@ -62,10 +58,21 @@ def _hf_optim(job: Job) -> str:
 
 
 def _model_id(job: Job) -> str:
-    """A preset's Hub id (what the tools load); anything else as given."""
-    from fmest.models.presets import find_preset
+    """The model as :func:`export_job` resolved it (a preset's Hub id; anything else as
+    given)."""
+    return job.model
 
-    return find_preset(job.model) or job.model
+
+def _resolved(job: Job, registries) -> Job:
+    """``job`` with the optimizer and model named as the registries name them (a registered
+    preset's canonical name is its Hub id, which is what the tools load)."""
+    import attrs
+
+    opt = registries.optimizers.find(job.training.optimizer)
+    model = registries.models.canonical(job.model) or job.model
+    training = attrs.evolve(job.training, optimizer=opt.name) if opt is not None \
+        else job.training
+    return attrs.evolve(job, model=model, training=training)
 
 
 def _check_sharding(job: Job, to: str, *, fsdp: bool = True, zero: bool = True) -> None:
@@ -262,9 +269,16 @@ def _training_args(job: Job) -> dict[str, str]:
     return dict(sorted(files.items(), key=lambda kv: kv[0] != "training_args.json"))
 
 
-def export_job(job: Job, to: str) -> dict[str, str]:
+def export_job(job: Job, to: str, registries=None) -> dict[str, str]:
     """The config file(s) of tool ``to`` for ``job``: ``{file name: text}``, the main file first
-    (a DeepSpeed file it names comes second, to be written beside it)."""
+    (a DeepSpeed file it names comes second, to be written beside it). Names are read from
+    ``registries`` (default: the installed plugins'), so a plugin's presets and optimizers
+    export too."""
+    if registries is None:
+        from fmest.engine import default_engine
+
+        registries = default_engine().registries
+    job = _resolved(job, registries)
     if to == "deepspeed":
         return {_DS_FILE: json.dumps(deepspeed_dict(job), indent=2) + "\n"}
     if to == "accelerate":

@@ -90,7 +90,8 @@ def map_config(doc: dict, sink: Sink) -> None:
         if "lora_target" not in doc:
             sink.set("training.lora_target_modules", ["all-linear"],
                      "lora_target (unset: LLaMA-Factory default all)")
-    if not doc.get("disable_gradient_checkpointing"):
+    if not sink.bool_("disable_gradient_checkpointing",
+                      doc.get("disable_gradient_checkpointing", False)):
         sink.set("training.activation_checkpointing", "full",
                  "disable_gradient_checkpointing" if "disable_gradient_checkpointing" in doc
                  else "disable_gradient_checkpointing (unset: LLaMA-Factory checkpoints by "

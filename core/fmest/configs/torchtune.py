@@ -90,13 +90,12 @@ def builder_model(component: str, doc: dict) -> tuple[str, str]:
     ckpt = (doc.get("checkpointer") or {}).get("checkpoint_dir") if isinstance(
         doc.get("checkpointer"), dict) else None
     if ckpt:
-        from fmest.models.presets import find_preset
-
         if os.path.isfile(os.path.join(str(ckpt), "config.json")):
             return str(ckpt), tech
-        hit = find_preset(os.path.basename(str(ckpt).rstrip("/")))
-        if hit:
-            return hit, tech
+        # the folder's name (Meta-Llama-3.1-8B-Instruct): the engine's model resolution looks
+        # it up in the model registry, so any plugin's presets resolve (an unknown name fails
+        # there with the nearest registered names)
+        return os.path.basename(str(ckpt).rstrip("/")), tech
     return str(component).strip(), tech
 
 

@@ -154,27 +154,35 @@ def _fetch_with_deadline(model_id: str, revision: str,
     return box.get("data"), box.get("err")
 
 
-def resolve_model(name_or_path: str, *, hub: bool = True, timeout_s: float = 3.0) -> ModelSpec:
+def resolve_model(name_or_path: str, *, hub: bool = True, timeout_s: float = 3.0,
+                  presets=None) -> ModelSpec:
     """Preset first, then a local path, then the Hub (its local cache only when
     ``HF_HUB_OFFLINE`` is set; ``hub=False`` skips it).
 
-    Errors list the nearest preset names.
+    ``presets`` is the registry to look names up in (``find(name) -> loader``,
+    ``all_keys()``): the engine passes its model registry, so presets registered by any plugin
+    resolve here and ``FMEST_DISABLE_PLUGINS=models`` leaves only local paths and the Hub.
+    ``None`` means the shipped presets (for callers without an engine). Errors list the nearest
+    preset names.
     """
-    from fmest.models import presets
-
+    if presets is None:
+        presets = _ShippedPresets()
     if not isinstance(name_or_path, str) or not name_or_path.strip():
         raise InputError("model", "give a preset name, a config.json path or a Hub id",
                          value=name_or_path)
     s = name_or_path.strip()
-    if presets.find_preset(s) is not None:
-        return presets.load_preset(s)
+    loader = presets.find(s)
+    if loader is None and "/" in s:  # another owner's copy of a preset ("org/Llama-2-7b-hf")
+        loader = presets.find(s.split("/")[-1])
+    if loader is not None:
+        return loader()
     p = Path(s).expanduser()
     if p.exists():
         return spec_from_local(p)
     if s.startswith((".", "/", "~")) or s.endswith(".json"):
         raise InputError("model", "no such file or folder (a local config.json or a model "
                          "folder holding one)", value=s)
-    near = near_names(s, presets.preset_names(include_aliases=True))
+    near = near_names(s, presets.all_keys())
     if hub and _looks_like_hub_id(s):
         try:
             return spec_from_hub(s, timeout_s=timeout_s)
@@ -184,3 +192,18 @@ def resolve_model(name_or_path: str, *, hub: bool = True, timeout_s: float = 3.0
                                    value=s, accepted=near) from None
     why = "no preset, local file or folder by that name"
     raise UnknownNameError(field="model", message=why, value=s, accepted=near)
+
+
+class _ShippedPresets:
+    """The shipped presets with the registry's lookup interface."""
+
+    def find(self, name: str):
+        from fmest.models import presets
+
+        canon = presets.find_preset(name)
+        return None if canon is None else (lambda: presets.load_preset(canon))
+
+    def all_keys(self) -> list[str]:
+        from fmest.models import presets
+
+        return presets.preset_names(include_aliases=True)

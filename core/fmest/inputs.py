@@ -1,0 +1,300 @@
+"""The one input door: every source of a job is a reader returning a :class:`Layer`; one function
+merges the layers and builds each :class:`fmest.job.Job` once.
+
+Readers (each returns layers of ``field path -> (value, origin)`` plus the keys it ignored and
+the values it could not resolve):
+
+* :func:`read_document` -- a parsed document: fmest's own job layout, or an fm-training-estimator
+  ``EstimateInput`` (one layer per ``job_configs`` entry); used by ``-f``, by an EstimateInput
+  given with ``--config`` and by the Python API alike;
+* :func:`read_configs` -- training tools' config files (:func:`fmest.configs.load_configs`);
+* the CLI's flag reader (:func:`fmest.cli.read_flags`).
+
+Merge order (later wins): the job input (``-f`` / the API / an EstimateInput), then config files
+in the order given, then command-line flags. :func:`build_jobs` structures each merged job once
+with the private cattrs converter (:mod:`fmest.convert`); a bad value names the field and the
+source it came from. Every job carries an :class:`InputReport` (origins, ignored keys,
+unresolved values, the number of jobs the input held) that rides on its report, so every door
+reports the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Optional, Sequence
+
+from attrs import field, frozen
+
+from fmest.convert import SECTIONS, TOP_FIELDS, job_from_dict, job_to_dict
+from fmest.errors import InputError
+from fmest.job import Job
+
+
+@frozen(kw_only=True)
+class Ignored:
+    """A key of a source that sets nothing, and why."""
+
+    source: str
+    key: str
+    reason: str
+    #: ``config`` for keys of training-tool config files, ``input`` for the job input
+    kind: str = "input"
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.key}: {self.reason}" if self.source else \
+            f"{self.key}: {self.reason}"
+
+
+@frozen(kw_only=True)
+class Layer:
+    """What one source says about one job.
+
+    ``values``: job field path (``training.seq_len``, ``model``) -> ``(value, origin)``, the
+    origin naming the source and key (``"ds.json: train_micro_batch_size_per_gpu"``).
+    ``ignored``: keys that set nothing. ``unresolved``: field path -> why its value is open
+    (DeepSpeed ``"auto"``); a later layer that sets the field resolves it. ``files``:
+    ``(file, format)`` of config files read. ``name_errors``: whether an error in a value should
+    name the origin (sources whose keys are not fmest's own field paths).
+    """
+
+    source: str
+    values: dict = field(factory=dict)
+    ignored: tuple = ()
+    unresolved: dict = field(factory=dict)
+    files: tuple = ()
+    name_errors: bool = True
+
+
+@frozen(kw_only=True)
+class InputReport:
+    """Where a job's values came from: ``origins`` (field path -> origin), every ``ignored``
+    key of every source (:class:`Ignored`), the ``unresolved`` values left at fmest's default,
+    the config ``files`` read, and this job's place among the jobs of the input
+    (``job_index`` of ``job_count``)."""
+
+    sources: tuple = ()
+    origins: dict = field(factory=dict)
+    ignored: tuple = ()
+    unresolved: dict = field(factory=dict)
+    files: tuple = ()
+    job_index: int = 0
+    job_count: int = 1
+
+    def warnings(self) -> tuple[str, ...]:
+        """The report's warning lines (the same through every door)."""
+        lines = [f"{'config key' if i.kind == 'config' else 'input field'} ignored: {i}"
+                 for i in self.ignored]
+        lines += [f"config value unresolved: {m}" for m in self.unresolved.values()]
+        return tuple(lines)
+
+    def to_dict(self) -> dict:
+        return {"sources": list(self.sources), "origins": dict(self.origins),
+                "ignored": [str(i) for i in self.ignored],
+                "unresolved": list(self.unresolved.values()),
+                "files": [list(f) for f in self.files],
+                "job_index": self.job_index, "job_count": self.job_count}
+
+
+# -- readers ------------------------------------------------------------------------------
+def _flatten(data: dict, source: str) -> dict:
+    values: dict = {}
+    for key, value in data.items():
+        if key in SECTIONS and isinstance(value, dict):
+            for name, item in value.items():
+                values[f"{key}.{name}"] = (item, f"{source}: {key}.{name}")
+        else:
+            values[key] = (value, f"{source}: {key}")
+    return values
+
+
+def read_job_dict(data: dict, source: str = "input") -> Layer:
+    """fmest's own layout (``{"model": ..., "training": {...}, ...}``) as a layer. Unknown
+    keys stay in the layer: building the job reports them with the accepted names."""
+    if not isinstance(data, dict):
+        raise InputError(source, "expected a JSON object", value=type(data).__name__)
+    return Layer(source=source, values=_flatten(data, source), name_errors=False)
+
+
+def read_estimate_input(data: dict, source: str = "input") -> list[Layer]:
+    """An fm-training-estimator ``EstimateInput``: one layer per ``job_configs`` entry; the
+    ignored keys of the whole document are on every layer."""
+    from fmest.compat.fm_training_estimator import estimate_input_jobs
+
+    try:
+        jobs, ignored = estimate_input_jobs(data)
+    except InputError as exc:
+        if source == "input":
+            raise
+        raise InputError(f"{source}: {exc.field}", str(exc)[len(exc.field) + 2:]) from None
+    entries = tuple(Ignored(source=source, key=key, reason=reason)
+                    for key, reason in (e.split(": ", 1) for e in ignored))
+    layers = []
+    for i, job in enumerate(jobs):
+        values = {}
+        for path, (value, _origin) in _flatten(job, source).items():
+            values[path] = (value, f"{source}: job_configs[{i}]")
+        layers.append(Layer(source=source, values=values, ignored=entries))
+    return layers
+
+
+def read_document(data: Any, source: str = "input") -> list[Layer]:
+    """A parsed document (dict), a JSON text or a :class:`Job`: the layers of its jobs."""
+    from fmest.compat.fm_training_estimator import is_estimate_input
+
+    if isinstance(data, Job):
+        return [Layer(source=source, values=_flatten(job_to_dict(data), source),
+                      name_errors=False)]
+    if isinstance(data, bytes):
+        data = data.decode()
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise InputError(source, f"malformed JSON at line {exc.lineno} column "
+                             f"{exc.colno}: {exc.msg}") from None
+    if is_estimate_input(data):
+        return read_estimate_input(data, source)
+    return [read_job_dict(data, source)]
+
+
+def read_file(path: str, flag: str = "--input-file") -> list[Layer]:
+    """A job JSON file (``-f``): fmest's layout or an EstimateInput."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise InputError(flag, f"cannot read: {exc.strerror}", value=path) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(flag, f"malformed JSON at line {exc.lineno} column {exc.colno}: "
+                         f"{exc.msg}", value=path) from None
+    if not isinstance(data, dict):
+        raise InputError(flag, "expected a JSON object", value=path)
+    return read_document(data, source=path)
+
+
+def _is_estimate_input_file(path: str, force_format: Optional[str]) -> bool:
+    if force_format is not None:
+        return force_format == "fm-training-estimator"
+    from fmest.configs import detect_from_doc, parse_text
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = parse_text(path, fh.read())
+    except (OSError, InputError):
+        return False  # load_configs reports it with the file's name
+    return detect_from_doc(path, doc) == "fm-training-estimator"
+
+
+def read_configs(paths: Sequence[str], force_format: Optional[str] = None
+                 ) -> tuple[list[Layer], list[Layer]]:
+    """``--config`` files: ``(job layers, config layers)``. An EstimateInput file is a job
+    input (its layers, one per job, as if given with ``-f``); the other files merge into one
+    layer by :func:`fmest.configs.load_configs` (later files win, included files follow the
+    file naming them, DeepSpeed batch arithmetic and ``"auto"`` values)."""
+    jobs: list[Layer] = []
+    tools: list[str] = []
+    for path in paths:
+        if _is_estimate_input_file(path, force_format):
+            if jobs:
+                raise InputError("--config", "give one fm-training-estimator EstimateInput "
+                                 "(it may hold several jobs)", value=path)
+            jobs = read_file(path, flag="--config")
+        else:
+            tools.append(path)
+    if not tools:
+        return jobs, []
+    from fmest.configs import load_configs
+
+    merge = load_configs(tools, force_format)
+    values = {}
+    for path, origin in merge.origins.items():
+        section, _, name = path.partition(".")
+        value = merge.data.get(section) if not name else (merge.data.get(section) or {}).get(name)
+        values[path] = (value, origin)
+    ignored = tuple(Ignored(source="", key=key, reason=reason, kind="config") for key, reason in
+                    (e.split(": ", 1) if ": " in e else (e, "") for e in merge.ignored))
+    return jobs, [Layer(source="config", values=values, ignored=ignored,
+                        unresolved=dict(merge.unresolved), files=tuple(merge.files))]
+
+
+# -- merging and building -----------------------------------------------------------------------
+def _nest(values: dict) -> dict:
+    data: dict = {}
+    for path, (value, _origin) in values.items():
+        section, _, name = path.partition(".")
+        if name and section in SECTIONS:
+            data.setdefault(section, {})[name] = value
+        elif not name:
+            data[path] = value
+        else:  # an unknown section with a field: reported by the converter
+            data.setdefault(section, {})[name] = value
+    return data
+
+
+def build_job(layers: Sequence[Layer], *, job_index: int = 0, job_count: int = 1,
+              require_model: Optional[InputError] = None) -> tuple[Job, InputReport]:
+    """Merge ``layers`` (later wins) and structure the job once. A bad value raises
+    :class:`InputError` naming the field and, for sources with their own key names, the origin.
+    ``require_model`` is raised when no layer names the model (the CLI names its flag)."""
+    values: dict = {}
+    named: dict = {}
+    for layer in layers:
+        for path, (value, origin) in layer.values.items():
+            values.pop(path, None)
+            values[path] = (value, origin)
+            named[path] = layer.name_errors
+    if "model" not in values and require_model is not None:
+        raise require_model
+    try:
+        job = job_from_dict(_nest(values))
+    except InputError as exc:
+        hit = values.get(exc.field)
+        if hit is None or not named.get(exc.field):
+            raise
+        raise InputError(f"{hit[1]} (-> {exc.field})", str(exc)[len(exc.field) + 2:]) from None
+    unresolved = {}
+    for i, layer in enumerate(layers):
+        later = {p for lay in layers[i + 1:] for p in lay.values}
+        unresolved.update({p: m for p, m in layer.unresolved.items() if p not in later})
+    report = InputReport(
+        sources=tuple(dict.fromkeys(layer.source for layer in layers)),
+        origins={p: o for p, (_v, o) in sorted(values.items())},
+        ignored=tuple(dict.fromkeys(i for layer in layers for i in layer.ignored)),
+        unresolved=unresolved,
+        files=tuple(f for layer in layers for f in layer.files),
+        job_index=job_index, job_count=job_count)
+    return job, report
+
+
+def build_jobs(job_layers: Sequence[Layer], over: Sequence[Layer] = (), *,
+               require_model: Optional[InputError] = None) -> list[tuple[Job, InputReport]]:
+    """One job per job layer (at least one), each merged with the ``over`` layers (config
+    files, then flags) in that order. The ignored keys of every job's input are reported on
+    every job."""
+    job_layers = list(job_layers) or [Layer(source="input", name_errors=False)]
+    count = len(job_layers)
+    every = tuple(dict.fromkeys(i for layer in job_layers for i in layer.ignored))
+    out = []
+    for index, layer in enumerate(job_layers):
+        if every:
+            layer = Layer(source=layer.source, values=layer.values, ignored=every,
+                          unresolved=layer.unresolved, files=layer.files,
+                          name_errors=layer.name_errors)
+        out.append(build_job([layer, *over], job_index=index, job_count=count,
+                             require_model=require_model))
+    return out
+
+
+def read_input(data: Any, source: str = "input") -> list[tuple[Job, InputReport]]:
+    """The Python API's door: a job, dict, JSON text or EstimateInput -> jobs with reports."""
+    if isinstance(data, (str, os.PathLike)) and not str(data).lstrip().startswith("{") \
+            and os.path.isfile(str(data)):
+        return build_jobs(read_file(str(data), flag="job"))
+    return build_jobs(read_document(data, source))
+
+
+__all__ = ["Ignored", "InputReport", "Layer", "build_job", "build_jobs", "read_configs",
+           "read_document", "read_estimate_input", "read_file", "read_input", "read_job_dict"]
