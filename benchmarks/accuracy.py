@@ -23,6 +23,8 @@ What is compared with what (the estimate is made comparable to the counter the s
   rate (measured/predicted - 1); a timed "iteration" that ``other`` says is one micro-batch is
   compared with fmest's step time divided by the accumulation steps. Error = predicted / measured - 1 (positive: fmest predicts more
   memory / a faster run).
+* A memory figure that ``other`` says is summed over the GPUs (``memory_scope=SUM``) is
+  divided by ``num_gpus``.
 * ``oom`` rows: a pass/fail check that fmest's whole estimate exceeds the GPU's memory.
   Boundary rows (``BOUNDARY`` in ``other``: the largest configuration that fit): pass when the
   whole estimate is within the GPU's memory. Neither enters the medians.
@@ -62,7 +64,11 @@ RATE_UNITS = ("tokens_per_sec_per_gpu", "tokens_per_sec", "TFLOPs_per_gpu", "MFU
               "samples_per_sec")
 #: ``other`` wording that says a timed "step" is one micro-batch's forward+backward (Lit-GPT
 #: iterations), not an optimizer step: compared with fmest's step time / grad_accum.
-MICRO_BATCH_ITERATION = re.compile(r"iteration = one micro-batch|per micro-batch iteration", re.I)
+MICRO_BATCH_ITERATION = re.compile(r"iteration = one micro-batch|per micro-batch iteration|"
+                                   r"step_scope=micro_batch", re.I)
+#: ``other`` wording that says a memory figure is the sum over all GPUs of the run (compared
+#: per GPU: divided by ``num_gpus``).
+MEMORY_SUM_SCOPE = re.compile(r"memory_scope=sum", re.I)
 FOOTER = ("note: the hand-set constants in fmest's formulas were checked against the development "
           "sources (rows dev-*),\n      so those rows are in-sample for the formulas even in the "
           "LOSO column; 'unseen' = rows from the other sources.")
@@ -306,6 +312,8 @@ def evaluate(rows: list[dict], engine=None, progress: bool = True) -> list[dict]
             if base:
                 res["baselines"] = {BASE_6N: base}
         res["measured"] = float(row["measured_value"])
+        if row["kind"] == "memory" and MEMORY_SUM_SCOPE.search(row.get("other") or ""):
+            res["measured"] /= measured._int(row["num_gpus"], 1) or 1
         res["status"] = "suspect" if (row.get("suspect") or "").strip() else "scored"
     return out
 

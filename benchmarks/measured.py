@@ -33,7 +33,9 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    ``targets=a+b+c`` in ``other`` (Lit-GPT's ``query``/``key``/``value``/``projection`` ->
    ``q_proj``/``k_proj``/``v_proj``/``o_proj``); else stack ``torchtune`` -> torchtune's default
    (q, v, o, gate, up, down), stack ``unsloth`` or "all linear" in ``other`` -> all seven
-   linears; else fmest's default (q, v: PEFT's default for Llama-family models).
+   linears; else fmest's default (q, v: PEFT's default for Llama-family models). On models
+   with one fused attention projection (Falcon, GPT-NeoX) q/k/v name ``query_key_value`` and
+   o names ``dense`` (PEFT's default for them is ``query_key_value``).
 5. **Optimizer**: ``8bit``/``8-bit`` (not "non-8-bit") -> ``adamw_8bit`` (``paged`` ->
    ``paged_adamw_8bit``); ``adafactor``, ``lion``, ``sgd`` (``sgd_momentum`` when momentum is
    stated) by name; everything else -> ``adamw``; ``fused=true`` or stack ``torchtune`` ->
@@ -60,8 +62,9 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    PP schedule: "interleaved" in ``other`` -> ``interleaved`` with 2 virtual stages; "gpipe" ->
    ``gpipe``; else 1F1B.
 9. **Activation checkpointing**: ``full``/``selective`` as given; ``offload`` -> ``full`` plus
-   ``activation_offload`` (Unsloth-style offloaded checkpoints); empty on ``unsloth`` boundary
-   rows -> ``full``; ``gradient_checkpointing=true`` in ``other`` -> ``full``.
+   ``activation_offload`` (Unsloth-style offloaded checkpoints); empty on ``unsloth`` rows
+   and on rows from Unsloth's documents (their Hugging Face baselines) -> ``full`` (without it
+   the published context lengths could not fit the stated GPUs); ``gradient_checkpointing=true`` in ``other`` -> ``full``.
 10. **Attention**: ``flash_attention`` true -> ``flash``, false -> ``eager``, else ``sdpa``.
 11. **Kernels and loss**: ``compile`` stated on (``compile=true``, "torch.compile", torchtune
     ladder wording) -> ``compile``; "chunked CE" -> ``loss=chunked``; ``liger=true`` (Liger
@@ -94,6 +97,10 @@ _TORCHTUNE_LORA_TARGETS = ("q_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
 _ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 #: Lit-GPT's module names -> the Hugging Face names fmest's presets use (rule 4).
 _LITGPT_NAMES = {"query": "q_proj", "key": "k_proj", "value": "v_proj", "projection": "o_proj"}
+#: Models with one fused attention input projection (Falcon, GPT-NeoX): q/k/v targets name it.
+_FUSED_QKV_TYPES = ("falcon", "gpt_neox", "RefinedWeb", "RefinedWebModel")
+_FUSED_QKV = {"q_proj": "query_key_value", "k_proj": "query_key_value",
+              "v_proj": "query_key_value", "o_proj": "dense"}
 LONG_CONTEXT = 16384
 
 #: Feature tags (for the per-feature breakdown) and the rule that sets each.
@@ -185,6 +192,13 @@ def _model(row, kv) -> tuple[Optional[str], Optional[dict], str]:
                    max_seq_len=_int(row["seq_len"], 2048))
         return raw.split(" ")[0], cfg, ""
     return None, None, f"no preset for model {raw!r} (architecture config needed)"
+
+
+def _fused_qkv(model: str, model_config: Optional[dict]) -> bool:
+    from fmest.models.presets import preset_data
+
+    cfg = model_config or preset_data(model).get("config", {})
+    return cfg.get("model_type") in _FUSED_QKV_TYPES
 
 
 @functools.lru_cache(maxsize=None)
@@ -313,15 +327,19 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     if tech != "full":
         training["lora_rank"] = _int(row["lora_rank"], 16)
         targets = kv.get("targets") or kv.get("lora_targets") or ""
-        if targets and "all" not in targets.lower():
-            training["lora_target_modules"] = [
-                _LITGPT_NAMES.get(t.strip(), t.strip())
-                for t in re.split(r"[+,| ]", targets.split(" (")[0]) if t.strip()]
+        if targets and "all" not in targets.lower() and targets.lower() != "default":
+            names = [_LITGPT_NAMES.get(t.strip(), t.strip())
+                     for t in re.split(r"[+,| ]", targets.split(" (")[0]) if t.strip()]
+            if _fused_qkv(model, model_config):
+                names = sorted({_FUSED_QKV.get(n, n) for n in names})
+            training["lora_target_modules"] = names
         elif stack == "unsloth" or "all linear" in low or "all-linear" in low \
                 or row["id"].startswith("dev-unsloth") or "all" in targets.lower():
             training["lora_target_modules"] = list(_ALL_LINEAR)
         elif stack == "torchtune":
             training["lora_target_modules"] = list(_TORCHTUNE_LORA_TARGETS)
+        elif _fused_qkv(model, model_config):
+            training["lora_target_modules"] = ["query_key_value"]
     # rule 5
     opt = (row["optimizer"] or "").lower()
     if ("8-bit" in opt or "8bit" in opt) and "non-8-bit" not in opt:
@@ -404,7 +422,7 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     elif ac == "offload":
         training["activation_checkpointing"] = "full"
         training["activation_offload"] = True
-    elif not ac and (stack == "unsloth" or row["id"].startswith("dev-unsloth")
+    elif not ac and (stack == "unsloth" or row["source"].startswith("unsloth")
                      or _true(kv.get("gradient_checkpointing"))):
         training["activation_checkpointing"] = "full"
     # rule 10
