@@ -231,13 +231,17 @@ def read_flags(args: argparse.Namespace) -> Any:
     return Layer(source="flags", values=values)
 
 
-def jobs_from_args(args: argparse.Namespace):
+def jobs_from_args(args: argparse.Namespace, *, job_layers=None):
     """Every job the command line describes, each with its :class:`fmest.inputs.InputReport`:
     the job input (``-f``, or an EstimateInput given with ``--config``), then the other
-    ``--config`` files, then the flags (flags win)."""
+    ``--config`` files, then the flags (flags win). ``job_layers`` (from
+    :func:`fmest.inputs.read_document`) replaces reading ``args.input_file`` (the service
+    passes a request body this way)."""
     from fmest.inputs import build_jobs, read_configs, read_file
 
-    job_layers = read_file(args.input_file) if args.input_file else []
+    if job_layers is None:
+        job_layers = read_file(args.input_file) if args.input_file else []
+    job_layers = list(job_layers)
     config_layers = []
     if getattr(args, "config", None):
         more, config_layers = read_configs(args.config, getattr(args, "config_format", None))
@@ -286,19 +290,32 @@ def _report_json(report) -> dict:
     return out
 
 
+def report_output(report) -> dict:
+    """The object ``fmest estimate --format json`` prints for a report: one job's object, or
+    ``{"jobs": [...]}`` for a multi-job input."""
+    reports = report.all_reports
+    if len(reports) == 1:
+        return _report_json(report)
+    return {"jobs": [_report_json(r) for r in reports]}
+
+
+def estimate_output(args: argparse.Namespace, engine, *, job_layers=None) -> dict:
+    """The object ``fmest estimate --format json`` prints (see :func:`jobs_from_args` for
+    ``job_layers``)."""
+    import fmest
+
+    return report_output(fmest.estimate_jobs(jobs_from_args(args, job_layers=job_layers),
+                                             engine=engine))
+
+
 def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
     import fmest
 
-    pairs = jobs_from_args(args)
-    report = fmest.estimate_jobs(pairs, engine=engine_factory())
-    reports = report.all_reports
     if args.format == "json":
-        if len(reports) == 1:
-            out = _report_json(report)
-        else:
-            out = {"jobs": [_report_json(r) for r in reports]}
-        print(json.dumps(out, indent=2, default=str))
+        print(json.dumps(estimate_output(args, engine_factory()), indent=2, default=str))
         return 0
+    report = fmest.estimate_jobs(jobs_from_args(args), engine=engine_factory())
+    reports = report.all_reports
     from fmest.report import render_table
 
     for r in reports:
