@@ -21,7 +21,8 @@ What is compared with what (the estimate is made comparable to the counter the s
   per GPU from fmest's MFU times the dtype's dense peak (Megatron 2021 rows: Narayanan et al.
   2021 eq. 3 FLOPs, recompute included, as the source counts), seconds per step compared as a
   rate (measured/predicted - 1); a timed "iteration" that ``other`` says is one micro-batch is
-  compared with fmest's step time divided by the accumulation steps. Error = predicted / measured - 1 (positive: fmest predicts more
+  compared with fmest's step time divided by the accumulation steps.
+  Error = predicted / measured - 1 (positive: fmest predicts more
   memory / a faster run).
 * A memory figure that ``other`` says is summed over the GPUs (``memory_scope=SUM``) is
   divided by ``num_gpus``.
@@ -203,7 +204,8 @@ def predicted_rate(row: dict, job: dict, report) -> Optional[float]:
         if row.get("stack") == "megatron-core" and "n_embd" in cfg and row.get("global_batch"):
             gbs = int(float(row["global_batch"]))
             tr = job["training"]
-            steps = gbs / (tr["micro_batch_size"] * tr["grad_accum_steps"] * report.context.layout.dp)
+            per_step = tr["micro_batch_size"] * tr["grad_accum_steps"] * report.context.layout.dp
+            steps = gbs / per_step
             flops = megatron_flops_per_iteration(cfg, gbs, tr["seq_len"])
             return flops / (t.step_seconds * steps * world) / 1e12
         if t.flops_per_step is None:

@@ -24,10 +24,10 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    matters for the memory rows that carry them.
 3. **dtype**: ``bf16``/``fp16``/``fp32`` as written; ``fp8`` and ``bf16+float8`` -> ``fp8``.
    **Precision**: ``precision=X`` in ``other`` wins; else a full fine-tune whose ``other`` states
-   ``torch_dtype=bfloat16|float16`` (model loaded in half precision: HF Trainer and accelerate
-   keep the loaded dtype for weights, grads and optimizer states) or a ``torchtune`` row (pure
-   bf16 recipes) -> ``pure``; the Megatron 2021 rows (``fp16`` on ``megatron-core``) ->
-   ``master``; else fmest's ``auto`` rule.
+   ``torch_dtype=bfloat16|float16`` or "pure bf16" (model loaded in half precision: HF
+   Trainer and accelerate keep the loaded dtype for weights, grads and optimizer states) or a
+   ``torchtune`` row (pure bf16 recipes) -> ``pure``; the Megatron 2021 rows (``fp16`` on
+   ``megatron-core``) -> ``master``; else fmest's ``auto`` rule.
 4. **Technique**: ``full``/``lora``/``qlora``; anything else (``gptq-lora``, ...) is
    unsupported ("technique X"). LoRA rank from ``lora_rank`` (16 if empty). LoRA targets:
    ``targets=a+b+c`` in ``other`` (Lit-GPT's ``query``/``key``/``value``/``projection`` ->
@@ -64,7 +64,8 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
 9. **Activation checkpointing**: ``full``/``selective`` as given; ``offload`` -> ``full`` plus
    ``activation_offload`` (Unsloth-style offloaded checkpoints); empty on ``unsloth`` rows
    and on rows from Unsloth's documents (their Hugging Face baselines) -> ``full`` (without it
-   the published context lengths could not fit the stated GPUs); ``gradient_checkpointing=true`` in ``other`` -> ``full``.
+   the published context lengths could not fit the stated GPUs);
+   ``gradient_checkpointing=true`` in ``other`` -> ``full``.
 10. **Attention**: ``flash_attention`` true -> ``flash``, false -> ``eager``, else ``sdpa``.
 11. **Kernels and loss**: ``compile`` stated on (``compile=true``, "torch.compile", torchtune
     ladder wording) -> ``compile``; "chunked CE" -> ``loss=chunked``; ``liger=true`` (Liger
@@ -248,7 +249,7 @@ def gpu_family(row: dict) -> str:
     return "other"
 
 
-def features(row: dict, job: Optional[dict]) -> tuple[str, ...]:
+def features(row: dict) -> tuple[str, ...]:
     """The row's feature tags (``FEATURES``), read from the row's columns."""
     tags = []
     tech = (row.get("technique") or "").lower()
@@ -283,7 +284,7 @@ def _training_fields() -> frozenset:
 def map_row(row: dict) -> Mapped:
     """The fmest job for one row, or why not (module doc, rules 1-13)."""
     stack = (row.get("stack") or "").strip().lower()
-    tags = features(row, None)
+    tags = features(row)
     try:
         job, why = _job(row, stack)
     except Exception as exc:  # a malformed row is reported, not fatal
@@ -317,8 +318,8 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
                  "16-mixed": "amp"}.get(precision, precision)
     if precision in ("pure", "amp", "master"):
         training["precision"] = precision
-    elif tech == "full" and (re.search(r"torch_dtype=(bfloat16|float16)", other)
-                             or stack == "torchtune"):
+    elif tech == "full" and (re.search(r"torch_dtype=(bfloat16|float16)|pure bf16", other,
+                                       re.I) or stack == "torchtune"):
         training["precision"] = "pure"
     elif stack == "megatron-core" and training["dtype"] == "fp16":
         training["precision"] = "master"

@@ -86,13 +86,15 @@ def row_errors(row: dict, sources_text: str) -> list[str]:
     for name in FLOAT_FIELDS + INT_FIELDS:
         text = (row.get(name) or "").strip()
         if text and not _is_number(text, name in INT_FIELDS):
-            errs.append(f"{name} {text!r} is not {'an integer' if name in INT_FIELDS else 'a number'}")
+            what = "an integer" if name in INT_FIELDS else "a number"
+            errs.append(f"{name} {text!r} is not {what}")
     oom = (row.get("oom") or "").strip().lower()
     if oom not in ("", "true", "false"):
         errs.append(f"oom {row.get('oom')!r} not in ('', 'true')")
     if oom != "true" and not (row.get("measured_value") or "").strip():
         errs.append("measured_value empty on a row that is not oom")
-    if not (row.get("source_url") or "").startswith("http") and not row["source"].startswith("fmest"):
+    url = row.get("source_url") or ""
+    if not url.startswith("http") and not row["source"].startswith("fmest"):
         errs.append("source_url is not a URL")
     return errs
 
