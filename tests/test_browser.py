@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import threading
-import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 
 pytest.importorskip("fastapi", reason="needs the serve extra: pip install 'fmest[serve]'")
-uvicorn = pytest.importorskip("uvicorn", reason="needs the serve extra")
+pytest.importorskip("uvicorn", reason="needs the serve extra")
 httpx = pytest.importorskip("httpx", reason="needs the serve extra")
 webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (test extra)")
 
@@ -39,28 +36,13 @@ pytestmark = pytest.mark.skipif(
 PRESET = "mistralai/Mistral-7B-v0.1"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server():
     from fmest.serve.app import create_app
+    from fmest.serve.local import serving
 
-    port = _free_port()
-    config = uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not srv.started and time.time() < deadline:
-        time.sleep(0.05)
-    assert srv.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with serving(create_app()) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
