@@ -1,0 +1,206 @@
+"""Per-job coefficients for the vectorized planner, read from the engine itself.
+
+The planner evaluates hundreds of thousands of layouts with numpy array formulas
+(:mod:`fmest.plan.vector`). Their per-model coefficients (bytes per parameter of each kind of
+state, activation bytes per token per layer, seconds of compute per token) are not re-derived
+here: they are measured by asking the installed engine a handful of reference questions
+("probes": one GPU, one micro-batch; then the same with tp=2, with sequence parallelism, with
+two data-parallel ranks ...). The array formulas then only apply the *structure* the analytic
+plugins document (ZeRO/FSDP divisors, Korthikanti's ``a + b/t`` activation split, the 1F1B
+in-flight count, the pipeline bubble, ring collectives), so whatever estimator the engine's
+policy chooses sets the scale and no plugin package is imported (plugins meet only in the
+engine). ``tests/test_plan_vector.py`` checks the result against the full engine.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from attrs import frozen
+
+from fmest.errors import FmestError
+
+
+@frozen(kw_only=True)
+class StateBytes:
+    """Unsharded per-replica state of the whole model (tp = pp = 1), allocated bytes.
+
+    ``weights`` includes LoRA adapters; ``temporaries`` exist only in the optimizer phase;
+    ``buffers`` are framework buffers that appear with more than one data-parallel rank
+    (DDP/DeepSpeed buckets, FSDP's unsharded layers), measured at dp = 2.
+    """
+
+    weights: float
+    master: float
+    gradients: float
+    optimizer: float
+    temporaries: float
+    buffers: float
+
+
+@frozen(kw_only=True)
+class TimeCoefficients:
+    """Seconds per token of one micro-batch on one GPU type at pp = cp = 1:
+    ``replicated + split/tp`` for compute and memory-bound work (norms and residuals are not
+    split by tp unless sequence parallel: ``membound_sp_whole/tp``), and the framework
+    overhead share of the busy time."""
+
+    compute_replicated: float
+    compute_split: float
+    membound_replicated: float
+    membound_split: float
+    membound_sp_whole: float
+    last_stage_compute: float
+    last_stage_membound: float
+    overhead_fraction: float
+
+
+def _mem_probe(engine, job, **sections):
+    j = job.evolve(**sections)
+    ctx = engine.context(j)
+    est = engine.estimate_memory(j, ctx).chosen
+    if est is None:
+        raise FmestError(f"no memory estimate for the planner's probe job ({sections})")
+    return est, ctx
+
+
+def _alloc(total_bytes: float, world: int) -> float:
+    """Allocated bytes from a reported peak (undo the allocator reserve and the context)."""
+    from fmest.device_terms import ALLOCATOR_RESERVE_FRACTION, cuda_context_bytes
+
+    return (total_bytes - cuda_context_bytes(world)) / (1.0 + ALLOCATOR_RESERVE_FRACTION)
+
+
+def _single(**extra):
+    base = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "sequence_parallel": False,
+            "pp_virtual_stages": 1, "pp_schedule": "1f1b", "hsdp_shard_size": None}
+    base.update(extra)
+    return base
+
+
+def _sharding_fields(name: str) -> dict:
+    if name.startswith("fsdp_"):
+        return {"fsdp": name[len("fsdp_"):], "zero_stage": 0}
+    return {"fsdp": "none", "zero_stage": int(name[len("zero"):])}
+
+
+def state_bytes(engine, job, sharding: str, offload: str) -> StateBytes:
+    """Probe the state bytes of ``job`` under one sharding strategy and offload choice."""
+    hw = {"gpus_per_node": None, "nodes": 1}
+    par = dict(_single(**_sharding_fields(sharding)), cpu_offload=offload)
+    tr = {"micro_batch_size": 1, "grad_accum_steps": 2, "activation_checkpointing": "full"}
+    est, _ = _mem_probe(engine, job, parallelism=par, training=tr, hardware=hw)
+    comp = est.components
+    weights = comp.get("weights", 0) + comp.get("lora_adapters", 0)
+    master = comp.get("master_weights", 0)
+    grads = comp.get("gradients", 0)
+    opt = comp.get("optimizer_states", 0)
+    peaks = est.phase_peaks_bytes or {}
+    temps = 0.0
+    if "optimizer" in peaks:
+        temps = max(0.0, _alloc(peaks["optimizer"], 1) - (weights + master + grads + opt))
+    par2 = dict(par, dp=2)
+    est2, _ = _mem_probe(engine, job, parallelism=par2, training=tr, hardware=hw)
+    buffers = est2.components.get("framework_buffers", 0) - comp.get("framework_buffers", 0)
+    return StateBytes(weights=float(weights), master=float(master), gradients=float(grads),
+                      optimizer=float(opt), temporaries=float(temps),
+                      buffers=float(max(0.0, buffers)))
+
+
+def _act_slope(engine, job, par: dict, ckpt: str, accum: int = 2) -> float:
+    """Bytes per token of one micro-batch: the slope of the backward-phase peak between two
+    micro-batch sizes (``accum`` > 1 keeps the accumulated gradients in every candidate, so
+    the saved activations decide the backward peak)."""
+    seq = job.training.seq_len / par.get("cp", 1)
+    low, high = 2, 4
+    peaks = []
+    for mb in (low, high):
+        est, ctx = _mem_probe(engine, job, parallelism=par, hardware={"gpus_per_node": None,
+                                                                      "nodes": 1},
+                              training={"micro_batch_size": mb, "grad_accum_steps": accum,
+                                        "activation_checkpointing": ckpt})
+        peaks.append(_alloc((est.phase_peaks_bytes or {}).get("backward", est.total_bytes),
+                            ctx.layout.world_size))
+    return max(0.0, (peaks[1] - peaks[0]) / ((high - low) * seq))
+
+
+def activation_slope(engine, job, framework_sharding: str, ckpt: str, *, tp: int, sp: bool,
+                     pp: int, vstages: int) -> float:
+    """Bytes one more token of micro-batch adds to the per-GPU backward peak of the busiest
+    stage of a layout (tp, sequence parallel, pp stages of ``vstages`` chunks, the pipeline
+    full: ``pp x vstages`` micro-batches in flight under 1F1B/interleaved).
+    ``framework_sharding`` picks DDP/DeepSpeed vs FSDP behaviour (PyTorch-native TP composes
+    with FSDP and saves differently)."""
+    par = dict(_single(**_sharding_fields(framework_sharding)), tp=tp, sequence_parallel=sp,
+               pp=pp, pp_virtual_stages=vstages,
+               pp_schedule="interleaved" if vstages > 1 else "1f1b")
+    return _act_slope(engine, job, par, ckpt, accum=max(2, pp * vstages))
+
+
+def _time_probe(engine, job, gpu: str, ckpt: str, tp: int, sp: bool, pp: int = 1):
+    j = job.evolve(parallelism=_single(fsdp="none", zero_stage=0, cpu_offload="none", tp=tp,
+                                       sequence_parallel=sp, pp=pp),
+                   hardware={"gpu": gpu, "gpus_per_node": None, "nodes": 1},
+                   training={"micro_batch_size": 1, "grad_accum_steps": 1,
+                             "activation_checkpointing": ckpt},
+                   workload={"max_steps": 1, "dataset_tokens": None})
+    report = engine.estimate(j, quantities=("memory", "time"), search_batch=False)
+    t = report.time
+    if t is None or not t.step_seconds:
+        return None
+    return dict(t.breakdown), float(j.training.seq_len)
+
+
+def time_coefficients(engine, job, gpu: str, ckpt: str,
+                      tp_probe: int) -> Optional[TimeCoefficients]:
+    """Probe compute and memory-bound seconds per token on one GPU of type ``gpu`` at tp = 1
+    and tp = ``tp_probe`` (with and without sequence parallelism)."""
+    one = _time_probe(engine, job, gpu, ckpt, 1, False)
+    if one is None:
+        return None
+    parts, tokens = one
+    busy = sum(v for k, v in parts.items() if k != "framework_overhead")
+    overhead = parts.get("framework_overhead", 0.0) / busy if busy else 0.0
+    c1 = parts.get("compute", 0.0) / tokens
+    m1 = parts.get("memory_bound", 0.0) / tokens
+    # the last of two stages runs half the layers plus the output head and loss
+    staged = _time_probe(engine, job, gpu, ckpt, 1, False, pp=2) \
+        if engine.resolve_model(job).num_layers >= 2 else None
+    head_c = head_m = 0.0
+    if staged is not None:
+        head_c = max(0.0, 2 * staged[0].get("compute", 0.0) / staged[1] - c1)
+        head_m = max(0.0, 2 * staged[0].get("memory_bound", 0.0) / staged[1] - m1)
+    if tp_probe > 1:
+        at_tp = _time_probe(engine, job, gpu, ckpt, tp_probe, False)
+        at_sp = _time_probe(engine, job, gpu, ckpt, tp_probe, True)
+        c2 = at_tp[0].get("compute", 0.0) / tokens
+        m2 = at_tp[0].get("memory_bound", 0.0) / tokens
+        msp = at_sp[0].get("memory_bound", 0.0) / tokens
+        c_split = max(0.0, (c1 - c2) * tp_probe / (tp_probe - 1))
+        m_split = max(0.0, (m1 - m2) * tp_probe / (tp_probe - 1))
+        return TimeCoefficients(compute_replicated=max(0.0, c1 - c_split),
+                                compute_split=c_split,
+                                membound_replicated=max(0.0, m1 - m_split),
+                                membound_split=m_split, membound_sp_whole=msp * tp_probe,
+                                last_stage_compute=head_c, last_stage_membound=head_m,
+                                overhead_fraction=overhead)
+    return TimeCoefficients(compute_replicated=0.0, compute_split=c1, membound_replicated=0.0,
+                            membound_split=m1, membound_sp_whole=m1,
+                            last_stage_compute=head_c, last_stage_membound=head_m,
+                            overhead_fraction=overhead)
+
+
+def optimizer_seconds_per_param(engine, job, gpu: str, sharding: str) -> float:
+    """Optimizer-update seconds per trainable parameter on one GPU under ``sharding`` (its
+    precision policy sets the bytes each update moves)."""
+    j = job.evolve(parallelism=dict(_single(**_sharding_fields(sharding)), cpu_offload="none"),
+                   hardware={"gpu": gpu, "gpus_per_node": None, "nodes": 1},
+                   training={"micro_batch_size": 1, "grad_accum_steps": 1},
+                   workload={"max_steps": 1, "dataset_tokens": None})
+    report = engine.estimate(j, quantities=("memory", "time"), search_batch=False)
+    if report.time is None:
+        return 0.0
+    from fmest.counting import trainable_params
+
+    trainable = float(trainable_params(report.context.model, j.training)) or 1.0
+    return report.time.breakdown.get("optimizer_step", 0.0) / trainable

@@ -1,0 +1,702 @@
+"""``fmest plan``: search GPU types, counts and layouts for the cheapest or fastest run that fits.
+
+Flow: the job and :class:`Constraints` -> calibration probes through the engine
+(:mod:`fmest.plan.calibrate`) -> for each GPU type and count, the structural layouts
+(:mod:`fmest.plan.space`) crossed with sharding x offload x checkpointing x micro-batch as
+numpy arrays -> memory and step time by array formulas (:mod:`fmest.plan.vector`) -> pruning
+with a counted reason -> the best candidates by the objective are re-estimated by the full
+engine, and the plans report the engine's numbers (so every number printed comes from the
+product's estimator and each plan's job reproduces with ``fmest estimate -f``).
+"""
+
+from __future__ import annotations
+
+import math
+import time as _time
+from typing import Any, Callable, Optional
+
+import attrs
+import numpy as np
+from attrs import field, frozen
+
+from fmest.errors import FmestError, InputError
+from fmest.job import PRICE_TYPES, Job, resolve_layout
+from fmest.plan import calibrate as cal
+from fmest.plan import space as sp
+from fmest.plan import vector as vec
+
+OBJECTIVES = ("cost", "time", "pareto")
+#: Global batch used when neither ``--global-batch-tokens`` nor the job fixes one (the job is
+#: one sample per step): 2^20 tokens, inside the 0.5M-4M token batches of published LLM
+#: pre-training and fine-tuning runs (Brown et al. 2020, GPT-3 Table 2.1: 0.5M-3.2M; Touvron
+#: et al. 2023, Llama 2 section 2.2: 4M).
+DEFAULT_GLOBAL_BATCH_TOKENS = 1 << 20
+#: Candidates re-estimated by the full engine per plan asked for (the array formulas agree
+#: with the engine within ~10 %, so the engine re-ranks a margin of near-best candidates).
+RECHECK_FACTOR = 4
+#: Largest instance of a node when the price table gives none (8-GPU HGX/DGX boards).
+DEFAULT_GPUS_PER_NODE = 8
+
+
+def _pos_int(name):
+    def check(inst, attribute, value):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise InputError(name, "must be a whole number >= 1", value=value)
+    return check
+
+
+def _pos_num(name):
+    def check(inst, attribute, value):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or value <= 0):
+            raise InputError(name, "must be a positive number", value=value)
+    return check
+
+
+def _choice(name, values):
+    def check(inst, attribute, value):
+        if value not in values:
+            raise InputError(name, "not an accepted value", value=value, accepted=values)
+    return check
+
+
+def _names(value) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    return tuple(str(v) for v in value)
+
+
+@frozen(kw_only=True)
+class Constraints:
+    """What the plan may use and what it optimises. ``gpus`` empty: every registered GPU that
+    has a price; ``providers`` empty: every provider."""
+
+    gpus: tuple[str, ...] = field(default=(), converter=_names)
+    max_gpus: int = field(default=64, validator=_pos_int("--max-gpus"))
+    max_nodes: Optional[int] = field(default=None, validator=_pos_int("--max-nodes"))
+    budget_usd: Optional[float] = field(default=None, validator=_pos_num("--budget-usd"))
+    deadline_hours: Optional[float] = field(default=None, validator=_pos_num("--deadline-hours"))
+    providers: tuple[str, ...] = field(default=(), converter=_names)
+    price_type: str = field(default="on_demand", validator=_choice("--price-type", PRICE_TYPES))
+    global_batch_tokens: Optional[float] = field(default=None,
+                                                 validator=_pos_num("--global-batch-tokens"))
+    objective: str = field(default="pareto", validator=_choice("--objective", OBJECTIVES))
+    top: int = field(default=10, validator=_pos_int("--top"))
+    refine: int = field(default=0)
+
+
+@frozen(kw_only=True)
+class Plan:
+    """One configuration, with the full engine's numbers (``predicted_*`` are the array
+    formulas' numbers that ranked it)."""
+
+    job: Job
+    gpu: str
+    gpus: int
+    nodes: int
+    layout: str
+    strategy: str
+    micro_batch_size: int
+    grad_accum_steps: int
+    checkpointing: str
+    memory_bytes: int
+    gpu_memory_bytes: int
+    headroom_bytes: int
+    step_seconds: float
+    tokens_per_second: float
+    total_seconds: Optional[float]
+    usd: Optional[float]
+    usd_per_hour: Optional[float]
+    provider: Optional[str]
+    instance: Optional[str]
+    predicted_memory_bytes: float
+    predicted_step_seconds: float
+    method: str
+    pareto: bool = False
+
+
+@frozen(kw_only=True)
+class PlanResult:
+    plans: tuple[Plan, ...]
+    evaluated: int
+    seconds: float
+    rejected: dict
+    global_batch_tokens: int
+    total_tokens: Optional[float]
+    objective: str
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def configs_per_second(self) -> float:
+        return self.evaluated / self.seconds if self.seconds > 0 else float("inf")
+
+
+# ---------------------------------------------------------------------------------------------
+# prices and GPUs
+# ---------------------------------------------------------------------------------------------
+
+@frozen(kw_only=True)
+class _GpuOption:
+    spec: Any
+    quotes: tuple   # PriceQuote rows allowed by the constraints
+    gpus_per_node: int
+    counts: tuple[int, ...]
+
+
+def _gpu_options(engine, cons: Constraints) -> list[_GpuOption]:
+    reg = engine.registries
+    by_gpu: dict[str, list] = {}
+    wanted_providers = {p.lower() for p in cons.providers}
+    for quote in reg.prices.values():
+        spec = reg.gpus.find(quote.gpu)
+        if spec is None or quote.price_type != cons.price_type:
+            continue
+        if wanted_providers and quote.provider.lower() not in wanted_providers:
+            continue
+        by_gpu.setdefault(spec.name, []).append(quote)
+    if cons.gpus:
+        names = [reg.gpus.get(g).name for g in cons.gpus]   # raises naming accepted GPUs
+    else:
+        names = sorted(by_gpu)
+        if not names:
+            raise InputError("--gpus", "no registered GPU has a price with these providers "
+                             "and price type; name the GPUs to plan on",
+                             accepted=reg.gpus.names())
+    out = []
+    for name in dict.fromkeys(names):
+        quotes = tuple(by_gpu.get(name, ()))
+        sizes = sorted({q.gpus_per_instance for q in quotes}) or [1, 2, 4, DEFAULT_GPUS_PER_NODE]
+        gpn = max(sizes)
+        counts = sp.gpu_counts(sizes, cons.max_gpus)
+        out.append(_GpuOption(spec=reg.gpus.get(name), quotes=quotes, gpus_per_node=gpn,
+                              counts=tuple(counts)))
+    return out
+
+
+def _bill(quotes, count: int, gpus_per_node: int):
+    """(usd per hour, quote) of the cheapest rental of ``count`` GPUs in whole instances of at
+    least ``gpus_per_node`` GPUs (the cost plugin's rule), or (nan, None)."""
+    best, best_q = math.nan, None
+    for q in quotes:
+        if q.gpus_per_instance < min(gpus_per_node, count) or count % q.gpus_per_instance:
+            continue
+        bill = count // q.gpus_per_instance * q.usd_per_instance_hour
+        key = (bill, q.provider.lower(), q.instance.lower(), q.region.lower())
+        if best_q is None or key < (best, best_q.provider.lower(), best_q.instance.lower(),
+                                    best_q.region.lower()):
+            best, best_q = bill, q
+    return best, best_q
+
+
+# ---------------------------------------------------------------------------------------------
+# the job's fixed facts
+# ---------------------------------------------------------------------------------------------
+
+def _global_batch_tokens(job: Job, cons: Constraints) -> int:
+    seq = job.training.seq_len
+    if cons.global_batch_tokens is not None:
+        return sp.global_samples(cons.global_batch_tokens, seq) * seq
+    dp = resolve_layout(job).dp
+    own = job.training.micro_batch_size * job.training.grad_accum_steps * dp
+    if own > 1:
+        return own * seq
+    return sp.global_samples(DEFAULT_GLOBAL_BATCH_TOKENS, seq) * seq
+
+
+def _total_tokens(engine, job: Job) -> tuple[Optional[float], Optional[int]]:
+    """(tokens the run trains on, fixed optimizer steps): from the workload fields; a
+    ``dataset_path`` is counted by the engine's time estimate of the job itself."""
+    w = job.workload
+    if w.max_steps is not None:
+        return None, w.max_steps
+    if w.dataset_tokens is not None:
+        return w.dataset_tokens * w.epochs, None
+    if w.num_samples is not None:
+        avg = w.avg_seq_len if w.avg_seq_len is not None else job.training.seq_len
+        return w.num_samples * avg * w.epochs, None
+    if w.dataset_path:
+        report = engine.estimate(job, quantities=("memory", "time"), search_batch=False)
+        t = report.time
+        if t is not None and t.total_steps:
+            tokens = (job.training.micro_batch_size * job.training.grad_accum_steps
+                      * report.context.layout.dp * job.training.seq_len)
+            return t.total_steps * tokens, None
+    return None, None
+
+
+SHARDING_NAMES = ("zero0", "zero1", "zero2", "zero3", "fsdp_full_shard", "fsdp_shard_grad_op",
+                  "fsdp_hybrid_shard")
+
+
+def _shardings(engine) -> list[tuple[str, Any]]:
+    """Registered strategies a job can name (``zero_stage`` 0-3, ``fsdp`` strategies)."""
+    reg = engine.registries.parallelism
+    return [(n, reg.get(n)) for n in SHARDING_NAMES if n in reg]
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluation of one GPU count
+# ---------------------------------------------------------------------------------------------
+
+class _Calibration:
+    """Probe results, memoised per key (each probe is a few engine calls)."""
+
+    def __init__(self, engine, job: Job, model) -> None:
+        self.engine, self.job, self.model = engine, job, model
+        self.tp_probe = 2 if model.num_attention_heads % 2 == 0 and (
+            model.num_kv_heads % 2 == 0 or 2 % model.num_kv_heads == 0) else 1
+        self._states: dict = {}
+        self._slopes: dict = {}
+        self._times: dict = {}
+        self._opt: dict = {}
+
+    def states(self, sharding: str, offload: str) -> cal.StateBytes:
+        key = (sharding, offload)
+        if key not in self._states:
+            self._states[key] = cal.state_bytes(self.engine, self.job, sharding, offload)
+        return self._states[key]
+
+    def slope(self, sharding: str, ckpt: str, tp: int, sp: bool, pp: int,
+              vstages: int) -> float:
+        rep = "fsdp_full_shard" if sharding.startswith("fsdp") else "zero0"
+        key = (rep, ckpt, tp, sp, pp, vstages)
+        if key not in self._slopes:
+            self._slopes[key] = cal.activation_slope(self.engine, self.job, rep, ckpt, tp=tp,
+                                                     sp=sp, pp=pp, vstages=vstages)
+        return self._slopes[key]
+
+    def times(self, gpu: str, ckpt: str) -> Optional[cal.TimeCoefficients]:
+        key = (gpu, ckpt)
+        if key not in self._times:
+            self._times[key] = cal.time_coefficients(self.engine, self.job, gpu, ckpt,
+                                                     self.tp_probe)
+        return self._times[key]
+
+    def opt(self, gpu: str, sharding: str) -> float:
+        key = (gpu, sharding)
+        if key not in self._opt:
+            self._opt[key] = cal.optimizer_seconds_per_param(self.engine, self.job, gpu,
+                                                             sharding)
+        return self._opt[key]
+
+
+def _inner_axes(shardings, ckpts, mbs):
+    """Every (sharding index, offload, checkpointing index, micro-batch) combination."""
+    h, o, c, m = np.meshgrid(np.arange(len(shardings)), np.array([0, 1]),
+                             np.arange(len(ckpts)), np.array(mbs), indexing="ij")
+    return h.ravel(), o.ravel(), c.ravel(), m.ravel()
+
+
+def _precision_bytes(job: Job, strategy) -> tuple[float, float, float]:
+    """(gradient bytes on the wire, gradient bytes per trainable param, activation bytes):
+    fp32 reductions under amp/master, the compute dtype under pure (core's precision rule)."""
+    from fmest.precision import resolve_precision
+
+    act = 4.0 if job.training.dtype == "fp32" else 2.0
+    prec = resolve_precision(job.training, strategy)
+    wire = 4.0 if prec in ("amp", "master") else act
+    per_param = 4.0 if prec == "amp" else act
+    return wire, per_param, act
+
+
+def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
+    """Array evaluation of every configuration of ``count`` GPUs of one type; returns the
+    feasible ones as a dict of arrays (or None)."""
+    job, model, calib = ctx["job"], ctx["model"], ctx["calib"]
+    shardings, ckpts, mbs = ctx["shardings"], sp.CHECKPOINTING, sp.MICRO_BATCHES
+    hs, offs, cks, mbv = ctx["inner"]
+    inner = len(hs)
+    gpn = opt.gpus_per_node
+    while count % gpn:
+        gpn //= 2
+    shapes = list(sp.shapes(count, gpus_per_node=gpn, heads=model.num_attention_heads,
+                            kv_heads=model.num_kv_heads, layers=model.num_layers,
+                            seq_len=job.training.seq_len, rejected=rejected, inner=inner))
+    if not shapes:
+        return None, 0
+    n_shape = len(shapes)
+    total = n_shape * inner
+    sidx = np.repeat(np.arange(n_shape), inner)
+    hidx, off, ckidx, mb = (np.tile(a, n_shape) for a in (hs, offs, cks, mbv))
+
+    def shape_arr(attr, dtype=float):
+        return np.array([getattr(s, attr) for s in shapes], dtype=dtype)[sidx]
+
+    tp, pp, cpv, dp = (shape_arr(a) for a in ("tp", "pp", "cp", "dp"))
+    vst = shape_arr("vstages")
+    spf = shape_arr("sp", bool)
+    nodes = shape_arr("nodes")
+    samples = ctx["samples"]
+    accum = samples / (mb * dp)
+    alive = np.ones(total, dtype=bool)
+
+    def prune(rule, bad):
+        nonlocal alive
+        hit = alive & bad
+        n = int(hit.sum())
+        if n:
+            rejected[rule] = rejected.get(rule, 0) + n
+        alive &= ~bad
+
+    def per_sharding(fn, dtype=float):
+        return np.array([fn(name, s) for name, s in shardings], dtype=dtype)[hidx]
+
+    sharded = per_sharding(lambda n, s: bool(s.shards), bool)
+    hybrid = per_sharding(lambda n, s: bool(s.hybrid), bool)
+    is_zero23 = per_sharding(lambda n, s: s.framework == "deepspeed" and "gradients" in s.shards,
+                             bool)
+    opt_sharded = per_sharding(lambda n, s: "optimizer" in s.shards, bool)
+    prune(sp.RULES[5], (accum < 1) | (np.abs(accum - np.round(accum)) > 1e-9))
+    prune(sp.RULES[6], (pp > 1) & (accum < pp * vst))
+    prune(sp.RULES[7], sharded & (dp * cpv <= 1))
+    prune(sp.RULES[8], hybrid & (dp * cpv <= gpn))
+    prune(sp.RULES[9], is_zero23 & (pp > 1))
+    prune(sp.RULES[10], (off == 1) & ~opt_sharded)
+    idx = np.nonzero(alive)[0]
+    if idx.size == 0:
+        return None, total
+    sel = {k: v[idx] for k, v in dict(tp=tp, pp=pp, cp=cpv, dp=dp, vstages=vst, sp=spf,
+                                       nodes=nodes, accum=np.round(accum), mb=mb.astype(float),
+                                       hidx=hidx, off=off, ckidx=ckidx, sidx=sidx).items()}
+    c = _coefficients(sel, opt, count, gpn, ctx)
+    mem = vec.memory_bytes(c)
+    fits = mem <= opt.spec.memory_bytes
+    keep = np.ones(idx.size, dtype=bool)
+
+    def prune_sel(rule, bad):
+        nonlocal keep
+        hit = keep & bad
+        n = int(hit.sum())
+        if n:
+            rejected[rule] = rejected.get(rule, 0) + n
+        keep &= ~bad
+
+    prune_sel(sp.RULES[11], ~fits)
+    cons = ctx["cons"]
+    prune_sel(sp.RULES[12], np.full(idx.size, cons.max_nodes is not None
+                                    and count / gpn > cons.max_nodes))
+    usd_h, quote = _bill(opt.quotes, count, gpn)
+    needs_price = cons.objective in ("cost", "pareto") or cons.budget_usd is not None
+    prune_sel(sp.RULES[13], np.full(idx.size, needs_price and math.isnan(usd_h)))
+    if not keep.any():
+        return None, total
+    k = np.nonzero(keep)[0]
+    c = {name: (v[k] if isinstance(v, np.ndarray) and v.shape == (idx.size,) else v)
+         for name, v in c.items()}
+    step = vec.step_seconds(c)
+    steps = ctx["steps"]
+    total_s = step * steps if steps is not None else np.full(k.size, np.nan)
+    usd = total_s / 3600.0 * usd_h
+    keep2 = np.ones(k.size, dtype=bool)
+    if cons.budget_usd is not None:
+        bad = ~(usd <= cons.budget_usd)
+        rejected[sp.RULES[14]] = rejected.get(sp.RULES[14], 0) + int((keep2 & bad).sum())
+        keep2 &= ~bad
+    if cons.deadline_hours is not None:
+        bad = ~(total_s <= cons.deadline_hours * 3600.0)
+        rejected[sp.RULES[15]] = rejected.get(sp.RULES[15], 0) + int((keep2 & bad).sum())
+        keep2 &= ~bad
+    j = k[keep2]
+    out = {name: sel[name][j] for name in sel}
+    out.update(memory=mem[j], step=step[keep2], total_s=total_s[keep2], usd=usd[keep2],
+               count=np.full(j.size, count), gpn=np.full(j.size, gpn),
+               gpu=np.full(j.size, ctx["gpu_index"][opt.spec.name]))
+    out["quote"] = [quote] * j.size
+    return out, total
+
+
+def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -> dict:
+    """The arrays :mod:`fmest.plan.vector` reads, per selected configuration."""
+    job, model, calib, shardings = ctx["job"], ctx["model"], ctx["calib"], ctx["shardings"]
+    n = sel["tp"].size
+    ckpts = sp.CHECKPOINTING
+    gpu = opt.spec
+    keys = sorted(set(zip(sel["hidx"].tolist(), sel["off"].tolist(), sel["ckidx"].tolist())))
+    fields = ("w_bytes", "master_bytes", "opt_bytes", "grad_bytes", "temp_bytes", "buffer_bytes",
+              "act_per_token", "compute_repl", "compute_split", "head_compute", "head_membound",
+              "membound_repl", "membound_split", "membound_sp", "optimizer_s_per_param", "overhead_fraction",
+              "grad_wire_bytes", "grad_bytes_per_param", "act_bytes", "fwd_share")
+    arr = {f: np.zeros(n) for f in fields}
+    for h, o, ck in keys:
+        name, strat = shardings[h]
+        st = calib.states(name, "optimizer" if o else "none")
+        tc = calib.times(gpu.name, ckpts[ck])
+        if tc is None:
+            raise FmestError(f"the installed time estimators give no step time on {gpu.name}")
+        wire, per_param, act_b = _precision_bytes(job, strat)
+        m = (sel["hidx"] == h) & (sel["off"] == o) & (sel["ckidx"] == ck)
+        values = dict(w_bytes=st.weights, master_bytes=st.master, opt_bytes=st.optimizer,
+                      grad_bytes=st.gradients, temp_bytes=st.temporaries,
+                      buffer_bytes=st.buffers, head_compute=tc.last_stage_compute,
+                      head_membound=tc.last_stage_membound,
+                      compute_repl=tc.compute_replicated, compute_split=tc.compute_split,
+                      membound_repl=tc.membound_replicated, membound_split=tc.membound_split,
+                      membound_sp=tc.membound_sp_whole,
+                      optimizer_s_per_param=calib.opt(gpu.name, name),
+                      overhead_fraction=tc.overhead_fraction, grad_wire_bytes=wire,
+                      grad_bytes_per_param=per_param, act_bytes=act_b,
+                      # forward share of a micro-batch's compute: 1 of 3 matmul passes, 1 of 4
+                      # when full checkpointing recomputes the forward (Narayanan 2021, 3.5)
+                      fwd_share=0.25 if ckpts[ck] == "full" else 1.0 / 3.0)
+        for f, v in values.items():
+            arr[f][m] = v
+    fsdp_h = np.array([name.startswith("fsdp") for name, _ in shardings])[sel["hidx"]]
+    shape_key = np.stack([fsdp_h, sel["ckidx"], sel["tp"], sel["sp"], sel["pp"],
+                          sel["vstages"]], axis=1).astype(np.int64)
+    keys, inverse = np.unique(shape_key, axis=0, return_inverse=True)
+    slopes = np.array([calib.slope("fsdp_full_shard" if f else "zero0", ckpts[ck], int(tp),
+                                   bool(spf), int(pp), int(vst))
+                       for f, ck, tp, spf, pp, vst in keys])
+    arr["act_per_token"] = slopes[inverse.ravel()]
+    shard_group = np.ones(n)
+    s_params = np.ones(n)
+    s_grads = np.ones(n)
+    s_opt = np.ones(n)
+    fsdp = np.zeros(n, dtype=bool)
+    amp = np.zeros(n, dtype=bool)
+    param_gather = np.zeros(n, dtype=bool)
+    params_sharded = np.zeros(n, dtype=bool)
+    grads_sharded = np.zeros(n, dtype=bool)
+    opt_sharded = np.zeros(n, dtype=bool)
+    group = sel["dp"] * sel["cp"]
+    for h, (name, strat) in enumerate(shardings):
+        m = sel["hidx"] == h
+        if not m.any():
+            continue
+        from fmest.precision import resolve_precision
+
+        fsdp[m] = strat.framework == "fsdp"
+        amp[m] = resolve_precision(job.training, strat) == "amp"
+        if not strat.shards:
+            continue
+        g = np.minimum(group[m], gpn) if strat.hybrid else group[m]
+        shard_group[m] = g
+        s_params[m] = np.where("parameters" in strat.shards, g, 1)
+        s_grads[m] = np.where("gradients" in strat.shards, g, 1)
+        s_opt[m] = np.where("optimizer" in strat.shards, g, 1)
+        param_gather[m] = strat.param_gather
+        params_sharded[m] = "parameters" in strat.shards
+        grads_sharded[m] = "gradients" in strat.shards
+        opt_sharded[m] = "optimizer" in strat.shards
+    from fmest.counting import trainable_params
+
+    params = float(model.param_counts().total)
+    arr.update(sel)
+    arr.update(
+        s_params=s_params, s_grads=s_grads, s_opt=s_opt, s_shard_group=shard_group,
+        fsdp=fsdp, amp=amp, lora=job.training.technique != "full", compiled=bool(job.training.compile),
+        hbm_bw=float(gpu.hbm_bytes_per_s or 1e12),
+        param_gather=param_gather, params_sharded=params_sharded, grads_sharded=grads_sharded,
+        opt_sharded=opt_sharded, offload=sel["off"] == 1, ckpt_full=sel["ckidx"] == 2,
+        world=np.full(n, float(count)), gpn=np.full(n, float(gpn)),
+        seq=float(job.training.seq_len), layers=float(model.num_layers),
+        hidden=float(model.hidden_size), kv_dim=float(model.num_kv_heads * model.head_dim),
+        params=params, trainable=float(trainable_params(model, job.training)) or params,
+        intra_bw=_intra_bw(gpu), nic_bw=float(gpu.inter_node_bytes_per_s
+                                              or vec.DEFAULT_NIC_BYTES_PER_S),
+        pcie_bw=float(gpu.pcie_bytes_per_s or vec.DEFAULT_PCIE_BYTES_PER_S))
+    return arr
+
+
+def _intra_bw(gpu) -> float:
+    link = gpu.intra_node_bytes_per_s or gpu.pcie_bytes_per_s or vec.DEFAULT_PCIE_BYTES_PER_S
+    eff = vec.INTRA_NODE_EFFICIENCY_NVLINK4 if gpu.name.startswith(vec.NVLINK4_PREFIXES) \
+        else vec.INTRA_NODE_EFFICIENCY
+    return float(link) * eff
+
+
+# ---------------------------------------------------------------------------------------------
+# choosing and re-estimating
+# ---------------------------------------------------------------------------------------------
+
+def pareto_mask(cost: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+    """True where no other point is both no dearer and no slower (and better in one)."""
+    order = np.lexsort((seconds, cost))
+    best = np.inf
+    mask = np.zeros(cost.size, dtype=bool)
+    for i in order:
+        if seconds[i] < best:
+            mask[i] = True
+            best = seconds[i]
+    return mask
+
+
+def _order(res: dict, objective: str) -> np.ndarray:
+    cost = np.nan_to_num(res["usd"], nan=np.inf)
+    secs = np.nan_to_num(res["total_s"], nan=np.inf)
+    if not np.isfinite(secs).any():
+        secs = res["step"]
+    if objective == "cost":
+        return np.lexsort((secs, cost))
+    if objective == "time":
+        return np.lexsort((cost, secs))
+    front = np.nonzero(pareto_mask(cost, secs))[0]
+    return front[np.argsort(cost[front], kind="stable")]
+
+
+def config_job(job: Job, res: dict, i: int, shardings, *, method: str) -> Job:
+    """The job of configuration ``i`` of ``res``."""
+    name, _ = shardings[int(res["hidx"][i])]
+    zero = int(name[4:]) if name.startswith("zero") else 0
+    fsdp = name[len("fsdp_"):] if name.startswith("fsdp_") else "none"
+    vst = int(res["vstages"][i])
+    quote = res["quote"][i]
+    count, gpn = int(res["count"][i]), int(res["gpn"][i])
+    pricing = {"provider": quote.provider, "region": quote.region} if quote else {}
+    return job.evolve(
+        training={"micro_batch_size": int(res["mb"][i]),
+                  "grad_accum_steps": int(res["accum"][i]),
+                  "activation_checkpointing": sp.CHECKPOINTING[int(res["ckidx"][i])]},
+        parallelism={"dp": int(res["dp"][i]), "tp": int(res["tp"][i]), "pp": int(res["pp"][i]),
+                     "cp": int(res["cp"][i]), "ep": 1, "sequence_parallel": bool(res["sp"][i]),
+                     "pp_schedule": "interleaved" if vst > 1 else "1f1b",
+                     "pp_virtual_stages": vst, "zero_stage": zero, "fsdp": fsdp,
+                     "hsdp_shard_size": None,
+                     "cpu_offload": "optimizer" if res["off"][i] else "none"},
+        hardware={"gpu": res["gpu_name"][i], "gpus_per_node": gpn, "nodes": count // gpn},
+        pricing=pricing, options={"method": method})
+
+
+def _describe(job: Job) -> tuple[str, str]:
+    par = job.parallelism
+    layout = f"dp{par.dp} tp{par.tp} pp{par.pp}" + (f" cp{par.cp}" if par.cp > 1 else "") \
+        + (" sp" if par.sequence_parallel else "") \
+        + (f" v{par.pp_virtual_stages}" if par.pp_virtual_stages > 1 else "")
+    strategy = (f"fsdp {par.fsdp}" if par.fsdp != "none" else f"zero{par.zero_stage}") \
+        + (" +offload" if par.cpu_offload != "none" else "")
+    return layout, strategy
+
+
+def _to_plan(engine, job: Job, predicted_mem: float, predicted_step: float) -> Optional[Plan]:
+    report = engine.estimate(job, search_batch=False)
+    if report.memory is None or report.time is None or not report.fits:
+        return None
+    layout, strategy = _describe(job)
+    cost = report.cost
+    lay = report.context.layout
+    return Plan(job=job, gpu=report.context.gpu.name, gpus=lay.world_size, nodes=lay.nodes,
+                layout=layout, strategy=strategy,
+                micro_batch_size=job.training.micro_batch_size,
+                grad_accum_steps=job.training.grad_accum_steps,
+                checkpointing=job.training.activation_checkpointing,
+                memory_bytes=report.memory.total_bytes,
+                gpu_memory_bytes=report.context.gpu.memory_bytes,
+                headroom_bytes=report.headroom_bytes, step_seconds=report.time.step_seconds,
+                tokens_per_second=report.tokens.tokens_per_second if report.tokens else
+                math.nan, total_seconds=report.time.total_seconds,
+                usd=cost.usd if cost else None, usd_per_hour=cost.usd_per_hour if cost else None,
+                provider=cost.provider if cost else None,
+                instance=cost.instance if cost else None,
+                predicted_memory_bytes=float(predicted_mem),
+                predicted_step_seconds=float(predicted_step), method=job.options.method)
+
+
+def _plan_key(p: Plan, objective: str):
+    cost = p.usd if p.usd is not None else math.inf
+    secs = p.total_seconds if p.total_seconds is not None else p.step_seconds
+    return (cost, secs) if objective in ("cost", "pareto") else (secs, cost)
+
+
+# ---------------------------------------------------------------------------------------------
+# the entry point
+# ---------------------------------------------------------------------------------------------
+
+def evaluate_space(job: Job, cons: Constraints, *, engine=None,
+                   progress: Optional[Callable[[int, int], None]] = None):
+    """Every feasible configuration as arrays, with the evaluation count and rejections.
+
+    Returns ``(res, evaluated, seconds, rejected, context)`` where ``res`` maps a field name
+    to one array entry per feasible configuration.
+    """
+    if engine is None:
+        from fmest.engine import default_engine
+
+        engine = default_engine()
+    started = _time.perf_counter()
+    engine.context(job)    # validates the job (raises InputError naming the field)
+    model = engine.resolve_model(job)
+    options = _gpu_options(engine, cons)
+    shardings = _shardings(engine)
+    gbt = _global_batch_tokens(job, cons)
+    tokens, fixed_steps = _total_tokens(engine, job)
+    steps = fixed_steps if fixed_steps is not None else (
+        math.ceil(tokens / gbt) if tokens is not None else None)
+    ctx = dict(job=job, model=model, calib=_Calibration(engine, job, model), cons=cons,
+               shardings=shardings, samples=gbt // job.training.seq_len, steps=steps,
+               inner=_inner_axes(shardings, sp.CHECKPOINTING, sp.MICRO_BATCHES),
+               gpu_index={o.spec.name: i for i, o in enumerate(options)},
+               gbt=gbt, tokens=tokens)
+    rejected: dict = {}
+    parts = []
+    evaluated = 0
+    work = [(o, n) for o in options for n in o.counts]
+    for done, (opt, count) in enumerate(work, 1):
+        res, n = _evaluate_count(opt, count, ctx, rejected)
+        evaluated += n
+        if res is not None:
+            res["gpu_name"] = [opt.spec.name] * len(res["quote"])
+            parts.append(res)
+        if progress is not None:
+            progress(done, len(work))
+    merged: dict = {}
+    for part in parts:
+        for k, v in part.items():
+            merged.setdefault(k, []).append(v)
+    res = {k: (np.concatenate(v) if isinstance(v[0], np.ndarray) else sum(v, []))
+           for k, v in merged.items()}
+    seconds = _time.perf_counter() - started
+    return res, evaluated, seconds, rejected, ctx
+
+
+def plan(job: Job, cons: Constraints = Constraints(), *, engine=None,
+         progress: Optional[Callable[[int, int], None]] = None) -> PlanResult:
+    """Search the space for ``job`` under ``cons``; see the module doc."""
+    if engine is None:
+        from fmest.engine import default_engine
+
+        engine = default_engine()
+    res, evaluated, seconds, rejected, ctx = evaluate_space(job, cons, engine=engine,
+                                                            progress=progress)
+    warnings = []
+    if ctx["steps"] is None:
+        warnings.append("no workload (--dataset-tokens, --num-samples, --max-steps): plans are "
+                        "ranked by step time and cost per hour")
+    plans: list[Plan] = []
+    if res:
+        order = _order(res, cons.objective)
+        n_check = cons.top * RECHECK_FACTOR
+        if cons.objective == "pareto" and order.size > n_check:
+            order = order[np.unique(np.linspace(0, order.size - 1, n_check).astype(int))]
+        dropped = 0
+        for rank, i in enumerate(order[:n_check]):
+            method = job.options.method if rank < cons.refine else "theory"
+            j = config_job(job, res, int(i), ctx["shardings"], method=method)
+            p = _to_plan(engine, j, res["memory"][i], res["step"][i])
+            if p is None:
+                dropped += 1
+                continue
+            if cons.budget_usd is not None and (p.usd is None or p.usd > cons.budget_usd):
+                dropped += 1
+                continue
+            if cons.deadline_hours is not None and p.total_seconds is not None and \
+                    p.total_seconds > cons.deadline_hours * 3600:
+                dropped += 1
+                continue
+            plans.append(p)
+        if dropped:
+            rejected["does not fit or breaks a limit by the full engine"] = dropped
+        plans.sort(key=lambda p: _plan_key(p, cons.objective))
+        plans = plans[:cons.top]
+        if plans:
+            cost = np.array([p.usd if p.usd is not None else np.inf for p in plans])
+            secs = np.array([p.total_seconds if p.total_seconds is not None else p.step_seconds
+                             for p in plans])
+            front = pareto_mask(cost, secs)
+            plans = [attrs.evolve(p, pareto=bool(f)) for p, f in zip(plans, front)]
+    return PlanResult(plans=tuple(plans), evaluated=evaluated, seconds=seconds,
+                      rejected=dict(sorted(rejected.items(), key=lambda kv: -kv[1])),
+                      global_batch_tokens=ctx["gbt"], total_tokens=ctx["tokens"],
+                      objective=cons.objective, warnings=tuple(warnings))

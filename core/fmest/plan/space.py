@@ -1,0 +1,131 @@
+"""The search space of ``fmest plan`` and the rules that prune it.
+
+A configuration is: GPU type x GPU count (whole instances) x tp x pp x cp x virtual pipeline
+stages x sequence parallel x sharding strategy x optimizer offload x activation
+checkpointing x micro-batch, with gradient accumulation fixed by the global batch
+(``global samples = micro-batch x accum x dp``). The structural axes (everything but
+sharding, offload, checkpointing and micro-batch) are enumerated in Python, a few hundred at
+most per GPU type; the rest is a numpy cross product evaluated in one pass per GPU count.
+
+Every rule that removes configurations has a name; the planner counts how many each removed
+(``rejected`` in the JSON). Rules are applied in the order of :data:`RULES`; a configuration
+is counted once, under the first rule it breaks.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator, Optional
+
+from attrs import frozen
+
+#: Rejection reasons, in the order they are applied.
+RULES = (
+    "tp does not divide the attention heads",
+    "tp spans nodes",
+    "more pipeline stages than layers",
+    "virtual stages do not divide the layers per stage",
+    "cp does not divide the sequence",
+    "global batch not divisible by micro-batch x dp",
+    "fewer micro-batches than pipeline stages x virtual stages (the pipeline never fills)",
+    "sharding without data parallelism (same as zero0)",
+    "hybrid shard within one node (same as full shard)",
+    "ZeRO-2/3 with pipeline parallelism (DeepSpeed supports ZeRO-1 only)",
+    "optimizer offload needs a sharded optimizer",
+    "does not fit",
+    "over max nodes",
+    "no price for this GPU count",
+    "over budget",
+    "over deadline",
+)
+
+CHECKPOINTING = ("none", "selective", "full")
+MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
+TP_DEGREES = (1, 2, 4, 8)
+CP_DEGREES = (1, 2, 4, 8)
+#: Context parallelism is searched only from this sequence length on: below it each rank
+#: would attend over fewer than 4k tokens and the ring's exposed K,V traffic outweighs the
+#: activation saving (torchtitan enables CP for long-context training, 32k-128k+).
+CP_MIN_SEQ_LEN = 16384
+
+
+@frozen(kw_only=True)
+class Shape:
+    """One structural layout: every parallel degree of a GPU count."""
+
+    count: int
+    gpus_per_node: int
+    nodes: int
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    vstages: int
+    sp: bool
+
+
+def divisors_pow2(limit: int) -> list[int]:
+    out, d = [], 1
+    while d <= limit:
+        out.append(d)
+        d *= 2
+    return out
+
+
+def gpu_counts(instance_sizes: list[int], max_gpus: int) -> list[int]:
+    """GPU counts in whole instances up to ``max_gpus``: every multiple of an instance size,
+    thinned to powers of two and three-times-powers-of-two multiples when there are many."""
+    counts: set[int] = set()
+    for size in instance_sizes:
+        k_max = max_gpus // size
+        if k_max <= 32:
+            counts.update(size * k for k in range(1, k_max + 1))
+        else:
+            k = 1
+            while k <= k_max:
+                counts.add(size * k)
+                if 3 * k <= k_max and k >= 1:
+                    counts.add(size * 3 * k)
+                k *= 2
+    return sorted(c for c in counts if c <= max_gpus)
+
+
+def shapes(count: int, *, gpus_per_node: int, heads: int, kv_heads: int, layers: int,
+           seq_len: int, rejected: dict, inner: int) -> Iterator[Shape]:
+    """The valid layouts of ``count`` GPUs; invalid ones are counted in ``rejected`` times
+    ``inner`` (the configurations each structural layout stands for)."""
+    gpn = min(count, gpus_per_node)
+    nodes = max(1, math.ceil(count / gpn))
+    cps = [c for c in CP_DEGREES if c == 1 or seq_len >= CP_MIN_SEQ_LEN]
+
+    def reject(rule: str, n: int = 1) -> None:
+        rejected[rule] = rejected.get(rule, 0) + n * inner
+
+    for tp in TP_DEGREES:
+        if tp > count:
+            break
+        for pp in divisors_pow2(count // tp):
+            for cp in cps:
+                if count % (tp * pp * cp):
+                    continue
+                dp = count // (tp * pp * cp)
+                for vstages in ((1, 2) if pp > 1 else (1,)):
+                    for sp in ((False, True) if tp > 1 else (False,)):
+                        if heads % tp or (kv_heads % tp and tp % kv_heads):
+                            reject(RULES[0])
+                        elif tp > gpn:
+                            reject(RULES[1])
+                        elif pp > layers:
+                            reject(RULES[2])
+                        elif vstages > 1 and layers % (pp * vstages):
+                            reject(RULES[3])
+                        elif seq_len % cp:
+                            reject(RULES[4])
+                        else:
+                            yield Shape(count=count, gpus_per_node=gpn, nodes=nodes, tp=tp,
+                                        pp=pp, cp=cp, dp=dp, vstages=vstages, sp=sp)
+
+
+def global_samples(global_batch_tokens: Optional[float], seq_len: int) -> int:
+    """Samples per optimizer step for a global batch of tokens (at least one)."""
+    return max(1, int(round((global_batch_tokens or seq_len) / seq_len)))
