@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from fmest.transforms import dtype_info
+
 # ---------------------------------------------------------------------------------------------
 # Efficiency constants
 # ---------------------------------------------------------------------------------------------
@@ -165,8 +167,15 @@ FOREACH_OPTIMIZER_PASS_FACTOR = 3.0
 
 
 def dtype_bytes(dtype: str) -> float:
-    """Bytes per element of a compute/storage dtype (IEEE sizes; fp8 = 1)."""
-    return {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}[dtype]
+    """Bytes per matmul operand element of a training dtype (fp8 = 1; core's single table
+    :data:`fmest.transforms.DTYPES`); ``tf32`` reads fp32 storage."""
+    return 4.0 if dtype == "tf32" else float(dtype_info(dtype).operand_bytes)
+
+
+def storage_dtype(dtype: str) -> str:
+    """The dtype a training dtype stores weights and activations in (fp8 -> bf16: the fp8
+    storage rule of :data:`fmest.transforms.DTYPES`)."""
+    return dtype_info(dtype).storage_dtype
 
 
 def _lookup_prefix(table: dict, name: str, default):

@@ -20,57 +20,486 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from fmest.counting import lora_modules, trainable_params
+from attrs import frozen
+
+from fmest.counting import lora_modules, total_params, trainable_params
 from fmest.errors import InputError
-from fmest.estimates import Provenance, TimeEstimate, TokensEstimate
+from fmest.estimates import ACTIVATION_COMPONENTS, Provenance, TimeEstimate, TokensEstimate
 from fmest.hookspecs import hookimpl
-from fmest.precision import resolve_precision
+from fmest.transforms import CommunicationPlan, Transforms, transforms_of
 
 from fmest_time_roofline import formulas as F
 
 BASIS = "analytic"
-
-
-def _grad_reduce_bytes(training, sharding) -> float:
-    """Gradient bytes on the wire: fp32 under amp/master (FSDP reduce_dtype fp32, Megatron
-    fp32 grad all-reduce), the compute dtype under pure precision (the precision rule is
-    core's :func:`fmest.precision.resolve_precision`, shared with the memory plugin)."""
-    return 4.0 if resolve_precision(training, sharding) in ("amp", "master") else F.dtype_bytes(
-        "bf16" if training.dtype == "fp8" else training.dtype)
-
-
-def _optimizer_bytes(training, optimizer, sharding) -> dict:
-    prec = resolve_precision(training, sharding)
-    act = F.dtype_bytes("bf16" if training.dtype == "fp8" else training.dtype)
-    if prec == "pure":
-        param, grad, master, state = act, act, 0.0, act
-    elif prec == "master":
-        param, grad, master, state = act, act, 4.0, 4.0
-    else:  # amp
-        param, grad, master, state = 4.0, 4.0, 0.0, 4.0
-    if optimizer.state_bytes_per_element is not None:
-        state = optimizer.state_bytes_per_element + optimizer.quant_overhead_bytes_per_element
-    impl = training.optimizer_impl if training.optimizer_impl != "auto" else optimizer.default_impl
-    return dict(states=optimizer.states, state_bytes=state, param_bytes=param, grad_bytes=grad,
-                master_bytes=master, impl=impl)
+_COLLECTIVE_SECONDS = {"all_reduce": F.all_reduce_seconds,
+                       "reduce_scatter": F.reduce_scatter_seconds,
+                       "all_gather": F.all_gather_seconds}
+_REDUCTIONS = ("all_reduce", "reduce_scatter")
 
 
 def _activation_bytes(memory, model, tokens: float, layers: float, act_bytes: float) -> float:
-    """Saved-activation bytes of one micro-batch (from the memory estimate when it itemises
-    them, else 34 s b h per layer, Korthikanti et al. 2022 eq. 1 without the s^2 term)."""
+    """Saved-activation bytes of one micro-batch: the memory estimate's
+    ``fmest.estimates.ACTIVATION_COMPONENTS`` when it itemises them, else 34 s b h per layer
+    (Korthikanti et al. 2022 eq. 1 without the s^2 term)."""
     if memory is not None:
-        total = sum(v for k, v in memory.components.items() if "activation" in k.lower())
+        total = sum(memory.components.get(name, 0) for name in ACTIVATION_COMPONENTS)
         if total > 0:
             return float(total)
     return 34.0 / 2.0 * act_bytes * tokens * model.hidden_size * layers
 
 
-def _backward_prefetch(par) -> str:
-    """``parallelism.fsdp_backward_prefetch``: ``pre`` (FSDP2's implicit prefetch; FSDP1
-    ``BackwardPrefetch.BACKWARD_PRE``, the PyTorch/accelerate default), ``post``
-    (``BACKWARD_POST``, Composer/llm-foundry's default, composer.utils.FSDPConfig) or
-    ``none``."""
-    return par.fsdp_backward_prefetch
+# ---------------------------------------------------------------------------------------------
+# the phases of one step (small frozen records; step_breakdown composes them)
+# ---------------------------------------------------------------------------------------------
+
+@frozen(kw_only=True)
+class Rates:
+    """Achievable rates of the GPU for this job (derated peaks, efficiencies)."""
+
+    linear_peak: float           # FLOP/s of the matmul dtype
+    attention_peak: float        # FLOP/s of the activation dtype
+    hbm_bytes_per_s: float
+    linear_fraction: float       # MAMF fraction (or --mfu)
+    half_dim: float              # GEMM-shape saturation (0 under --mfu)
+    attention_fwd_eff: float
+    attention_bwd_eff: float
+    notes: tuple = ()
+
+
+def device_rates(job, gpu) -> Optional[Rates]:
+    """Phase 1: peaks (power-cap derated) and efficiencies; ``None`` when the GPU table lacks
+    a needed peak. ``options.mfu`` replaces the matmul and attention efficiencies."""
+    training, notes = job.training, []
+    act_dtype = F.storage_dtype(training.dtype)
+    derate = F.power_cap_derate(gpu.name)
+    lin_peak = gpu.peak_flops_per_s(training.dtype)
+    attn_peak = gpu.peak_flops_per_s(act_dtype if act_dtype != "fp32" else "fp32")
+    if not lin_peak or not attn_peak or not gpu.hbm_bytes_per_s:
+        return None
+    if derate != 1.0:
+        notes.append(f"{gpu.name}: FLOP peaks derated x{derate:.3f} for its power cap")
+    mfu = job.options.mfu
+    if mfu is not None:
+        if mfu > 1:
+            raise InputError("options.mfu", "is a fraction of peak between 0 and 1", value=mfu)
+        notes.append(f"--mfu {mfu:g} replaces the matmul and attention efficiency "
+                     "(no GEMM-shape fall-off); memory-bound work and communication are added")
+        fraction, half_dim, fwd_eff, bwd_eff = mfu, 0.0, mfu, mfu
+    else:
+        fraction = F.mamf_fraction(gpu.name, training.dtype)
+        half_dim = F.GEMM_HALF_SATURATION_DIM
+        fwd_eff = F.attention_efficiency(gpu.name, "fwd")
+        bwd_eff = F.attention_efficiency(gpu.name, "bwd")
+    return Rates(linear_peak=lin_peak * derate, attention_peak=attn_peak * derate,
+                 hbm_bytes_per_s=gpu.hbm_bytes_per_s, linear_fraction=fraction,
+                 half_dim=half_dim, attention_fwd_eff=fwd_eff, attention_bwd_eff=bwd_eff,
+                 notes=tuple(notes))
+
+
+@frozen(kw_only=True)
+class StepShape:
+    """The job's shape on the slowest (last) pipeline stage."""
+
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    dp: int
+    micro_batch: int
+    seq_len: int
+    grad_accum: int
+    tokens: float                # tokens of one micro-batch on one GPU
+    act_bytes: float
+    linear_bytes: float          # matmul operand bytes (fp8: 1)
+    linear_dtype: str
+    full: bool                   # full fine-tuning (weight gradients of every matmul)
+    checkpointing: str
+    stage_layers: float
+
+
+def step_shape(job, model, layout) -> StepShape:
+    training = job.training
+    info = F.dtype_info(training.dtype)
+    return StepShape(
+        tp=layout.tp, pp=layout.pp, cp=layout.cp, ep=layout.ep, dp=layout.dp,
+        micro_batch=training.micro_batch_size, seq_len=training.seq_len,
+        grad_accum=training.grad_accum_steps,
+        tokens=training.micro_batch_size * training.seq_len / layout.cp,
+        act_bytes=float(info.storage_bytes), linear_bytes=float(info.operand_bytes),
+        linear_dtype=training.dtype, full=training.technique == "full",
+        checkpointing=training.activation_checkpointing,
+        stage_layers=model.num_layers / layout.pp)
+
+
+@frozen(kw_only=True)
+class MatmulTimes:
+    """Seconds of one micro-batch's matmuls and the memory-bound bytes they bring."""
+
+    forward: float
+    backward: float
+    recompute: float
+    dequant_bytes: float         # QLoRA dequantization (bitsandbytes kernels, never fused)
+    fp8_cast_bytes: float        # float8 amax + cast (fused by torch.compile)
+    lora_modules: tuple
+
+
+def _last_matmul_names(model) -> set:
+    """Each layer's last matmul (MLP down projection): never recomputed (early stop)."""
+    return {(lin.name, lin.kind) for lin in model.linears
+            if lin.kind in ("mlp", "expert", "shared_expert")
+            and lin.out_features == model.hidden_size and lin.in_features != model.hidden_size}
+
+
+def _gemm(shape: StepShape, rates: Rates):
+    def seconds(rows, inner, cols):
+        return F.gemm_seconds(rows, inner, cols, peak_flops_per_s=rates.linear_peak,
+                              max_fraction=rates.linear_fraction,
+                              hbm_bytes_per_s=rates.hbm_bytes_per_s,
+                              bytes_per_element=shape.linear_bytes, half_dim=rates.half_dim)
+    return seconds
+
+
+def _lora_module_seconds(training, model, shape: StepShape, gemm) -> tuple[tuple, list]:
+    """(modules, forward seconds of each) of the LoRA adapters (tiny rank: memory-bound)."""
+    if shape.full:
+        return (), []
+    mods = tuple(lora_modules(model, training))
+    rank, out = training.lora_rank, []
+    for mod in mods:
+        rows = shape.tokens * mod.active_copies
+        out.append((gemm(rows, mod.in_features, rank) + gemm(rows, rank, mod.out_features))
+                   * mod.layers / shape.pp * (mod.copies / mod.active_copies
+                                              if mod.kind == "expert" else 1))
+    return mods, out
+
+
+def matmul_times(job, model, shape: StepShape, rates: Rates) -> MatmulTimes:
+    """Phase 2: every linear through the GEMM roofline (formulas.gemm_seconds), the output head
+    (last stage, vocab split over tp, never recomputed) and the LoRA adapters. Backward is 2x
+    forward for full training (input + weight gradients), 1x for a frozen base."""
+    training, gemm = job.training, _gemm(shape, rates)
+    fwd = bwd = rec = dequant = fp8_cast = 0.0
+    bwd_factor = 2.0 if shape.full else 1.0
+    last = _last_matmul_names(model)
+    for lin in model.linears:
+        if lin.kind == "head":
+            continue
+        inner, cols = lin.in_features, lin.out_features
+        if shape.tp > 1 and lin.kind != "router":
+            if cols >= inner:
+                cols = cols / shape.tp
+            else:
+                inner = inner / shape.tp
+        if lin.kind == "expert" and lin.copies > 0:
+            rows = shape.tokens * lin.active_copies * shape.ep / lin.copies
+            count = lin.layers / shape.pp * lin.copies / shape.ep
+        else:
+            rows = shape.tokens * lin.active_copies
+            count = lin.layers / shape.pp
+        seconds = gemm(rows, inner, cols) * count
+        fwd += seconds
+        bwd += seconds * bwd_factor
+        if shape.checkpointing == "full" and (lin.name, lin.kind) not in last:
+            rec += seconds
+        elements = (rows * inner + inner * cols + rows * cols) * count
+        if shape.linear_dtype == "fp8":
+            fp8_cast += F.FP8_CAST_BYTES_PER_ELEMENT * elements * (3 if shape.full else 2)
+        if training.technique == "qlora":
+            uses = 2 + (1 if shape.checkpointing == "full" else 0)
+            dequant += F.QLORA_DEQUANT_BYTES_PER_PARAM * inner * cols * count * uses
+    for inner, cols in F.head_linears(model):
+        seconds = gemm(shape.tokens, inner, cols / shape.tp)
+        fwd += seconds
+        bwd += seconds * bwd_factor
+    mods, lora_seconds = _lora_module_seconds(training, model, shape, gemm)
+    for seconds in lora_seconds:
+        fwd += seconds
+        bwd += 2 * seconds
+        if shape.checkpointing == "full":
+            rec += seconds
+    return MatmulTimes(forward=fwd, backward=bwd, recompute=rec, dequant_bytes=dequant,
+                       fp8_cast_bytes=fp8_cast, lora_modules=mods)
+
+
+@frozen(kw_only=True)
+class AttentionTimes:
+    forward: float
+    backward: float
+    recompute: float
+
+
+def attention_times(job, model, shape: StepShape, rates: Rates, gpu) -> AttentionTimes:
+    """Phase 3: the attention core as its own op class: fused kernels at the GPU's flash
+    efficiency (FLOPs counted the FlashAttention way, backward 2.5x); eager attention as two
+    GEMMs of the (s x d) @ (d x s) shape."""
+    eager = job.training.attention == "eager"
+    fwd_flops = F.attention_forward_flops_per_token(model, shape.seq_len, causal=not eager) \
+        * shape.tokens / shape.tp / shape.pp
+    bwd_factor = 2.0 if eager else F.FLASH_BACKWARD_FLOPS_FACTOR
+    if eager:
+        head_dim = model.qk_head_dim or model.head_dim
+        act_dtype = F.storage_dtype(shape.linear_dtype)
+        eff = (rates.linear_fraction if act_dtype == shape.linear_dtype
+               else F.mamf_fraction(gpu.name, act_dtype)) \
+            * F.gemm_shape_efficiency(shape.seq_len, head_dim, shape.seq_len, rates.half_dim)
+        eff_bwd = eff
+    else:
+        eff, eff_bwd = rates.attention_fwd_eff, rates.attention_bwd_eff
+    fwd = fwd_flops / (rates.attention_peak * eff)
+    bwd = fwd_flops * bwd_factor / (rates.attention_peak * eff_bwd)
+    rec = fwd if shape.checkpointing in ("full", "selective") else 0.0
+    return AttentionTimes(forward=fwd, backward=bwd, recompute=rec)
+
+
+def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: MatmulTimes,
+                         comm: CommunicationPlan) -> float:
+    """Phase 4: elementwise traffic (norms, activations, RoPE, layouts; recomputed under full
+    checkpointing), the loss, eager attention scores, gradient accumulation read-add-write,
+    QLoRA dequantization and fp8 casts, at HBM speed (formulas.memory_bound_seconds)."""
+    training, par = job.training, job.parallelism
+    per_token = F.elementwise_bytes_per_token_per_layer(
+        model, act_bytes=shape.act_bytes, tp=shape.tp, sequence_parallel=par.sequence_parallel)
+    moved = per_token * shape.tokens * shape.stage_layers
+    if shape.checkpointing == "full":
+        moved += per_token * shape.tokens * shape.stage_layers / (
+            1.0 + F.ELEMENTWISE_BACKWARD_FACTOR)
+    moved += F.loss_bytes_per_token(model.vocab_size, training.loss) * shape.tokens / shape.tp
+    if training.attention == "eager":
+        scores = F.eager_attention_bytes_per_token_per_layer(
+            model.num_attention_heads / shape.tp, shape.seq_len)
+        moved += scores * shape.tokens * shape.stage_layers * (
+            1.0 + (1.0 / 3.0 if shape.checkpointing != "none" else 0.0))
+    accum = shape.grad_accum
+    if accum > 1:  # gradient accumulation: read-add-write the gradient buffer per micro-batch
+        grad_local = (trainable_params(model, training) / (shape.tp * shape.pp))
+        moved += 3 * comm.grad_bytes_per_element * grad_local * (accum - 1) / accum
+    hbm = rates.hbm_bytes_per_s
+    return F.memory_bound_seconds(moved, hbm, compiled=training.compile) \
+        + F.memory_bound_seconds(matmuls.dequant_bytes, hbm, compiled=False) \
+        + F.memory_bound_seconds(matmuls.fp8_cast_bytes, hbm, compiled=training.compile)
+
+
+@frozen(kw_only=True)
+class ModelParallelComm:
+    """Exposed seconds per micro-batch of the model-parallel groups (+ ring-attention merges)."""
+
+    tp: float = 0.0
+    ep: float = 0.0
+    pp: float = 0.0
+    cp: float = 0.0
+    cp_memory_seconds: float = 0.0
+
+
+def _links(gpu, gpus_per_node):
+    def link(size, stride):
+        inter = F.group_is_inter_node(size, stride, gpus_per_node)
+        return inter, F.link_bytes_per_s(gpu, inter_node=inter, size=size,
+                                         nodes=F.group_nodes(size, stride, gpus_per_node))
+    return link
+
+
+def _tp_seconds(job, model, shape: StepShape, link) -> float:
+    """Tensor-parallel all-reduces (or SP all-gather + reduce-scatter, Korthikanti et al. 2022
+    section 4.2.2), 2 per pass per layer; float8 TP gathers fp8 (formulas
+    .tp_all_gather_bytes_per_element); fwd + bwd (+ recompute) passes, not overlapped."""
+    inter, bandwidth = link(shape.tp, 1)
+    passes = 2 + (1 if shape.checkpointing == "full" else 0)
+    act_elems = shape.tokens * model.hidden_size
+    if job.parallelism.sequence_parallel:
+        gather_b = F.tp_all_gather_bytes_per_element(shape.linear_dtype, shape.act_bytes)
+        per_pass = 2 * (F.all_gather_seconds(act_elems * gather_b, shape.tp, bandwidth, inter)
+                        + F.reduce_scatter_seconds(act_elems * shape.act_bytes, shape.tp,
+                                                   bandwidth, inter))
+    else:
+        per_pass = 2 * F.all_reduce_seconds(act_elems * shape.act_bytes, shape.tp, bandwidth,
+                                            inter)
+    return passes * shape.stage_layers * per_pass
+
+
+def model_parallel_comm(job, model, shape: StepShape, attention: AttentionTimes, gpu,
+                        layout, rates: Rates) -> ModelParallelComm:
+    """Phase 5: TP, EP all-to-all (GShard), PP point-to-point and CP ring attention
+    (formulas.ring_attention_costs) per micro-batch."""
+    gpn, link = layout.gpus_per_node, _links(gpu, layout.gpus_per_node)
+    tp_t = _tp_seconds(job, model, shape, link) if shape.tp > 1 else 0.0
+    ep_t = pp_t = cp_t = cp_mem = 0.0
+    if shape.ep > 1 and model.is_moe:
+        moe_layers = (model.num_moe_layers or model.num_layers) / shape.pp
+        inter, bandwidth = link(shape.ep, shape.tp * shape.cp)
+        n_a2a = 4 + (2 if shape.checkpointing == "full" else 0)
+        ep_t = n_a2a * moe_layers * F.all_to_all_seconds(
+            shape.tokens * model.experts_per_token * model.hidden_size * shape.act_bytes,
+            shape.ep, bandwidth, inter)
+    if shape.pp > 1:
+        inter = F.group_is_inter_node(shape.pp, shape.tp * shape.cp * shape.dp, gpn)
+        bandwidth = F.link_bytes_per_s(gpu, inter_node=inter, size=2, nodes=2)  # one hop
+        pp_t = 2 * F.p2p_seconds(shape.tokens * model.hidden_size * shape.act_bytes / shape.tp,
+                                 bandwidth, inter)
+    if shape.cp > 1:  # ring attention (PyTorch context_parallel)
+        g_inter, g_bw = link(shape.cp, shape.tp)
+        p_inter = F.group_is_inter_node(2, shape.tp, gpn)
+        p_bw = F.link_bytes_per_s(gpu, inter_node=p_inter, size=2, nodes=2)
+        ring = F.ring_attention_costs(
+            cp=shape.cp, tokens=shape.tokens, q_heads=model.num_attention_heads / shape.tp,
+            head_dim=model.qk_head_dim or model.head_dim, act_bytes=shape.act_bytes,
+            fwd_seconds=attention.forward / shape.stage_layers,
+            bwd_seconds=attention.backward / shape.stage_layers,
+            recompute=shape.checkpointing in ("full", "selective"),
+            gather_bytes_per_s=g_bw, p2p_bytes_per_s=p_bw, gather_inter_node=g_inter,
+            p2p_inter_node=p_inter)
+        cp_t = ring["exposed_seconds"] * shape.stage_layers
+        # the ring merges run in eager PyTorch (a graph break under torch.compile)
+        cp_mem = F.memory_bound_seconds(ring["memory_bytes"] * shape.stage_layers,
+                                        rates.hbm_bytes_per_s)
+    return ModelParallelComm(tp=tp_t, ep=ep_t, pp=pp_t, cp=cp_t, cp_memory_seconds=cp_mem)
+
+
+def _phase_sums(priced, phase: str, window: float, tail: float):
+    """(exposed part of the overlappable collectives, non-overlappable seconds, gathers,
+    reductions) of one phase; the overlappable ones hide behind the phase's compute except
+    the first gather / last reduction (``tail``)."""
+    mine = [(coll, sec) for coll, sec in priced if coll.phase == phase]
+    gathers = sum(sec for coll, sec in mine if coll.overlappable and coll.kind not in _REDUCTIONS)
+    reductions = sum(sec for coll, sec in mine if coll.overlappable and coll.kind in _REDUCTIONS)
+    direct = sum(sec for coll, sec in mine if not coll.overlappable)
+    hidden = F.exposed_comm_seconds((gathers + reductions) * (1 - tail), window)
+    return hidden, direct, gathers, reductions
+
+
+def _exposed_seconds(priced, windows: dict, tail: float) -> float:
+    """Exposed seconds of collectives ``priced`` = ((collective, seconds), ...) issued once
+    (per micro-batch or per step) in forward and backward."""
+    fwd_hidden, fwd_direct, fwd_gathers, fwd_reductions = _phase_sums(
+        priced, "forward", windows["forward"], tail)
+    bwd_hidden, bwd_direct, bwd_gathers, bwd_reductions = _phase_sums(
+        priced, "backward", windows["backward"], tail)
+    return fwd_hidden + fwd_direct + bwd_direct + bwd_hidden \
+        + ((fwd_gathers + bwd_gathers) + (fwd_reductions + bwd_reductions)) * tail
+
+
+def data_parallel_seconds(comm: CommunicationPlan, shape: StepShape, gpu, layout,
+                          per_mb_seconds: float, fwd_share: float) -> float:
+    """Phase 6: the communication transform's collectives (ctx.transforms.communication),
+    priced as ring collectives and overlapped with the compute of their phase up to its
+    length (formulas.exposed_comm_seconds); step-phase collectives are exposed."""
+    if not comm.collectives:
+        return 0.0
+    link = _links(gpu, layout.gpus_per_node)
+
+    def price(coll):
+        inter, bandwidth = link(coll.group_size, coll.group_stride)
+        return coll, _COLLECTIVE_SECONDS[coll.kind](coll.payload_bytes, coll.group_size,
+                                                    bandwidth, inter)
+
+    priced = [price(coll) for coll in comm.collectives]
+    fwd_mb = per_mb_seconds * fwd_share
+    windows = {"forward": fwd_mb, "backward": per_mb_seconds - fwd_mb}
+    tail = 1.0 / max(1.0, shape.stage_layers)  # first gather / last reduce cannot overlap
+    per_mb = [(c, sec) for c, sec in priced if c.per_micro_batch]
+    per_step = [(c, sec) for c, sec in priced if not c.per_micro_batch and c.phase != "step"]
+    after_step = sum(sec for c, sec in priced if c.phase == "step")
+    return shape.grad_accum * _exposed_seconds(per_mb, windows, tail) \
+        + _exposed_seconds(per_step, windows, tail) + after_step
+
+
+def optimizer_and_offload_seconds(job, model, shape: StepShape, transforms: Transforms, gpu,
+                                  layout, memory, rates: Rates,
+                                  compute_mb: float) -> tuple[float, float, list]:
+    """Phase 7: (optimizer step, exposed offload, notes). The update streams the optimizer
+    transform's bytes per parameter (formulas.optimizer_update_bytes_per_param) over the
+    sharded trainable parameters; ZeRO-Offload runs it on the host CPUs instead, with
+    gradients down and parameters up over PCIe; activation offload streams the saved
+    activations out and back on their own streams."""
+    training, par, sizing = job.training, job.parallelism, transforms.optimizer
+    notes = []
+    train_local = trainable_params(model, training) / (shape.tp * shape.pp)
+    opt_params = train_local / transforms.sharding.optimizer_divisor
+    offload = 0.0
+    if par.cpu_offload in ("optimizer", "params"):
+        offload += F.pcie_seconds(opt_params * (sizing.grad_bytes + shape.act_bytes), gpu)
+        opt_t = opt_params * min(layout.gpus_per_node, layout.world_size) \
+            / F.CPU_ADAM_PARAMS_PER_S_PER_NODE
+        if par.cpu_offload == "params":  # parameters stream in for forward and backward
+            params_local = total_params(model, training) / (shape.tp * shape.pp)
+            offload += shape.grad_accum * F.pcie_seconds(
+                2 * (shape.act_bytes * params_local)
+                / max(1, transforms.sharding.optimizer_divisor), gpu)
+        notes.append("CPU offload: optimizer update on the host CPU (ZeRO-Offload CPU-Adam rate)")
+    else:
+        per_param = F.optimizer_update_bytes_per_param(
+            states=sizing.states, state_bytes=sizing.state_bytes + sizing.state_overhead_bytes,
+            param_bytes=sizing.trainable_bytes, grad_bytes=sizing.grad_bytes,
+            master_bytes=sizing.master_bytes, impl=sizing.impl)
+        opt_t = F.memory_bound_seconds(opt_params * per_param, rates.hbm_bytes_per_s)
+    if training.activation_offload:
+        acts = (shape.act_bytes * shape.tokens * model.hidden_size * shape.stage_layers
+                if shape.checkpointing == "full"  # layer inputs
+                else _activation_bytes(memory, model, shape.tokens, shape.stage_layers,
+                                       shape.act_bytes))
+        pcie = 2 * F.pcie_seconds(acts, gpu)  # out in forward, back in backward (own streams)
+        offload += shape.grad_accum * max(0.0, pcie - compute_mb)
+    return opt_t, offload, notes
+
+
+def _flops_figures(model, training, shape: StepShape, lora_mods, step: float, gpu,
+                   layout) -> dict:
+    """Model/hardware FLOPs per step and MFU/HFU at the nominal (undereated) peak."""
+    flops = F.training_flops_per_token(model, seq_len=shape.seq_len, technique=training.technique,
+                                       lora_modules=lora_mods, lora_rank=training.lora_rank,
+                                       checkpointing=shape.checkpointing)
+    tokens_per_step = shape.micro_batch * shape.grad_accum * shape.dp * shape.seq_len
+    nominal_peak = gpu.peak_flops_per_s(shape.linear_dtype)
+    model_flops = flops["model"] * tokens_per_step
+    hw_flops = flops["hardware"] * tokens_per_step
+    return {"tokens_per_step": tokens_per_step,
+            "samples_per_step": shape.micro_batch * shape.grad_accum * shape.dp,
+            "flops_per_step": model_flops, "hardware_flops_per_step": hw_flops,
+            "mfu": model_flops / (step * layout.world_size * nominal_peak),
+            "hfu": hw_flops / (step * layout.world_size * nominal_peak)}
+
+
+def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
+    """Seconds of one optimizer step by component, with FLOPs and notes (phases above).
+
+    Returns ``None`` when the GPU table lacks the peak FLOP/s or HBM bandwidth needed.
+    """
+    model, gpu, layout = ctx.model, ctx.gpu, ctx.layout
+    rates = device_rates(job, gpu)
+    if rates is None:
+        return None
+    transforms = transforms_of(job, ctx)
+    shape = step_shape(job, model, layout)
+    matmuls = matmul_times(job, model, shape, rates)
+    attention = attention_times(job, model, shape, rates, gpu)
+    mem_t = memory_bound_seconds(job, model, shape, rates, matmuls, transforms.communication)
+    compute_mb = matmuls.forward + matmuls.backward + matmuls.recompute + attention.forward \
+        + attention.backward + attention.recompute
+    fwd_share = (matmuls.forward + attention.forward) / max(compute_mb, 1e-30)
+    mp = model_parallel_comm(job, model, shape, attention, gpu, layout, rates)
+    if shape.cp > 1:
+        mem_t += mp.cp_memory_seconds
+    per_mb = compute_mb + mem_t + mp.tp + mp.ep + mp.pp + mp.cp
+    accum, par = shape.grad_accum, job.parallelism
+    bubble = F.pipeline_bubble_fraction(shape.pp, accum, schedule=par.pp_schedule,
+                                        virtual_stages=par.pp_virtual_stages) * accum * per_mb
+    dp_t = data_parallel_seconds(transforms.communication, shape, gpu, layout, per_mb,
+                                 fwd_share)
+    opt_t, offload, opt_notes = optimizer_and_offload_seconds(
+        job, model, shape, transforms, gpu, layout, memory, rates, compute_mb)
+    parts = {
+        "compute": accum * compute_mb, "memory_bound": accum * mem_t,
+        "communication_tp": accum * mp.tp, "communication_ep": accum * mp.ep,
+        "communication_pp": accum * mp.pp, "communication_cp": accum * mp.cp,
+        "communication_dp": dp_t, "pipeline_bubble": bubble, "optimizer_step": opt_t,
+        "offload": offload,
+    }
+    busy = sum(parts.values())
+    parts["framework_overhead"] = busy * F.FRAMEWORK_OVERHEAD_FRACTION \
+        / (1.0 - F.FRAMEWORK_OVERHEAD_FRACTION)
+    step = sum(parts.values())
+    return {"breakdown": parts, "step_seconds": step,
+            **_flops_figures(model, job.training, shape, matmuls.lora_modules, step, gpu, layout),
+            "notes": list(rates.notes) + opt_notes}
 
 
 def workload_tokens(job, model) -> tuple[Optional[float], str]:
@@ -90,306 +519,6 @@ def workload_tokens(job, model) -> tuple[Optional[float], str]:
         return counted.tokens * w.epochs, (f"dataset {w.dataset_path}: {counted.tokens:,} tokens "
                                            f"({counted.method}) x epochs {w.epochs:g}")
     return None, ""
-
-
-def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
-    """Seconds of one optimizer step by component, with FLOPs and notes.
-
-    Returns ``None`` when the GPU table lacks the peak FLOP/s or HBM bandwidth needed.
-    """
-    tr, par, lay, gpu, model = job.training, job.parallelism, ctx.layout, ctx.gpu, ctx.model
-    notes: list[str] = []
-    lin_dtype = tr.dtype
-    act_dtype = "bf16" if tr.dtype == "fp8" else tr.dtype
-    derate = F.power_cap_derate(gpu.name)
-    lin_peak = gpu.peak_flops_per_s(lin_dtype)
-    attn_peak = gpu.peak_flops_per_s(act_dtype if act_dtype != "fp32" else "fp32")
-    if not lin_peak or not attn_peak or not gpu.hbm_bytes_per_s:
-        return None
-    lin_peak *= derate
-    attn_peak *= derate
-    hbm = gpu.hbm_bytes_per_s
-    if derate != 1.0:
-        notes.append(f"{gpu.name}: FLOP peaks derated x{derate:.3f} for its power cap")
-
-    mfu_override = job.options.mfu
-    if mfu_override is not None:
-        if mfu_override > 1:
-            raise InputError("options.mfu", "is a fraction of peak between 0 and 1",
-                             value=mfu_override)
-        lin_frac, half_dim = mfu_override, 0.0
-        attn_eff = attn_eff_bwd = mfu_override
-        notes.append(f"--mfu {mfu_override:g} replaces the matmul and attention efficiency "
-                     "(no GEMM-shape fall-off); memory-bound work and communication are added")
-    else:
-        lin_frac = F.mamf_fraction(gpu.name, lin_dtype)
-        half_dim = F.GEMM_HALF_SATURATION_DIM
-        attn_eff = F.attention_efficiency(gpu.name, "fwd")
-        attn_eff_bwd = F.attention_efficiency(gpu.name, "bwd")
-
-    tp, pp, cp, ep, dp = lay.tp, lay.pp, lay.cp, lay.ep, lay.dp
-    b, s, m = tr.micro_batch_size, tr.seq_len, tr.grad_accum_steps
-    T = b * s / cp  # tokens per micro-batch on one GPU
-    act_b = F.dtype_bytes(act_dtype)
-    lin_b = F.dtype_bytes(lin_dtype)
-    full = tr.technique == "full"
-    ckpt = tr.activation_checkpointing
-    stage_layers = model.num_layers / pp
-
-    def gemm(mm, kk, nn):
-        return F.gemm_seconds(mm, kk, nn, peak_flops_per_s=lin_peak, max_fraction=lin_frac,
-                              hbm_bytes_per_s=hbm, bytes_per_element=lin_b, half_dim=half_dim)
-
-    # ---- matmuls of one micro-batch on the slowest (last) pipeline stage -------------------
-    fwd_mm = bwd_mm = rec_mm = 0.0
-    extra_bytes = 0.0  # QLoRA dequant (bitsandbytes kernels, never fused)
-    fp8_cast_bytes = 0.0  # float8 amax + cast (fused by torch.compile)
-    last_mm_names = set()
-    for lin in model.linears:
-        if lin.kind in ("mlp", "expert", "shared_expert") and lin.out_features == model.hidden_size \
-                and lin.in_features != model.hidden_size:
-            last_mm_names.add((lin.name, lin.kind))
-    base_params_local = 0.0
-    for lin in model.linears:
-        if lin.kind == "head":
-            continue
-        k, n = lin.in_features, lin.out_features
-        if tp > 1 and lin.kind != "router":
-            if n >= k:
-                n = n / tp
-            else:
-                k = k / tp
-        if lin.kind == "expert" and lin.copies > 0:
-            rows = T * lin.active_copies * ep / lin.copies
-            count = lin.layers / pp * lin.copies / ep
-        else:
-            rows = T * lin.active_copies
-            count = lin.layers / pp
-        t = gemm(rows, k, n) * count
-        fwd_mm += t
-        bwd_mm += t * (2.0 if full else 1.0)
-        if ckpt == "full" and (lin.name, lin.kind) not in last_mm_names:
-            rec_mm += t
-        elems = (rows * k + k * n + rows * n) * count
-        if lin_dtype == "fp8":
-            fp8_cast_bytes += F.FP8_CAST_BYTES_PER_ELEMENT * elems * (3 if full else 2)
-        if tr.technique == "qlora":
-            uses = 2 + (1 if ckpt == "full" else 0)
-            extra_bytes += F.QLORA_DEQUANT_BYTES_PER_PARAM * k * n * count * uses
-        base_params_local += k * n * count
-    # output head: last stage only, vocab split over tp; never recomputed
-    for k, n in F.head_linears(model):
-        t = gemm(T, k, n / tp)
-        fwd_mm += t
-        bwd_mm += t * (2.0 if full else 1.0)
-    # LoRA adapters (trainable, tiny rank: the roofline makes them memory-bound)
-    lora_mods = []
-    if not full:
-        lora_mods = lora_modules(model, tr)
-        r = tr.lora_rank
-        for mod in lora_mods:
-            rows = T * mod.active_copies
-            t = (gemm(rows, mod.in_features, r) + gemm(rows, r, mod.out_features)) \
-                * mod.layers / pp * (mod.copies / mod.active_copies if mod.kind == "expert" else 1)
-            fwd_mm += t
-            bwd_mm += 2 * t
-            if ckpt == "full":
-                rec_mm += t
-
-    # ---- attention core -------------------------------------------------------------------
-    eager = tr.attention == "eager"
-    attn_fwd_flops = F.attention_forward_flops_per_token(model, s, causal=not eager) \
-        * T / tp / pp
-    attn_bwd_factor = 2.0 if eager else F.FLASH_BACKWARD_FLOPS_FACTOR
-    if eager:
-        d = model.qk_head_dim or model.head_dim
-        eff = (lin_frac if act_dtype == lin_dtype else F.mamf_fraction(gpu.name, act_dtype)) \
-            * F.gemm_shape_efficiency(s, d, s, half_dim)
-        eff_bwd = eff
-    else:
-        eff, eff_bwd = attn_eff, attn_eff_bwd
-    attn_fwd = attn_fwd_flops / (attn_peak * eff)
-    attn_bwd = attn_fwd_flops * attn_bwd_factor / (attn_peak * eff_bwd)
-    attn_rec = attn_fwd if ckpt in ("full", "selective") else 0.0
-
-    # ---- memory-bound work ------------------------------------------------------------------
-    ew = F.elementwise_bytes_per_token_per_layer(model, act_bytes=act_b, tp=tp,
-                                                  sequence_parallel=par.sequence_parallel)
-    mem_bytes = ew * T * stage_layers
-    if ckpt == "full":
-        mem_bytes += ew * T * stage_layers / (1.0 + F.ELEMENTWISE_BACKWARD_FACTOR)
-    mem_bytes += F.loss_bytes_per_token(model.vocab_size, tr.loss) * T / tp
-    if eager:
-        scores = F.eager_attention_bytes_per_token_per_layer(model.num_attention_heads / tp, s)
-        mem_bytes += scores * T * stage_layers * (1.0 + (1.0 / 3.0 if ckpt != "none" else 0.0))
-    if m > 1:  # gradient accumulation: read-add-write the gradient buffer per micro-batch
-        grad_local = (trainable_params(model, tr) / (tp * pp))
-        mem_bytes += 3 * _grad_reduce_bytes(tr, ctx.sharding) * grad_local * (m - 1) / m
-    mem_t = F.memory_bound_seconds(mem_bytes, hbm, compiled=tr.compile) \
-        + F.memory_bound_seconds(extra_bytes, hbm, compiled=False) \
-        + F.memory_bound_seconds(fp8_cast_bytes, hbm, compiled=tr.compile)
-
-    compute_mb = fwd_mm + bwd_mm + rec_mm + attn_fwd + attn_bwd + attn_rec
-    fwd_share = (fwd_mm + attn_fwd) / max(compute_mb, 1e-30)
-
-    # ---- per-micro-batch communication (not overlapped, except CP) ---------------------------
-    gpn = lay.gpus_per_node
-
-    def bw_of(size, stride):
-        inter = F.group_is_inter_node(size, stride, gpn)
-        return inter, F.link_bytes_per_s(gpu, inter_node=inter, size=size,
-                                         nodes=F.group_nodes(size, stride, gpn))
-
-    tp_t = ep_t = pp_t = cp_t = 0.0
-    if tp > 1:
-        inter, bw = bw_of(tp, 1)
-        n_pass = 2 + (1 if ckpt == "full" else 0)  # fwd + bwd (+ recompute) per layer
-        act_elems = T * model.hidden_size
-        if par.sequence_parallel:
-            # each all-reduce becomes an all-gather + a reduce-scatter (Korthikanti et al.
-            # 2022, §4.2.2), 2 of each per pass per layer; float8 TP gathers fp8 (formulas
-            # tp_all_gather_bytes_per_element), reductions stay in the activation dtype
-            ag_b = F.tp_all_gather_bytes_per_element(lin_dtype, act_b)
-            per_pass = 2 * (F.all_gather_seconds(act_elems * ag_b, tp, bw, inter)
-                            + F.reduce_scatter_seconds(act_elems * act_b, tp, bw, inter))
-        else:
-            per_pass = 2 * F.all_reduce_seconds(act_elems * act_b, tp, bw, inter)
-        tp_t = n_pass * stage_layers * per_pass
-    if ep > 1 and model.is_moe:
-        moe_layers = (model.num_moe_layers or model.num_layers) / pp
-        inter, bw = bw_of(ep, tp * cp)
-        n_a2a = 4 + (2 if ckpt == "full" else 0)
-        ep_t = n_a2a * moe_layers * F.all_to_all_seconds(
-            T * model.experts_per_token * model.hidden_size * act_b, ep, bw, inter)
-    if pp > 1:
-        inter = F.group_is_inter_node(pp, tp * cp * dp, gpn)
-        bw = F.link_bytes_per_s(gpu, inter_node=inter, size=2, nodes=2)  # one hop
-        pp_t = 2 * F.p2p_seconds(T * model.hidden_size * act_b / tp, bw, inter)
-    if cp > 1:  # ring attention (PyTorch context_parallel): formulas.ring_attention_costs
-        g_inter, g_bw = bw_of(cp, tp)
-        p_inter = F.group_is_inter_node(2, tp, gpn)
-        p_bw = F.link_bytes_per_s(gpu, inter_node=p_inter, size=2, nodes=2)
-        ring = F.ring_attention_costs(
-            cp=cp, tokens=T, q_heads=model.num_attention_heads / tp,
-            head_dim=model.qk_head_dim or model.head_dim, act_bytes=act_b,
-            fwd_seconds=attn_fwd / stage_layers, bwd_seconds=attn_bwd / stage_layers,
-            recompute=ckpt in ("full", "selective"),
-            gather_bytes_per_s=g_bw, p2p_bytes_per_s=p_bw, gather_inter_node=g_inter,
-            p2p_inter_node=p_inter)
-        cp_t = ring["exposed_seconds"] * stage_layers  # per layer x layers of the stage
-        # the ring merges run in eager PyTorch (a graph break under torch.compile)
-        mem_t += F.memory_bound_seconds(ring["memory_bytes"] * stage_layers, hbm)
-
-    per_mb = compute_mb + mem_t + tp_t + ep_t + pp_t + cp_t
-    compute = m * compute_mb
-    memory_bound = m * mem_t
-    bubble = F.pipeline_bubble_fraction(pp, m, schedule=par.pp_schedule,
-                                        virtual_stages=par.pp_virtual_stages) * m * per_mb
-
-    # ---- data-parallel communication (overlapped with compute up to the compute time) -------
-    sh = ctx.sharding
-    group = dp * cp  # cp ranks hold the same weights and reduce gradients with dp
-    stride = tp
-    total_params = model.param_counts().total + (0 if full else sum(
-        tr.lora_rank * (mm.in_features + mm.out_features) * mm.layers * mm.copies for mm in lora_mods))
-    params_local = total_params / (tp * pp)
-    train_local = trainable_params(model, tr) / (tp * pp)
-    gbytes = _grad_reduce_bytes(tr, ctx.sharding) * train_local
-    pbytes = act_b * params_local
-    dp_t = 0.0
-    fwd_mb = per_mb * fwd_share
-    bwd_mb = per_mb - fwd_mb
-    if group > 1:
-        shard_n = sh.shard_group_size(dp=group, gpus_per_node=gpn,
-                                      hsdp_shard_size=par.hsdp_shard_size) if sh.shards else 1
-        shard_inter, bw_shard = bw_of(shard_n, stride)
-        tail = 1.0 / max(1.0, stage_layers)  # first gather / last reduce cannot overlap
-        if not sh.shards or sh.grad_collective == "all_reduce" and "gradients" not in sh.shards:
-            inter, bw = bw_of(group, stride)
-            ar = F.all_reduce_seconds(gbytes, group, bw, inter)
-            dp_t = F.exposed_comm_seconds(ar * (1 - tail), bwd_mb) + ar * tail  # DDP buckets
-            if "optimizer" in sh.shards:  # ZeRO-1: updated parameters all-gathered after the step
-                dp_t += F.all_gather_seconds(pbytes, group, bw, inter)
-        else:
-            replicas = group // shard_n
-            rs = F.reduce_scatter_seconds(gbytes, shard_n, bw_shard, shard_inter)
-            if replicas > 1:  # HSDP: all-reduce the gradient shard across replicas
-                inter_r, bw_r = bw_of(replicas, stride * shard_n)
-                rs += F.all_reduce_seconds(gbytes / shard_n, replicas, bw_r, inter_r)
-            ag = F.all_gather_seconds(pbytes, shard_n, bw_shard, shard_inter)
-            if sh.param_gather:  # ZeRO-3 / FULL_SHARD: gather for forward and for backward
-                # recompute under checkpointing reuses the backward gather of its unit
-                ag_fwd = ag
-                if _backward_prefetch(par) in ("post", "none"):
-                    # FSDP1 BACKWARD_POST (Composer's default): the next unit's all-gather is
-                    # issued after the current unit's gradients, so the backward gathers wait
-                    # in line; only the reduce-scatter overlaps the next unit's backward.
-                    # Without prefetch ("none") the gathers are no better hidden.
-                    per_mb_exposed = F.exposed_comm_seconds(ag_fwd * (1 - tail), fwd_mb) + ag \
-                        + F.exposed_comm_seconds(rs * (1 - tail), bwd_mb) + (ag_fwd + rs) * tail
-                else:
-                    per_mb_exposed = F.exposed_comm_seconds(ag_fwd * (1 - tail), fwd_mb) \
-                        + F.exposed_comm_seconds((ag + rs) * (1 - tail), bwd_mb) \
-                        + (ag_fwd + ag + rs) * tail
-                dp_t = m * per_mb_exposed
-            elif "parameters" in sh.shards:  # SHARD_GRAD_OP: gather once per forward
-                dp_t = m * (F.exposed_comm_seconds(ag * (1 - tail), fwd_mb)
-                            + F.exposed_comm_seconds(rs * (1 - tail), bwd_mb) + (ag + rs) * tail)
-            else:  # ZeRO-2: reduce-scatter per micro-batch, gather updated params per step
-                dp_t = m * (F.exposed_comm_seconds(rs * (1 - tail), bwd_mb) + rs * tail) + ag
-
-    # ---- optimizer step and offload -----------------------------------------------------------
-    opt_shard = 1
-    if "optimizer" in sh.shards and group > 1:
-        opt_shard = sh.shard_group_size(dp=group, gpus_per_node=gpn,
-                                        hsdp_shard_size=par.hsdp_shard_size)
-    opt_params = train_local / opt_shard
-    ob = _optimizer_bytes(tr, ctx.optimizer, ctx.sharding)
-    offload = 0.0
-    if par.cpu_offload in ("optimizer", "params"):
-        # grads down, params up over PCIe; the update runs on the host CPUs of the node
-        offload += F.pcie_seconds(opt_params * (ob["grad_bytes"] + act_b), gpu)
-        opt_t = opt_params * min(gpn, lay.world_size) / F.CPU_ADAM_PARAMS_PER_S_PER_NODE
-        if par.cpu_offload == "params":  # parameters stream in for forward and backward
-            offload += m * F.pcie_seconds(2 * pbytes / max(1, opt_shard), gpu)
-        notes.append("CPU offload: optimizer update on the host CPU (ZeRO-Offload CPU-Adam rate)")
-    else:
-        opt_t = F.memory_bound_seconds(opt_params * F.optimizer_update_bytes_per_param(**ob), hbm)
-    if tr.activation_offload:
-        acts = (act_b * T * model.hidden_size * stage_layers if ckpt == "full"  # layer inputs
-                else _activation_bytes(memory, model, T, stage_layers, act_b))
-        pcie = 2 * F.pcie_seconds(acts, gpu)  # out in forward, back in backward (own streams)
-        offload += m * max(0.0, pcie - compute_mb)
-
-    parts = {
-        "compute": compute,
-        "memory_bound": memory_bound,
-        "communication_tp": m * tp_t,
-        "communication_ep": m * ep_t,
-        "communication_pp": m * pp_t,
-        "communication_cp": m * cp_t,
-        "communication_dp": dp_t,
-        "pipeline_bubble": bubble,
-        "optimizer_step": opt_t,
-        "offload": offload,
-    }
-    busy = sum(parts.values())
-    parts["framework_overhead"] = busy * F.FRAMEWORK_OVERHEAD_FRACTION \
-        / (1.0 - F.FRAMEWORK_OVERHEAD_FRACTION)
-    step = sum(parts.values())
-
-    fl = F.training_flops_per_token(model, seq_len=s, technique=tr.technique,
-                                    lora_modules=lora_mods, lora_rank=tr.lora_rank,
-                                    checkpointing=ckpt)
-    tokens_per_step = b * m * dp * s
-    nominal_peak = gpu.peak_flops_per_s(lin_dtype)
-    model_flops = fl["model"] * tokens_per_step
-    hw_flops = fl["hardware"] * tokens_per_step
-    mfu = model_flops / (step * lay.world_size * nominal_peak)
-    hfu = hw_flops / (step * lay.world_size * nominal_peak)
-    return {"breakdown": parts, "step_seconds": step, "tokens_per_step": tokens_per_step,
-            "samples_per_step": b * m * dp, "flops_per_step": model_flops,
-            "hardware_flops_per_step": hw_flops, "mfu": mfu, "hfu": hfu, "notes": notes}
 
 
 @hookimpl

@@ -9,12 +9,9 @@ Models", arXiv:2205.05198, section 4): ``T`` tokens of one micro-batch on one GP
 from __future__ import annotations
 
 # -- element sizes --------------------------------------------------------------------------
-#: Bytes per element of each compute dtype. fp8 training (torchao float8 / Transformer Engine)
-#: keeps weights, gradients and saved matmul outputs in bf16 and casts to fp8 inside the matmul
-#: only, so its storage size is bf16's (torchao float8 README: "weights ... stay in high
-#: precision"; measured: torchtitan Llama-3.1-8B FSDP 77.0 GiB bf16 vs 76.8 GiB float8).
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
-FP32_BYTES = 4
+#: Bytes per element of each training dtype, and the fp8 storage rule, are core's single table
+#: :data:`fmest.transforms.DTYPES` (resolved per job into ``ctx.transforms.optimizer``).
+from fmest.transforms import FP32_BYTES  # noqa: E402
 INT8_BYTES = 1
 
 # -- quantized base weights -----------------------------------------------------------------
@@ -88,9 +85,9 @@ FUSED_LOSS_CHUNKS = 16
 #: ``gradient_as_bucket_view=True`` ("the saved memory size will be equal to the total
 #: gradients size", torch.nn.parallel.DistributedDataParallel docs).
 DDP_BUCKET_COPIES_OF_GRADS = 1
-#: DeepSpeed ZeRO-1/2 defaults ``reduce_bucket_size`` = ``allgather_bucket_size`` = 5e8
-#: elements (DeepSpeed config docs); each is one flat buffer in the compute dtype.
-DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
+#: DeepSpeed ZeRO-1/2 flat reduce/all-gather buckets are a behaviour of the sharding strategy
+#: (``ShardingStrategy.reduce_bucket_elements``/``allgather_bucket_elements``, registered with
+#: their source in ``fmest.default_plugins.parallelism``).
 #: ZeRO-3/FSDP keep the current layer's unsharded parameters and prefetch the next one
 #: (FSDP ``forward_prefetch``/``backward_prefetch=BACKWARD_PRE``; Zhao et al. 2023 section 3.3).
 FSDP_UNSHARDED_LAYERS = 2
