@@ -132,7 +132,12 @@ def test_hybrid_answers_learned_in_domain(bundle, probes):
 
 def test_theory_method_never_answers_nor_imports_lightgbm(bundle, probes):
     job = _job(probes, method="theory", learned_model=str(bundle))
-    assert learned_plugin.fmest_estimate_memory(job=job, ctx=engine().context(job)) is None
+    eng = engine()
+    # the plugin declares the basis "learned"; the theory policy does not ask it
+    assert eng.registries.estimators["learned_lgbm"].bases == ("learned",)
+    report = eng.estimate(job, quantities=("memory",))
+    assert all(c.provenance.plugin != "learned_lgbm"
+               for c in report.decisions["memory"].candidates)
     code = textwrap.dedent(f"""
         import sys
         from fmest.testing import new_engine

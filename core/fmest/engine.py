@@ -221,6 +221,16 @@ class Engine:
             return asks is None or any(asks(basis) for basis in info.bases)
         return wanted
 
+    def plugins_with_basis(self, *bases: str):
+        """A filter for ``ask_*(only=...)``: plugins that declared one of ``bases`` or declared
+        nothing (a plugin that wants the analytic answers asks for ``"analytic"``)."""
+        declared = self.registries.estimators
+
+        def wanted(plugin: str) -> bool:
+            info = declared.get(plugin)
+            return info is None or any(b in bases for b in info.bases)
+        return wanted
+
     def _each(self, hook: str, kwargs: dict, quantity: str, only=None):
         from fmest.plugins import call_each
 

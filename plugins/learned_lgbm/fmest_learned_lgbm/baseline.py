@@ -1,89 +1,75 @@
-"""The analytic baseline a learned model corrects.
+"""The analytic baseline a learned model corrects, taken through the engine.
 
-Hook implementations cannot ask the engine for another plugin's answer (they receive only
-``job`` and ``ctx``), so the baseline is computed by calling the analytic plugins' hook
-functions directly: ``fmest_memory_theory.plugin.fmest_estimate_memory(job=, ctx=)`` and
-``fmest_time_roofline.plugin.fmest_estimate_time(job=, ctx=, memory=)``. Training calls the
-very same functions, so the learned ratio always refers to the formulas that are installed;
-the bundle records the baseline's name and version and a prediction notes any mismatch.
+At estimation time the engine hands the correction hooks (``fmest_correct_memory`` /
+``fmest_correct_time``) every answer so far; the baseline is the ``analytic`` one (ties broken
+by plugin name, as policies do). Training asks the same engine for the same answers
+(:func:`theory_value`), so the learned ratio always refers to the installed formulas, the
+theory runs once per hybrid estimate, and this plugin imports no other plugin. The bundle
+records the baseline plugin's name and distribution version; a prediction notes a mismatch.
 """
 
 from __future__ import annotations
 
-import importlib
 from importlib import metadata as importlib_metadata
+from typing import Optional, Sequence
 
-from fmest.errors import PluginError
+from fmest.estimates import OUTSIDE_COMPONENTS
+from fmest.estimates import allocated_bytes as _allocated_bytes
 
 PLUGIN = "learned_lgbm"
+BASIS = "analytic"
 
-#: target -> (module, function, distribution) of the analytic baseline.
-BASELINES = {
-    "memory": ("fmest_memory_theory.plugin", "fmest_estimate_memory", "fmest-memory-theory"),
-    "time": ("fmest_time_roofline.plugin", "fmest_estimate_time", "fmest-time-roofline"),
-}
-
-
-def baseline_name(target: str) -> str:
-    module, func, _dist = BASELINES[target]
-    return f"{module}:{func}"
-
-
-def baseline_version(target: str) -> str:
-    dist = BASELINES[target][2]
-    try:
-        return importlib_metadata.version(dist)
-    except importlib_metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def _function(target: str):
-    module, func, dist = BASELINES[target]
-    try:
-        return getattr(importlib.import_module(module), func)
-    except (ImportError, AttributeError) as exc:
-        raise PluginError(PLUGIN, f"the analytic {target} baseline {module}:{func} is not "
-                          f"importable ({type(exc).__name__}: {exc}); install {dist}") from None
-
-
-def theory_memory(job, ctx):
-    """The analytic :class:`MemoryEstimate` of ``job`` (``None`` if the formulas do not
-    apply). :class:`fmest.errors.InfeasibleError` propagates."""
-    return _function("memory")(job=job, ctx=ctx)
-
-
-def theory_time(job, ctx, memory=None):
-    """The analytic :class:`TimeEstimate` of ``job``, priced with the analytic memory (not the
-    chosen one) so training and prediction see the same baseline."""
-    if memory is None:
-        try:
-            memory = theory_memory(job, ctx)
-        except PluginError:
-            memory = None
-    return _function("time")(job=job, ctx=ctx, memory=memory)
-
-
-#: Memory components that are not allocator bytes: the CUDA context lives outside the caching
-#: allocator, so neither ``max_memory_allocated`` on a GPU nor the CPU allocator counts it.
-#: The learned ratio is taken against the rest, and these are added back unchanged.
-NOT_ALLOCATED = ("cuda_context",)
-#: Components the ratio applies to though they are not in the measurement: the caching
-#: allocator's reserve above the allocated peak scales with what is allocated.
-RESERVE = ("allocator_reserve",)
+#: Memory components that are not allocator bytes (the CUDA context, NCCL buffers): neither
+#: ``max_memory_allocated`` on a GPU nor the CPU allocator counts them. The learned ratio is
+#: taken against the rest, and these are added back unchanged (fmest.estimates vocabulary).
+NOT_ALLOCATED = OUTSIDE_COMPONENTS
 
 
 def allocated_bytes(est) -> float:
     """The part of an analytic memory estimate that a measured allocated peak corresponds to:
-    the total less the CUDA context and the allocator's reserve."""
-    skip = sum(est.components.get(k, 0) for k in NOT_ALLOCATED + RESERVE)
-    return float(est.total_bytes - skip)
+    the total less the outside-allocator components and the allocator's reserve."""
+    return float(_allocated_bytes(est))
 
 
-def theory_value(target: str, job, ctx) -> float | None:
+def analytic(candidates: Sequence) -> Optional[object]:
+    """The baseline among ``candidates``: the ``analytic`` answer of the first plugin by name."""
+    pool = sorted((c for c in candidates if c.provenance.basis == BASIS),
+                  key=lambda c: c.provenance.plugin)
+    return pool[0] if pool else None
+
+
+def baseline_name(candidate) -> str:
+    """The entry-point name of the plugin that gave the baseline."""
+    return candidate.provenance.plugin if candidate is not None else "unknown"
+
+
+def baseline_version(plugin: str) -> str:
+    """The installed version of the distribution providing entry point ``plugin`` of group
+    ``fmest`` (read from package metadata; nothing is imported)."""
+    for ep in importlib_metadata.entry_points(group="fmest"):
+        if ep.name == plugin and ep.dist is not None:
+            return ep.dist.version
+    return "unknown"
+
+
+def _analytic_plugins(engine):
+    return engine.plugins_with_basis(BASIS)
+
+
+def theory_answers(job, ctx, engine):
+    """(analytic memory, analytic time priced with that memory) through ``engine``; either may
+    be ``None``. :class:`fmest.errors.InfeasibleError` propagates."""
+    only = _analytic_plugins(engine)
+    memories, _failures = engine.ask_memory(job, ctx, only=only)
+    memory = analytic(memories)
+    times, _failures = engine.ask_time(job, ctx, memory, only=only)
+    return memory, analytic(times)
+
+
+def theory_value(target: str, job, ctx, engine) -> float | None:
     """The baseline number the ratio is taken against: allocated bytes for ``memory`` (see
     :func:`allocated_bytes`), seconds per step for ``time``."""
+    memory, time = theory_answers(job, ctx, engine)
     if target == "memory":
-        est = theory_memory(job, ctx)
-        return None if est is None else allocated_bytes(est)
-    est = theory_time(job, ctx)
-    return None if est is None else float(est.step_seconds)
+        return None if memory is None else allocated_bytes(memory)
+    return None if time is None else float(time.step_seconds)

@@ -1,9 +1,11 @@
 """The ``learned_lgbm`` fmest plugin: learned memory and time answers, ``fmest learn`` and
 ``fmest learned-models``.
 
-It answers only when ``job.options.method`` is ``learned`` or ``hybrid`` (theory stays fast
-and never imports lightgbm). The answer is the analytic baseline (see
-:mod:`fmest_learned_lgbm.baseline`) times ``exp(prediction)`` of the bundle's median model,
+It declares the basis ``learned``, so the engine asks it only under policies that can choose
+learned answers (``learned``, ``hybrid`` or any third-party policy whose ``asks("learned")`` is
+true; theory stays fast and never imports lightgbm). It answers through the correction hooks:
+the engine hands it the answers so far and it corrects the analytic one (see
+:mod:`fmest_learned_lgbm.baseline`) by ``exp(prediction)`` of the bundle's median model,
 with basis ``learned``, a P10/P90 ``interval``, ``in_domain`` (every feature inside its training
 range and every categorical value seen in training) and a ``detail`` naming the bundle. A
 broken bundle raises :class:`fmest.errors.PluginError` naming the file; the engine reports it as
@@ -20,13 +22,10 @@ from fmest.estimates import MemoryEstimate, Provenance, TimeEstimate
 from fmest.hookspecs import hookimpl
 
 # None of these import lightgbm at module level: a theory estimate never loads it.
-from fmest_learned_lgbm.baseline import (NOT_ALLOCATED, allocated_bytes, baseline_version,
-                                         theory_memory, theory_time)
+from fmest_learned_lgbm.baseline import (NOT_ALLOCATED, allocated_bytes, analytic,
+                                         baseline_version)
 from fmest_learned_lgbm.bundle import cached_bundle, resolve_bundle_dir
 from fmest_learned_lgbm.features import feature_values
-
-ANSWERS_FOR = ("learned", "hybrid")
-
 
 def _bundle_for(job):
     return cached_bundle(resolve_bundle_dir(job.options.learned_model))
@@ -62,8 +61,9 @@ def _predict(target, job, ctx, baseline):
         notes.append("outside the training domain: " + "; ".join(outside[:4])
                      + (f" (+{len(outside) - 4} more)" if len(outside) > 4 else ""))
     trained = model.meta.get("baseline_version")
-    if trained and trained != baseline_version(target):
-        notes.append(f"baseline version {baseline_version(target)} differs from the one the "
+    installed = baseline_version(baseline.provenance.plugin)
+    if trained and trained != installed:
+        notes.append(f"baseline version {installed} differs from the one the "
                      f"bundle was trained against ({trained})")
     if target == "memory":
         fixed = sum(baseline.components.get(k, 0) for k in NOT_ALLOCATED)
@@ -78,13 +78,10 @@ def _predict(target, job, ctx, baseline):
     return math.exp(point), prov, tuple(notes)
 
 
-def _correct(target: str, theory, job, ctx):
-    """(theory answer, learned factor, provenance, notes) for ``target``, or ``None`` when the
-    policy does not ask for learned answers, the baseline does not apply or the bundle has no
-    model for it."""
-    if job.options.method not in ANSWERS_FOR:
-        return None
-    base = theory(job, ctx)
+def _correct(target: str, candidates, job, ctx):
+    """(baseline answer, learned factor, provenance, notes) for ``target``, or ``None`` when no
+    analytic answer is among ``candidates`` or the bundle has no model for it."""
+    base = analytic(candidates)
     if base is None:
         return None
     got = _predict(target, job, ctx, base)
@@ -92,10 +89,15 @@ def _correct(target: str, theory, job, ctx):
 
 
 @hookimpl
-def fmest_estimate_memory(job, ctx):
-    """Learned per-GPU peak memory (see module doc); ``None`` unless method is learned/hybrid
-    or when the bundle has no memory model or the baseline does not apply."""
-    got = _correct("memory", theory_memory, job, ctx)
+def fmest_register_estimators(register):
+    register("learned")  # a LightGBM prediction is cheap: fine once per search candidate
+
+
+@hookimpl
+def fmest_correct_memory(job, ctx, candidates):
+    """Learned per-GPU peak memory (see module doc); ``None`` when no analytic answer is
+    among the candidates or the bundle has no memory model."""
+    got = _correct("memory", candidates, job, ctx)
     if got is None:
         return None
     base, factor, prov, notes = got
@@ -116,9 +118,9 @@ def fmest_estimate_memory(job, ctx):
 
 
 @hookimpl
-def fmest_estimate_time(job, ctx, memory):
+def fmest_correct_time(job, ctx, candidates):
     """Learned step time when the bundle has a time model; ``None`` otherwise."""
-    got = _correct("time", theory_time, job, ctx)
+    got = _correct("time", candidates, job, ctx)
     if got is None:
         return None
     base, factor, prov, notes = got

@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence
 from fmest.errors import FmestError, InputError
 
 from fmest_learned_lgbm import __version__
-from fmest_learned_lgbm.baseline import baseline_name, baseline_version, theory_value
+from fmest_learned_lgbm.baseline import allocated_bytes, baseline_version, theory_answers
 from fmest_learned_lgbm.bundle import FORMAT, QUANTILES, sha256_file
 from fmest_learned_lgbm.data import DataFile, Sample, read_dataset
 from fmest_learned_lgbm.features import DEFAULT_FEATURES, family, feature_values, kind, model_name
@@ -44,6 +44,11 @@ def lgbm_params(n_rows: int, alpha: float) -> dict[str, Any]:
             "verbose": -1}
 
 
+def _baseline(table) -> str:
+    """The plugin that gave most rows' baseline (one in practice)."""
+    return table.baseline_plugins.most_common(1)[0][0] if table.baseline_plugins else "unknown"
+
+
 class Table:
     """Training rows of one target."""
 
@@ -58,6 +63,7 @@ class Table:
         self.models: list[str] = []
         self.devices: list[str] = []
         self.skipped: Counter = Counter()
+        self.baseline_plugins: Counter = Counter()  # plugin that gave each row's baseline
 
     def __len__(self) -> int:
         return len(self.y)
@@ -82,18 +88,24 @@ def build_tables(samples: Sequence[Sample], engine, targets: Sequence[str],
             for t in tables.values():
                 t.skipped[f"job does not resolve ({type(exc).__name__})"] += 1
             continue
+        answers = None
         for target, table in tables.items():
             measured = s.memory_bytes if target == "memory" else s.step_seconds
             if measured is None:
                 table.skipped["no measurement"] += 1
                 continue
             try:
-                theory = theory_value(target, job, ctx)
+                memory, time = answers if answers is not None else \
+                    theory_answers(job, ctx, engine)
+                answers = (memory, time)
             except FmestError as exc:
-                if "not importable" in str(exc):
-                    raise
                 table.skipped[f"no analytic baseline ({type(exc).__name__})"] += 1
                 continue
+            base = memory if target == "memory" else time
+            theory = None if base is None else (
+                allocated_bytes(base) if target == "memory" else float(base.step_seconds))
+            if base is not None:
+                table.baseline_plugins[base.provenance.plugin] += 1
             if not theory or theory <= 0:
                 table.skipped["no analytic baseline"] += 1
                 continue
@@ -305,7 +317,7 @@ def train_bundle(paths: Sequence[str], engine, out: str | Path, *,
             "measured": ("measured_peak_bytes (allocated peak) vs the analytic total less "
                          "cuda_context and allocator_reserve") if target == "memory"
             else "measured_step_seconds",
-            "baseline": baseline_name(target), "baseline_version": baseline_version(target),
+            "baseline": _baseline(table), "baseline_version": baseline_version(_baseline(table)),
             "features": spec,
             "models": {},
             "interval": f"P10/P90 quantile models widened by margin (log units) from "
