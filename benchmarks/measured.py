@@ -27,7 +27,11 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    ``torch_dtype=bfloat16|float16`` or "pure bf16" (model loaded in half precision: HF
    Trainer and accelerate keep the loaded dtype for weights, grads and optimizer states) or a
    ``torchtune`` row (pure bf16 recipes) -> ``pure``; the Megatron 2021 rows (``fp16`` on
-   ``megatron-core``) -> ``master``; else fmest's ``auto`` rule.
+   ``megatron-core``) -> ``master``; else fmest's ``auto`` rule. Exception first:
+   ``hf-trainer`` + FSDP with the trainer's ``bf16``/``fp16`` flag on -> ``amp`` (accelerate
+   upcasts low-precision parameters to fp32 when FSDP mixed precision is on: "Upcasted low
+   precision parameters ... because mixed precision turned on in FSDP", accelerate
+   ``Accelerator.prepare_model``).
 4. **Technique**: ``full``/``lora``/``qlora``; anything else (``gptq-lora``, ...) is
    unsupported ("technique X"). LoRA rank from ``lora_rank`` (16 if empty). LoRA targets:
    ``targets=a+b+c`` in ``other`` (Lit-GPT's ``query``/``key``/``value``/``projection`` ->
@@ -316,8 +320,12 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     precision = kv.get("precision", "").split(" ")[0].lower()
     precision = {"bf16-true": "pure", "16-true": "pure", "bf16-mixed": "amp",
                  "16-mixed": "amp"}.get(precision, precision)
+    fsdp_upcast = stack == "hf-trainer" and (row["zero_or_fsdp"] or "").startswith("fsdp") \
+        and re.search(r"trainer (bf16|fp16)=true", other, re.I)
     if precision in ("pure", "amp", "master"):
         training["precision"] = precision
+    elif tech == "full" and fsdp_upcast:
+        training["precision"] = "amp"
     elif tech == "full" and (re.search(r"torch_dtype=(bfloat16|float16)|pure bf16", other,
                                        re.I) or stack == "torchtune"):
         training["precision"] = "pure"
