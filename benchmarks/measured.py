@@ -48,8 +48,9 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    distributed optimizer: optimizer states sharded over DP, ZeRO-1-like) -> ``zero_stage=1``;
    ``fsdp`` -> ``fsdp=full_shard``; ``fsdp-hybrid`` -> ``hybrid_shard`` sharded within a node
    (``hsdp_shard_size`` = GPUs per node); ``fsdp-grad-op`` -> ``shard_grad_op``; ``none``/``0``/
-   empty -> no sharding. ``offload=optimizer|params`` or "cpu offload" in ``other`` ->
-   ``cpu_offload``.
+   empty -> no sharding. A CPU offload stated in ``other`` (``offload=...``, "cpu offload",
+   "offload to CPU"; not when negated or false) -> ``cpu_offload=params`` when the text names
+   parameters, else ``optimizer``.
 7. **Layout**: ``tp``/``pp``/``cp``/``ep`` as given (1 if empty); ``dp`` as given, else
    ``num_gpus / (tp*pp*cp)`` (expert parallelism lives inside DP, Megatron-Core's layout). A row
    whose ``dp*tp*pp*cp`` differs from ``num_gpus`` is unsupported. GPUs per node = min(8, GPUs).
@@ -199,6 +200,20 @@ def _model(row, kv) -> tuple[Optional[str], Optional[dict], str]:
     return None, None, f"no preset for model {raw!r} (architecture config needed)"
 
 
+_OFFLOAD = re.compile(r"(?<!no )(?<!without )(cpu[ _-]offload|offload to cpu|offload=)([^;]{0,60})")
+
+
+def _cpu_offload(low: str) -> str:
+    """Rule 6: ``params`` when the offload named moves parameters, ``optimizer`` when only
+    optimizer states, "" when none is stated (or it is negated / false)."""
+    for match in _OFFLOAD.finditer(low):
+        tail = match.group(2)
+        if re.match(r"\W*(false|none|no\b|0\b)", tail):
+            continue
+        return "params" if "param" in tail else "optimizer"
+    return ""
+
+
 def _fused_qkv(model: str, model_config: Optional[dict]) -> bool:
     from fmest.models.presets import preset_data
 
@@ -270,8 +285,8 @@ def features(row: dict) -> tuple[str, ...]:
             tags.append(name.upper())
     if "fp8" in row.get("dtype", "") or "float8" in row.get("dtype", ""):
         tags.append("fp8")
-    if row.get("activation_checkpointing") == "offload" or "offload" in low and \
-            "offload false" not in low and "no activation offloading" not in low:
+    if row.get("activation_checkpointing") == "offload" or _cpu_offload(low) or \
+            re.search(r"(?<!no )activation offloading(?!\W*false)|offloads activations", low):
         tags.append("offload")
     if (_int(row.get("seq_len"), 0) or 0) >= LONG_CONTEXT:
         tags.append("long context >=16k")
@@ -418,12 +433,9 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         par["fsdp"] = "shard_grad_op"
     elif zf not in ("", "none", "0"):
         return None, f"zero_or_fsdp {zf!r}"
-    off = kv.get("offload", "").lower()
-    if off in ("optimizer", "params"):
-        par["cpu_offload"] = off
-    elif re.search(r"cpu[ _-]offload(?!\S* false)", low) and "offload false" not in low \
-            and "offload=none" not in low:
-        par["cpu_offload"] = "optimizer"
+    offload = _cpu_offload(low)
+    if offload:
+        par["cpu_offload"] = offload
     # rule 9
     ac = (row["activation_checkpointing"] or "").strip().lower()
     if ac in ("full", "selective"):

@@ -110,6 +110,15 @@ def test_mapping_rules_precision_technique_and_unsupported():
     assert set(mapped.features) >= {"TP", "PP", "CP", "ZeRO-3/FSDP"}
 
 
+def test_mapping_cpu_offload_reads_negations():
+    assert measured._cpu_offload("fsdp, no cpu offload; x") == ""
+    assert measured._cpu_offload("activation cpu offload false; gbs 48") == ""
+    assert measured._cpu_offload("fsdp with cpu offload (offload=params/grads)") == "params"
+    assert measured._cpu_offload("zero-3 with cpu offload of optimizer states") == "optimizer"
+    job = measured.map_row(_row(other="lightning fsdp, no cpu offload")).job
+    assert "cpu_offload" not in job["parallelism"]
+
+
 def test_mapping_gpu_and_model_names():
     assert measured.gpu_name("A100-SXM-80GB") == "A100-SXM-80GB"
     assert measured.gpu_name("H100-96GB") == "H100-SXM-96GB"
