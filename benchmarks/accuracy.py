@@ -1,6 +1,7 @@
 """fmest against published measurements of real training runs, judged out-of-source.
 
-Run: ``python benchmarks/accuracy.py`` (tables), ``--json`` (one JSON object), ``--rows``
+Run: ``python benchmarks/accuracy.py`` (tables), ``--json`` (one JSON object), ``--markdown``
+(the README's table), ``--rows``
 (every row), ``--unsupported`` (the rows fmest cannot express, with the missing feature: a to-do
 list), ``--fitters NAME,...`` (add fitted corrections from ``fitting.AVAILABLE``, what-if).
 Data: ``benchmarks/data/measured.csv`` (``$FMEST_MEASURED_CSV`` overrides), mapped to jobs by
@@ -523,10 +524,43 @@ def json_report(analysis: dict, rows_total: int, sources_total: int, seconds: fl
     return out
 
 
+def markdown_summary(analysis: dict, rows_total: int, sources_total: int) -> str:
+    """The README's accuracy table (LOSO figures), for ``--markdown``."""
+    lines = [f"Leave-one-source-out on {rows_total} published rows from {sources_total} sources "
+             f"(`benchmarks/data/measured.csv`), measured {time.strftime('%Y-%m-%d')}:",
+             "",
+             "| | rows answered (unanswered) | median abs. error | p90 | within 10 % | "
+             "source-weighted median | unseen sources: median | best naive baseline: median |",
+             "|---|---|---|---|---|---|---|---|"]
+    for quantity, label in (("memory", "per-GPU peak memory"),
+                            ("throughput", "throughput / step time")):
+        q = analysis[quantity]
+        lo, un = q["loso"], q["unseen"]
+        best = min(((b, v["median_abs_pct"]) for b, v in q["baselines"].items()
+                    if v["median_abs_pct"] is not None), key=lambda p: p[1], default=None)
+        base = f"{best[1]:.1f} % ({best[0]})" if best else "-"
+        within = None if lo["within10_share"] is None else lo["within10_share"] * 100
+        lines.append(f"| {label} | {lo['rows']} ({lo['unanswered']}) | "
+                     f"{_fmt(lo['median_abs_pct'], '.1f', ' %')} | "
+                     f"{_fmt(lo['p90_abs_pct'], '.1f', ' %')} | "
+                     f"{_fmt(within, '.0f', ' %')} | "
+                     f"{_fmt(lo['source_weighted_median_abs_pct'], '.1f', ' %')} | "
+                     f"{_fmt(un['median_abs_pct'], '.1f', ' %')} | {base} |")
+    losing = [f"{quantity} on {name} ({', '.join(e['loses_to'])})"
+              for quantity in ("memory", "throughput")
+              for table in ("per_stack", "per_feature")
+              for name, e in analysis[quantity][table].items() if e["loses_to"]]
+    if losing:
+        lines += ["", "Where a naive baseline beats fmest: " + "; ".join(losing) + "."]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--rows", action="store_true", help="print every row")
+    ap.add_argument("--markdown", action="store_true",
+                    help="print the README's accuracy table (LOSO figures)")
     ap.add_argument("--unsupported", action="store_true",
                     help="list the rows fmest cannot express, with the missing feature")
     ap.add_argument("--fitters", default="",
@@ -549,6 +583,9 @@ def main(argv=None) -> int:
     sources = len({r["source"] for r in rows})
     if args.json:
         print(json.dumps(json_report(analysis, len(rows), sources, seconds)))
+        return 0
+    if args.markdown:
+        print(markdown_summary(analysis, len(rows), sources))
         return 0
     print_report(results, analysis, seconds, len(rows), sources, args.rows)
     return 0
