@@ -344,7 +344,8 @@ def percentile(values: list[float], q: float) -> Optional[float]:
     return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
 
 
-def summary(items: list[dict], errors: dict[str, float], unanswered: int = 0) -> dict:
+def summary(items: list[dict], errors: dict[str, float],
+            unanswered: Optional[int] = 0) -> dict:
     """The contract's S: rows, median_abs_pct, p90_abs_pct, within10_share, worst_id (plus
     unanswered, worst_pct and the source-weighted median)."""
     errs = [(it, errors[it["id"]]) for it in items if it["id"] in errors]
@@ -391,10 +392,12 @@ def analyse(results: list[dict], fitters=()) -> dict:
         err_base = {b: {r["id"]: pct_error(r["row"], r["baselines"][b], r["measured"])
                         for r in scored if r["baselines"].get(b)} for b in bases}
         unseen = [r for r in scored if r["source"] not in devs]
+        unseen_unanswered = sum(r["status"] in ("unsupported", "failed") and
+                                r["source"] not in devs for r in mine)
         q: dict = {"in_sample": summary(scored, err_in, unanswered),
                    "loso": summary(scored, err_lo, unanswered),
-                   "unseen": summary(unseen, err_lo),
-                   "baselines": {b: summary(scored, e) for b, e in err_base.items()},
+                   "unseen": summary(unseen, err_lo, unseen_unanswered),
+                   "baselines": {b: summary(scored, e, None) for b, e in err_base.items()},
                    "fold_params": folds if fitters else {}}
         for name, key in (("per_stack", lambda r: [r["stack"]]),
                           ("per_gpu_family", lambda r: [r["gpu_family"]]),
@@ -435,7 +438,7 @@ def _fmt(value, spec="5.1f", suffix="%"):
 
 def print_summary_table(title: str, q: dict) -> None:
     print(f"\n{title}")
-    head = (f"  {'':34s} {'rows':>5s} {'unans':>5s} {'median|e|':>10s} {'p90|e|':>8s} "
+    head = (f"  {'':38s} {'rows':>5s} {'unans':>5s} {'median|e|':>10s} {'p90|e|':>8s} "
             f"{'<=10%':>6s} {'src-wtd med':>11s}  worst row (error)")
     print(head)
     lines = [("fmest in-sample", q["in_sample"]), ("fmest LOSO", q["loso"]),
@@ -444,7 +447,8 @@ def print_summary_table(title: str, q: dict) -> None:
     for label, s in lines:
         within = "-" if s["within10_share"] is None else f"{s['within10_share'] * 100:5.0f}%"
         worst = "-" if s["worst_id"] is None else f"{s['worst_id']} ({s['worst_pct']:+.0f}%)"
-        print(f"  {label:34s} {s['rows']:5d} {s.get('unanswered', 0):5d} "
+        unans = "-" if s.get("unanswered") is None else str(s["unanswered"])
+        print(f"  {label:38s} {s['rows']:5d} {unans:>5s} "
               f"{_fmt(s['median_abs_pct'], '9.1f')} {_fmt(s['p90_abs_pct'], '7.1f')} "
               f"{within:>6s} {_fmt(s['source_weighted_median_abs_pct'], '10.1f')}  {worst}")
 

@@ -265,6 +265,8 @@ def gpu_family(row: dict) -> str:
             return fam
     if "RTX" in g or "A6000" in g:
         return "RTX/workstation"
+    if "NOT STATED" in g or "GB GPU" in g:
+        return "not stated"
     return "other"
 
 
