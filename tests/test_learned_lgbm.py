@@ -55,7 +55,7 @@ def probes(tmp_path_factory):
 
     torch.set_num_threads(1)
     eng = engine()
-    rows = [probe_job(job_from_dict(j), eng, use_runner=False) for j in _probe_jobs()]
+    rows = [probe_job(job_from_dict(j), eng) for j in _probe_jobs()]
     assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
     path = tmp_path_factory.mktemp("probes") / "probes.csv"
     write_rows(path, rows)

@@ -276,27 +276,12 @@ def _summarised(report, args) -> Any:
     return attrs.evolve(report, warnings=rest + note)
 
 
-def _report_json(report) -> dict:
-    from fmest.report import report_to_dict
-
-    out = report_to_dict(report)
-    if report.input is not None and report.input.files:
-        inp = report.input
-        out["config"] = {"files": [list(f) for f in inp.files],
-                         "origins": {k: v for k, v in inp.origins.items()
-                                     if not v.startswith("--")},
-                         "ignored": [str(i) for i in inp.ignored if i.kind == "config"],
-                         "unresolved": list(inp.unresolved.values())}
-    return out
-
-
 def report_output(report) -> dict:
-    """The object ``fmest estimate --format json`` prints for a report: one job's object, or
-    ``{"jobs": [...]}`` for a multi-job input."""
-    reports = report.all_reports
-    if len(reports) == 1:
-        return _report_json(report)
-    return {"jobs": [_report_json(r) for r in reports]}
+    """The object ``fmest estimate --format json`` prints for a report
+    (:func:`fmest.report.reports_to_dict`)."""
+    from fmest.report import reports_to_dict
+
+    return reports_to_dict(report)
 
 
 def estimate_output(args: argparse.Namespace, engine, *, job_layers=None) -> dict:

@@ -98,7 +98,25 @@ def report_to_dict(report: Report) -> dict[str, Any]:
                            for c in d.candidates],
             "failures": [{"plugin": f.plugin, "error": f.error} for f in d.failures]}
         for q, d in report.decisions.items()}
+    inp = report.input
+    if inp is not None:
+        out["input"] = inp.to_dict()
+        if inp.files:  # the config-file view (contract since --config): flags left out
+            out["config"] = {"files": [list(f) for f in inp.files],
+                             "origins": {k: v for k, v in inp.origins.items()
+                                         if not v.startswith("--")},
+                             "ignored": [str(i) for i in inp.ignored if i.kind == "config"],
+                             "unresolved": list(inp.unresolved.values())}
     return out
+
+
+def reports_to_dict(report: Report) -> dict[str, Any]:
+    """The ``--format json`` object of an estimate: one job's object, or ``{"jobs": [...]}``
+    (one object per job, in input order) when the input held several jobs."""
+    reports = report.all_reports
+    if len(reports) == 1:
+        return report_to_dict(report)
+    return {"jobs": [report_to_dict(r) for r in reports]}
 
 
 def _fmt_bytes(n: float) -> str:

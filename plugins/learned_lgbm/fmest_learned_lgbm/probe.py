@@ -1,8 +1,7 @@
 """Real CPU probes: run two training steps of a small model and record the allocator's peak.
 
 Used by the tests (a handful of tiny configurations) and to build the default bundle's data
-when no probe dataset from ``fmest-torch-runner`` is available. The measurement is delegated to
-``fmest_torch_runner.runner`` (mode ``cpu``) when it is importable; otherwise a minimal
+when no probe dataset from ``fmest-torch-runner`` (``fmest probe``) is available. A minimal
 profiler probe runs here: the model is built inside ``torch.profiler.profile(profile_memory=
 True)`` and the truth is the maximum of the CPU allocator's ``total_allocated`` over the run
 (bytes allocated since profiling began and still live: the CPU analogue of
@@ -21,17 +20,6 @@ from typing import Iterable, Optional
 
 PROBE_FIELDS = ("job_json", "status", "device", "measured_peak_bytes", "measured_reserved_bytes",
                 "measured_step_seconds", "probe", "error", "torch_version")
-
-
-def _runner():
-    try:
-        from fmest_torch_runner import runner
-
-        runner.run_spec_from_job  # noqa: B018 - the API this module relies on
-        runner.run
-        return runner
-    except (ImportError, AttributeError):
-        return None
 
 
 def _own_probe(job, ctx, steps_timed: int = 3) -> tuple[str, Optional[int], Optional[float], str]:
@@ -103,9 +91,10 @@ def _own_probe(job, ctx, steps_timed: int = 3) -> tuple[str, Optional[int], Opti
     return "ok", peak, statistics.median(times), ""
 
 
-def probe_job(job, engine, *, use_runner: bool = True) -> dict:
-    """Measure ``job`` on this CPU; returns a probe dataset row. ``use_runner=False`` skips
-    ``fmest_torch_runner`` (whose tracker makes each probe slower) for the minimal probe."""
+def probe_job(job, engine) -> dict:
+    """Measure ``job`` on this CPU; returns a probe dataset row. (Probes by
+    ``fmest-torch-runner``'s ``fmest probe`` are datasets ``fmest learn`` reads too; this plugin
+    does not import that one.)"""
     import torch
 
     from fmest.convert import job_to_dict
@@ -113,18 +102,6 @@ def probe_job(job, engine, *, use_runner: bool = True) -> dict:
     ctx = engine.context(job)
     row = {"job_json": json.dumps(job_to_dict(job), sort_keys=True), "device": "cpu",
            "measured_reserved_bytes": "", "torch_version": torch.__version__, "error": ""}
-    runner = _runner() if use_runner else None
-    if runner is not None:
-        try:
-            spec = runner.run_spec_from_job(job, ctx.model, device="cpu")
-        except runner.Unsupported as exc:
-            return dict(row, status="unsupported", error=str(exc), probe="fmest_torch_runner",
-                        measured_peak_bytes="", measured_step_seconds="")
-        res = runner.run(spec, "cpu")
-        steps = [s for s in (res.step_seconds or []) if s]
-        return dict(row, status=res.status, error=res.error, probe="fmest_torch_runner",
-                    measured_peak_bytes=res.peak_bytes or "",
-                    measured_step_seconds=steps[-1] if steps else "")
     try:
         status, peak, seconds, err = _own_probe(job, ctx)
     except Exception as exc:  # a failed probe is a row with status error, not a crash
@@ -205,8 +182,8 @@ def probe_grid(n: int, *, families=FAMILIES, seed: int = 0) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    """``python -m fmest_learned_lgbm.probe OUT.csv [N] [--own]``: probe N tiny
-    configurations (``--own``: this module's minimal probe, not fmest_torch_runner)."""
+    """``python -m fmest_learned_lgbm.probe OUT.csv [N]``: probe N tiny configurations
+    (``--own`` is accepted for old command lines; this module's probe is the only one)."""
     import sys
 
     import torch
@@ -215,7 +192,6 @@ def main(argv=None) -> int:
     from fmest.engine import Engine
 
     args = list(sys.argv[1:] if argv is None else argv)
-    own = "--own" in args
     args = [a for a in args if a != "--own"]
     out = args[0]
     n = int(args[1]) if len(args) > 1 else 140
@@ -224,7 +200,7 @@ def main(argv=None) -> int:
     rows = []
     for i, jd in enumerate(probe_grid(n)):
         t = time.perf_counter()
-        row = probe_job(job_from_dict(jd), engine, use_runner=not own)
+        row = probe_job(job_from_dict(jd), engine)
         rows.append(row)
         print(f"{i + 1}/{n} {jd['model']} {row['status']} {row['measured_peak_bytes']} "
               f"{time.perf_counter() - t:.1f}s", flush=True)
