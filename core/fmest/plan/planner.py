@@ -319,6 +319,9 @@ def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
         return None, 0
     n_shape = len(shapes)
     total = n_shape * inner
+    if calib.times(opt.spec.name, "none") is None:
+        rejected[sp.NO_TIME] = rejected.get(sp.NO_TIME, 0) + total
+        return None, total
     sidx = np.repeat(np.arange(n_shape), inner)
     hidx, off, ckidx, mb = (np.tile(a, n_shape) for a in (hs, offs, cks, mbv))
 
@@ -524,17 +527,35 @@ def pareto_mask(cost: np.ndarray, seconds: np.ndarray) -> np.ndarray:
     return mask
 
 
-def _order(res: dict, objective: str) -> np.ndarray:
+def pareto_layers(cost: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+    """Non-dominated sorting: 0 for the Pareto front, 1 for the front of the rest, ..."""
+    layer = np.full(cost.size, -1)
+    left = np.arange(cost.size)
+    depth = 0
+    while left.size:
+        front = pareto_mask(cost[left], seconds[left])
+        layer[left[front]] = depth
+        left = left[~front]
+        depth += 1
+    return layer
+
+
+def _order(res: dict, objective: str, want: int) -> np.ndarray:
+    """Indices of the best ``want`` configurations by the objective (pareto: front first,
+    then the next fronts, each by cost)."""
     cost = np.nan_to_num(res["usd"], nan=np.inf)
     secs = np.nan_to_num(res["total_s"], nan=np.inf)
     if not np.isfinite(secs).any():
         secs = res["step"]
+    by_cost = np.lexsort((secs, cost))
+    by_time = np.lexsort((cost, secs))
     if objective == "cost":
-        return np.lexsort((secs, cost))
+        return by_cost[:want]
     if objective == "time":
-        return np.lexsort((cost, secs))
-    front = np.nonzero(pareto_mask(cost, secs))[0]
-    return front[np.argsort(cost[front], kind="stable")]
+        return by_time[:want]
+    pool = np.unique(np.concatenate([by_cost[:want], by_time[:want]]))
+    layers = pareto_layers(cost[pool], secs[pool])
+    return pool[np.lexsort((secs[pool], cost[pool], layers))][:want]
 
 
 def config_job(job: Job, res: dict, i: int, shardings, *, method: str) -> Job:
@@ -666,12 +687,9 @@ def plan(job: Job, cons: Constraints = Constraints(), *, engine=None,
                         "ranked by step time and cost per hour")
     plans: list[Plan] = []
     if res:
-        order = _order(res, cons.objective)
-        n_check = cons.top * RECHECK_FACTOR
-        if cons.objective == "pareto" and order.size > n_check:
-            order = order[np.unique(np.linspace(0, order.size - 1, n_check).astype(int))]
+        order = _order(res, cons.objective, cons.top * RECHECK_FACTOR)
         dropped = 0
-        for rank, i in enumerate(order[:n_check]):
+        for rank, i in enumerate(order):
             method = job.options.method if rank < cons.refine else "theory"
             j = config_job(job, res, int(i), ctx["shardings"], method=method)
             p = _to_plan(engine, j, res["memory"][i], res["step"][i])
@@ -688,14 +706,16 @@ def plan(job: Job, cons: Constraints = Constraints(), *, engine=None,
             plans.append(p)
         if dropped:
             rejected["does not fit or breaks a limit by the full engine"] = dropped
-        plans.sort(key=lambda p: _plan_key(p, cons.objective))
-        plans = plans[:cons.top]
         if plans:
             cost = np.array([p.usd if p.usd is not None else np.inf for p in plans])
             secs = np.array([p.total_seconds if p.total_seconds is not None else p.step_seconds
                              for p in plans])
-            front = pareto_mask(cost, secs)
-            plans = [attrs.evolve(p, pareto=bool(f)) for p, f in zip(plans, front)]
+            layers = pareto_layers(cost, secs)
+            plans = [attrs.evolve(p, pareto=bool(lay == 0)) for p, lay in zip(plans, layers)]
+            rank = {id(p): int(lay) for p, lay in zip(plans, layers)}
+            plans.sort(key=lambda p: ((rank[id(p)],) if cons.objective == "pareto" else ())
+                       + _plan_key(p, cons.objective))
+            plans = plans[:cons.top]
     return PlanResult(plans=tuple(plans), evaluated=evaluated, seconds=seconds,
                       rejected=dict(sorted(rejected.items(), key=lambda kv: -kv[1])),
                       global_batch_tokens=ctx["gbt"], total_tokens=ctx["tokens"],

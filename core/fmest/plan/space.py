@@ -39,6 +39,10 @@ RULES = (
     "over deadline",
 )
 
+#: Counted when the installed time estimators cannot time a GPU (no peak FLOP/s or HBM
+#: bandwidth in its table row).
+NO_TIME = "no step time for this GPU (its table row lacks peak FLOP/s or bandwidth)"
+
 CHECKPOINTING = ("none", "selective", "full")
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 TP_DEGREES = (1, 2, 4, 8)

@@ -1,0 +1,271 @@
+"""The ``fmest plan`` command: arguments, output (table, JSON, CSV), exports and the plot.
+
+The job is read exactly as ``fmest estimate`` reads it (flags, ``-f``, ``--config``: the
+estimate argument parser and input door of :mod:`fmest.cli`); the planning flags are added
+beside them. Registered from :mod:`fmest.default_plugins.plan` through
+``fmest_register_commands``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import sys
+from typing import Any
+
+from fmest.errors import InputError
+from fmest.plan.planner import OBJECTIVES, Constraints, Plan, PlanResult, plan
+
+GIB = 1024**3
+FORMATS = ("table", "json", "csv")
+EXPORTS = ("deepspeed", "accelerate", "axolotl", "training-args")
+PROGRESS_MIN_STEPS = 8
+
+
+def add_arguments(p) -> None:
+    """The estimate flags plus the planning constraints (docs/plan.md)."""
+    from fmest.cli import add_estimate_arguments, parse_count, parse_positive_int
+
+    add_estimate_arguments(p)
+    for action in p._actions:            # the estimate parser's --format: add csv
+        if action.dest == "format":
+            action.choices = FORMATS
+            action.help = "table for people, json or csv for machines"
+    g = p.add_argument_group("plan")
+    g.add_argument("--gpus", metavar="A,B,...", help="GPU types to consider (default: every "
+                   "registered GPU with a price)")
+    g.add_argument("--max-gpus", type=parse_positive_int, default=64, metavar="N",
+                   help="most GPUs a plan may use (default 64)")
+    g.add_argument("--max-nodes", type=parse_positive_int, metavar="N",
+                   help="most nodes (instances) a plan may use")
+    g.add_argument("--budget-usd", type=float, metavar="USD", help="most a run may cost")
+    g.add_argument("--deadline-hours", type=float, metavar="H", help="longest a run may take")
+    g.add_argument("--providers", metavar="A,B,...", help="cloud providers to price on "
+                   "(default: every provider in the price table)")
+    g.add_argument("--global-batch-tokens", type=parse_count, metavar="N",
+                   help="tokens per optimizer step to keep (default: the job's own batch, "
+                   "else 2^20)")
+    g.add_argument("--objective", choices=OBJECTIVES, default="pareto",
+                   help="rank by cost, by time, or show the cost/time Pareto front (default)")
+    g.add_argument("--top", type=parse_positive_int, default=10, metavar="N",
+                   help="plans to show (default 10)")
+    g.add_argument("--refine", type=int, default=0, metavar="K",
+                   help="re-estimate the best K with the job's --method (traced/hybrid) "
+                   "instead of the theory policy")
+    g.add_argument("--export", choices=EXPORTS, help="write the first plan's training "
+                   "config(s) with the exporter of 'fmest export'")
+    g.add_argument("--export-dir", metavar="DIR", default="fmest-plan",
+                   help="where --export writes (default ./fmest-plan)")
+    g.add_argument("--plot", metavar="FILE.png|FILE.svg",
+                   help="draw cost against time with the Pareto front (needs matplotlib: "
+                   "pip install 'fmest[plot]')")
+
+
+def constraints_from_args(args) -> Constraints:
+    return Constraints(gpus=args.gpus or (), max_gpus=args.max_gpus, max_nodes=args.max_nodes,
+                       budget_usd=args.budget_usd, deadline_hours=args.deadline_hours,
+                       providers=args.providers or (),
+                       price_type=args.price_type or "on_demand",
+                       global_batch_tokens=args.global_batch_tokens, objective=args.objective,
+                       top=args.top, refine=max(0, args.refine))
+
+
+def _progress(stream):
+    state = {"shown": False}
+
+    def report(done: int, total: int) -> None:
+        if total < PROGRESS_MIN_STEPS:
+            return
+        width = 30
+        filled = int(width * done / total)
+        stream.write(f"\rplanning [{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
+                     "GPU counts")
+        state["shown"] = True
+        if done == total:
+            stream.write("\n")
+        stream.flush()
+    return report
+
+
+def run(args, engine) -> int:
+    """``fmest plan``: see docs/plan.md."""
+    from fmest.cli import jobs_from_args
+
+    pairs = jobs_from_args(args)
+    if len(pairs) > 1:
+        raise InputError("--input-file", f"the input holds {len(pairs)} jobs; plan one at a "
+                         "time (split the EstimateInput)")
+    job = pairs[0][0]
+    cons = constraints_from_args(args)
+    progress = _progress(sys.stderr) if sys.stderr.isatty() else None
+    result = plan(job, cons, engine=engine, progress=progress)
+    fmt = args.format
+    if fmt == "json":
+        print(json.dumps(result_to_dict(result, cons), indent=2, default=str))
+    elif fmt == "csv":
+        sys.stdout.write(render_csv(result))
+    else:
+        print(render_table(result))
+    if args.export:
+        _export(result, args, engine)
+    if args.plot:
+        _plot(result, args.plot)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# output
+# ---------------------------------------------------------------------------------------------
+
+def plan_to_dict(p: Plan, rank: int) -> dict[str, Any]:
+    from fmest.convert import job_to_dict
+
+    return {
+        "rank": rank, "gpu": p.gpu, "gpus": p.gpus, "nodes": p.nodes, "layout": p.layout,
+        "strategy": p.strategy, "micro_batch_size": p.micro_batch_size,
+        "grad_accum_steps": p.grad_accum_steps, "checkpointing": p.checkpointing,
+        "memory_bytes": p.memory_bytes, "memory_gib": p.memory_bytes / GIB,
+        "gpu_memory_bytes": p.gpu_memory_bytes, "headroom_bytes": p.headroom_bytes,
+        "step_seconds": p.step_seconds, "tokens_per_second": p.tokens_per_second,
+        "total_seconds": p.total_seconds,
+        "total_hours": None if p.total_seconds is None else p.total_seconds / 3600,
+        "usd": p.usd, "usd_per_hour": p.usd_per_hour, "provider": p.provider,
+        "instance": p.instance, "pareto": p.pareto, "method": p.method,
+        "predicted": {"memory_bytes": p.predicted_memory_bytes,
+                      "step_seconds": p.predicted_step_seconds},
+        "job": job_to_dict(p.job),
+    }
+
+
+def result_to_dict(result: PlanResult, cons: Constraints | None = None) -> dict[str, Any]:
+    """The ``--format json`` object (field names are a contract: add, never rename)."""
+    out = {
+        "objective": result.objective,
+        "plans": [plan_to_dict(p, i + 1) for i, p in enumerate(result.plans)],
+        "evaluated": result.evaluated,
+        "seconds": result.seconds,
+        "configs_per_second": result.configs_per_second,
+        "rejected": dict(result.rejected),
+        "global_batch_tokens": result.global_batch_tokens,
+        "total_tokens": result.total_tokens,
+        "warnings": list(result.warnings),
+    }
+    if cons is not None:
+        import attrs
+
+        out["constraints"] = {k: (list(v) if isinstance(v, tuple) else v)
+                              for k, v in attrs.asdict(cons).items()}
+    return out
+
+
+def _duration(seconds) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 3 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def _rows(result: PlanResult) -> list[list[str]]:
+    rows = []
+    for i, p in enumerate(result.plans, 1):
+        rows.append([
+            f"{i}{'*' if p.pareto else ''}", f"{p.gpu} x{p.gpus}", p.layout, p.strategy,
+            f"{p.micro_batch_size}x{p.grad_accum_steps}", p.checkpointing,
+            f"{p.memory_bytes / GIB:.1f}", f"{p.headroom_bytes / GIB:.1f}",
+            f"{p.step_seconds:.2f}", f"{p.tokens_per_second:,.0f}", _duration(p.total_seconds),
+            "-" if p.usd is None else f"{p.usd:,.2f}",
+            "-" if p.provider is None else f"{p.provider} {p.instance}"])
+    return rows
+
+
+HEADER = ["#", "GPU x n", "layout", "strategy", "mb x accum", "ckpt", "GiB/GPU",
+          "headroom", "step s", "tokens/s", "total", "USD", "provider"]
+
+
+def render_table(result: PlanResult) -> str:
+    rows = _rows(result)
+    lines = []
+    if rows:
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADER)]
+        lines.append("  ".join(h.ljust(w) for h, w in zip(HEADER, widths)))
+        for r in rows:
+            lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+        lines.append("* on the cost/time Pareto front of these plans")
+    else:
+        lines.append("No configuration fits within the constraints.")
+    lines.append(f"\nevaluated {result.evaluated:,} configurations in {result.seconds:.2f} s "
+                 f"({result.configs_per_second:,.0f}/s); global batch "
+                 f"{result.global_batch_tokens:,} tokens; numbers of the plans: full engine")
+    if result.rejected:
+        lines.append("rejected: " + "; ".join(f"{reason} {n:,}"
+                                               for reason, n in result.rejected.items()))
+    for w in result.warnings:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines)
+
+
+CSV_FIELDS = ("rank", "gpu", "gpus", "nodes", "layout", "strategy", "micro_batch_size",
+              "grad_accum_steps", "checkpointing", "memory_bytes", "gpu_memory_bytes",
+              "headroom_bytes", "step_seconds", "tokens_per_second", "total_seconds", "usd",
+              "usd_per_hour", "provider", "instance", "pareto")
+
+
+def render_csv(result: PlanResult) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore",
+                            lineterminator="\n")
+    writer.writeheader()
+    for i, p in enumerate(result.plans, 1):
+        writer.writerow(plan_to_dict(p, i))
+    return buf.getvalue()
+
+
+def _export(result: PlanResult, args, engine) -> None:
+    if not result.plans:
+        print("fmest plan: nothing to export (no plan)", file=sys.stderr)
+        return
+    from fmest.configs.export import export_job
+
+    files = export_job(result.plans[0].job, args.export, registries=engine.registries)
+    os.makedirs(args.export_dir, exist_ok=True)
+    for name, text in files.items():
+        path = os.path.join(args.export_dir, name)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def _plot(result: PlanResult, path: str) -> None:
+    if not path.lower().endswith((".png", ".svg")):
+        raise InputError("--plot", "must name a .png or .svg file", value=path)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("fmest plan: --plot needs matplotlib (pip install 'fmest[plot]'); no plot "
+              "written", file=sys.stderr)
+        return
+    pts = [(p.total_seconds / 3600, p.usd, p.pareto) for p in result.plans
+           if p.usd is not None and p.total_seconds is not None]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.scatter([h for h, _, _ in pts], [c for _, c, _ in pts], label="plans", color="0.6")
+    front = sorted((h, c) for h, c, f in pts if f)
+    if front:
+        ax.plot([h for h, _ in front], [c for _, c in front], "o-", label="Pareto front")
+    ax.set_xlabel("total time (h)")
+    ax.set_ylabel("cost (USD)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    print(f"wrote {path}", file=sys.stderr)
