@@ -18,7 +18,11 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    Two published families without presets are built from their stated shapes: ``GPT-3-style
    (Megatron-LM), h=H, L=L`` (GPT-2 blocks, vocab 51200, heads per Narayanan et al. 2021 Table 1)
    and ``MPT-<size>`` (the mosaicml/mpt-7b preset with ``d_model``/layers/heads/vocab from
-   ``other``). Any other unknown model is unsupported: "no preset for model X".
+   ``other``); ``GPT3-<size>`` -> the GPT-3 shape of Brown et al. 2020 Table 2.1 as GPT-2
+   blocks with Megatron's padded vocab 51200; a family name followed by ``n_layers=..;
+   hidden=..; n_heads=..`` (BigScience's custom GPTs) -> that family's preset architecture
+   (BLOOM) with those dimensions; a parenthetical ``(X shape)`` -> the preset X. Any other
+   unknown model is unsupported: "no preset for model X".
 2. **GPU** -> the fmest GPU table by name or alias. Names stating only a capacity (``80GB GPU``,
    ``24GB GPU``) map to a GPU of that capacity (A100-SXM-80GB, RTX4090-24GB); only capacity
    matters for the memory rows that carry them.
@@ -39,7 +43,8 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    (q, v, o, gate, up, down), stack ``unsloth`` or "all linear" in ``other`` -> all seven
    linears; else fmest's default (q, v: PEFT's default for Llama-family models). On models
    with one fused attention projection (Falcon, GPT-NeoX) q/k/v name ``query_key_value`` and
-   o names ``dense`` (PEFT's default for them is ``query_key_value``).
+   o names ``dense`` (PEFT's default for them is ``query_key_value``); on Phi-3 q/k/v name
+   ``qkv_proj`` and gate/up ``gate_up_proj``.
 5. **Optimizer**: ``8bit``/``8-bit`` (not "non-8-bit") -> ``adamw_8bit`` (``paged`` ->
    ``paged_adamw_8bit``); ``adafactor``, ``lion``, ``sgd`` (``sgd_momentum`` when momentum is
    stated) by name; everything else -> ``adamw``; ``fused=true`` or stack ``torchtune`` ->
@@ -103,10 +108,19 @@ _TORCHTUNE_LORA_TARGETS = ("q_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
 _ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 #: Lit-GPT's module names -> the Hugging Face names fmest's presets use (rule 4).
 _LITGPT_NAMES = {"query": "q_proj", "key": "k_proj", "value": "v_proj", "projection": "o_proj"}
-#: Models with one fused attention input projection (Falcon, GPT-NeoX): q/k/v targets name it.
-_FUSED_QKV_TYPES = ("falcon", "gpt_neox", "RefinedWeb", "RefinedWebModel")
-_FUSED_QKV = {"q_proj": "query_key_value", "k_proj": "query_key_value",
-              "v_proj": "query_key_value", "o_proj": "dense"}
+#: Models with fused projections: Hugging Face LoRA target names -> the fused module's name.
+_FUSED_NAMES = {
+    **{t: {"q_proj": "query_key_value", "k_proj": "query_key_value",
+           "v_proj": "query_key_value", "o_proj": "dense"}
+       for t in ("falcon", "gpt_neox", "RefinedWeb", "RefinedWebModel")},
+    "phi3": {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
+             "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj"},
+}
+#: GPT-3 shapes (Brown et al. 2020, Table 2.1): name -> (layers, d_model, heads).
+GPT3_SHAPES = {"175B": (96, 12288, 96), "13B": (40, 5140, 40), "6.7B": (32, 4096, 32),
+               "2.7B": (32, 2560, 32), "1.3B": (24, 2048, 24)}
+#: Families whose custom shapes are written in the model name -> the preset of that family.
+_FAMILY_PRESETS = {"bigscience": "bigscience/bloom"}
 LONG_CONTEXT = 16384
 
 #: Feature tags (for the per-feature breakdown) and the rule that sets each.
@@ -164,7 +178,11 @@ def _true(text: Optional[str]) -> bool:
 def _preset(name: str) -> Optional[str]:
     from fmest.models.presets import find_preset
 
+    paren = re.search(r"\(([^)]*)\)", name)
     cands = [name, name.split(" (")[0].strip()]
+    if paren:  # "llama2-arch-34b (CodeLlama-34B shape)"
+        inner = re.sub(r"\s*shape$", "", paren.group(1).strip())
+        cands += [inner, inner + "-hf"]
     cands += [re.sub(r"-(instruct|chat|hf|it)(-v[\d.]+)?$", "", c, flags=re.I) for c in cands]
     cands += [re.sub(r"-(instruct|chat|it)", "", c, flags=re.I) for c in cands]
     for cand in cands:
@@ -187,6 +205,22 @@ def _model(row, kv) -> tuple[Optional[str], Optional[dict], str]:
             "model_type": "gpt2", "n_embd": hidden, "n_layer": layers,
             "n_head": MEGATRON_HEADS.get(hidden, hidden // 128), "vocab_size": 51200,
             "n_positions": max(2048, _int(row["seq_len"], 2048)), "tie_word_embeddings": True}, ""
+    gpt3 = re.match(r"GPT-?3[- ]?(\d+(\.\d+)?B)\b", raw)
+    if gpt3 and gpt3.group(1) in GPT3_SHAPES:
+        layers, hidden, heads = GPT3_SHAPES[gpt3.group(1)]
+        return f"gpt3-{gpt3.group(1).lower()}", {
+            "model_type": "gpt2", "n_embd": hidden, "n_layer": layers, "n_head": heads,
+            "vocab_size": 51200, "n_positions": max(2048, _int(row["seq_len"], 2048)),
+            "tie_word_embeddings": True}, ""
+    family = raw.split(" ")[0].lower()
+    shape = {k: int(v) for k, v in re.findall(r"(n_layers|hidden|n_heads)=(\d+)", raw)}
+    if family in _FAMILY_PRESETS and len(shape) == 3:
+        from fmest.models.presets import preset_data
+
+        cfg = dict(preset_data(_FAMILY_PRESETS[family])["config"])
+        cfg.update(n_layer=shape["n_layers"], n_embed=shape["hidden"],
+                   num_attention_heads=shape["n_heads"])
+        return f"{family}-custom-l{shape['n_layers']}-h{shape['hidden']}", cfg, ""
     if raw.startswith("MPT-") and re.search(r"d_model (\d+)", other):
         from fmest.models.presets import preset_data
 
@@ -214,11 +248,12 @@ def _cpu_offload(low: str) -> str:
     return ""
 
 
-def _fused_qkv(model: str, model_config: Optional[dict]) -> bool:
-    from fmest.models.presets import preset_data
+def _fused_names(model: str, model_config: Optional[dict]) -> dict[str, str]:
+    """Rule 4: HF target name -> fused module name on models with fused projections."""
+    from fmest.models.presets import find_preset, preset_data
 
-    cfg = model_config or preset_data(model).get("config", {})
-    return cfg.get("model_type") in _FUSED_QKV_TYPES
+    cfg = model_config or (preset_data(model).get("config", {}) if find_preset(model) else {})
+    return _FUSED_NAMES.get(cfg.get("model_type", ""), {})
 
 
 @functools.lru_cache(maxsize=None)
@@ -236,7 +271,9 @@ def gpu_name(published: str) -> Optional[str]:
     """The fmest GPU table name for a published GPU name (rule 2), or None."""
     text = published.strip()
     names = _gpu_names()
-    for cand in (text, text.split(" (")[0], text.replace("RTXA6000", "RTX-A6000")):
+    base = text.split(" (")[0]
+    for cand in (text, base, text.replace("RTXA6000", "RTX-A6000"),
+                 re.sub(r"-\d+GB$", "", base)):
         if cand.lower() in names:
             return names[cand.lower()]
     m = re.match(r"^(\d+)GB GPU", text)
@@ -356,16 +393,18 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         if targets and "all" not in targets.lower() and targets.lower() != "default":
             names = [_LITGPT_NAMES.get(t.strip(), t.strip())
                      for t in re.split(r"[+,| ]", targets.split(" (")[0]) if t.strip()]
-            if _fused_qkv(model, model_config):
-                names = sorted({_FUSED_QKV.get(n, n) for n in names})
+            fused = _fused_names(model, model_config)
+            names = sorted({fused.get(n, n) for n in names}) if fused else names
             training["lora_target_modules"] = names
         elif stack == "unsloth" or "all linear" in low or "all-linear" in low \
                 or row["id"].startswith("dev-unsloth") or "all" in targets.lower():
             training["lora_target_modules"] = list(_ALL_LINEAR)
         elif stack == "torchtune":
             training["lora_target_modules"] = list(_TORCHTUNE_LORA_TARGETS)
-        elif _fused_qkv(model, model_config):
-            training["lora_target_modules"] = ["query_key_value"]
+        elif _fused_names(model, model_config):
+            fused = _fused_names(model, model_config)
+            training["lora_target_modules"] = sorted({fused.get(n, n)
+                                                      for n in ("q_proj", "v_proj")})
     # rule 5
     opt = (row["optimizer"] or "").lower()
     if ("8-bit" in opt or "8bit" in opt) and "non-8-bit" not in opt:

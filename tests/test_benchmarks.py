@@ -126,6 +126,18 @@ def test_mapping_gpu_and_model_names():
     assert measured.gpu_name("Abacus-9000") is None
     job = measured.map_row(_row(model="mistralai/Mixtral-8x7B-Instruct-v0.1")).job
     assert job["model"] == "mistralai/Mixtral-8x7B-v0.1"
+    assert measured.gpu_name("RTX6000Ada-48GB (not in schema list)") == "RTX6000-ADA-48GB"
+    gpt3 = measured.map_row(_row(model="GPT3-175B (NeMo/Megatron GPT-3 config)")).job
+    assert (gpt3["model_config"]["n_layer"], gpt3["model_config"]["n_embd"]) == (96, 12288)
+    bloom = measured.map_row(_row(
+        model="bigscience custom GPT (n_layers=8; hidden=14400; n_heads=32; vocab=250k)")).job
+    assert bloom["model_config"]["model_type"] == "bloom"
+    assert bloom["model_config"]["n_embed"] == 14400 and bloom["model_config"]["n_layer"] == 8
+    shape = measured.map_row(_row(model="llama2-arch-34b (CodeLlama-34B shape)")).job
+    assert shape["model"] == "codellama/CodeLlama-34b-hf"
+    phi3 = measured.map_row(_row(model="microsoft/Phi-3-mini-4k-instruct", technique="lora",
+                                 other="targets=q_proj+k_proj+v_proj+o_proj")).job
+    assert phi3["training"]["lora_target_modules"] == ["o_proj", "qkv_proj"]
 
 
 def test_dev_torchtune_row_keeps_its_rules():
