@@ -222,8 +222,10 @@ def baseline_rate(row: dict, job: dict, model, gpu) -> Optional[float]:
         return None
     num = measured._int(row["num_gpus"], 1) or 1
     seq = job["training"]["seq_len"]
-    tokens_per_step = (seq * job["training"]["micro_batch_size"]
-                       * job["training"]["grad_accum_steps"] * job["parallelism"].get("dp", 1))
+    accum = 1 if MICRO_BATCH_ITERATION.search(row.get("other") or "") \
+        else job["training"]["grad_accum_steps"]
+    tokens_per_step = (seq * job["training"]["micro_batch_size"] * accum
+                       * job["parallelism"].get("dp", 1))
     unit = row["unit"]
     if unit == "tokens_per_sec_per_gpu":
         return per_gpu
@@ -319,6 +321,21 @@ def evaluate(rows: list[dict], engine=None, progress: bool = True) -> list[dict]
             res["measured"] /= measured._int(row["num_gpus"], 1) or 1
         res["status"] = "suspect" if (row.get("suspect") or "").strip() else "scored"
     return out
+
+
+def implied_peak_share(res: dict) -> float:
+    """The share of the dtype's dense peak a measured throughput implies at 6 N FLOPs per
+    token (4 N for LoRA/QLoRA, whose backward skips the frozen weights' gradients; Hu et al.
+    2021): above 1 the row is physically implausible. 0 for rows without the 6N baseline."""
+    base = res.get("baselines", {}).get(BASE_6N)
+    if not base or res["kind"] != "throughput" or not res.get("measured"):
+        return 0.0
+    flops_factor = 4.0 / 6.0 if res["row"].get("technique") in ("lora", "qlora") else 1.0
+    if res["unit"] in ("seconds_per_step", "hours", "gpu_hours"):
+        ratio = base / res["measured"]
+    else:
+        ratio = res["measured"] / base
+    return ratio * 0.40 * flops_factor
 
 
 # -- statistics ----------------------------------------------------------------------------
@@ -425,6 +442,7 @@ def analyse(results: list[dict], fitters=()) -> dict:
                                     "passed": sum(r["status"] == "boundary-check" and r["passed"]
                                                   for r in checks)}}
         q["suspect"] = [r["id"] for r in mine if r["status"] == "suspect"]
+        q["implausible"] = [r["id"] for r in scored if implied_peak_share(r) > 1.0]
         q["errors_loso"] = err_lo
         q["errors_baselines"] = err_base
         out[quantity] = q
@@ -494,6 +512,10 @@ def print_report(results: list[dict], analysis: dict, seconds: float, rows_total
             print(f"\n  checks: oom rows predicted above capacity {c['oom']['passed']}/"
                   f"{c['oom']['rows']}; boundary rows predicted within capacity "
                   f"{c['boundary']['passed']}/{c['boundary']['rows']}")
+        if q.get("implausible"):
+            print(f"  rows whose measured rate implies more than the dense peak "
+                  f"(kept in; mark them suspect in their part if the source confirms): "
+                  f"{', '.join(q['implausible'])}")
         if q["suspect"]:
             print(f"  suspect rows kept out of the medians: {', '.join(q['suspect'])}")
     unsupported = [r for r in results if r["status"] in ("unsupported", "failed")]
@@ -524,7 +546,7 @@ def json_report(analysis: dict, rows_total: int, sources_total: int, seconds: fl
         q = analysis[quantity]
         out[quantity] = {k: q[k] for k in ("in_sample", "loso", "unseen", "baselines",
                                            "per_stack", "per_gpu_family", "per_feature",
-                                           "checks", "suspect")}
+                                           "checks", "suspect", "implausible")}
     return out
 
 
