@@ -418,7 +418,8 @@ def analyse(results: list[dict], fitters=()) -> dict:
                    "fold_params": folds if fitters else {}}
         for name, key in (("per_stack", lambda r: [r["stack"]]),
                           ("per_gpu_family", lambda r: [r["gpu_family"]]),
-                          ("per_feature", lambda r: list(r["features"]))):
+                          ("per_feature", lambda r: list(r["features"])),
+                          ("per_source", lambda r: [r["source"]])):
             groups: dict[str, list] = {}
             for r in scored:
                 for g in key(r):
@@ -474,12 +475,12 @@ def print_summary_table(title: str, q: dict) -> None:
 def print_breakdown(title: str, table: dict, bases) -> None:
     print(f"\n  {title} (LOSO median |error|, %)")
     cols = "".join(f" {b[:22]:>22s}" for b in bases)
-    print(f"    {'group':26s} {'rows':>5s} {'fmest':>7s} {'<=10%':>6s}{cols}  verdict")
+    print(f"    {'group':40s} {'rows':>5s} {'fmest':>7s} {'<=10%':>6s}{cols}  verdict")
     for g, e in table.items():
         bcols = "".join(f" {_fmt(e['baselines'][b], '21.1f')}" for b in bases)
         within = "-" if e["within10_share"] is None else f"{e['within10_share'] * 100:5.0f}%"
         verdict = ("fmest LOSES to " + ", ".join(e["loses_to"])) if e["loses_to"] else ""
-        print(f"    {g[:26]:26s} {e['rows']:5d} {_fmt(e['median_abs_pct'], '6.1f')} "
+        print(f"    {g[:40]:40s} {e['rows']:5d} {_fmt(e['median_abs_pct'], '6.1f')} "
               f"{within:>6s}{bcols}  {verdict}")
 
 
@@ -505,7 +506,8 @@ def print_report(results: list[dict], analysis: dict, seconds: float, rows_total
                                    THROUGHPUT_BASELINES)):
         q = analysis[quantity]
         print_summary_table(f"== {quantity.upper()} ({unit}) ==", q)
-        for name in ("per_stack", "per_gpu_family", "per_feature"):
+        for name in ("per_stack", "per_gpu_family", "per_feature") + \
+                (("per_source",) if show_rows else ()):
             print_breakdown(name.replace("_", " "), q[name], bases)
         if quantity == "memory":
             c = q["checks"]
@@ -546,6 +548,7 @@ def json_report(analysis: dict, rows_total: int, sources_total: int, seconds: fl
         q = analysis[quantity]
         out[quantity] = {k: q[k] for k in ("in_sample", "loso", "unseen", "baselines",
                                            "per_stack", "per_gpu_family", "per_feature",
+                                           "per_source",
                                            "checks", "suspect", "implausible")}
     return out
 
