@@ -1,0 +1,1 @@
+"""fmest-yourplugin: the YOURGPU accelerator and yourcloud's prices (an fmest plugin)."""
