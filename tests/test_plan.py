@@ -1,0 +1,239 @@
+"""``fmest plan`` and ``memory.min_gpus`` (issue 17): the done-when cases, constraints,
+pruning counts, output formats, and that every plan's job reproduces with ``fmest estimate -f``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from fmest.cli import main
+from fmest.errors import InputError
+from fmest.plan import Constraints, plan
+from fmest.plan.min_gpus import min_gpus
+from fmest.testing import new_pm
+
+DONE_WHEN = ["plan", "--model", "meta-llama/Llama-3.1-8B", "--dataset-tokens", "1e9",
+             "--gpus", "H100-SXM,A100-80GB", "--max-gpus", "16", "--objective", "cost",
+             "--format", "json"]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    """The installed estimators plus the plan command (registered by the default plugin when
+    the core wires it; added here otherwise)."""
+    from fmest.default_plugins import plan as plan_plugin
+    from fmest.engine import Engine
+
+    pm = new_pm(entrypoints=True)
+    if not pm.has_plugin("plan") and not pm.is_registered(plan_plugin):
+        pm.register(plan_plugin, name="plan")
+    return Engine(pm)
+
+
+def _run(engine, argv, capsys) -> tuple[int, str, str]:
+    rc = main(argv, engine=engine)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def done_when(engine):
+    import contextlib
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(DONE_WHEN, engine=engine)
+    assert rc == 0
+    return json.loads(buf.getvalue())
+
+
+def test_done_when_plans_fit_and_the_first_is_cheapest(done_when):
+    plans = done_when["plans"]
+    assert plans, done_when["rejected"]
+    for p in plans:
+        assert p["memory_bytes"] <= p["gpu_memory_bytes"]
+        assert p["headroom_bytes"] >= 0
+        assert p["gpu"] in ("H100-SXM-80GB", "A100-SXM-80GB") or p["gpu"].startswith(
+            ("H100", "A100"))
+        assert p["gpus"] <= 16
+        assert p["usd"] is not None
+    assert all(plans[0]["usd"] <= p["usd"] for p in plans[1:])
+    assert done_when["configs_per_second"] > 0
+    assert done_when["evaluated"] >= 10_000
+    assert done_when["rejected"]["does not fit"] > 0
+    assert isinstance(done_when["plans"][0]["pareto"], bool)
+
+
+def test_every_plan_reproduces_with_estimate_f(done_when, engine, tmp_path, capsys):
+    for p in done_when["plans"][:3]:
+        path = tmp_path / "job.json"
+        path.write_text(json.dumps(p["job"]))
+        rc, out, err = _run(engine, ["estimate", "-f", str(path), "--format", "json"], capsys)
+        assert rc == 0, err
+        got = json.loads(out)
+        got = got["jobs"][0] if "jobs" in got else got
+        assert got["memory"]["total_bytes"] == p["memory_bytes"]
+        assert got["memory"]["fits"] is True
+        assert got["time"]["step_seconds"] == pytest.approx(p["step_seconds"], rel=1e-9)
+        assert got["cost"]["usd"] == pytest.approx(p["usd"], rel=1e-9)
+
+
+def test_time_objective_puts_the_fastest_first(engine):
+    job = _job("meta-llama/Llama-3.1-8B", dataset_tokens=1e9)
+    res = plan(job, Constraints(gpus="H100-SXM", max_gpus=16, objective="time", top=5),
+               engine=engine)
+    secs = [p.total_seconds for p in res.plans]
+    assert secs and secs[0] == min(secs)
+
+
+def test_pareto_plans_are_not_dominated(engine):
+    job = _job("meta-llama/Llama-3.1-8B", dataset_tokens=1e9)
+    res = plan(job, Constraints(gpus="H100-SXM,A100-80GB", max_gpus=32, top=8), engine=engine)
+    front = [p for p in res.plans if p.pareto]
+    assert front
+    for p in front:
+        assert not any(q.usd <= p.usd and q.total_seconds <= p.total_seconds
+                       and (q.usd < p.usd or q.total_seconds < p.total_seconds)
+                       for q in res.plans)
+    # the front comes first
+    assert [p.pareto for p in res.plans] == sorted((p.pareto for p in res.plans), reverse=True)
+
+
+def test_budget_and_deadline_prune_with_a_reason(engine):
+    job = _job("meta-llama/Llama-3.1-8B", dataset_tokens=1e9)
+    res = plan(job, Constraints(gpus="H100-SXM", max_gpus=16, objective="cost",
+                                budget_usd=1.0), engine=engine)
+    assert res.plans == ()
+    assert res.rejected["over budget"] > 0
+    res = plan(job, Constraints(gpus="H100-SXM", max_gpus=16, objective="cost",
+                                deadline_hours=2.0), engine=engine)
+    assert res.rejected["over deadline"] > 0
+    assert res.plans and all(p.total_seconds <= 2 * 3600 for p in res.plans)
+
+
+def test_heads_rule_is_counted(engine):
+    # GPT-2 has 12 heads: tp = 8 divides none of them
+    job = _job("gpt2", dataset_tokens=1e8)
+    res = plan(job, Constraints(gpus="A100-80GB", max_gpus=8, objective="cost", top=3),
+               engine=engine)
+    assert res.rejected["tp does not divide the attention heads"] > 0
+    assert all(p.job.parallelism.tp != 8 for p in res.plans)
+
+
+def test_global_batch_is_kept(engine):
+    job = _job("meta-llama/Llama-3.1-8B", dataset_tokens=1e9)
+    res = plan(job, Constraints(gpus="H100-SXM", max_gpus=16, objective="cost",
+                                global_batch_tokens=2**19, top=5), engine=engine)
+    assert res.global_batch_tokens == 2**19
+    for p in res.plans:
+        tr, par = p.job.training, p.job.parallelism
+        assert tr.micro_batch_size * tr.grad_accum_steps * par.dp * tr.seq_len == 2**19
+
+
+def test_bad_constraints_name_the_flag():
+    with pytest.raises(InputError, match="--max-gpus"):
+        Constraints(max_gpus=0)
+    with pytest.raises(InputError, match="--objective"):
+        Constraints(objective="fastest")
+
+
+def test_unknown_gpu_names_the_field(engine):
+    with pytest.raises(InputError):
+        plan(_job("meta-llama/Llama-3.1-8B"), Constraints(gpus="H1000"), engine=engine)
+
+
+def test_csv_export_and_table(engine, tmp_path, capsys):
+    argv = ["plan", "--model", "meta-llama/Llama-3.2-1B", "--dataset-tokens", "1e8",
+            "--gpus", "A100-80GB", "--max-gpus", "8", "--objective", "cost", "--top", "3"]
+    rc, out, err = _run(engine, argv + ["--format", "csv", "--export", "deepspeed",
+                                        "--export-dir", str(tmp_path / "exp")], capsys)
+    assert rc == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert 1 <= len(rows) <= 3 and rows[0]["rank"] == "1"
+    assert list((tmp_path / "exp").iterdir())
+    rc, out, err = _run(engine, argv, capsys)
+    assert rc == 0 and "GPU x n" in out and "configurations in" in out
+
+
+def test_plot_writes_a_file_or_says_why(engine, tmp_path, capsys):
+    argv = ["plan", "--model", "meta-llama/Llama-3.2-1B", "--dataset-tokens", "1e8",
+            "--gpus", "A100-80GB", "--max-gpus", "8", "--top", "3", "--format", "json",
+            "--plot", str(tmp_path / "front.png")]
+    rc, out, err = _run(engine, argv, capsys)
+    assert rc == 0
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "needs matplotlib" in err
+    else:
+        assert (tmp_path / "front.png").stat().st_size > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# memory.min_gpus
+# ---------------------------------------------------------------------------------------------
+
+def _job(model, **workload):
+    from fmest import to_job
+
+    return to_job({"model": model, "workload": workload} if workload else {"model": model})
+
+
+def _fits(engine, job) -> bool:
+    est = engine.estimate_memory(job).chosen
+    return est.total_bytes <= engine.registries.gpus.get(job.hardware.gpu).memory_bytes
+
+
+def test_min_gpus_zero3_fits_and_one_step_fewer_does_not(engine):
+    from fmest import to_job
+
+    job = to_job({"model": "meta-llama/Llama-2-70b-hf", "hardware": {"gpu": "A100-80GB"},
+                  "parallelism": {"zero_stage": 3}})
+    found = min_gpus(engine, job)
+    assert found.gpus is not None and found.gpus > 8
+    assert _fits(engine, found.job)
+    assert found.fewer is not None and not _fits(engine, found.fewer)
+
+
+def test_min_gpus_keeps_the_tp_pp_ratio(engine):
+    from fmest import to_job
+
+    job = to_job({"model": "meta-llama/Llama-2-70b-hf", "hardware": {"gpu": "A100-80GB"},
+                  "parallelism": {"tp": 1, "pp": 2}})
+    found = min_gpus(engine, job)
+    par = found.job.parallelism
+    assert par.pp == 2 * par.tp
+    assert _fits(engine, found.job) and not _fits(engine, found.fewer)
+
+
+def test_min_gpus_is_null_with_a_reason_for_unsharded_replicas(engine):
+    from fmest import to_job
+
+    found = min_gpus(engine, to_job({"model": "meta-llama/Llama-2-70b-hf",
+                                     "hardware": {"gpu": "A100-80GB"}}))
+    assert found.gpus is None and "replica" in found.reason
+
+
+def test_estimate_json_has_min_gpus(engine, capsys):
+    rc, out, err = _run(engine, ["estimate", "--model", "meta-llama/Llama-2-70b-hf", "--gpu",
+                                 "A100-80GB", "--zero", "3", "--format", "json"], capsys)
+    assert rc == 0, err
+    mem = json.loads(out)["memory"]
+    assert "min_gpus" in mem, "memory.min_gpus is not wired into the report yet"
+    n = mem["min_gpus"]
+    assert isinstance(n, int) and mem["min_gpus_reason"]
+    gpn = min(n, 8)
+    rc, out, _ = _run(engine, ["estimate", "--model", "meta-llama/Llama-2-70b-hf", "--gpu",
+                               "A100-80GB", "--zero", "3", "--gpus-per-node", str(gpn),
+                               "--nodes", str(n // gpn), "--format", "json"], capsys)
+    assert json.loads(out)["memory"]["fits"] is True
+    fewer = n - gpn if n > 8 else n - 1
+    gpn = min(fewer, 8)
+    rc, out, _ = _run(engine, ["estimate", "--model", "meta-llama/Llama-2-70b-hf", "--gpu",
+                               "A100-80GB", "--zero", "3", "--gpus-per-node", str(gpn),
+                               "--nodes", str(fewer // gpn), "--format", "json"], capsys)
+    assert json.loads(out)["memory"]["fits"] is False
