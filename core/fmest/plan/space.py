@@ -76,6 +76,15 @@ def divisors_pow2(limit: int) -> list[int]:
     return out
 
 
+def pipeline_degrees(limit: int, layers: int) -> list[int]:
+    """Pipeline sizes to try for ``limit`` GPUs per tensor-parallel group: powers of two, and
+    any divisor of ``limit`` that splits the layers evenly (Megatron's GPT-3 175B layout uses 12
+    stages of 8 layers; Narayanan et al. 2021, Table 2)."""
+    out = set(divisors_pow2(limit))
+    out.update(d for d in range(3, min(limit, layers) + 1) if limit % d == 0 and layers % d == 0)
+    return sorted(out)
+
+
 def gpu_counts(instance_sizes: list[int], max_gpus: int) -> list[int]:
     """GPU counts in whole instances up to ``max_gpus``: every multiple of an instance size,
     thinned to powers of two and three-times-powers-of-two multiples when there are many."""
@@ -108,7 +117,7 @@ def shapes(count: int, *, gpus_per_node: int, heads: int, kv_heads: int, layers:
     for tp in TP_DEGREES:
         if tp > count:
             break
-        for pp in divisors_pow2(count // tp):
+        for pp in pipeline_degrees(count // tp, layers):
             for cp in cps:
                 if count % (tp * pp * cp):
                     continue
