@@ -26,7 +26,7 @@ from typing import Any, Optional, Sequence
 
 from attrs import field, frozen
 
-from fmest.convert import SECTIONS, TOP_FIELDS, job_from_dict, job_to_dict
+from fmest.convert import SECTIONS, job_from_dict, job_to_dict
 from fmest.errors import InputError
 from fmest.job import Job
 

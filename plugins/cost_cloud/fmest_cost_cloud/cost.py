@@ -15,7 +15,6 @@ The rule (docs/cost.md):
 
 from __future__ import annotations
 
-import math
 from datetime import date
 from typing import Iterable, Optional, Sequence
 

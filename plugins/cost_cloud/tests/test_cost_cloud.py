@@ -29,7 +29,7 @@ from fmest.prices import PriceQuote  # noqa: E402
 from fmest.testing import new_engine  # noqa: E402
 from fmest_cost_cloud.command import gpu_names_matching  # noqa: E402
 from fmest_cost_cloud.cost import billed_hours, estimate_cost, instances_needed  # noqa: E402
-from fmest_cost_cloud.table import (COLUMNS, PriceTableError, is_stale, read_quotes,  # noqa: E402
+from fmest_cost_cloud.table import (COLUMNS, PriceTableError, read_quotes,  # noqa: E402
                                     shipped_quotes)
 
 TODAY = date(2026, 11, 22)  # the day the shipped table was built
