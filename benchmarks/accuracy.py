@@ -419,7 +419,8 @@ def analyse(results: list[dict], fitters=()) -> dict:
         for name, key in (("per_stack", lambda r: [r["stack"]]),
                           ("per_gpu_family", lambda r: [r["gpu_family"]]),
                           ("per_feature", lambda r: list(r["features"])),
-                          ("per_source", lambda r: [r["source"]])):
+                          ("per_source", lambda r: [r["source"]]),
+                          ("per_counter_or_unit", lambda r: [r["measure_type"] or r["unit"]])):
             groups: dict[str, list] = {}
             for r in scored:
                 for g in key(r):
@@ -506,7 +507,7 @@ def print_report(results: list[dict], analysis: dict, seconds: float, rows_total
                                    THROUGHPUT_BASELINES)):
         q = analysis[quantity]
         print_summary_table(f"== {quantity.upper()} ({unit}) ==", q)
-        for name in ("per_stack", "per_gpu_family", "per_feature") + \
+        for name in ("per_stack", "per_gpu_family", "per_feature", "per_counter_or_unit") + \
                 (("per_source",) if show_rows else ()):
             print_breakdown(name.replace("_", " "), q[name], bases)
         if quantity == "memory":
@@ -548,7 +549,7 @@ def json_report(analysis: dict, rows_total: int, sources_total: int, seconds: fl
         q = analysis[quantity]
         out[quantity] = {k: q[k] for k in ("in_sample", "loso", "unseen", "baselines",
                                            "per_stack", "per_gpu_family", "per_feature",
-                                           "per_source",
+                                           "per_source", "per_counter_or_unit",
                                            "checks", "suspect", "implausible")}
     return out
 
