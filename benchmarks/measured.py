@@ -23,9 +23,10 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    hidden=..; n_heads=..`` (BigScience's custom GPTs) -> that family's preset architecture
    (BLOOM) with those dimensions; a parenthetical ``(X shape)`` -> the preset X. Any other
    unknown model is unsupported: "no preset for model X".
-2. **GPU** -> the fmest GPU table by name or alias. Names stating only a capacity (``80GB GPU``,
-   ``24GB GPU``) map to a GPU of that capacity (A100-SXM-80GB, RTX4090-24GB); only capacity
-   matters for the memory rows that carry them.
+2. **GPU** -> the fmest GPU table by name or alias (also without a ``-NNGB`` suffix). Names
+   stating only a capacity (``80GB GPU``, ``40GB``, ``48GB``, ``24GB``) map to a GPU of that
+   capacity (A100-SXM-80GB, A100-SXM-40GB, L40S-48GB, RTX4090-24GB); only capacity matters for
+   the memory rows that carry them.
 3. **dtype**: ``bf16``/``fp16``/``fp32`` as written; ``fp8`` and ``bf16+float8`` -> ``fp8``.
    **Precision**: ``precision=X`` in ``other`` wins; else a full fine-tune whose ``other`` states
    ``torch_dtype=bfloat16|float16`` or "pure bf16" (model loaded in half precision: HF
@@ -67,8 +68,8 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    pipeline stages in total (torchtitan ``build_pipeline_schedule``; interleaved 1F1B builds 2
    stages per rank), so ``micro_batch = N / stages``; without PP ``micro_batch = N``;
    (b) ``megatron-core`` rows with ``global_batch`` -> micro-batch 1 and accumulation
-   ``global_batch / dp`` (the PTD-P runs' micro-batch is unpublished; 1 is Megatron-LM's usual
-   setting in its example scripts); (c) otherwise unsupported ("micro-batch size not stated").
+   ``global_batch / dp`` (the PTD-P runs' micro-batch is unpublished: 1 is an assumption, the
+   smallest micro-batch, which the weak-scaling table's global batches always allow); (c) otherwise unsupported ("micro-batch size not stated").
    PP schedule: "interleaved" in ``other`` -> ``interleaved`` with 2 virtual stages; "gpipe" ->
    ``gpipe``; else 1F1B.
 9. **Activation checkpointing**: ``full``/``selective`` as given; ``offload`` -> ``full`` plus
