@@ -22,6 +22,7 @@ from typing import Optional
 
 from fmest.estimates import MemoryEstimate, Provenance
 from fmest.hookspecs import hookimpl
+from fmest.transforms import transforms_of
 
 MIB = 1 << 20
 #: GPU-side terms: the same constants as the analytic plugin, from core (fmest.device_terms),
@@ -32,7 +33,6 @@ from fmest.device_terms import (  # noqa: E402
 NCCL_INTERNODE_EXTRA_BYTES = 256 * MIB
 #: the CUDA caching allocator hands out blocks in multiples of 512 bytes
 ROUND_BYTES = 512
-TRACED_METHODS = ("traced", "hybrid")
 
 
 def cache_dir() -> Path:
@@ -116,15 +116,14 @@ def gpu_side_terms(peak_bytes: int, *, world_size: int, nodes: int) -> dict[str,
 
 def fsdp_world_size(job, ctx) -> int:
     """The fake-process-group size to trace FSDP2 with, or 1 when the job's sharding is scaled
-    instead: sharding fsdp_full_shard (or zero3, approximated by FSDP2) over a shard group > 1,
+    instead: a strategy that behaves like ``fully_shard`` (``ShardingStrategy
+    .gathers_full_shard``: FSDP FULL_SHARD, ZeRO-3 approximated by it) over a shard group > 1,
     full fine-tuning, pure/amp precision. ``FMEST_TRACE_FSDP=0`` turns it off."""
     if os.environ.get("FMEST_TRACE_FSDP", "1") == "0":
         return 1
     from fmest_torch_runner.runner import fsdp_traceable
 
-    lay = ctx.layout
-    group = ctx.sharding.shard_group_size(dp=lay.dp, gpus_per_node=lay.gpus_per_node,
-                                          hsdp_shard_size=job.parallelism.hsdp_shard_size)
+    group = transforms_of(job, ctx).sharding.group_size
     return group if fsdp_traceable(job, ctx.sharding, group) is None else 1
 
 
@@ -136,29 +135,26 @@ def parallel_factors(job, ctx, *, fsdp_traced: bool = False) -> tuple[dict[str, 
     by the group (tp/pp/cp/ep still scale).
 
     Weights, gradients and optimizer state divide by ``tp*pp`` (and experts by ``ep``), and by
-    the shard group when the sharding strategy shards them; activations divide by ``tp*cp``
-    (exact only with sequence parallelism; 1F1B keeps ~pp micro-batches of L/pp layers on the
-    first stage, so ``pp`` leaves them unchanged).
+    the sharding transform's divisors (``ctx.transforms.sharding``); activations divide by
+    ``tp*cp`` (exact only with sequence parallelism; 1F1B keeps ~pp micro-batches of L/pp
+    layers on the first stage, so ``pp`` leaves them unchanged).
     """
     lay = ctx.layout
+    plan = transforms_of(job, ctx).sharding
     notes: list[str] = []
     mp = lay.tp * lay.pp
-    pc = ctx.model.param_counts()
-    expert_frac = pc.experts / pc.total if pc.total else 0.0
+    counts = ctx.model.param_counts()
+    expert_frac = counts.experts / counts.total if counts.total else 0.0
     ep_keep = (1 - expert_frac) + expert_frac / lay.ep if lay.ep > 1 else 1.0
     state = ep_keep / mp
-    shards = set(ctx.sharding.shards)
-    group = ctx.sharding.shard_group_size(dp=lay.dp, gpus_per_node=lay.gpus_per_node,
-                                          hsdp_shard_size=job.parallelism.hsdp_shard_size)
-    f = {"params": state, "grads": state, "optimizer_state": state,
-         "activations": 1.0 / (lay.tp * lay.cp), "temporaries": 1.0 / (lay.tp * lay.cp),
-         "optimizer_temporaries": state}
-    if group > 1 and not fsdp_traced:
-        for cat, what in (("params", "parameters"), ("grads", "gradients"),
-                          ("optimizer_state", "optimizer"), ("optimizer_temporaries",
-                                                             "optimizer")):
-            if what in shards:
-                f[cat] /= group
+    factors = {"params": state, "grads": state, "optimizer_state": state,
+               "activations": 1.0 / (lay.tp * lay.cp), "temporaries": 1.0 / (lay.tp * lay.cp),
+               "optimizer_temporaries": state}
+    if plan.group_size > 1 and not fsdp_traced:
+        for cat, divisor in (("params", plan.params_divisor), ("grads", plan.grads_divisor),
+                             ("optimizer_state", plan.optimizer_divisor),
+                             ("optimizer_temporaries", plan.optimizer_divisor)):
+            factors[cat] /= divisor
     if mp > 1 or lay.ep > 1 or lay.cp > 1:
         notes.append(f"tp={lay.tp} pp={lay.pp} cp={lay.cp} ep={lay.ep} not executed by the "
                      "trace: weights/grads/optimizer state scaled by 1/(tp*pp)"
@@ -166,15 +162,16 @@ def parallel_factors(job, ctx, *, fsdp_traced: bool = False) -> tuple[dict[str, 
                      + ", activations by 1/(tp*cp)"
                      + ("" if job.parallelism.sequence_parallel or lay.tp == 1 else
                         " (optimistic without sequence parallelism)"))
+    shards = ctx.sharding.shards
     if fsdp_traced:
-        notes.append(f"{ctx.sharding.name} sharding traced: FSDP2 fully_shard over a fake "
-                     f"process group of {group} ranks, per-rank bytes of rank 0"
-                     + ("; DeepSpeed ZeRO-3 approximated by FSDP2 (its bucketing, prefetch and "
-                        "persistence thresholds differ)" if ctx.sharding.name == "zero3" else ""))
-    elif group > 1 and shards:
+        notes.append(f"{ctx.sharding.name} sharding traced as FSDP2 fully_shard over a fake "
+                     f"process group of {plan.group_size} ranks, per-rank bytes of rank 0 "
+                     f"(strategies other than PyTorch FSDP are approximated: their bucketing, "
+                     f"prefetch and persistence thresholds differ)")
+    elif plan.group_size > 1 and shards:
         notes.append(f"{ctx.sharding.name} sharding not executed by the trace (no fake process "
-                     f"group): {', '.join(sorted(shards))} scaled by 1/{group}")
-    return f, notes
+                     f"group): {', '.join(sorted(shards))} scaled by 1/{plan.group_size}")
+    return factors, notes
 
 
 def _scaled_windows(res, factors: dict[str, float], gather_bytes: int) -> dict[str, dict]:
@@ -191,16 +188,16 @@ def _scaled_windows(res, factors: dict[str, float], gather_bytes: int) -> dict[s
     return out
 
 
-def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimate]:
-    """The traced :class:`MemoryEstimate` of ``job`` (None when the runner cannot run it)."""
+def _trace(job, ctx, use_cache: bool):
+    """(run spec, result, cache hit) of the job's fake trace; None when it cannot run."""
     try:
         from fmest_torch_runner.runner import Unsupported, run_spec_from_job
     except ImportError:  # torch/transformers missing
         return None
     try:
-        fsdp_w = fsdp_world_size(job, ctx)
         run = run_spec_from_job(job, ctx.model, optimizer_name=ctx.optimizer.name, device="fake",
-                                sharding=ctx.sharding, fsdp_world_size=fsdp_w)
+                                sharding=ctx.sharding, fsdp_world_size=fsdp_world_size(job, ctx),
+                                precision=transforms_of(job, ctx).precision)
     except Unsupported:
         return None  # e.g. QLoRA: bitsandbytes cannot be traced on CPU; the policy falls back
     res, hit = traced_run(run, use_cache=use_cache)
@@ -208,64 +205,93 @@ def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimat
         return None
     if res.status != "ok":
         raise RuntimeError(f"fake trace failed: {res.error}")
+    return run, res, hit
+
+
+def _gather_bytes(job, ctx, res, factors) -> int:
+    """Parameters gathered per layer when the trace did not run the sharding (ZeRO-3/FSDP
+    scaled): ~two layers' unsharded weights at a time (current + prefetch)."""
+    plan = transforms_of(job, ctx).sharding
+    unsharded = res.breakdown_bytes.get("params", 0) * factors["params"] * plan.params_divisor
+    return int(2 * unsharded / max(1, ctx.model.num_layers))
+
+
+def _phase_peaks(windows: dict, layout) -> dict[str, int]:
+    """Per phase kind, the largest window plus its GPU-side terms."""
+    peaks: dict[str, int] = {}
+    for window, cats in windows.items():
+        kind = window.split("_", 1)[1]
+        peak = sum(cats.values())
+        peak += sum(gpu_side_terms(peak, world_size=layout.world_size,
+                                   nodes=layout.nodes).values())
+        peaks[kind] = max(peaks.get(kind, 0), peak)
+    return peaks
+
+
+def _trace_notes(job, run, res, hit: bool, window: str, fsdp_traced: bool) -> list[str]:
+    autocast = ""
+    if run.autocast_dtype:
+        autocast = (f", MixedPrecisionPolicy {run.autocast_dtype} (no autocast)" if fsdp_traced
+                    else f", autocast {run.autocast_dtype}")
+    notes = [f"fake-tensor trace of 2 training steps of the transformers model "
+             f"({run.precision}, {run.param_dtype} weights{autocast}, {run.optimizer} "
+             f"{run.optimizer_impl}, peak in {window}; trace "
+             + ("from cache" if hit else f"{res.wall_seconds:.1f} s") + ")",
+             "GPU-side terms cuda_context, allocator_reserve, nccl_buffers are uncalibrated "
+             "defaults (docs/torch_runner.md)"]
+    if run.attention != job.training.attention:
+        notes.append(f"attention {job.training.attention!r} traced as {run.attention!r}")
+    if job.training.attention == "flash":
+        notes.append("flash attention traced with the CPU sdpa flash kernel (no s^2 tensors)")
+    return notes
+
+
+def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimate]:
+    """The traced :class:`MemoryEstimate` of ``job`` (None when the runner cannot run it):
+    trace, scale by the transforms' divisors, add gathered layers and GPU-side terms."""
+    traced = _trace(job, ctx, use_cache)
+    if traced is None:
+        return None
+    run, res, hit = traced
     fsdp_traced = run.fsdp_world_size > 1
-    factors, notes = parallel_factors(job, ctx, fsdp_traced=fsdp_traced)
+    factors, scale_notes = parallel_factors(job, ctx, fsdp_traced=fsdp_traced)
     gather = 0
-    if (not fsdp_traced and ctx.sharding.param_gather
-            and "parameters" in ctx.sharding.shards):
-        # ZeRO-3/FSDP: ~two layers' weights gathered at a time (current + prefetch)
-        unsharded = res.breakdown_bytes.get("params", 0) * factors["params"] * \
-            ctx.sharding.shard_group_size(dp=ctx.layout.dp, gpus_per_node=ctx.layout.gpus_per_node,
-                                          hsdp_shard_size=job.parallelism.hsdp_shard_size)
-        gather = int(2 * unsharded / max(1, ctx.model.num_layers))
-        notes.append("parameter all-gather: two layers' unsharded weights added to forward/"
-                     "backward windows")
+    if not fsdp_traced and ctx.sharding.param_gather and "parameters" in ctx.sharding.shards:
+        gather = _gather_bytes(job, ctx, res, factors)
+        scale_notes.append("parameter all-gather: two layers' unsharded weights added to "
+                           "forward/backward windows")
     windows = _scaled_windows(res, factors, gather)
     if fsdp_traced:  # pitfall (i): the step-1 optimizer window is not trusted under FSDP
         from fmest_torch_runner.runner import FSDP_IGNORED_WINDOW
 
         windows.pop(FSDP_IGNORED_WINDOW, None)
-    win, comps = max(windows.items(), key=lambda kv: sum(kv[1].values()))
-    peak = sum(comps.values())
-    extras = gpu_side_terms(peak, world_size=ctx.layout.world_size, nodes=ctx.layout.nodes)
-    components = {k: v for k, v in comps.items()}
-    components.update(extras)
-    total = sum(components.values())
-    phase_peaks: dict[str, int] = {}
-    for w, cats in windows.items():
-        kind = w.split("_", 1)[1]
-        p = sum(cats.values())
-        p += sum(gpu_side_terms(p, world_size=ctx.layout.world_size,
-                                nodes=ctx.layout.nodes).values())
-        phase_peaks[kind] = max(phase_peaks.get(kind, 0), p)
-    notes = [f"fake-tensor trace of 2 training steps of the transformers model "
-             f"({run.precision}, {run.param_dtype} weights"
-             + ((f", MixedPrecisionPolicy {run.autocast_dtype} (no autocast)"
-                 if fsdp_traced else f", autocast {run.autocast_dtype}")
-                if run.autocast_dtype else "")
-             + f", {run.optimizer} {run.optimizer_impl}, peak in {win}; trace "
-             + ("from cache" if hit else f"{res.wall_seconds:.1f} s") + ")",
-             "GPU-side terms cuda_context, allocator_reserve, nccl_buffers are uncalibrated "
-             "defaults (docs/torch_runner.md)"] + notes
-    if run.attention != job.training.attention:
-        notes.append(f"attention {job.training.attention!r} traced as {run.attention!r}")
-    if job.training.attention == "flash":
-        notes.append("flash attention traced with the CPU sdpa flash kernel (no s^2 tensors)")
+    window, comps = max(windows.items(), key=lambda kv: sum(kv[1].values()))
+    components = dict(comps)
+    components.update(gpu_side_terms(sum(comps.values()), world_size=ctx.layout.world_size,
+                                     nodes=ctx.layout.nodes))
+    notes = _trace_notes(job, run, res, hit, window, fsdp_traced) + scale_notes
     return MemoryEstimate(
-        total_bytes=int(total), components={k: int(v) for k, v in components.items()},
+        total_bytes=int(sum(components.values())),
+        components={k: int(v) for k, v in components.items()},
         provenance=Provenance(basis="traced", detail="FakeTensorMode + live-storage tracker, "
                               "CPU kernel semantics, 512-byte rounding"
                               + (f", FSDP2 on a fake process group of {run.fsdp_world_size}"
                                  if fsdp_traced else "")),
-        phase=win.split("_", 1)[1], phase_peaks_bytes=phase_peaks, notes=tuple(notes))
+        phase=window.split("_", 1)[1], phase_peaks_bytes=_phase_peaks(windows, ctx.layout),
+        notes=tuple(notes))
+
+
+@hookimpl
+def fmest_register_estimators(register):
+    """Traced answers (basis ``traced``), asked only by policies that can choose them; a trace
+    costs seconds, so the batch search does not ask per candidate."""
+    register("traced", searchable=False)
 
 
 @hookimpl
 def fmest_estimate_memory(job, ctx):
-    """Answer with basis ``traced`` only for ``options.method`` traced or hybrid (a trace
-    costs seconds); None otherwise, and for jobs the runner cannot execute."""
-    if job.options.method not in TRACED_METHODS:
-        return None
+    """The traced answer (basis ``traced``; the engine asks only when the job's policy can
+    choose it); None for jobs the runner cannot execute."""
     return traced_memory(job, ctx)
 
 

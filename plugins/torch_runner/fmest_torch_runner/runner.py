@@ -33,8 +33,8 @@ CATEGORIES = ("params", "grads", "optimizer_state", "activations", "temporaries"
 RUNNER_VERSION = "2"  # 2: fsdp_world_size (FSDP2 on a fake process group)
 #: the optimizers the runner can instantiate: canonical fmest name -> (torch class, kwargs)
 SUPPORTED_OPTIMIZERS = ("adamw", "adamw_torch_fused", "sgd", "sgd_momentum")
-#: sharding strategies traced with FSDP2 ``fully_shard`` (zero3 as an approximation)
-FSDP_TRACED_STRATEGIES = ("fsdp_full_shard", "zero3")
+#: sharding strategies are traced with FSDP2 ``fully_shard`` when they behave like it
+#: (``ShardingStrategy.gathers_full_shard``: FSDP FULL_SHARD, ZeRO-3 as an approximation)
 
 
 class Unsupported(Exception):
@@ -115,25 +115,21 @@ class RunResult:
 
 def resolve_precision(training, sharding=None) -> str:
     """Core's rule (:func:`fmest.precision.resolve_precision`, shared with the memory and time
-    plugins) for ``precision="auto"``; without a sharding strategy, a single GPU (DDP).
+    plugins; the engine resolves it into ``ctx.transforms.precision``) for ``precision="auto"``;
+    without a sharding strategy, one that shards nothing (a single GPU or DDP).
 
     What the runner builds: ``pure`` = everything in ``dtype`` (LoRA adapters too); ``amp`` =
     full: fp32 weights + ``torch.autocast(dtype)``, LoRA: base in ``dtype``, adapters fp32
     (peft ``autocast_adapter_dtype``) + autocast; ``master`` = ``dtype`` weights and grads +
     an fp32 master copy the optimizer updates."""
-    from fmest.default_plugins.parallelism import BUILTIN_STRATEGIES
     from fmest.precision import resolve_precision as rule
+    from fmest.transforms import ShardingStrategy
 
-    return rule(training, sharding if sharding is not None else BUILTIN_STRATEGIES[0])
+    return rule(training, sharding if sharding is not None else ShardingStrategy(name="none"))
 
 
-def run_spec_from_job(job, spec, *, optimizer_name: Optional[str] = None,
-                      device: str = "fake", sharding=None, fsdp_world_size: int = 1) -> RunSpec:
-    """The :class:`RunSpec` of ``job`` on ``spec`` (a :class:`fmest.models.ModelSpec` with
-    ``hf_config``). Raises :class:`Unsupported` naming what the runner cannot execute.
-
-    ``fsdp_world_size > 1`` asks for a traced FSDP2 full-shard run (see
-    :func:`fsdp_traceable`); it raises :class:`Unsupported` when the job cannot be traced so."""
+def _check_runnable(job, spec, device: str) -> None:
+    """Raise :class:`Unsupported` naming what the runner cannot execute for ``job``."""
     tr = job.training
     if not spec.hf_config:
         raise Unsupported(f"model {spec.name!r} has no hf_config to build it from")
@@ -151,26 +147,49 @@ def run_spec_from_job(job, spec, *, optimizer_name: Optional[str] = None,
             raise Unsupported(f"training.{flag} is not run by the torch runner")
     if job.parallelism.cpu_offload != "none":
         raise Unsupported("CPU offload is not run by the torch runner")
-    opt = (optimizer_name or tr.optimizer).lower()
+
+
+def _optimizer_choice(training, optimizer_name: Optional[str]) -> tuple[str, str]:
+    """(torch optimizer, implementation) the runner instantiates for the job's optimizer."""
+    opt = (optimizer_name or training.optimizer).lower()
     if opt == "adam":
         opt = "adamw"
     if opt not in SUPPORTED_OPTIMIZERS:
         raise Unsupported(f"optimizer {opt!r} (supported: {', '.join(SUPPORTED_OPTIMIZERS)})")
-    impl = tr.optimizer_impl
+    impl = training.optimizer_impl
     if opt == "adamw_torch_fused":
         opt, impl = "adamw", "fused"
     if impl == "auto":  # the CUDA default: foreach for AdamW and SGD
         impl = "foreach"
-    precision = resolve_precision(tr, sharding)
-    half = None if tr.dtype == "fp32" else tr.dtype
+    return opt, impl
+
+
+def _weight_dtypes(training, precision: str) -> tuple[str, Optional[str]]:
+    """(dtype the weights are built in, autocast dtype or None) under ``precision``."""
+    half = None if training.dtype == "fp32" else training.dtype
     if precision == "pure":
-        param_dtype, autocast = tr.dtype, None
-    elif precision == "amp" and tr.technique != "full":
-        param_dtype, autocast = tr.dtype, half  # frozen base stays in dtype
-    elif precision == "amp":
-        param_dtype, autocast = "fp32", half
-    else:  # master: dtype weights/grads + fp32 master copy and states
-        param_dtype, autocast = tr.dtype, None
+        return training.dtype, None
+    if precision == "amp" and training.technique != "full":
+        return training.dtype, half  # frozen base stays in dtype
+    if precision == "amp":
+        return "fp32", half
+    return training.dtype, None  # master: dtype weights/grads + fp32 master copy and states
+
+
+def run_spec_from_job(job, spec, *, optimizer_name: Optional[str] = None,
+                      device: str = "fake", sharding=None, fsdp_world_size: int = 1,
+                      precision: Optional[str] = None) -> RunSpec:
+    """The :class:`RunSpec` of ``job`` on ``spec`` (a :class:`fmest.models.ModelSpec` with
+    ``hf_config``). Raises :class:`Unsupported` naming what the runner cannot execute.
+
+    ``precision``: the resolved policy (``ctx.transforms.precision``); without it the core rule
+    runs with ``sharding``. ``fsdp_world_size > 1`` asks for a traced FSDP2 full-shard run (see
+    :func:`fsdp_traceable`); it raises :class:`Unsupported` when the job cannot be traced so."""
+    tr = job.training
+    _check_runnable(job, spec, device)
+    opt, impl = _optimizer_choice(tr, optimizer_name)
+    precision = precision or resolve_precision(tr, sharding)
+    param_dtype, autocast = _weight_dtypes(tr, precision)
     attention = tr.attention
     if spec.eager_only and attention == "sdpa":
         attention = "eager"
@@ -193,9 +212,10 @@ def fsdp_traceable(job, sharding, world_size: int, *, device: str = "fake") -> O
         return f"FSDP2 tracing is fake-mode only (device {device})"
     if world_size <= 1:
         return "world size 1"
-    name = getattr(sharding, "name", str(sharding))
-    if name not in FSDP_TRACED_STRATEGIES:
-        return f"sharding {name!r} is not traced (only {', '.join(FSDP_TRACED_STRATEGIES)})"
+    if not sharding.gathers_full_shard:
+        return (f"sharding {sharding.name!r} is not traced (only strategies that shard "
+                "parameters, gradients and optimizer states and gather per layer, as FSDP2 "
+                "fully_shard does)")
     if job.training.technique != "full":
         return f"technique {job.training.technique!r} under FSDP is not traced"
     if resolve_precision(job.training, sharding) not in ("pure", "amp"):
@@ -429,32 +449,83 @@ def _storage_bytes(tensors) -> int:
     return total
 
 
-def _train_steps(model, run: RunSpec, mode: str, tracker, *, on_phase=None, sync=None):
-    """Run ``run.steps`` optimizer steps; ``on_phase(window, kind)`` / ``on_phase(None, None)``
-    bracket each phase. Returns the wall seconds of each step."""
+@frozen(kw_only=True)
+class _StepState:
+    """What the steps run on: trainable parameters, the batch, the optimizer, the fp32 master
+    copies (``master`` precision) and the autocast context."""
+
+    params: list
+    ids: Any
+    optimizer: Any
+    masters: Optional[list]
+    amp: Any
+
+
+def _prepare_steps(model, run: RunSpec, mode: str, tracker) -> _StepState:
+    """Register the start-of-run tensors (weights, buffers, the batch) before anything else
+    runs (a ``.detach()`` of a weight would otherwise claim its storage as a temporary), then
+    build the optimizer (over fp32 master copies under ``master`` precision)."""
     import torch
 
     device = "cuda" if mode == "cuda" else "cpu"
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [param for param in model.parameters() if param.requires_grad]
     vocab = model.config.vocab_size if hasattr(model, "config") else run.hf_config["vocab_size"]
     ids = torch.randint(0, vocab, (run.micro_batch_size, run.seq_len), device=device)
-    # start-of-run tensors: weights, buffers, the batch. Register before anything else runs
-    # (a .detach() of a weight would otherwise claim its storage as a temporary)
-    tracker.register([p for p in model.parameters()], "params")
-    tracker.register([b for b in model.buffers()], "params")
+    tracker.register(list(model.parameters()), "params")
+    tracker.register(list(model.buffers()), "params")
     tracker.register([ids], "activations")
     tracker.start_bytes = tracker.total
     masters = None
     if run.precision == "master":
-        # dtype weights and grads + fp32 master weights; the optimizer updates the masters
-        masters = [p.detach().float().requires_grad_(False) for p in params]
+        masters = [param.detach().float().requires_grad_(False) for param in params]
         tracker.relabel(masters, "optimizer_state")
-        opt = make_optimizer(masters, run)
-    else:
-        opt = make_optimizer(params, run)
+    opt = make_optimizer(masters if masters is not None else params, run)
     # under FSDP2 the MixedPrecisionPolicy casts the gathered weights (no autocast)
     amp = (torch.autocast(device, dtype=_dtype(run.autocast_dtype))
            if run.autocast_dtype and run.fsdp_world_size <= 1 else contextlib.nullcontext())
+    return _StepState(params=params, ids=ids, optimizer=opt, masters=masters, amp=amp)
+
+
+def _micro_batch(model, run: RunSpec, state: _StepState, tracker, phase, end, step: int):
+    """Forward and backward of one micro-batch, each its own phase window."""
+    phase(f"s{step}_forward", "forward")
+    with state.amp:
+        loss = model(input_ids=state.ids, labels=state.ids, use_cache=False).loss
+    if run.micro_batches > 1:
+        loss = loss / run.micro_batches
+    end()
+    phase(f"s{step}_backward", "backward")
+    loss.backward()
+    del loss
+    tracker.relabel([param.grad for param in state.params if param.grad is not None], "grads")
+    end()
+
+
+def _optimizer_step(state: _StepState, tracker) -> None:
+    """The update (on the fp32 masters under ``master`` precision, copied back), then
+    ``zero_grad(set_to_none=True)``."""
+    import torch
+
+    masters, opt = state.masters, state.optimizer
+    if masters is not None:
+        for param, master in zip(state.params, masters):
+            master.grad = param.grad.float() if param.grad is not None else None
+            param.grad = None
+    opt.step()
+    tracker.relabel([value for st in opt.state.values() for value in st.values()
+                     if isinstance(value, torch.Tensor)], "optimizer_state")
+    if masters is not None:
+        with torch.no_grad():
+            for param, master in zip(state.params, masters):
+                param.copy_(master)
+                master.grad = None
+    opt.zero_grad(set_to_none=True)
+
+
+def _train_steps(model, run: RunSpec, mode: str, tracker, *, on_phase=None, sync=None):
+    """Run ``run.steps`` optimizer steps; ``on_phase(window, kind)`` / ``on_phase(None, None)``
+    bracket each phase. Returns the wall seconds of each step."""
+    state = _prepare_steps(model, run, mode, tracker)
 
     def phase(window, kind):
         if on_phase:
@@ -470,37 +541,15 @@ def _train_steps(model, run: RunSpec, mode: str, tracker, *, on_phase=None, sync
     for step in range(1, run.steps + 1):
         if sync:
             sync()
-        t0 = time.perf_counter()
+        started = time.perf_counter()
         for _ in range(run.micro_batches):
-            phase(f"s{step}_forward", "forward")
-            with amp:
-                loss = model(input_ids=ids, labels=ids, use_cache=False).loss
-            if run.micro_batches > 1:
-                loss = loss / run.micro_batches
-            end()
-            phase(f"s{step}_backward", "backward")
-            loss.backward()
-            del loss
-            tracker.relabel([p.grad for p in params if p.grad is not None], "grads")
-            end()
+            _micro_batch(model, run, state, tracker, phase, end, step)
         phase(f"s{step}_optimizer", "optimizer")
-        if masters is not None:
-            for p, m in zip(params, masters):
-                m.grad = p.grad.float() if p.grad is not None else None
-                p.grad = None
-        opt.step()
-        tracker.relabel([v for st in opt.state.values() for v in st.values()
-                         if isinstance(v, torch.Tensor)], "optimizer_state")
-        if masters is not None:
-            with torch.no_grad():
-                for p, m in zip(params, masters):
-                    p.copy_(m)
-                    m.grad = None
-        opt.zero_grad(set_to_none=True)
+        _optimizer_step(state, tracker)
         end()
         if sync:
             sync()
-        times.append(time.perf_counter() - t0)
+        times.append(time.perf_counter() - started)
     return times
 
 
@@ -607,8 +656,8 @@ def _run_fake_fsdp(run: RunSpec, res: RunResult, round_bytes: int) -> None:
     if run.steps < 2:
         raise Unsupported("FSDP tracing needs two steps (the step-1 optimizer window is "
                           "ignored)")
-    W = run.fsdp_world_size
-    with _patched_mask_helper(), _fake_process_group(W) as mesh:
+    world = run.fsdp_world_size
+    with _patched_mask_helper(), _fake_process_group(world) as mesh:
         fake_mode = FakeTensorMode()
         model = build_model(run, "fake", fake_mode)
         _count(model, res)
@@ -629,7 +678,7 @@ def _run_fake_fsdp(run: RunSpec, res: RunResult, round_bytes: int) -> None:
     mp = (f", MixedPrecisionPolicy {run.autocast_dtype}/fp32"
           if run.precision == "amp" and run.autocast_dtype else "")
     res.notes.append(
-        f"fake trace of FSDP2 full sharding over {W} ranks (fake process group, fully_shard per "
+        f"fake trace of FSDP2 full sharding over {world} ranks (fake process group, fully_shard per "
         f"decoder layer + root{mp}); "
         f"per-rank (rank 0) bytes; {grow} storage grows / {shrink} frees by resize_; "
         f"window {FSDP_IGNORED_WINDOW} ignored for the peak; CPU kernel semantics"

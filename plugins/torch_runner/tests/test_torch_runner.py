@@ -174,11 +174,14 @@ def test_plugin_does_not_import_torch():
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
-def test_plugin_answers_only_for_traced_and_hybrid():
+def test_engine_asks_the_traced_plugin_only_for_policies_that_choose_it():
+    """The plugin declares basis ``traced`` (fmest_register_estimators); the theory policy
+    never asks it, the traced policy does (no method-name check in the plugin)."""
     engine = new_engine((tr_plugin, "torch_runner"))
-    job = job_from_dict(tiny_job())
-    ctx = engine.context(job)
-    assert tr_plugin.fmest_estimate_memory(job, ctx) is None  # method theory
+    job = job_from_dict(tiny_job())  # method theory
+    assert engine.estimate_memory(job).chosen is None
+    traced = engine.estimate_memory(job.evolve(options={"method": "traced"})).chosen
+    assert traced is not None and traced.provenance.plugin == "torch_runner"
 
 
 def test_traced_estimate_through_the_engine(tmp_path):
@@ -393,11 +396,22 @@ ANALYTIC_GRID = {
 GPU_ONLY = ("cuda_context", "allocator_reserve", "nccl_buffers")
 
 
+#: Per-case tolerance of the analytic plugin against the exact fake trace (relative, allocated
+#: bytes). Measured gaps at the time of writing (torch 2.13, transformers 5): amp_bf16_v8k
+#: -2.6 %, amp_v32k_h512_s512b4 -2.2 % (autocast caches and the amp step are counted a little
+#: low), sdpa_v8k +1.1 %, lora_v8k +0.3 %, every other case within 0.1 %. A
+#: change that moves a case past its tolerance is a regression (or a documented improvement
+#: that tightens it here).
+ANALYTIC_TOLERANCE = {"amp_bf16_v8k": 0.035, "amp_v32k_h512_s512b4": 0.03, "sdpa_v8k": 0.02,
+                      "lora_v8k": 0.01}
+ANALYTIC_DEFAULT_TOLERANCE = 0.005
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ANALYTIC_GRID))
 def test_analytic_plugin_against_trace_truth(name):
     """The analytic plugin's allocated bytes (GPU-only terms removed) vs the fake trace, which
-    equals the CPU allocator (test above). Gaps > 10 % are reported, see the docs."""
+    equals the CPU allocator (test above), within the case's ``ANALYTIC_TOLERANCE``."""
     theory = pytest.importorskip("fmest_memory_theory.plugin")
     cfg_over, tr_over = ANALYTIC_GRID[name]
     jd = tiny_job(**{"seq_len": 256, "micro_batch_size": 2, **tr_over})
@@ -410,10 +424,9 @@ def test_analytic_plugin_against_trace_truth(name):
     spec = run_spec_from_job(job, ctx.model, optimizer_name=ctx.optimizer.name,
                              sharding=ctx.sharding)
     truth = run(spec, "fake").peak_bytes
-    gap = (analytic - truth) / truth
-    print(f"{name}: analytic {analytic} truth {truth} gap {gap:+.1%}")
-    if abs(gap) >= 0.10:
-        pytest.xfail(f"analytic off by {gap:+.1%} (recorded in docs/torch_runner.md)")
+    tolerance = ANALYTIC_TOLERANCE.get(name, ANALYTIC_DEFAULT_TOLERANCE)
+    assert analytic == pytest.approx(truth, rel=tolerance), \
+        f"{name}: analytic {analytic} vs trace {truth} ({(analytic - truth) / truth:+.2%})"
 
 
 # -- fmest probe -------------------------------------------------------------------------------
