@@ -13,7 +13,6 @@ import asyncio
 import json
 import logging
 import os
-import tempfile
 import threading
 from importlib import resources
 from typing import Any
@@ -27,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 from fmest import __version__
 from fmest.errors import FmestError, InputError
 from fmest.serve import schema
-from fmest.serve.inputs import estimate_args
+from fmest.serve.inputs import INPUT_SOURCE, estimate_args
 
 log = logging.getLogger("fmest.serve")
 
@@ -41,6 +40,10 @@ DEFAULT_TIMEOUT_SECONDS = 120.0
 #: Policies that answer from formulas only and may run in parallel threads. Every other policy
 #: may trace with torch (process-wide dispatch state) or load bundles, and runs one at a time.
 CONCURRENT_METHODS = frozenset({"theory"})
+#: Worker threads for estimates. Formula estimates hold the GIL, so more threads add no
+#: throughput, only switching; a few keep the queue first-come first-served (lower p99 under
+#: load, benchmarks/serve_load.py) while one slow request does not block the others.
+WORKER_THREADS = 4
 
 
 def error_body(field: str | None, message: str, accepted: Any = None) -> dict:
@@ -77,53 +80,22 @@ class _ServiceEngine:
         engine.resolve_model = resolve_model
 
 
-def read_job(args, job_input):
-    """The job ``fmest estimate -f INPUT FLAGS`` would build from the parsed body.
-
-    The job input goes to the CLI's reader as the file ``-f`` would name, so detection of
-    EstimateInputs, ignored-field reporting and merge order are the CLI's own.
-    """
-    from fmest import cli
-    from fmest.convert import job_from_dict
-
-    path = None
-    try:
-        if job_input is not None:
-            handle, path = tempfile.mkstemp(prefix="fmest-serve-", suffix=".json")
-            with os.fdopen(handle, "w", encoding="utf-8") as fh:
-                json.dump(job_input, fh)
-            args.input_file = path
-        try:
-            data = cli.job_dict_from_args(args)
-        except InputError as exc:
-            if exc.field != "--input-file":
-                raise
-            message = str(exc).removeprefix("--input-file: ").split(" (got ")[0]
-            raise InputError("input", message) from None
-    finally:
-        if path is not None:
-            os.unlink(path)
-    return job_from_dict(data)
-
-
 def estimate_response(args, job_input, service: _ServiceEngine) -> str:
-    """The CLI's JSON text for one request (mirrors ``fmest.cli.cmd_estimate``'s JSON branch;
-    ``tests/test_serve.py`` checks that the two agree)."""
-    import attrs
+    """The JSON text ``fmest estimate --format json -f INPUT FLAGS`` prints for the parsed
+    body: the CLI's own input door (:func:`fmest.cli.jobs_from_args`) and renderer
+    (:func:`fmest.cli.report_output`)."""
+    import fmest
+    from fmest import cli
+    from fmest.inputs import read_document
 
-    from fmest.report import report_to_dict
-
-    job = read_job(args, job_input)
-    if job.options.method in CONCURRENT_METHODS:
-        report = service.engine.estimate(job)
+    layers = read_document(job_input, source=INPUT_SOURCE) if job_input is not None else None
+    pairs = cli.jobs_from_args(args, job_layers=layers)
+    if all(job.options.method in CONCURRENT_METHODS for job, _ in pairs):
+        report = fmest.estimate_jobs(pairs, engine=service.engine)
     else:
         with service.exclusive:
-            report = service.engine.estimate(job)
-    ignored = getattr(args, "_ignored_input", None) or []
-    if ignored:
-        report = attrs.evolve(report, warnings=report.warnings + tuple(
-            f"input field ignored: {i}" for i in ignored))
-    return json.dumps(report_to_dict(report), default=str)
+            report = fmest.estimate_jobs(pairs, engine=service.engine)
+    return json.dumps(cli.report_output(report), default=str)
 
 
 def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -182,9 +154,12 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         return JSONResponse(error_body("body", f"request body over the limit of "
                                        f"{exc.limit} bytes"), status_code=413)
 
+    workers = anyio.CapacityLimiter(WORKER_THREADS)
+
     async def in_thread(fn, *args):
         try:
-            return await asyncio.wait_for(anyio.to_thread.run_sync(fn, *args), timeout_seconds)
+            return await asyncio.wait_for(anyio.to_thread.run_sync(fn, *args, limiter=workers),
+                                          timeout_seconds)
         except asyncio.TimeoutError:
             return JSONResponse(error_body("request", f"took longer than the server's limit "
                                            f"of {timeout_seconds:g} s"), status_code=504)
@@ -205,8 +180,9 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         from fmest.serve.plan import plan_available, plan_response
 
         if not plan_available():
-            return JSONResponse(error_body(None, "this fmest has no planner (fmest.plan is not "
-                                           "installed); POST /v1/estimate works"),
+            return JSONResponse(error_body(None, "this fmest has no planner the service can "
+                                           "call (fmest.plan.plan_output); POST /v1/estimate "
+                                           "works"),
                                 status_code=501)
         body = await read_json(request)
         return await in_thread(plan_response, body, service)

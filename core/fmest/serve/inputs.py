@@ -17,6 +17,8 @@ from typing import Any
 
 from fmest.errors import InputError
 
+#: How the service names the request's job input in messages (``-f`` names its file).
+INPUT_SOURCE = "request body"
 #: Flags the service does not take from a body: files on the server's disk and output format.
 SERVER_SIDE_FLAGS = frozenset({"input_file", "config", "config_format", "format", "plot", "help"})
 #: Top-level keys that belong to the job itself (fmest layout or EstimateInput).
@@ -27,22 +29,27 @@ _ESTIMATE_INPUT_KEYS = frozenset({"estimator", "estimator_metadata", "estimatorM
                                   "job_configs", "jobConfigs"})
 
 
-@functools.lru_cache(maxsize=1)
-def estimate_parser() -> argparse.ArgumentParser:
-    """The ``fmest estimate`` sub-parser, exactly as the CLI builds it."""
+def command_parser(name: str, commands: dict | None = None) -> argparse.ArgumentParser:
+    """The sub-parser of ``fmest NAME``, exactly as the CLI builds it (``commands``: the
+    plugin commands, as :meth:`fmest.engine.Engine.commands` returns them)."""
     from fmest.cli import build_parser
 
-    parser = build_parser()
+    parser = build_parser(commands)
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return sub.choices["estimate"]
+    return sub.choices[name]
 
 
 @functools.lru_cache(maxsize=1)
-def flag_actions() -> dict[str, argparse.Action]:
+def estimate_parser() -> argparse.ArgumentParser:
+    """The ``fmest estimate`` sub-parser."""
+    return command_parser("estimate")
+
+
+def flag_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     """JSON name -> argparse action: every long option (``--micro-batch`` -> ``micro_batch``)
-    and every destination (``per_device_batch``) of ``fmest estimate``."""
+    and every destination (``per_device_batch``) of a command."""
     out: dict[str, argparse.Action] = {}
-    for action in estimate_parser()._actions:
+    for action in parser._actions:
         if action.dest in SERVER_SIDE_FLAGS:
             continue
         names = [action.dest] + [o[2:].replace("-", "_") for o in action.option_strings
@@ -52,10 +59,10 @@ def flag_actions() -> dict[str, argparse.Action]:
     return out
 
 
-def flag_groups() -> list[tuple[str, list[argparse.Action]]]:
+def flag_groups(parser: argparse.ArgumentParser) -> list[tuple[str, list[argparse.Action]]]:
     """The CLI's argument groups (input, training, ...) with the flags the service takes."""
     groups = []
-    for group in estimate_parser()._action_groups:
+    for group in parser._action_groups:
         actions = [a for a in group._group_actions
                    if a.dest not in SERVER_SIDE_FLAGS and a.option_strings]
         if actions:
@@ -121,22 +128,28 @@ def split_body(body: Any) -> tuple[Any, dict[str, Any]]:
     else:
         job_input = {k: body.pop(k) for k in list(body) if k in JOB_KEYS} or None
         if job_input is not None and "model" in body and not _ESTIMATE_INPUT_KEYS & set(job_input):
-            job_input["model"] = body["model"]  # an fmest job names its model at the top
+            job_input["model"] = body.pop("model")  # an fmest job names its model at the top
     return job_input, body
 
 
-def estimate_args(body: Any) -> tuple[argparse.Namespace, Any]:
-    """The namespace ``fmest estimate --format json`` would parse from this body, and the job
+def args_from_body(parser: argparse.ArgumentParser, body: Any
+                   ) -> tuple[argparse.Namespace, Any]:
+    """The namespace ``fmest COMMAND --format json`` would parse from this body, and the job
     input that ``-f`` would read."""
     job_input, flags = split_body(body)
-    args = estimate_parser().parse_args([])
-    actions = flag_actions()
+    args = parser.parse_args([])
+    actions = flag_actions(parser)
     for name, value in flags.items():
         action = actions.get(name)
         if action is None:
-            raise InputError(name, "unknown field: not an fmest estimate flag (JSON names: the "
+            raise InputError(name, "unknown field: not a flag of this command (JSON names: the "
                              "flag without -- and with _ for -) nor a job section",
                              accepted=sorted(set(actions) | JOB_KEYS | {"input"}))
         setattr(args, action.dest, convert_flag(name, action, value))
     args.format = "json"
     return args, job_input
+
+
+def estimate_args(body: Any) -> tuple[argparse.Namespace, Any]:
+    """:func:`args_from_body` for ``fmest estimate``."""
+    return args_from_body(estimate_parser(), body)

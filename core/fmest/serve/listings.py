@@ -9,14 +9,24 @@ from fmest.convert import unstructure
 
 
 def models_listing(engine) -> list[dict[str, Any]]:
-    """Model presets as ``fmest models --format json`` lists them, restricted to the names
-    the engine's model registry holds (so a disabled preset plugin lists nothing)."""
-    from fmest.models.presets import list_presets
+    """The model registry as ``fmest models --format json`` lists it."""
+    from fmest import cli
 
-    registered = engine.registries.models
-    return [{"name": p.name, "model_type": p.model_type, "aliases": list(p.aliases),
-             "source": p.source, "retrieved": p.retrieved}
-            for p in list_presets() if p.name in registered]
+    rows = getattr(cli, "models_rows", None)
+    if rows is not None:
+        return rows(engine.registries)
+    reg = engine.registries
+
+    def model_type(name: str) -> str:
+        known = reg.model_info.get(name, {}).get("model_type")
+        return known if known is not None else reg.models.find(name)().model_type
+
+    return [{"name": name, "model_type": model_type(name),
+             "aliases": cli._display_aliases(reg, name),
+             "source": reg.model_sources.get(name, ""),
+             "retrieved": reg.model_info.get(name, {}).get("retrieved", ""),
+             "plugin": reg.models.source_of(name)}
+            for name in sorted(reg.models.names(), key=str.lower)]
 
 
 def gpus_listing(engine) -> list[dict[str, Any]]:

@@ -1,13 +1,33 @@
-"""``POST /v1/plan``: served only when the planner package (``fmest.plan``) is installed."""
+"""``POST /v1/plan``: the planner's ``fmest plan --format json`` object, served when the
+planner package exposes ``fmest.plan.plan_output(args, engine, *, job_layers=None)`` (the
+same seam as :func:`fmest.cli.estimate_output`); until then the route answers 501."""
 
 from __future__ import annotations
 
-import importlib.util
+import json
+from typing import Any, Callable, Optional
+
+from fmest.serve.inputs import INPUT_SOURCE, args_from_body, command_parser
+
+
+def _plan_output() -> Optional[Callable[..., Any]]:
+    try:
+        from fmest import plan as planner
+    except ImportError:
+        return None
+    return getattr(planner, "plan_output", None)
 
 
 def plan_available() -> bool:
-    return importlib.util.find_spec("fmest.plan") is not None
+    return _plan_output() is not None
 
 
-def plan_response(body, service):
-    raise NotImplementedError  # wired when fmest.plan lands (see docs/serve.md)
+def plan_response(body: Any, service) -> str:
+    """The JSON text of ``fmest plan --format json`` with the body's job and flags."""
+    from fmest.inputs import read_document
+
+    parser = command_parser("plan", service.engine.commands())
+    args, job_input = args_from_body(parser, body)
+    layers = read_document(job_input, source=INPUT_SOURCE) if job_input is not None else None
+    with service.exclusive:  # a plan runs thousands of estimates: one at a time
+        return json.dumps(_plan_output()(args, service.engine, job_layers=layers), default=str)

@@ -12,7 +12,7 @@ import argparse
 from typing import Any
 
 from fmest.cli import parse_bool, parse_count, parse_positive_int
-from fmest.serve.inputs import flag_groups, flag_name, is_bool_flag
+from fmest.serve.inputs import estimate_parser, flag_groups, flag_name, is_bool_flag
 
 DESCRIPTION = (
     "Estimate per-GPU memory, step time, tokens/s and cost of LLM training runs. "
@@ -83,7 +83,7 @@ def _flag_schema(action: argparse.Action) -> dict[str, Any]:
 def estimate_request_schema() -> dict[str, Any]:
     """The body of ``POST /v1/estimate``: flags by JSON name, the job sections, ``input``."""
     props: dict[str, Any] = {}
-    for title, actions in flag_groups():
+    for title, actions in flag_groups(estimate_parser()):
         for action in actions:
             prop = _flag_schema(action)
             prop["x-group"] = title
