@@ -453,14 +453,9 @@ def build_parser(commands: dict | None = None) -> argparse.ArgumentParser:
 
 
 def _plugin_commands(engine) -> dict:
-    out: dict = {}
-
-    def register(name, help, add_arguments, run):
-        out[name] = (help, add_arguments, run)
-
-    for impl in engine.pm.hook.fmest_register_commands.get_hookimpls():
-        impl.function(register=register)
-    return out
+    """CLI commands the plugins register (through the engine's calling layer: a plugin whose
+    registration fails is named among the load errors, the others' commands still work)."""
+    return engine.commands()
 
 
 def main(argv: Sequence[str] | None = None, *, engine=None) -> int:
