@@ -302,204 +302,218 @@ def _precision_bytes(job: Job, strategy) -> tuple[float, float, float]:
     return wire, per_param, act
 
 
-def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
-    """Array evaluation of every configuration of ``count`` GPUs of one type; returns the
-    feasible ones as a dict of arrays (or None)."""
-    job, model, calib = ctx["job"], ctx["model"], ctx["calib"]
-    shardings, ckpts, mbs = ctx["shardings"], sp.CHECKPOINTING, sp.MICRO_BATCHES
-    hs, offs, cks, mbv = ctx["inner"]
-    inner = len(hs)
+class _Pruner:
+    """Drops configurations by named rule, counting each under the first rule it breaks."""
+
+    def __init__(self, rejected: dict) -> None:
+        self.rejected = rejected
+
+    def apply(self, arrays: dict, rule: str, bad) -> dict:
+        bad = np.broadcast_to(np.asarray(bad, dtype=bool), arrays["tp"].shape)
+        hits = int(bad.sum())
+        if hits:
+            self.rejected[rule] = self.rejected.get(rule, 0) + hits
+            keep = ~bad
+            arrays = {name: (value[keep] if isinstance(value, np.ndarray)
+                             and value.shape == bad.shape else value)
+                      for name, value in arrays.items()}
+        return arrays
+
+
+def _gpus_per_node(opt: _GpuOption, count: int) -> int:
     gpn = opt.gpus_per_node
     while count % gpn:
         gpn //= 2
+    return gpn
+
+
+def _cross_product(shapes: list, inner_axes) -> dict:
+    """Structural layouts x (sharding, offload, checkpointing, micro-batch) as flat arrays."""
+    hs, offs, cks, mbv = inner_axes
+    per_shape = len(hs)
+    shape_index = np.repeat(np.arange(len(shapes)), per_shape)
+
+    def shape_array(attr, dtype=float):
+        return np.array([getattr(s, attr) for s in shapes], dtype=dtype)[shape_index]
+
+    arrays = {attr: shape_array(attr) for attr in ("tp", "pp", "cp", "dp", "vstages", "nodes")}
+    arrays["sp"] = shape_array("sp", bool)
+    for name, axis in (("hidx", hs), ("off", offs), ("ckidx", cks), ("mb", mbv)):
+        arrays[name] = np.tile(axis, len(shapes))
+    arrays["mb"] = arrays["mb"].astype(float)
+    return arrays
+
+
+def _prune_structure(arrays: dict, ctx: dict, gpn: int, pruner: _Pruner) -> dict:
+    """Rules 6-11 of :data:`fmest.plan.space.RULES` (global batch, pipeline fill, sharding
+    duplicates, DeepSpeed's ZeRO-2/3 + PP limit, offload without a sharded optimizer)."""
+    shardings = ctx["shardings"]
+
+    def per_sharding(test):
+        return np.array([test(strategy) for _, strategy in shardings], dtype=bool)
+
+    accum = ctx["samples"] / (arrays["mb"] * arrays["dp"])
+    arrays["accum"] = accum
+    arrays = pruner.apply(arrays, sp.RULES[5], (accum < 1) | (np.abs(accum - np.round(accum))
+                                                              > 1e-9))
+    arrays["accum"] = np.round(arrays["accum"])
+    arrays = pruner.apply(arrays, sp.RULES[6], (arrays["pp"] > 1)
+                          & (arrays["accum"] < arrays["pp"] * arrays["vstages"]))
+    group = arrays["dp"] * arrays["cp"]
+    sharded = per_sharding(lambda st: bool(st.shards))[arrays["hidx"]]
+    arrays = pruner.apply(arrays, sp.RULES[7], sharded & (group <= 1))
+    group = arrays["dp"] * arrays["cp"]
+    hybrid = per_sharding(lambda st: bool(st.hybrid))[arrays["hidx"]]
+    arrays = pruner.apply(arrays, sp.RULES[8], hybrid & (group <= gpn))
+    zero23 = per_sharding(lambda st: st.framework == "deepspeed"
+                          and "gradients" in st.shards)[arrays["hidx"]]
+    arrays = pruner.apply(arrays, sp.RULES[9], zero23 & (arrays["pp"] > 1))
+    opt_sharded = per_sharding(lambda st: "optimizer" in st.shards)[arrays["hidx"]]
+    return pruner.apply(arrays, sp.RULES[10], (arrays["off"] == 1) & ~opt_sharded)
+
+
+def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
+    """Array evaluation of every configuration of ``count`` GPUs of one type; returns
+    ``(feasible configurations as a dict of arrays or None, configurations evaluated)``."""
+    job, model, cons = ctx["job"], ctx["model"], ctx["cons"]
+    gpn = _gpus_per_node(opt, count)
+    per_shape = len(ctx["inner"][0])
     shapes = list(sp.shapes(count, gpus_per_node=gpn, heads=model.num_attention_heads,
                             kv_heads=model.num_kv_heads, layers=model.num_layers,
-                            seq_len=job.training.seq_len, rejected=rejected, inner=inner))
+                            seq_len=job.training.seq_len, rejected=rejected, inner=per_shape))
+    total = len(shapes) * per_shape
     if not shapes:
         return None, 0
-    n_shape = len(shapes)
-    total = n_shape * inner
-    if calib.times(opt.spec.name, "none") is None:
+    if ctx["calib"].times(opt.spec.name, "none") is None:
         rejected[sp.NO_TIME] = rejected.get(sp.NO_TIME, 0) + total
         return None, total
-    sidx = np.repeat(np.arange(n_shape), inner)
-    hidx, off, ckidx, mb = (np.tile(a, n_shape) for a in (hs, offs, cks, mbv))
-
-    def shape_arr(attr, dtype=float):
-        return np.array([getattr(s, attr) for s in shapes], dtype=dtype)[sidx]
-
-    tp, pp, cpv, dp = (shape_arr(a) for a in ("tp", "pp", "cp", "dp"))
-    vst = shape_arr("vstages")
-    spf = shape_arr("sp", bool)
-    nodes = shape_arr("nodes")
-    samples = ctx["samples"]
-    accum = samples / (mb * dp)
-    alive = np.ones(total, dtype=bool)
-
-    def prune(rule, bad):
-        nonlocal alive
-        hit = alive & bad
-        n = int(hit.sum())
-        if n:
-            rejected[rule] = rejected.get(rule, 0) + n
-        alive &= ~bad
-
-    def per_sharding(fn, dtype=float):
-        return np.array([fn(name, s) for name, s in shardings], dtype=dtype)[hidx]
-
-    sharded = per_sharding(lambda n, s: bool(s.shards), bool)
-    hybrid = per_sharding(lambda n, s: bool(s.hybrid), bool)
-    is_zero23 = per_sharding(lambda n, s: s.framework == "deepspeed" and "gradients" in s.shards,
-                             bool)
-    opt_sharded = per_sharding(lambda n, s: "optimizer" in s.shards, bool)
-    prune(sp.RULES[5], (accum < 1) | (np.abs(accum - np.round(accum)) > 1e-9))
-    prune(sp.RULES[6], (pp > 1) & (accum < pp * vst))
-    prune(sp.RULES[7], sharded & (dp * cpv <= 1))
-    prune(sp.RULES[8], hybrid & (dp * cpv <= gpn))
-    prune(sp.RULES[9], is_zero23 & (pp > 1))
-    prune(sp.RULES[10], (off == 1) & ~opt_sharded)
-    idx = np.nonzero(alive)[0]
-    if idx.size == 0:
+    pruner = _Pruner(rejected)
+    arrays = _prune_structure(_cross_product(shapes, ctx["inner"]), ctx, gpn, pruner)
+    if arrays["tp"].size == 0:
         return None, total
-    sel = {k: v[idx] for k, v in dict(tp=tp, pp=pp, cp=cpv, dp=dp, vstages=vst, sp=spf,
-                                       nodes=nodes, accum=np.round(accum), mb=mb.astype(float),
-                                       hidx=hidx, off=off, ckidx=ckidx, sidx=sidx).items()}
-    c = _coefficients(sel, opt, count, gpn, ctx)
-    mem = vec.memory_bytes(c)
-    fits = mem <= opt.spec.memory_bytes
-    keep = np.ones(idx.size, dtype=bool)
-
-    def prune_sel(rule, bad):
-        nonlocal keep
-        hit = keep & bad
-        n = int(hit.sum())
-        if n:
-            rejected[rule] = rejected.get(rule, 0) + n
-        keep &= ~bad
-
-    prune_sel(sp.RULES[11], ~fits)
-    cons = ctx["cons"]
-    prune_sel(sp.RULES[12], np.full(idx.size, cons.max_nodes is not None
-                                    and count / gpn > cons.max_nodes))
-    usd_h, quote = _bill(opt.quotes, count, gpn)
+    cfg = _coefficients(arrays, opt, count, gpn, ctx)
+    cfg["memory"] = vec.memory_bytes(cfg)
+    cfg = pruner.apply(cfg, sp.RULES[11], cfg["memory"] > opt.spec.memory_bytes)
+    cfg = pruner.apply(cfg, sp.RULES[12], cons.max_nodes is not None
+                       and count / gpn > cons.max_nodes)
+    usd_per_hour, quote = _bill(opt.quotes, count, gpn)
     needs_price = cons.objective in ("cost", "pareto") or cons.budget_usd is not None
-    prune_sel(sp.RULES[13], np.full(idx.size, needs_price and math.isnan(usd_h)))
-    if not keep.any():
+    cfg = pruner.apply(cfg, sp.RULES[13], needs_price and math.isnan(usd_per_hour))
+    if cfg["tp"].size == 0:
         return None, total
-    k = np.nonzero(keep)[0]
-    c = {name: (v[k] if isinstance(v, np.ndarray) and v.shape == (idx.size,) else v)
-         for name, v in c.items()}
-    step = vec.step_seconds(c)
+    cfg["step"] = vec.step_seconds(cfg)
     steps = ctx["steps"]
-    total_s = step * steps if steps is not None else np.full(k.size, np.nan)
-    usd = total_s / 3600.0 * usd_h
-    keep2 = np.ones(k.size, dtype=bool)
+    cfg["total_s"] = cfg["step"] * steps if steps is not None else np.full(cfg["tp"].size,
+                                                                            np.nan)
+    cfg["usd"] = cfg["total_s"] / 3600.0 * usd_per_hour
     if cons.budget_usd is not None:
-        bad = ~(usd <= cons.budget_usd)
-        rejected[sp.RULES[14]] = rejected.get(sp.RULES[14], 0) + int((keep2 & bad).sum())
-        keep2 &= ~bad
+        cfg = pruner.apply(cfg, sp.RULES[14], ~(cfg["usd"] <= cons.budget_usd))
     if cons.deadline_hours is not None:
-        bad = ~(total_s <= cons.deadline_hours * 3600.0)
-        rejected[sp.RULES[15]] = rejected.get(sp.RULES[15], 0) + int((keep2 & bad).sum())
-        keep2 &= ~bad
-    j = k[keep2]
-    out = {name: sel[name][j] for name in sel}
-    out.update(memory=mem[j], step=step[keep2], total_s=total_s[keep2], usd=usd[keep2],
-               count=np.full(j.size, count), gpn=np.full(j.size, gpn),
-               gpu=np.full(j.size, ctx["gpu_index"][opt.spec.name]))
-    out["quote"] = [quote] * j.size
+        cfg = pruner.apply(cfg, sp.RULES[15], ~(cfg["total_s"] <= cons.deadline_hours * 3600))
+    size = cfg["tp"].size
+    out = {name: cfg[name] for name in (*arrays, "memory", "step", "total_s", "usd")}
+    out.update(count=np.full(size, count), gpn=np.full(size, gpn),
+               gpu=np.full(size, ctx["gpu_index"][opt.spec.name]), quote=[quote] * size)
     return out, total
+
+
+def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
+    """Per configuration: the probed state bytes (by sharding and offload), time coefficients
+    (by checkpointing) and precision bytes (by sharding)."""
+    job, calib, shardings = ctx["job"], ctx["calib"], ctx["shardings"]
+    ckpts = sp.CHECKPOINTING
+    size = sel["tp"].size
+    arr: dict = {}
+    keys = sorted(set(zip(sel["hidx"].tolist(), sel["off"].tolist(), sel["ckidx"].tolist())))
+    for h_idx, offload, ck_idx in keys:
+        name, strategy = shardings[h_idx]
+        states = calib.states(name, "optimizer" if offload else "none")
+        times = calib.times(gpu.name, ckpts[ck_idx])
+        wire, per_param, act_b = _precision_bytes(job, strategy)
+        rows = (sel["hidx"] == h_idx) & (sel["off"] == offload) & (sel["ckidx"] == ck_idx)
+        values = dict(
+            w_bytes=states.weights, master_bytes=states.master, opt_bytes=states.optimizer,
+            grad_bytes=states.gradients, temp_bytes=states.temporaries,
+            buffer_bytes=states.buffers, head_compute=times.last_stage_compute,
+            head_membound=times.last_stage_membound, compute_repl=times.compute_replicated,
+            compute_split=times.compute_split, membound_repl=times.membound_replicated,
+            membound_split=times.membound_split, membound_sp=times.membound_sp_whole,
+            optimizer_s_per_param=calib.opt(gpu.name, name),
+            overhead_fraction=times.overhead_fraction, grad_wire_bytes=wire,
+            grad_bytes_per_param=per_param, act_bytes=act_b,
+            # forward share of a micro-batch's compute: 1 of 3 matmul passes, 1 of 4 when
+            # full checkpointing recomputes the forward (Narayanan et al. 2021, section 3.5)
+            fwd_share=0.25 if ckpts[ck_idx] == "full" else 1.0 / 3.0)
+        for field_name, value in values.items():
+            arr.setdefault(field_name, np.zeros(size))[rows] = value
+    return arr
+
+
+def _activation_slopes(sel: dict, ctx: dict) -> np.ndarray:
+    """Probed activation bytes per token for each configuration's layout (one probe per
+    distinct framework x checkpointing x tp x sp x pp x virtual stages)."""
+    calib, shardings, ckpts = ctx["calib"], ctx["shardings"], sp.CHECKPOINTING
+    is_fsdp = np.array([name.startswith("fsdp") for name, _ in shardings])[sel["hidx"]]
+    shape_key = np.stack([is_fsdp, sel["ckidx"], sel["tp"], sel["sp"], sel["pp"],
+                          sel["vstages"]], axis=1).astype(np.int64)
+    keys, inverse = np.unique(shape_key, axis=0, return_inverse=True)
+    slopes = np.array([calib.slope("fsdp_full_shard" if fsdp else "zero0", ckpts[ck], int(tp),
+                                   bool(seq_par), int(pp), int(vst))
+                       for fsdp, ck, tp, seq_par, pp, vst in keys])
+    return slopes[inverse.ravel()]
+
+
+def _sharding_arrays(sel: dict, gpn: int, ctx: dict) -> dict:
+    """What each configuration's strategy shards, over how many ranks (the registered
+    :class:`fmest.transforms.ShardingStrategy` answers), and its precision policy."""
+    from fmest.precision import resolve_precision
+
+    size = sel["tp"].size
+    out = {name: np.ones(size) for name in ("s_shard_group", "s_params", "s_grads", "s_opt")}
+    out.update({name: np.zeros(size, dtype=bool) for name in (
+        "fsdp", "amp", "param_gather", "params_sharded", "grads_sharded", "opt_sharded")})
+    group = sel["dp"] * sel["cp"]
+    for h_idx, (_, strategy) in enumerate(ctx["shardings"]):
+        rows = sel["hidx"] == h_idx
+        if not rows.any():
+            continue
+        out["fsdp"][rows] = strategy.framework == "fsdp"
+        out["amp"][rows] = resolve_precision(ctx["job"].training, strategy) == "amp"
+        if not strategy.shards:
+            continue
+        shard_n = np.minimum(group[rows], gpn) if strategy.hybrid else group[rows]
+        out["s_shard_group"][rows] = shard_n
+        for what, divisor, flag in (("parameters", "s_params", "params_sharded"),
+                                    ("gradients", "s_grads", "grads_sharded"),
+                                    ("optimizer", "s_opt", "opt_sharded")):
+            if what in strategy.shards:
+                out[divisor][rows] = shard_n
+                out[flag][rows] = True
+        out["param_gather"][rows] = strategy.param_gather
+    return out
 
 
 def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -> dict:
     """The arrays :mod:`fmest.plan.vector` reads, per selected configuration."""
-    job, model, calib, shardings = ctx["job"], ctx["model"], ctx["calib"], ctx["shardings"]
-    n = sel["tp"].size
-    ckpts = sp.CHECKPOINTING
-    gpu = opt.spec
-    keys = sorted(set(zip(sel["hidx"].tolist(), sel["off"].tolist(), sel["ckidx"].tolist())))
-    fields = ("w_bytes", "master_bytes", "opt_bytes", "grad_bytes", "temp_bytes", "buffer_bytes",
-              "act_per_token", "compute_repl", "compute_split", "head_compute", "head_membound",
-              "membound_repl", "membound_split", "membound_sp", "optimizer_s_per_param", "overhead_fraction",
-              "grad_wire_bytes", "grad_bytes_per_param", "act_bytes", "fwd_share")
-    arr = {f: np.zeros(n) for f in fields}
-    for h, o, ck in keys:
-        name, strat = shardings[h]
-        st = calib.states(name, "optimizer" if o else "none")
-        tc = calib.times(gpu.name, ckpts[ck])
-        if tc is None:
-            raise FmestError(f"the installed time estimators give no step time on {gpu.name}")
-        wire, per_param, act_b = _precision_bytes(job, strat)
-        m = (sel["hidx"] == h) & (sel["off"] == o) & (sel["ckidx"] == ck)
-        values = dict(w_bytes=st.weights, master_bytes=st.master, opt_bytes=st.optimizer,
-                      grad_bytes=st.gradients, temp_bytes=st.temporaries,
-                      buffer_bytes=st.buffers, head_compute=tc.last_stage_compute,
-                      head_membound=tc.last_stage_membound,
-                      compute_repl=tc.compute_replicated, compute_split=tc.compute_split,
-                      membound_repl=tc.membound_replicated, membound_split=tc.membound_split,
-                      membound_sp=tc.membound_sp_whole,
-                      optimizer_s_per_param=calib.opt(gpu.name, name),
-                      overhead_fraction=tc.overhead_fraction, grad_wire_bytes=wire,
-                      grad_bytes_per_param=per_param, act_bytes=act_b,
-                      # forward share of a micro-batch's compute: 1 of 3 matmul passes, 1 of 4
-                      # when full checkpointing recomputes the forward (Narayanan 2021, 3.5)
-                      fwd_share=0.25 if ckpts[ck] == "full" else 1.0 / 3.0)
-        for f, v in values.items():
-            arr[f][m] = v
-    fsdp_h = np.array([name.startswith("fsdp") for name, _ in shardings])[sel["hidx"]]
-    shape_key = np.stack([fsdp_h, sel["ckidx"], sel["tp"], sel["sp"], sel["pp"],
-                          sel["vstages"]], axis=1).astype(np.int64)
-    keys, inverse = np.unique(shape_key, axis=0, return_inverse=True)
-    slopes = np.array([calib.slope("fsdp_full_shard" if f else "zero0", ckpts[ck], int(tp),
-                                   bool(spf), int(pp), int(vst))
-                       for f, ck, tp, spf, pp, vst in keys])
-    arr["act_per_token"] = slopes[inverse.ravel()]
-    shard_group = np.ones(n)
-    s_params = np.ones(n)
-    s_grads = np.ones(n)
-    s_opt = np.ones(n)
-    fsdp = np.zeros(n, dtype=bool)
-    amp = np.zeros(n, dtype=bool)
-    param_gather = np.zeros(n, dtype=bool)
-    params_sharded = np.zeros(n, dtype=bool)
-    grads_sharded = np.zeros(n, dtype=bool)
-    opt_sharded = np.zeros(n, dtype=bool)
-    group = sel["dp"] * sel["cp"]
-    for h, (name, strat) in enumerate(shardings):
-        m = sel["hidx"] == h
-        if not m.any():
-            continue
-        from fmest.precision import resolve_precision
-
-        fsdp[m] = strat.framework == "fsdp"
-        amp[m] = resolve_precision(job.training, strat) == "amp"
-        if not strat.shards:
-            continue
-        g = np.minimum(group[m], gpn) if strat.hybrid else group[m]
-        shard_group[m] = g
-        s_params[m] = np.where("parameters" in strat.shards, g, 1)
-        s_grads[m] = np.where("gradients" in strat.shards, g, 1)
-        s_opt[m] = np.where("optimizer" in strat.shards, g, 1)
-        param_gather[m] = strat.param_gather
-        params_sharded[m] = "parameters" in strat.shards
-        grads_sharded[m] = "gradients" in strat.shards
-        opt_sharded[m] = "optimizer" in strat.shards
     from fmest.counting import trainable_params
 
+    job, model, gpu = ctx["job"], ctx["model"], opt.spec
+    size = sel["tp"].size
     params = float(model.param_counts().total)
-    arr.update(sel)
+    arr = dict(sel)
+    arr.update(_probed_arrays(sel, gpu, ctx))
+    arr["act_per_token"] = _activation_slopes(sel, ctx)
+    arr.update(_sharding_arrays(sel, gpn, ctx))
     arr.update(
-        s_params=s_params, s_grads=s_grads, s_opt=s_opt, s_shard_group=shard_group,
-        fsdp=fsdp, amp=amp, lora=job.training.technique != "full", compiled=bool(job.training.compile),
-        hbm_bw=float(gpu.hbm_bytes_per_s or 1e12),
-        param_gather=param_gather, params_sharded=params_sharded, grads_sharded=grads_sharded,
-        opt_sharded=opt_sharded, offload=sel["off"] == 1, ckpt_full=sel["ckidx"] == 2,
-        world=np.full(n, float(count)), gpn=np.full(n, float(gpn)),
+        lora=job.training.technique != "full", compiled=bool(job.training.compile),
+        hbm_bw=float(gpu.hbm_bytes_per_s), offload=sel["off"] == 1,
+        ckpt_full=sel["ckidx"] == sp.CHECKPOINTING.index("full"),
+        world=np.full(size, float(count)), gpn=np.full(size, float(gpn)),
         seq=float(job.training.seq_len), layers=float(model.num_layers),
         hidden=float(model.hidden_size), kv_dim=float(model.num_kv_heads * model.head_dim),
         params=params, trainable=float(trainable_params(model, job.training)) or params,
-        intra_bw=_intra_bw(gpu), nic_bw=float(gpu.inter_node_bytes_per_s
-                                              or vec.DEFAULT_NIC_BYTES_PER_S),
+        intra_bw=_intra_bw(gpu),
+        nic_bw=float(gpu.inter_node_bytes_per_s or vec.DEFAULT_NIC_BYTES_PER_S),
         pcie_bw=float(gpu.pcie_bytes_per_s or vec.DEFAULT_PCIE_BYTES_PER_S))
     return arr
 

@@ -42,17 +42,17 @@ CPU_ADAM_PARAMS_PER_S_PER_NODE = 1.0e9
 
 def ring_all_reduce_seconds(bytes_per_rank, ranks, bus_bytes_per_s, latency_s):
     """``2 (n-1)/n * bytes / busbw + 2 ceil(log2 n) * latency`` (nccl-tests busbw)."""
-    n = np.maximum(ranks, 1)
-    steps = 2.0 * np.ceil(np.log2(np.maximum(n, 2)))
-    return np.where(n > 1, 2.0 * (n - 1) / n * bytes_per_rank / bus_bytes_per_s
+    size = np.maximum(ranks, 1)
+    steps = 2.0 * np.ceil(np.log2(np.maximum(size, 2)))
+    return np.where(size > 1, 2.0 * (size - 1) / size * bytes_per_rank / bus_bytes_per_s
                     + steps * latency_s, 0.0)
 
 
 def ring_half_seconds(bytes_per_rank, ranks, bus_bytes_per_s, latency_s):
     """All-gather or reduce-scatter: ``(n-1)/n * bytes / busbw + ceil(log2 n) * latency``."""
-    n = np.maximum(ranks, 1)
-    steps = np.ceil(np.log2(np.maximum(n, 2)))
-    return np.where(n > 1, (n - 1) / n * bytes_per_rank / bus_bytes_per_s
+    size = np.maximum(ranks, 1)
+    steps = np.ceil(np.log2(np.maximum(size, 2)))
+    return np.where(size > 1, (size - 1) / size * bytes_per_rank / bus_bytes_per_s
                     + steps * latency_s, 0.0)
 
 
@@ -97,7 +97,7 @@ def context_bytes(world):
                                                                   0)
 
 
-def memory_bytes(c: dict) -> np.ndarray:
+def memory_bytes(cfg: dict) -> np.ndarray:
     """Per-GPU peak bytes of every configuration in ``c`` (arrays, see ``fmest.plan.planner``).
 
     Phases as the memory plugin: backward (state + accumulated grads + buffers + saved
@@ -107,111 +107,111 @@ def memory_bytes(c: dict) -> np.ndarray:
     through forward and backward and accumulates unsharded gradients (fp32 under FSDP2's
     reduce dtype; memory_theory ``FSDP_PP_ACCUMULATED_GRAD_BYTES``).
     """
-    mp = c["tp"] * c["pp"]
-    weights = c["w_bytes"] / (mp * c["s_params"])
-    optim = (c["master_bytes"] + c["opt_bytes"]) / (mp * c["s_opt"])
-    grads = c["grad_bytes"] / (mp * c["s_grads"])
-    temps = c["temp_bytes"] / (mp * c["s_opt"])
-    gathered_stage = c["fsdp"] & c["params_sharded"] & (c["pp"] > 1) & c["param_gather"]
-    stage_params = c["params"] / mp
-    acc_bytes = np.where(c["amp"], 4.0, c["act_bytes"])
-    buffers = np.where(c["dp"] * c["cp"] > 1,
+    mp = cfg["tp"] * cfg["pp"]
+    weights = cfg["w_bytes"] / (mp * cfg["s_params"])
+    optim = (cfg["master_bytes"] + cfg["opt_bytes"]) / (mp * cfg["s_opt"])
+    grads = cfg["grad_bytes"] / (mp * cfg["s_grads"])
+    temps = cfg["temp_bytes"] / (mp * cfg["s_opt"])
+    gathered_stage = cfg["fsdp"] & cfg["params_sharded"] & (cfg["pp"] > 1) & cfg["param_gather"]
+    stage_params = cfg["params"] / mp
+    acc_bytes = np.where(cfg["amp"], 4.0, cfg["act_bytes"])
+    buffers = np.where(cfg["dp"] * cfg["cp"] > 1,
                        np.where(gathered_stage,
-                                np.where(c["lora"], c["w_bytes"] / mp,
-                                         stage_params * (c["act_bytes"] + acc_bytes)),
-                                c["buffer_bytes"] / mp), 0.0)
-    tokens = c["mb"] * c["seq"] / c["cp"]
-    acts = c["act_per_token"] * tokens
-    accumulating = (c["accum"] > 1) | (c["pp"] > 1)
+                                np.where(cfg["lora"], cfg["w_bytes"] / mp,
+                                         stage_params * (cfg["act_bytes"] + acc_bytes)),
+                                cfg["buffer_bytes"] / mp), 0.0)
+    tokens = cfg["mb"] * cfg["seq"] / cfg["cp"]
+    acts = cfg["act_per_token"] * tokens
+    accumulating = (cfg["accum"] > 1) | (cfg["pp"] > 1)
     static = weights + optim
-    stage_layers = np.ceil(c["layers"] / c["pp"])
+    stage_layers = np.ceil(cfg["layers"] / cfg["pp"])
     backward = static + buffers + np.maximum(acts + np.where(accumulating, grads, 0.0),
                                              grads + acts / stage_layers)
     optimizer = static + grads + temps
     alloc = np.maximum(backward, optimizer)
-    return alloc * (1.0 + ALLOCATOR_RESERVE_FRACTION) + context_bytes(c["world"])
+    return alloc * (1.0 + ALLOCATOR_RESERVE_FRACTION) + context_bytes(cfg["world"])
 
 
-def _dp_seconds(c, per_mb):
+def _dp_seconds(cfg, per_mb):
     """Exposed data-parallel communication of one step (time_roofline's DP section)."""
-    group = c["dp"] * c["cp"]
-    fwd_mb = per_mb * c["fwd_share"]
+    group = cfg["dp"] * cfg["cp"]
+    fwd_mb = per_mb * cfg["fwd_share"]
     bwd_mb = per_mb - fwd_mb
-    tail = 1.0 / np.maximum(1.0, np.ceil(c["layers"] / c["pp"]))
-    mp = c["tp"] * c["pp"]
-    gbytes = c["grad_wire_bytes"] * c["trainable"] / mp
-    pbytes = c["act_bytes"] * c["params"] / mp
-    gpn = c["gpn"]
-    bw, lat, _ = group_bus_bandwidth(group, c["tp"], gpn, c["intra_bw"], c["nic_bw"])
+    tail = 1.0 / np.maximum(1.0, np.ceil(cfg["layers"] / cfg["pp"]))
+    mp = cfg["tp"] * cfg["pp"]
+    gbytes = cfg["grad_wire_bytes"] * cfg["trainable"] / mp
+    pbytes = cfg["act_bytes"] * cfg["params"] / mp
+    gpn = cfg["gpn"]
+    bw, lat, _ = group_bus_bandwidth(group, cfg["tp"], gpn, cfg["intra_bw"], cfg["nic_bw"])
     ar = ring_all_reduce_seconds(gbytes, group, bw, lat)
     replicated = exposed_seconds(ar * (1 - tail), bwd_mb) + ar * tail \
-        + np.where(c["opt_sharded"], ring_half_seconds(pbytes, group, bw, lat), 0.0)
-    shard_n = c["s_shard_group"]
-    sbw, slat, _ = group_bus_bandwidth(shard_n, c["tp"], gpn, c["intra_bw"], c["nic_bw"])
+        + np.where(cfg["opt_sharded"], ring_half_seconds(pbytes, group, bw, lat), 0.0)
+    shard_n = cfg["s_shard_group"]
+    sbw, slat, _ = group_bus_bandwidth(shard_n, cfg["tp"], gpn, cfg["intra_bw"], cfg["nic_bw"])
     replicas = np.maximum(1, group // np.maximum(1, shard_n))
-    rbw, rlat, _ = group_bus_bandwidth(replicas, c["tp"] * shard_n, gpn, c["intra_bw"],
-                                       c["nic_bw"])
+    rbw, rlat, _ = group_bus_bandwidth(replicas, cfg["tp"] * shard_n, gpn, cfg["intra_bw"],
+                                       cfg["nic_bw"])
     rs = ring_half_seconds(gbytes, shard_n, sbw, slat) \
         + ring_all_reduce_seconds(gbytes / np.maximum(1, shard_n), replicas, rbw, rlat)
     ag = ring_half_seconds(pbytes, shard_n, sbw, slat)
-    m = c["accum"]
-    gather = m * (exposed_seconds(ag * (1 - tail), fwd_mb)
+    accum = cfg["accum"]
+    gather = accum * (exposed_seconds(ag * (1 - tail), fwd_mb)
                   + exposed_seconds((ag + rs) * (1 - tail), bwd_mb) + (2 * ag + rs) * tail)
-    grad_op = m * (exposed_seconds(ag * (1 - tail), fwd_mb)
+    grad_op = accum * (exposed_seconds(ag * (1 - tail), fwd_mb)
                    + exposed_seconds(rs * (1 - tail), bwd_mb) + (ag + rs) * tail)
-    zero2 = m * (exposed_seconds(rs * (1 - tail), bwd_mb) + rs * tail) + ag
-    sharded = np.where(c["param_gather"], gather,
-                       np.where(c["params_sharded"], grad_op, zero2))
-    out = np.where(c["grads_sharded"] | c["params_sharded"], sharded, replicated)
+    zero2 = accum * (exposed_seconds(rs * (1 - tail), bwd_mb) + rs * tail) + ag
+    sharded = np.where(cfg["param_gather"], gather,
+                       np.where(cfg["params_sharded"], grad_op, zero2))
+    out = np.where(cfg["grads_sharded"] | cfg["params_sharded"], sharded, replicated)
     return np.where(group > 1, out, 0.0)
 
 
-def step_seconds(c: dict) -> np.ndarray:
+def step_seconds(cfg: dict) -> np.ndarray:
     """Seconds of one optimizer step of every configuration (time_roofline structure:
     micro-batches of compute + memory-bound work + TP/PP/CP communication, the bubble, exposed
     DP communication, the optimizer update or its host offload, and the framework overhead)."""
-    mp = c["tp"] * c["pp"]
-    tokens = c["mb"] * c["seq"] / c["cp"]
+    mp = cfg["tp"] * cfg["pp"]
+    tokens = cfg["mb"] * cfg["seq"] / cfg["cp"]
     # the slowest (last) stage: its share of the layers plus the output head and loss
-    head_c = c["head_compute"] / c["tp"]
-    head_m = c["head_membound"] / c["tp"]
-    compute = ((c["compute_repl"] + c["compute_split"] / c["tp"] - head_c) / c["pp"]
+    head_c = cfg["head_compute"] / cfg["tp"]
+    head_m = cfg["head_membound"] / cfg["tp"]
+    compute = ((cfg["compute_repl"] + cfg["compute_split"] / cfg["tp"] - head_c) / cfg["pp"]
                + head_c) * tokens
-    membound = (np.where(c["sp"], c["membound_sp"] / c["tp"],
-                         c["membound_repl"] + c["membound_split"] / c["tp"]) - head_m) \
-        / c["pp"] * tokens + head_m * tokens
+    membound = (np.where(cfg["sp"], cfg["membound_sp"] / cfg["tp"],
+                         cfg["membound_repl"] + cfg["membound_split"] / cfg["tp"]) - head_m) \
+        / cfg["pp"] * tokens + head_m * tokens
     # gradient accumulation reads, adds and writes the gradient buffer per micro-batch
     # (time_roofline: 3 x grad bytes x local params x (m-1)/m at HBM efficiency)
-    m = c["accum"]
-    grad_local = c["trainable"] / mp
-    membound = membound + 3 * c["grad_wire_bytes"] * grad_local * (m - 1) / m \
-        / (c["hbm_bw"] * HBM_EFFICIENCY) / np.where(c["compiled"], COMPILE_MEMORY_SPEEDUP, 1.0)
-    stage_layers = c["layers"] / c["pp"]
-    gpn = c["gpn"]
-    act_elems = tokens * c["hidden"]
-    tbw, tlat, _ = group_bus_bandwidth(c["tp"], 1, gpn, c["intra_bw"], c["nic_bw"])
-    passes = 2 + np.where(c["ckpt_full"], 1, 0)
-    tp_t = passes * stage_layers * 2 * ring_all_reduce_seconds(act_elems * c["act_bytes"],
-                                                               c["tp"], tbw, tlat)
-    pp_inter = (c["pp"] > 1) & (c["world"] > gpn)
-    hop_bw = np.where(pp_inter, c["nic_bw"] * INTER_NODE_EFFICIENCY, c["intra_bw"])
-    pp_t = np.where(c["pp"] > 1, 2 * (act_elems * c["act_bytes"] / c["tp"] / hop_bw
+    accum = cfg["accum"]
+    grad_local = cfg["trainable"] / mp
+    membound = membound + 3 * cfg["grad_wire_bytes"] * grad_local * (accum - 1) / accum \
+        / (cfg["hbm_bw"] * HBM_EFFICIENCY) / np.where(cfg["compiled"], COMPILE_MEMORY_SPEEDUP, 1.0)
+    stage_layers = cfg["layers"] / cfg["pp"]
+    gpn = cfg["gpn"]
+    act_elems = tokens * cfg["hidden"]
+    tbw, tlat, _ = group_bus_bandwidth(cfg["tp"], 1, gpn, cfg["intra_bw"], cfg["nic_bw"])
+    passes = 2 + np.where(cfg["ckpt_full"], 1, 0)
+    tp_t = passes * stage_layers * 2 * ring_all_reduce_seconds(act_elems * cfg["act_bytes"],
+                                                               cfg["tp"], tbw, tlat)
+    pp_inter = (cfg["pp"] > 1) & (cfg["world"] > gpn)
+    hop_bw = np.where(pp_inter, cfg["nic_bw"] * INTER_NODE_EFFICIENCY, cfg["intra_bw"])
+    pp_t = np.where(cfg["pp"] > 1, 2 * (act_elems * cfg["act_bytes"] / cfg["tp"] / hop_bw
                                       + np.where(pp_inter, INTER_LATENCY_S, INTRA_LATENCY_S)),
                     0.0)
     # context parallel: K,V all-gathered in forward and again in backward, fp32 dK,dV rotated
     # (PyTorch context_parallel's ring; time_roofline ``ring_attention_costs``), not hidden
-    cbw, clat, _ = group_bus_bandwidth(c["cp"], c["tp"], gpn, c["intra_bw"], c["nic_bw"])
-    kv_bytes = tokens * c["cp"] * c["kv_dim"] / c["tp"] * c["act_bytes"]
-    cp_t = stage_layers * (2 * ring_half_seconds(kv_bytes, c["cp"], cbw, clat)
-                           + ring_half_seconds(kv_bytes * 4 / c["act_bytes"], c["cp"], cbw,
+    cbw, clat, _ = group_bus_bandwidth(cfg["cp"], cfg["tp"], gpn, cfg["intra_bw"], cfg["nic_bw"])
+    kv_bytes = tokens * cfg["cp"] * cfg["kv_dim"] / cfg["tp"] * cfg["act_bytes"]
+    cp_t = stage_layers * (2 * ring_half_seconds(kv_bytes, cfg["cp"], cbw, clat)
+                           + ring_half_seconds(kv_bytes * 4 / cfg["act_bytes"], cfg["cp"], cbw,
                                                clat))
-    per_mb = compute + membound + tp_t + pp_t + np.where(c["cp"] > 1, cp_t, 0.0)
-    bubble = bubble_fraction(c["pp"], m, c["vstages"]) * m * per_mb
-    dp_t = _dp_seconds(c, per_mb)
-    opt_params = c["trainable"] / mp / np.where(c["opt_sharded"], c["s_opt"], 1)
-    pcie = c["pcie_bw"] * PCIE_EFFICIENCY
-    offload = opt_params * (c["grad_bytes_per_param"] + c["act_bytes"]) / pcie \
-        + opt_params * np.minimum(gpn, c["world"]) / CPU_ADAM_PARAMS_PER_S_PER_NODE
-    opt_t = np.where(c["offload"], offload, c["optimizer_s_per_param"] * opt_params)
-    busy = m * per_mb + bubble + dp_t + opt_t
-    return busy * (1.0 + c["overhead_fraction"])
+    per_mb = compute + membound + tp_t + pp_t + np.where(cfg["cp"] > 1, cp_t, 0.0)
+    bubble = bubble_fraction(cfg["pp"], accum, cfg["vstages"]) * accum * per_mb
+    dp_t = _dp_seconds(cfg, per_mb)
+    opt_params = cfg["trainable"] / mp / np.where(cfg["opt_sharded"], cfg["s_opt"], 1)
+    pcie = cfg["pcie_bw"] * PCIE_EFFICIENCY
+    offload = opt_params * (cfg["grad_bytes_per_param"] + cfg["act_bytes"]) / pcie \
+        + opt_params * np.minimum(gpn, cfg["world"]) / CPU_ADAM_PARAMS_PER_S_PER_NODE
+    opt_t = np.where(cfg["offload"], offload, cfg["optimizer_s_per_param"] * opt_params)
+    busy = accum * per_mb + bubble + dp_t + opt_t
+    return busy * (1.0 + cfg["overhead_fraction"])
