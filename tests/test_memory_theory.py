@@ -88,16 +88,37 @@ def test_research_traced_peaks(training, measured_gib):
     assert _allocated(est) / GIB == pytest.approx(measured_gib, rel=0.05)
 
 
-def test_korthikanti_equations():
-    """Korthikanti et al. 2022 eq. 1/2/4: sbh(34 + 5as/h); TP: sbh(10 + 24/t + 5as/(ht));
-    TP+SP with selective recomputation: 34 sbh / t (GPT-3 175B shapes)."""
-    s, b, h, a = 2048, 1, 12288, 96
-    assert F.korthikanti_bytes_per_layer(s, b, h, a) == pytest.approx(s * b * h * (34 + 5 * a
-                                                                                   * s / h))
-    assert F.korthikanti_bytes_per_layer(s, b, h, a, t=8) == pytest.approx(
-        s * b * h * (10 + 24 / 8 + 5 * a * s / (h * 8)))
-    assert F.korthikanti_bytes_per_layer(s, b, h, a, t=8, sequence_parallel=True,
-                                         selective=True) == pytest.approx(s * b * h * 34 / 8)
+@pytest.mark.parametrize("tp, sp, per_sbh", [
+    (1, False, 34.0),              # eq. 1 without the 5as/h term
+    (8, False, 10 + 24 / 8),       # eq. 2
+    (8, True, 34 / 8),             # eq. 4 (sequence parallelism)
+])
+def test_korthikanti_equations(tp, sp, per_sbh):
+    """The plugin's own saved activations of one GPT layer reproduce Korthikanti et al. 2022
+    (arXiv:2205.05198) eq. 1, 2 and 4 (fp16, dropout, GELU MLP with i = 4h, LayerNorm without
+    an fp32 upcast, i.e. a compiled/fused block) without the 5as^2b/h attention-score term,
+    which flash attention replaces by one fp32 log-sum-exp per head and query (Dao et al.
+    2022): sbh x {34, 10 + 24/t, 34/t} + b (a/t) s x 4 bytes exactly. Shapes: GPT-3 175B
+    (h 12288, a 96, s 2048)."""
+    from fmest.models.hf import spec_from_hf_config
+    from fmest_memory_theory.layer import LayerInputs, layer_activation_bytes
+
+    seq, batch, hidden, heads = 2048, 1, 12288, 96
+    spec = spec_from_hf_config({"model_type": "gpt2", "n_embd": hidden, "n_layer": 1,
+                                "n_head": heads, "vocab_size": 1000, "n_positions": seq,
+                                "resid_pdrop": 0.1, "attn_pdrop": 0.1, "embd_pdrop": 0.1,
+                                "activation_function": "gelu"}, name="gpt-175b-layer",
+                               source="Korthikanti et al. 2022 Table 3")
+    inputs = LayerInputs(tokens=seq * batch, batch=batch, seq=seq, act_bytes=2, tp=tp,
+                         sequence_parallel=sp, attention="sdpa", compiled=True,
+                         trainable_all=True, adapter_bytes=2, checkpointing="none")
+    saved, _ = layer_activation_bytes(spec, plugin.model_numbers(spec), None, inputs)
+    log_sum_exp = batch * heads / tp * seq * F.LSE_BYTES
+    assert saved == pytest.approx(seq * batch * hidden * per_sbh + log_sum_exp, rel=1e-12)
+    # the published closed form itself, with the s^2 term (eager attention with dropout)
+    assert F.korthikanti_bytes_per_layer(seq, batch, hidden, heads, t=tp,
+                                         sequence_parallel=sp) == pytest.approx(
+        seq * batch * hidden * (per_sbh + 5 * heads * seq / (hidden * tp)))
 
 
 def test_qlora_double_quant_constants():

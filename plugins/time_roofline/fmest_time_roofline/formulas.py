@@ -211,10 +211,10 @@ def gemm_shape_efficiency(m: float, k: float, n: float,
     """Saturating fraction (0-1] of the best-shape GEMM rate for an (m x k) @ (k x n) GEMM:
     the product of d / (d + half_dim) over the three dims (tile quantization, NVIDIA
     "Matrix Multiplication Background User's Guide")."""
-    f = 1.0
-    for d in (m, k, n):
-        f *= d / (d + half_dim)
-    return f
+    factor = 1.0
+    for dim in (m, k, n):
+        factor *= dim / (dim + half_dim)
+    return factor
 
 
 def gemm_seconds(m: float, k: float, n: float, *, peak_flops_per_s: float, max_fraction: float,
@@ -255,8 +255,8 @@ def linear_forward_flops_per_token(model) -> float:
         if lin.kind == "head":
             continue
         total += 2.0 * lin.in_features * lin.out_features * lin.layers * lin.active_copies
-    for k, n in head_linears(model):
-        total += 2.0 * k * n
+    for in_features, out_features in head_linears(model):
+        total += 2.0 * in_features * out_features
     return total
 
 
@@ -283,8 +283,8 @@ def attention_forward_flops_per_token(model, seq_len: int, *, causal: bool = Tru
 def lora_adapter_forward_flops_per_token(modules, rank: int) -> float:
     """Forward FLOPs of LoRA adapters per token: ``2 r (in + out)`` per adapted module instance
     a token passes (Hu et al. 2021, arXiv:2106.09685: x A then (x A) B)."""
-    return sum(2.0 * rank * (m.in_features + m.out_features) * m.layers * m.active_copies
-               for m in modules)
+    return sum(2.0 * rank * (mod.in_features + mod.out_features) * mod.layers
+               * mod.active_copies for mod in modules)
 
 
 def last_layer_matmul_forward_flops_per_token(model) -> float:
@@ -322,7 +322,8 @@ def training_flops_per_token(model, *, seq_len: int, technique: str = "full",
     else:
         model_flops = 2.0 * mm_fwd + 3.0 * attn_fwd \
             + 3.0 * lora_adapter_forward_flops_per_token(lora_modules, lora_rank)
-    head_fwd = sum(2.0 * k * n for k, n in head_linears(model))
+    head_fwd = sum(2.0 * in_features * out_features
+                   for in_features, out_features in head_linears(model))
     if checkpointing == "full":
         adapters = lora_adapter_forward_flops_per_token(lora_modules, lora_rank) \
             if technique != "full" else 0.0
@@ -348,18 +349,18 @@ def elementwise_bytes_per_token_per_layer(model, *, act_bytes: float = 2.0,
     with ``act_bytes / 2`` (the constants are for bf16 activations). Under tensor parallelism
     the head/intermediate terms split over ``tp``; norms and residual adds are replicated on
     every rank unless sequence parallelism splits them too (Korthikanti et al. 2022, §4.2.2)."""
-    h = model.hidden_size
+    hidden = model.hidden_size
     q_dim = model.num_attention_heads * (model.qk_head_dim or model.head_dim)
     kv_dim = model.num_kv_heads * (model.qk_head_dim or model.head_dim)
     gated = model.gated_mlp if gated is None else gated
     if model.is_moe:
         inter = model.experts_per_token * (model.moe_intermediate_size or model.intermediate_size)
         shared = [lin for lin in model.linears if lin.kind == "shared_expert"
-                  and lin.in_features == h]
+                  and lin.in_features == hidden]
         inter += max((lin.out_features for lin in shared), default=0)
     else:
         inter = model.intermediate_size
-    replicated = 2 * NORM_BYTES_PER_ELEMENT * h + 2 * RESIDUAL_BYTES_PER_ELEMENT * h
+    replicated = 2 * NORM_BYTES_PER_ELEMENT * hidden + 2 * RESIDUAL_BYTES_PER_ELEMENT * hidden
     split = (ROPE_BYTES_PER_ELEMENT * (q_dim + kv_dim)
              + LAYOUT_BYTES_PER_ELEMENT * (2 * q_dim + 2 * kv_dim)
              + (GATED_ACT_BYTES_PER_ELEMENT if gated else ACT_BYTES_PER_ELEMENT) * inter)
@@ -395,8 +396,8 @@ def memory_bound_seconds(bytes_moved: float, hbm_bytes_per_s: float, *,
                          compiled: bool = False) -> float:
     """Time of memory-bound work at ``HBM_EFFICIENCY`` of peak bandwidth (HN §4), divided by
     ``COMPILE_MEMORY_BOUND_SPEEDUP`` under torch.compile."""
-    t = bytes_moved / (hbm_bytes_per_s * HBM_EFFICIENCY)
-    return t / COMPILE_MEMORY_BOUND_SPEEDUP if compiled else t
+    seconds = bytes_moved / (hbm_bytes_per_s * HBM_EFFICIENCY)
+    return seconds / COMPILE_MEMORY_BOUND_SPEEDUP if compiled else seconds
 
 
 # ---------------------------------------------------------------------------------------------
@@ -497,8 +498,8 @@ def pipeline_bubble_fraction(pp: int, microbatches: int, *, schedule: str = "1f1
     §2.2.1-2.2.2)."""
     if pp <= 1:
         return 0.0
-    v = virtual_stages if schedule == "interleaved" else 1
-    return (pp - 1) / (max(1, microbatches) * max(1, v))
+    chunks = virtual_stages if schedule == "interleaved" else 1
+    return (pp - 1) / (max(1, microbatches) * max(1, chunks))
 
 
 def group_is_inter_node(size: int, stride: int, gpus_per_node: int) -> bool:

@@ -395,9 +395,10 @@ def data_parallel_seconds(comm: CommunicationPlan, shape: StepShape, gpu, layout
     fwd_mb = per_mb_seconds * fwd_share
     windows = {"forward": fwd_mb, "backward": per_mb_seconds - fwd_mb}
     tail = 1.0 / max(1.0, shape.stage_layers)  # first gather / last reduce cannot overlap
-    per_mb = [(c, sec) for c, sec in priced if c.per_micro_batch]
-    per_step = [(c, sec) for c, sec in priced if not c.per_micro_batch and c.phase != "step"]
-    after_step = sum(sec for c, sec in priced if c.phase == "step")
+    per_mb = [(coll, sec) for coll, sec in priced if coll.per_micro_batch]
+    per_step = [(coll, sec) for coll, sec in priced
+                if not coll.per_micro_batch and coll.phase != "step"]
+    after_step = sum(sec for coll, sec in priced if coll.phase == "step")
     return shape.grad_accum * _exposed_seconds(per_mb, windows, tail) \
         + _exposed_seconds(per_step, windows, tail) + after_step
 

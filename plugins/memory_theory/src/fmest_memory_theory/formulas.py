@@ -157,7 +157,7 @@ def factored_state_elements(matrix_shapes: list[tuple[int, int, int]],
     """Adafactor second-moment elements: ``rows + cols`` per matrix, full size for vectors
     (Shazeer & Stern 2018, arXiv:1804.04235, section 3). ``matrix_shapes`` holds
     ``(rows, cols, count)``."""
-    return sum((r + c) * n for r, c, n in matrix_shapes) + vector_elements
+    return sum((rows + cols) * count for rows, cols, count in matrix_shapes) + vector_elements
 
 
 def mixed_precision_adam_bytes_per_param(half_bytes: int = 2) -> int:
@@ -294,18 +294,18 @@ def logits_bytes(tokens: float, vocab: float, act_bytes: int, *, loss: str,
     chunk gradient exists at a time (compute dtype when the loss is compiled, fp32 eager).
     ``fused`` (Liger, cut-cross-entropy): only a chunk exists.
     """
-    tv = tokens * vocab
+    logits = tokens * vocab
     if loss == "standard":
-        held = tv * FP32_BYTES
+        held = logits * FP32_BYTES
         copies = LOSS_PARALLEL_FP32_COPIES_BACKWARD if vocab_parallel else \
             LOGITS_FP32_COPIES_BACKWARD
-        return held, tv * FP32_BYTES * (copies - 1)
+        return held, logits * FP32_BYTES * (copies - 1)
     if loss == "chunked":
         # compiled (torchtune compiles the loss with the model): the backward kernel writes
         # the chunk's gradient straight in the compute dtype; eager: an fp32 chunk gradient
         chunk_bytes = act_bytes if compiled else FP32_BYTES
-        return tv * act_bytes, tv * chunk_bytes / CHUNKED_LOSS_CHUNKS
-    return 0.0, 2 * tv * FP32_BYTES / FUSED_LOSS_CHUNKS
+        return logits * act_bytes, logits * chunk_bytes / CHUNKED_LOSS_CHUNKS
+    return 0.0, 2 * logits * FP32_BYTES / FUSED_LOSS_CHUNKS
 
 
 def pipeline_inflight_microbatches(schedule: str, pp: int, microbatches: int,

@@ -580,7 +580,8 @@ def phase_components(setup: JobSetup, state: ModelState, buffers: Buffers, acts:
     optimizer = dict(static, gradients=state.grads_peak if not in_backward else 0.0,
                      activations=0.0, logits_and_loss=0.0, framework_buffers=buffers.static,
                      optimizer_temporaries=state.temps)
-    return {"forward": forward, "backward": max(candidates, key=lambda d: sum(d.values())),
+    return {"forward": forward,
+            "backward": max(candidates, key=lambda comps: sum(comps.values())),
             "optimizer": optimizer}
 
 
