@@ -228,3 +228,13 @@ def test_accuracy_json_contract():
             assert {"rows", "median_abs_pct", "p90_abs_pct", "within10_share", "worst_id"} \
                 <= set(out[quantity][key])
         assert out[quantity]["loso"]["rows"] > 0
+
+
+def test_implied_peak_share_flags_rates_above_the_dense_peak():
+    res = {"kind": "throughput", "unit": "tokens_per_sec_per_gpu", "measured": 1000.0,
+           "row": {"technique": "full"}, "baselines": {accuracy.BASE_6N: 1000.0}}
+    assert accuracy.implied_peak_share(res) == pytest.approx(0.40)
+    res["measured"] = 3000.0  # 3x "6N at 40 % of peak" = 120 % of peak
+    assert accuracy.implied_peak_share(res) > 1.0
+    step = dict(res, unit="seconds_per_step", measured=2.0, baselines={accuracy.BASE_6N: 1.0})
+    assert accuracy.implied_peak_share(step) == pytest.approx(0.20)
