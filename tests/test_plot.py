@@ -24,7 +24,7 @@ def _hex(rgb) -> str:
 def test_png_shows_each_component_in_its_colour(tmp_path):
     report = fmest.estimate(JOB)
     path = tmp_path / "estimate.png"
-    assert write_plot(report, str(path)) == "png"
+    assert write_plot(report, str(path)) == [str(path)]
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert path.stat().st_size > 20_000
     with Image.open(path) as image:
@@ -41,9 +41,25 @@ def test_png_shows_each_component_in_its_colour(tmp_path):
 def test_svg_and_bad_suffix(tmp_path):
     report = fmest.estimate(JOB)
     svg = tmp_path / "estimate.svg"
-    assert write_plot(fmest.report_to_dict(report), str(svg)) == "svg"
+    assert write_plot(fmest.report_to_dict(report), str(svg)) == [str(svg)]
     text = svg.read_text()
     assert "<svg" in text and "DOES NOT FIT" not in text and "FITS" in text
     with pytest.raises(InputError) as err:
         write_plot(report, str(tmp_path / "estimate.jpg"))
     assert err.value.field == "--plot" and err.value.accepted == [".png", ".svg", ".pdf"]
+
+
+def test_cli_plot_flag(tmp_path, capsys):
+    from fmest.cli import main
+
+    png = tmp_path / "out.png"
+    assert main(["estimate", "--model", "Llama-2-7b-hf", "--gpu", "H100", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 20_000
+    svg = tmp_path / "out.svg"
+    assert main(["estimate", "--model", "Llama-2-7b-hf", "--format", "json", "--plot",
+                 str(svg)]) == 0
+    assert "<svg" in svg.read_text()
+    capsys.readouterr()
+    assert main(["estimate", "--model", "Llama-2-7b-hf", "--plot", str(tmp_path / "x.gif")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "--plot" in err and ".png, .svg, .pdf" in err

@@ -295,11 +295,19 @@ def estimate_output(args: argparse.Namespace, engine, *, job_layers=None) -> dic
 
 def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
     import fmest
+    from fmest.plot import plot_format, write_plot
 
+    if args.plot:
+        plot_format(args.plot)  # a bad file name fails before any work
     if args.format == "json":
-        print(json.dumps(estimate_output(args, engine_factory()), indent=2, default=str))
+        out = estimate_output(args, engine_factory())
+        print(json.dumps(out, indent=2, default=str))
+        if args.plot:
+            write_plot(out, args.plot)
         return 0
     report = fmest.estimate_jobs(jobs_from_args(args), engine=engine_factory())
+    if args.plot:
+        write_plot(report, args.plot)
     reports = report.all_reports
     from fmest.report import render_table
 
@@ -435,6 +443,8 @@ def build_parser(commands: dict | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     p = sub.add_parser("estimate", help="estimate memory, time, throughput and cost of a job")
     add_estimate_arguments(p)
+    p.add_argument("--plot", metavar="FILE", help="also draw the estimate to FILE (.png, .svg or "
+                   ".pdf): memory components against the GPU, phase peaks (needs fmest[plot])")
     p = sub.add_parser("export", help="write the job as a DeepSpeed, accelerate, axolotl or "
                        "TrainingArguments config")
     add_estimate_arguments(p)

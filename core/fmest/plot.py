@@ -122,21 +122,32 @@ def figure(data: dict[str, Any]):
     return fig
 
 
-def write_plot(report, path: str) -> str:
-    """Draw ``report`` (a :class:`fmest.engine.Report` or its ``--format json`` dict) to
-    ``path``; returns the format written."""
+def _job_objects(report) -> list[dict[str, Any]]:
+    """The ``--format json`` object of each job of a report (or of its JSON object)."""
+    if isinstance(report, dict):
+        return list(report["jobs"]) if "jobs" in report else [report]
+    from fmest.report import report_to_dict
+
+    return [report_to_dict(r) for r in getattr(report, "all_reports", None) or [report]]
+
+
+def write_plot(report, path: str) -> list[str]:
+    """Draw ``report`` (a :class:`fmest.engine.Report` or its ``--format json`` object) to
+    ``path``; a multi-job input gives one file per job (``out-1.png``, ``out-2.png``, ...).
+    Returns the paths written."""
     fmt = plot_format(path)
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise InputError("--plot", "needs matplotlib: pip install 'fmest[plot]'") from None
-    if not isinstance(report, dict):
-        from fmest.report import report_to_dict
-
-        report = report_to_dict(report)
-    fig = figure(report)
-    try:
-        fig.savefig(path, format=fmt, dpi=110)
-    except OSError as exc:
-        raise InputError("--plot", f"cannot write: {exc.strerror}", value=path) from None
-    return fmt
+    jobs = _job_objects(report)
+    target = Path(path)
+    paths = [str(target) if len(jobs) == 1 else
+             str(target.with_name(f"{target.stem}-{i}{target.suffix}"))
+             for i in range(1, len(jobs) + 1)]
+    for data, out in zip(jobs, paths):
+        try:
+            figure(data).savefig(out, format=fmt, dpi=110)
+        except OSError as exc:
+            raise InputError("--plot", f"cannot write: {exc.strerror}", value=out) from None
+    return paths

@@ -32,6 +32,7 @@ DEFAULT_PLUGINS = {
     "optimizers": "fmest.default_plugins.optimizers",
     "parallelism": "fmest.default_plugins.parallelism",
     "policies": "fmest.default_plugins.policies",
+    "serve": "fmest.default_plugins.serve",
 }
 
 
@@ -127,9 +128,15 @@ def call_impl(impl, kwargs: dict):
 
 def each_impl(pm: pluggy.PluginManager, hook_name: str):
     """The implementations of ``hook_name`` sorted by plugin name (answers never depend on
-    install order)."""
-    hook = getattr(pm.hook, hook_name)
-    return sorted(hook.get_hookimpls(), key=lambda impl: impl.plugin_name)
+    install order); re-sorted only when the registered implementations change."""
+    impls = getattr(pm.hook, hook_name).get_hookimpls()
+    cache = pm.__dict__.setdefault("_fmest_sorted_impls", {})
+    hit = cache.get(hook_name)
+    if hit is not None and hit[0] == impls:
+        return hit[1]
+    ordered = sorted(impls, key=lambda impl: impl.plugin_name)
+    cache[hook_name] = (impls, ordered)
+    return ordered
 
 
 def call_each(pm: pluggy.PluginManager, hook_name: str, kwargs: dict, *, expect=None,

@@ -1,0 +1,12 @@
+"""Registers ``fmest serve`` (the REST service and page, :mod:`fmest.serve`). FastAPI and
+uvicorn are imported only when the command runs (optional extra ``fmest[serve]``)."""
+
+from fmest.hookspecs import hookimpl
+
+
+@hookimpl
+def fmest_register_commands(register):
+    from fmest.serve import add_arguments, run_command
+
+    register("serve", "serve the REST API (POST /v1/estimate, ...) and the page at /",
+             add_arguments, run_command)
