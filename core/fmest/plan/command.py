@@ -59,9 +59,12 @@ def add_arguments(p) -> None:
                    "config(s) with the exporter of 'fmest export'")
     g.add_argument("--export-dir", metavar="DIR", default="fmest-plan",
                    help="where --export writes (default ./fmest-plan)")
-    g.add_argument("--plot", metavar="FILE.png|FILE.svg",
-                   help="draw cost against time with the Pareto front (needs matplotlib: "
-                   "pip install 'fmest[plot]')")
+    plot_help = ("draw cost against time with the Pareto front (needs matplotlib: pip install "
+                 "'fmest[plot]')")
+    if "--plot" in p._option_string_actions:     # the shared flags may already carry it
+        p._option_string_actions["--plot"].help = plot_help
+    else:
+        g.add_argument("--plot", metavar="FILE.png|FILE.svg", help=plot_help)
 
 
 def constraints_from_args(args) -> Constraints:
@@ -90,18 +93,31 @@ def _progress(stream):
     return report
 
 
-def run(args, engine) -> int:
-    """``fmest plan``: see docs/plan.md."""
+def plan_from_args(args, engine, *, job_layers=None, progress=None):
+    """(result, constraints) of the job and planning flags in ``args`` (``job_layers``: the
+    job from another source, e.g. a service body, as :func:`fmest.cli.jobs_from_args`)."""
     from fmest.cli import jobs_from_args
 
-    pairs = jobs_from_args(args)
+    pairs = jobs_from_args(args, job_layers=job_layers) if job_layers is not None \
+        else jobs_from_args(args)
     if len(pairs) > 1:
         raise InputError("--input-file", f"the input holds {len(pairs)} jobs; plan one at a "
                          "time (split the EstimateInput)")
-    job = pairs[0][0]
     cons = constraints_from_args(args)
+    return plan(pairs[0][0], cons, engine=engine, progress=progress), cons
+
+
+def plan_output(args, engine, *, job_layers=None) -> dict[str, Any]:
+    """The ``fmest plan --format json`` object (the seam the HTTP service calls, like
+    :func:`fmest.cli.estimate_output`)."""
+    result, cons = plan_from_args(args, engine, job_layers=job_layers)
+    return result_to_dict(result, cons)
+
+
+def run(args, engine) -> int:
+    """``fmest plan``: see docs/plan.md."""
     progress = _progress(sys.stderr) if sys.stderr.isatty() else None
-    result = plan(job, cons, engine=engine, progress=progress)
+    result, cons = plan_from_args(args, engine, progress=progress)
     fmt = args.format
     if fmt == "json":
         print(json.dumps(result_to_dict(result, cons), indent=2, default=str))
