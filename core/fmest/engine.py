@@ -19,12 +19,15 @@ from fmest.estimates import (BASES, CostEstimate, MemoryEstimate, TimeEstimate, 
 from fmest.gpus import GpuSpec
 from fmest.job import Job, Layout, resolve_layout
 from fmest.models.spec import ModelSpec
+from fmest.plugins import call_each, call_first, call_register
 from fmest.policies import Decision, Failure
 from fmest.prices import PriceQuote
 from fmest.registry import ListRegistry, Registry
 from fmest.transforms import OptimizerSpec, ShardingStrategy, Transforms, resolve_transforms
 
 QUANTITIES = ("memory", "time", "tokens", "cost")
+#: raised by a plugin, these reach the user (a bad value; a configuration that cannot run)
+_PROPAGATE = (InfeasibleError, InputError)
 _RESULT_TYPES = {"memory": MemoryEstimate, "time": TimeEstimate, "tokens": TokensEstimate,
                  "cost": CostEstimate}
 
@@ -72,8 +75,6 @@ class Registries:
         self._fill(pm)
 
     def _fill(self, pm) -> None:
-        from fmest.plugins import call_register
-
         def named(registry, cls):
             def make(plugin):
                 def register(item):
@@ -205,20 +206,26 @@ class Engine:
         self.registries = Registries(pm)
         self.load_errors = list(getattr(pm, "fmest_load_errors", [])) + self.registries.errors
         self._model_cache: dict[tuple, ModelSpec] = {}
+        self._asked_cache: dict[tuple, Callable[[str], bool]] = {}
 
     # -- the typed facade over the hooks ------------------------------------------------------
     def _asked(self, policy, searching: bool):
-        """Which plugins a policy wants to hear (by their declared bases)."""
+        """Which plugins a policy wants to hear (by their declared bases); memoised per policy
+        (the registries do not change after start-up)."""
+        key = (id(policy), searching)
+        hit = self._asked_cache.get(key)
+        if hit is not None:
+            return hit
         asks = getattr(policy, "asks", None)
         declared = self.registries.estimators
+        skipped = frozenset(
+            plugin for plugin, info in declared.items()
+            if (searching and not info.searchable)
+            or (asks is not None and not any(asks(basis) for basis in info.bases)))
 
         def wanted(plugin: str) -> bool:
-            info = declared.get(plugin)
-            if info is None:
-                return True
-            if searching and not info.searchable:
-                return False
-            return asks is None or any(asks(basis) for basis in info.bases)
+            return plugin not in skipped
+        self._asked_cache[key] = wanted
         return wanted
 
     def plugins_with_basis(self, *bases: str):
@@ -232,10 +239,10 @@ class Engine:
         return wanted
 
     def _each(self, hook: str, kwargs: dict, quantity: str, only=None):
-        from fmest.plugins import call_each
-
         answers, failures = call_each(self.pm, hook, kwargs, expect=_RESULT_TYPES[quantity],
-                                      reraise=(InfeasibleError, InputError), only=only)
+                                      reraise=_PROPAGATE, only=only)
+        if not answers and not failures:
+            return [], []
         return ([with_plugin(result, plugin) for plugin, result in answers],
                 [Failure(plugin=f.plugin, error=f.error) for f in failures])
 
@@ -268,8 +275,6 @@ class Engine:
     def commands(self) -> dict:
         """CLI sub-commands from ``fmest_register_commands``: name -> (help, add_arguments,
         run); a plugin whose registration fails is named in ``load_errors``."""
-        from fmest.plugins import call_register
-
         out: dict = {}
 
         def make(plugin):
@@ -294,8 +299,6 @@ class Engine:
             spec = spec_from_hf_config(dict(job.model_config), name=job.model,
                                        source="inline model_config")
         else:
-            from fmest.plugins import call_first
-
             plugin, spec = call_first(self.pm, "fmest_resolve_model",
                                       {"name": job.model, "registries": self.registries},
                                       reraise=(FmestError,))
