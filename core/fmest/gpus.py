@@ -44,6 +44,15 @@ class GpuSpec:
     inter_node_bytes_per_s: Optional[float] = None
     pcie_bytes_per_s: Optional[float] = None
     tdp_watts: Optional[float] = None
+    #: capabilities (``None`` = not verified): the architecture, CUDA compute capability
+    #: ("8.0"), whether the chip has BF16 / FP8 matrix units, and whether FlashAttention-2
+    #: supports it; ``capability_source`` cites the architecture whitepaper and the FA2 README
+    architecture: str = ""
+    compute_capability: Optional[str] = None
+    bf16_units: Optional[bool] = None
+    fp8_units: Optional[bool] = None
+    flash_attention_2: Optional[bool] = None
+    capability_source: str = ""
     form_factor: str = ""
     aliases: tuple[str, ...] = field(factory=tuple)
     source: str = ""
@@ -75,6 +84,15 @@ _FLOAT_COLS = {
 }
 
 
+def _opt_bool(v: str | None) -> Optional[bool]:
+    v = (v or "").strip().lower()
+    if not v:
+        return None
+    if v in ("yes", "no"):
+        return v == "yes"
+    raise ValueError(f"expected yes, no or empty, got {v!r}")
+
+
 def gpu_from_row(row: dict[str, str]) -> GpuSpec:
     """Build a :class:`GpuSpec` from a row of the shipped CSV (columns documented in
     ``fmest/data/README.md``)."""
@@ -88,6 +106,12 @@ def gpu_from_row(row: dict[str, str]) -> GpuSpec:
         vendor=row.get("vendor", "").strip(),
         memory_bytes=int(mem_gib * GIB),
         form_factor=row.get("form_factor", "").strip(),
+        architecture=(row.get("architecture") or "").strip(),
+        compute_capability=(row.get("compute_capability") or "").strip() or None,
+        bf16_units=_opt_bool(row.get("bf16_units")),
+        fp8_units=_opt_bool(row.get("fp8_units")),
+        flash_attention_2=_opt_bool(row.get("flash_attention_2")),
+        capability_source=(row.get("capability_source") or "").strip(),
         aliases=tuple(a.strip() for a in (row.get("aliases") or "").split("|") if a.strip()),
         source=row.get("source_url", "").strip(),
         checked=row.get("checked", "").strip(),
