@@ -90,3 +90,14 @@ def test_accepts_text_and_paths(engine, tmp_path):
     a = api.estimate_memory(str(path), engine=engine)
     b = api.estimate_memory(json.dumps(adr_example()), engine=engine)
     assert a == b
+
+
+def test_cli_format_prints_the_same(engine, tmp_path, capsys):
+    from fmest.cli import main
+
+    path = tmp_path / "input.json"
+    path.write_text(json.dumps(adr_example()))
+    rc = main(["estimate", "-f", str(path), "--format", "fm-training-estimator"], engine=engine)
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert json.loads(out.out) == api.estimate(adr_example(), engine=engine)

@@ -31,7 +31,7 @@ import os
 from typing import Any, Optional
 
 __all__ = ["estimate", "estimate_memory", "estimate_time", "estimate_tokens", "estimate_cost",
-           "fmt_size", "fmt_seconds", "adr_estimate_from_report"]
+           "fmt_size", "fmt_seconds", "adr_estimate_from_report", "adr_output"]
 
 
 class _Record(dict):
@@ -191,4 +191,24 @@ def estimate_cost(estimate_input: Any, model_path: Optional[str] = None, *,
 def estimate(estimate_input: Any, model_path: Optional[str] = None, *, engine=None) -> _Record:
     """The ADR's ``estimate``: memory, time, tokens and cost together."""
     report, num_gpus = _report(estimate_input, engine, ("memory", "time", "tokens", "cost"))
+    return adr_estimate_from_report(report, num_gpus)
+
+
+def adr_output(args, engine, *, job_layers=None) -> _Record:
+    """What ``fmest estimate ... --format fm-training-estimator`` prints: the ADR's
+    ``Estimate`` of the first job the command line describes (flags, ``-f``, ``--config``).
+    A job that names no GPU count (EstimateInput ``numGpusPerPod`` 0, no ``--gpus-per-node``
+    or ``--dp``) is estimated at its fewest fitting GPUs, which ``num_gpus`` reports."""
+    from fmest.cli import jobs_from_args
+
+    pairs = jobs_from_args(args, job_layers=job_layers) if job_layers is not None \
+        else jobs_from_args(args)
+    job = pairs[0][0]
+    given = 0
+    if job.hardware.gpus_per_node is not None or job.parallelism.dp is not None:
+        from fmest.job import resolve_layout
+
+        given = resolve_layout(job).world_size
+    job, num_gpus = _sized_job(job, given, engine)
+    report = engine.estimate(job, search_batch=False)
     return adr_estimate_from_report(report, num_gpus)

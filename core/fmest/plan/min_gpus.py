@@ -39,8 +39,14 @@ class MinGpus(NamedTuple):
 
 
 def _peak(engine, job: Job) -> Optional[int]:
+    """The job's per-GPU peak by its policy over the plugins cheap enough to search (as the
+    engine's ``max_micro_batch`` search: a trace per candidate count would take minutes)."""
     try:
-        est = engine.estimate_memory(job).chosen
+        ctx = engine.context(job)
+        try:
+            est = engine.decide("memory", job, ctx=ctx, searching=True).chosen
+        except TypeError:      # an engine without searchable estimators
+            est = engine.estimate_memory(job, ctx).chosen
     except (InputError, InfeasibleError):
         return None
     return None if est is None else est.total_bytes
