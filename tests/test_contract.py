@@ -14,6 +14,7 @@ import json
 import types
 from pathlib import Path
 
+import attrs
 import pytest
 
 import fmest
@@ -433,3 +434,25 @@ def test_time_answers_can_be_corrected_too():
     assert r.time.step_seconds == 1.0 and r.time.provenance.plugin == "half"
     r = eng.estimate(JOB, quantities=("memory", "time"), search_batch=False)
     assert r.time.step_seconds == 2.0
+
+
+def test_a_registered_strategy_is_selected_by_name():
+    from fmest.errors import UnknownNameError
+    from fmest.transforms import ShardingStrategy
+
+    zero3 = new_engine().registries.parallelism.get("zero3")
+
+    class Strategy:
+        @hookimpl
+        def fmest_register_parallelism(self, register):
+            register(attrs.evolve(zero3, name="acme_shard", aliases=()))
+
+    eng = new_engine((Strategy(), "acme"))
+    ctx = eng.context(JOB.evolve(parallelism={"sharding": "acme_shard"}))
+    assert isinstance(ctx.sharding, ShardingStrategy) and ctx.sharding.name == "acme_shard"
+    assert eng.context(JOB.evolve(parallelism={"sharding": "zero2", "zero_stage": 2})) \
+        .sharding.name == "zero2"
+    with pytest.raises(InputError, match="parallelism.sharding.*zero3"):
+        eng.context(JOB.evolve(parallelism={"sharding": "acme_shard", "zero_stage": 3}))
+    with pytest.raises(UnknownNameError, match="accepted: .*acme_shard"):
+        eng.context(JOB.evolve(parallelism={"sharding": "nope"}))

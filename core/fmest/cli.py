@@ -92,6 +92,7 @@ _FLAG_MAP: list[tuple[str, str, str, Callable[[Any], Any] | None]] = [
     ("hsdp_shard_size", "parallelism", "hsdp_shard_size", None),
     ("cpu_offload", "parallelism", "cpu_offload", None),
     ("fsdp_backward_prefetch", "parallelism", "fsdp_backward_prefetch", None),
+    ("sharding", "parallelism", "sharding", None),
     ("gpu", "hardware", "gpu", None),
     ("gpus_per_node", "hardware", "gpus_per_node", None),
     ("nodes", "hardware", "nodes", None),
@@ -166,6 +167,9 @@ def add_estimate_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fsdp-backward-prefetch", choices=("pre", "post", "none"),
                    help="FSDP backward_prefetch: pre (BACKWARD_PRE, default), post (Composer's "
                    "default), none")
+    g.add_argument("--sharding", metavar="NAME", help="a registered sharding strategy by name "
+                   "(zero0..zero3, fsdp_full_shard, ..., or a plugin's); zero/fsdp may only "
+                   "repeat it")
     g.add_argument("--hsdp-shard-size", type=parse_positive_int, help="shard group size for hybrid_shard (default: GPUs per node)")
     g.add_argument("--cpu-offload", choices=("none", "optimizer", "params"), help="offload optimizer states (and master weights) or also parameters to CPU")
     g = p.add_argument_group("hardware")

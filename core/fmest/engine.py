@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 import attrs
 from attrs import field, frozen
 
-from fmest.errors import FmestError, InfeasibleError, InputError, PluginError
+from fmest.errors import FmestError, InfeasibleError, InputError, PluginError, UnknownNameError
 from fmest.estimates import (BASES, CostEstimate, MemoryEstimate, TimeEstimate, TokensEstimate,
                              with_plugin)
 from fmest.gpus import GpuSpec
@@ -178,14 +178,19 @@ class Report:
 
 
 def sharding_name(job: Job) -> str:
-    """The registry key of the job's sharding strategy (``zero0``.., ``fsdp_*``)."""
+    """The registry key of the job's sharding strategy: ``parallelism.sharding`` when given,
+    else ``zero0``..``zero3`` from ``zero_stage`` or ``fsdp_<strategy>`` from ``fsdp``."""
     par = job.parallelism
     if par.fsdp != "none" and par.zero_stage:
         raise InputError("parallelism", "give either zero_stage (DeepSpeed) or fsdp (PyTorch "
                          f"FSDP), not both (got zero_stage={par.zero_stage}, fsdp={par.fsdp!r})")
-    if par.fsdp != "none":
-        return f"fsdp_{par.fsdp}"
-    return f"zero{par.zero_stage}"
+    implied = f"fsdp_{par.fsdp}" if par.fsdp != "none" else f"zero{par.zero_stage}"
+    if par.sharding is None:
+        return implied
+    if (par.fsdp != "none" or par.zero_stage) and implied.lower() != par.sharding.lower():
+        raise InputError("parallelism.sharding", f"names a strategy other than the one "
+                         f"zero_stage/fsdp imply ({implied}); give one of them", value=par.sharding)
+    return par.sharding
 
 
 class Engine:
@@ -317,7 +322,11 @@ class Engine:
         gpu = self.registries.gpus.get(job.hardware.gpu)
         layout = resolve_layout(job)
         optimizer = self.registries.optimizers.get(job.training.optimizer)
-        sharding = self.registries.parallelism.get(sharding_name(job))
+        name = sharding_name(job)
+        if job.parallelism.sharding is not None and name not in self.registries.parallelism:
+            raise UnknownNameError("parallelism.sharding", "unknown sharding strategy",
+                                   value=name, accepted=self.registries.parallelism.names())
+        sharding = self.registries.parallelism.get(name)
         par = job.parallelism
         if par.tp > 1:
             if model.num_attention_heads % par.tp:

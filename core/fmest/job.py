@@ -129,6 +129,7 @@ class Parallelism:
     hsdp_shard_size: Optional[int] = field(default=None, validator=_positive_int)
     cpu_offload: str = field(default="none", validator=_choice(CPU_OFFLOAD))
     fsdp_backward_prefetch: str = field(default="pre", validator=_choice(FSDP_PREFETCH))
+    sharding: Optional[str] = None
 
     @property
     def model_parallel_size(self) -> int:
