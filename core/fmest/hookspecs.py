@@ -72,8 +72,9 @@ def fmest_register_parallelism(register):
     """Register data-parallel sharding strategies (the parallelism transform).
 
     Fires once per engine. Call ``register(strategy)`` with a
-    :class:`fmest.transforms.ShardingStrategy`. The engine maps ``parallelism.zero_stage`` to
-    ``zero0``..``zero3`` and ``parallelism.fsdp`` to ``fsdp_<strategy>``. Returns nothing.
+    :class:`fmest.transforms.ShardingStrategy`. A job selects it by name with
+    ``parallelism.sharding``; ``parallelism.zero_stage`` N selects ``zeroN`` and
+    ``parallelism.fsdp`` S selects ``fsdp_S``. Returns nothing.
     """
 
 
