@@ -107,7 +107,9 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         engine = Engine()
     service = _ServiceEngine(engine)
     app = FastAPI(title="fmest", version=__version__, description=schema.DESCRIPTION,
-                  docs_url="/docs", redoc_url=None)
+                  # FastAPI's /docs and /redoc pages load their scripts from a CDN; the service
+                  # stays offline and serves the schema itself at /openapi.json
+                  docs_url=None, redoc_url=None)
     app.state.service = service
     static_dir = str(resources.files("fmest.serve") / "static")
 
@@ -141,7 +143,7 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
             chunks.append(chunk)
         raw = b"".join(chunks)
         if not raw.strip():
-            raise InputError("body", "empty; send a JSON object (see /docs)")
+            raise InputError("body", "empty; send a JSON object (schema: /openapi.json)")
         try:
             return json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -300,7 +300,7 @@ function metricsHTML(result) {
     add("usd", "cost", `${total} at ${usd(c.usd_per_hour)}/h, ${c.instances} × ${esc(c.instance)} (${esc(c.provider)}${c.stale ? ", STALE price" : ""})`, c.usd ?? "");
   }
   const lay = result.layout || {};
-  add("layout", "layout", `${lay.world_size ?? "?"} GPUs: dp ${lay.dp} tp ${lay.tp} pp ${lay.pp} cp ${lay.cp} ep ${lay.ep}`, lay.world_size);
+  add("layout", "layout", `${lay.world_size ?? "?"} GPU${lay.world_size === 1 ? "" : "s"}: dp ${lay.dp} tp ${lay.tp} pp ${lay.pp} cp ${lay.cp} ep ${lay.ep}`, lay.world_size);
   const p = result.provenance.memory;
   if (p) add("basis", "memory from", `${esc(p.plugin)} (${esc(p.basis)})`, p.basis);
   return `<dl class="metrics">${rows.join("")}</dl>`;
