@@ -23,6 +23,7 @@ The element-size rule is :data:`DTYPES`, the only dtype table of the product.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 from attrs import field, frozen
@@ -356,11 +357,21 @@ def grad_reduce_bytes_per_element(sizing: OptimizerSizing) -> float:
         float(sizing.compute_bytes)
 
 
+@functools.lru_cache(maxsize=256)
+def _param_totals(model, technique: str, targets: tuple, rank: int) -> tuple[int, int]:
+    """(trainable, total) parameters of a model under a technique (fmest.counting), cached:
+    ``ModelSpec`` is frozen and hashable, and the batch search resolves many contexts."""
+    from fmest.counting import total_params, trainable_params
+    from fmest.job import Training
+
+    training = Training(technique=technique, lora_target_modules=targets, lora_rank=rank)
+    return trainable_params(model, training), total_params(model, training)
+
+
 def resolve_transforms(job, *, model, layout, optimizer: OptimizerSpec,
                        sharding: ShardingStrategy) -> Transforms:
     """Apply the transforms in order: optimizer sizing (under the precision policy), then
     sharding, then communication (this module's doc)."""
-    from fmest.counting import total_params, trainable_params
     from fmest.precision import resolve_precision
 
     training, par = job.training, job.parallelism
@@ -369,8 +380,10 @@ def resolve_transforms(job, *, model, layout, optimizer: OptimizerSpec,
     plan = sharding.plan(layout, par)
     model_parallel = layout.tp * layout.pp
     reduce_bytes = grad_reduce_bytes_per_element(sizing)
-    grad_bytes = reduce_bytes * (trainable_params(model, training) / model_parallel)
-    param_bytes = sizing.compute_bytes * (total_params(model, training) / model_parallel)
+    trainable, total = _param_totals(model, training.technique,
+                                     tuple(training.lora_target_modules), training.lora_rank)
+    grad_bytes = reduce_bytes * (trainable / model_parallel)
+    param_bytes = sizing.compute_bytes * (total / model_parallel)
     comm = CommunicationPlan(
         collectives=sharding.collectives(
             grad_bytes=grad_bytes, param_bytes=param_bytes, group=layout.dp * layout.cp,
