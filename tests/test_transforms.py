@@ -213,3 +213,14 @@ def test_strategy_subclass_overrides_collectives():
                        (memory_plugin, "memory_theory")).estimate(job, search_batch=False)
     assert chatty.time.breakdown["communication_dp"] > plain.time.breakdown["communication_dp"]
     assert chatty.memory.total_bytes == plain.memory.total_bytes
+
+
+def test_transforms_follow_the_job_they_are_asked_for():
+    """The engine's ``ctx.transforms`` serve jobs that differ only in micro-batch (the batch
+    search); a job differing in a field they depend on is resolved afresh."""
+    from fmest.transforms import transforms_of
+
+    job, ctx = _ctx({"zero_stage": 3})
+    assert transforms_of(job.evolve(training={"micro_batch_size": 8}), ctx) is ctx.transforms
+    pure = transforms_of(job.evolve(training={"precision": "pure"}), ctx)
+    assert ctx.transforms.precision == "master" and pure.precision == "pure"

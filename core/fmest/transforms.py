@@ -348,6 +348,15 @@ class Transforms:
     sharding: ShardingPlan
     communication: CommunicationPlan
     stack: Any = None   # the training-stack axis (issue 12) resolves here
+    #: the job fields the transforms depend on (micro-batch and sequence length are not)
+    job_key: tuple = field(default=(), eq=False, repr=False)
+
+
+def _job_key(job) -> tuple:
+    training = job.training
+    return (training.dtype, training.precision, training.technique, training.optimizer,
+            training.optimizer_impl, tuple(training.lora_target_modules), training.lora_rank,
+            job.parallelism, job.hardware)
 
 
 def grad_reduce_bytes_per_element(sizing: OptimizerSizing) -> float:
@@ -389,14 +398,16 @@ def resolve_transforms(job, *, model, layout, optimizer: OptimizerSpec,
             grad_bytes=grad_bytes, param_bytes=param_bytes, group=layout.dp * layout.cp,
             plan=plan, stride=layout.tp, prefetch=par.fsdp_backward_prefetch),
         grad_bytes_per_element=reduce_bytes)
-    return Transforms(precision=precision, optimizer=sizing, sharding=plan, communication=comm)
+    return Transforms(precision=precision, optimizer=sizing, sharding=plan, communication=comm,
+                      job_key=_job_key(job))
 
 
 def transforms_of(job, ctx) -> Transforms:
     """``ctx.transforms`` (filled by the engine), resolved here for a context built without
-    them (a hand-made context in a test or script)."""
+    them (a hand-made context) or for a job that differs from the context's in a field the
+    transforms depend on (the batch search varies only the micro-batch, which they do not)."""
     resolved = getattr(ctx, "transforms", None)
-    if resolved is not None:
+    if resolved is not None and resolved.job_key == _job_key(job):
         return resolved
     return resolve_transforms(job, model=ctx.model, layout=ctx.layout, optimizer=ctx.optimizer,
                               sharding=ctx.sharding)
