@@ -1,12 +1,19 @@
 """The planner's array formulas against the full engine (issue 17: VALIDATE).
 
-Forty configurations drawn at random from the feasible space of each case are re-estimated by
-the engine with the theory policy; the vectorized per-GPU memory and step time must agree.
-Tolerances: median |error| <= 10 % (memory) and <= 5 % (time), 90th percentile <= 25 % and
-<= 10 %. Measured (seed 0, at the commit that added this test): Llama-3.1-8B s2048 on
-H100/A100 up to 16 GPUs memory median 4.8 %, time median 1.0 % (max 2.2 %); Llama-2-70B s4096
-on H100 up to 64 GPUs memory median 3.3 %, time median 0.5 % (max 1.1 %). The plans the
-planner prints carry the engine's numbers; these formulas only rank candidates.
+Forty configurations drawn at random (seed 0) from the feasible space of each case are
+re-estimated by the engine with the theory policy; every one must agree within the case's
+tolerance on per-GPU memory and step time. Measured at the commit that set these tolerances
+(median / 90th percentile / max absolute error):
+
+| case | memory | step time |
+|---|---|---|
+| Llama-3.1-8B s2048, H100+A100, <= 16 GPUs | 0.0 / 4.8 / 10.8 % | 0.9 / 1.8 / 2.3 % |
+| Llama-2-70B s4096, H100, <= 64 GPUs | 0.5 / 2.4 / 6.2 % | 0.4 / 0.6 / 0.9 % |
+| Llama-2-7B LoRA s2048, A100, <= 8 GPUs | 0.0 / 0.2 / 4.1 % | 1.5 / 1.9 / 2.1 % |
+| Llama-3.1-8B s32768 (context parallel), H100, <= 32 GPUs | 0.0 / 3.5 / 14.4 % | 4.7 / 22 / 32 % |
+
+Context-parallel step times are the loosest (the ring attention's overlap is approximated);
+the plans the planner prints carry the engine's own numbers, these formulas only rank.
 """
 
 from __future__ import annotations
@@ -17,12 +24,19 @@ import pytest
 from fmest.plan.planner import Constraints, config_job, evaluate_space
 from fmest.testing import new_engine
 
-CASES = [
-    ({"model": "meta-llama/Llama-3.1-8B", "workload": {"dataset_tokens": 1e9}},
-     dict(gpus="H100-SXM,A100-80GB", max_gpus=16)),
-    ({"model": "meta-llama/Llama-2-70b-hf", "training": {"seq_len": 4096},
-      "workload": {"dataset_tokens": 1e9}}, dict(gpus="H100-SXM", max_gpus=64)),
-]
+CASES = {
+    "llama3.1-8b": ({"model": "meta-llama/Llama-3.1-8B", "workload": {"dataset_tokens": 1e9}},
+                    dict(gpus="H100-SXM,A100-80GB", max_gpus=16), 0.15, 0.05),
+    "llama2-70b": ({"model": "meta-llama/Llama-2-70b-hf", "training": {"seq_len": 4096},
+                    "workload": {"dataset_tokens": 1e9}},
+                   dict(gpus="H100-SXM", max_gpus=64), 0.15, 0.05),
+    "llama2-7b-lora": ({"model": "meta-llama/Llama-2-7b-hf", "training": {"technique": "lora"},
+                        "workload": {"dataset_tokens": 1e8}},
+                       dict(gpus="A100-80GB", max_gpus=8), 0.15, 0.05),
+    "llama3.1-8b-cp": ({"model": "meta-llama/Llama-3.1-8B", "training": {"seq_len": 32768},
+                        "workload": {"dataset_tokens": 1e9}},
+                       dict(gpus="H100-SXM", max_gpus=32), 0.20, 0.40),
+}
 
 
 @pytest.fixture(scope="module")
@@ -30,21 +44,22 @@ def engine():
     return new_engine(entrypoints=True)
 
 
-@pytest.mark.parametrize("job_dict,cons", CASES, ids=["llama3.1-8b", "llama2-70b"])
-def test_vectorized_agrees_with_engine(engine, job_dict, cons):
+@pytest.mark.parametrize("case", list(CASES))
+def test_vectorized_agrees_with_engine(engine, case):
     from fmest import to_job
 
+    job_dict, cons, mem_tol, time_tol = CASES[case]
     job = to_job(job_dict)
     res, evaluated, _, _, ctx = evaluate_space(job, Constraints(**cons, objective="time"),
                                                engine=engine)
     n = len(res["mb"])
     assert evaluated > n > 40
     pick = np.random.default_rng(0).choice(n, size=40, replace=False)
-    mem_err, time_err = [], []
     for i in pick:
         j = config_job(job, res, int(i), ctx["shardings"], method="theory")
         report = engine.estimate(j, quantities=("memory", "time"), search_batch=False)
-        mem_err.append(abs(res["memory"][i] / report.memory.total_bytes - 1))
-        time_err.append(abs(res["step"][i] / report.time.step_seconds - 1))
-    assert np.median(mem_err) <= 0.10 and np.percentile(mem_err, 90) <= 0.25, mem_err
-    assert np.median(time_err) <= 0.05 and np.percentile(time_err, 90) <= 0.10, time_err
+        mem_err = res["memory"][i] / report.memory.total_bytes - 1
+        time_err = res["step"][i] / report.time.step_seconds - 1
+        assert abs(mem_err) <= mem_tol and abs(time_err) <= time_tol, (
+            j.parallelism, j.training.micro_batch_size, j.training.activation_checkpointing,
+            mem_err, time_err)

@@ -25,9 +25,7 @@ from fmest.errors import FmestError
 class StateBytes:
     """Unsharded per-replica state of the whole model (tp = pp = 1), allocated bytes.
 
-    ``weights`` includes LoRA adapters; ``temporaries`` exist only in the optimizer phase;
-    ``buffers`` are framework buffers that appear with more than one data-parallel rank
-    (DDP/DeepSpeed buckets, FSDP's unsharded layers), measured at dp = 2.
+    ``weights`` includes LoRA adapters; ``temporaries`` exist only in the optimizer phase.
     """
 
     weights: float
@@ -35,7 +33,6 @@ class StateBytes:
     gradients: float
     optimizer: float
     temporaries: float
-    buffers: float
 
 
 @frozen(kw_only=True)
@@ -99,12 +96,8 @@ def state_bytes(engine, job, sharding: str, offload: str) -> StateBytes:
     temps = 0.0
     if "optimizer" in peaks:
         temps = max(0.0, _alloc(peaks["optimizer"], 1) - (weights + master + grads + opt))
-    par2 = dict(par, dp=2)
-    est2, _ = _mem_probe(engine, job, parallelism=par2, training=tr, hardware=hw)
-    buffers = est2.components.get("framework_buffers", 0) - comp.get("framework_buffers", 0)
     return StateBytes(weights=float(weights), master=float(master), gradients=float(grads),
-                      optimizer=float(opt), temporaries=float(temps),
-                      buffers=float(max(0.0, buffers)))
+                      optimizer=float(opt), temporaries=float(temps))
 
 
 def _act_slope(engine, job, par: dict, ckpt: str, accum: int = 2) -> float:
@@ -112,7 +105,9 @@ def _act_slope(engine, job, par: dict, ckpt: str, accum: int = 2) -> float:
     micro-batch sizes (``accum`` > 1 keeps the accumulated gradients in every candidate, so
     the saved activations decide the backward peak)."""
     seq = job.training.seq_len / par.get("cp", 1)
-    low, high = 2, 4
+    # large enough that the saved activations decide the backward peak (at small batches the
+    # end-of-backward candidate, all gradients plus one layer, can win and bend the line)
+    low, high = 8, 16
     peaks = []
     for mb in (low, high):
         est, ctx = _mem_probe(engine, job, parallelism=par, hardware={"gpus_per_node": None,

@@ -434,7 +434,7 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
         values = dict(
             w_bytes=states.weights, master_bytes=states.master, opt_bytes=states.optimizer,
             grad_bytes=states.gradients, temp_bytes=states.temporaries,
-            buffer_bytes=states.buffers, head_compute=times.last_stage_compute,
+            head_compute=times.last_stage_compute,
             head_membound=times.last_stage_membound, compute_repl=times.compute_replicated,
             compute_split=times.compute_split, membound_repl=times.membound_replicated,
             membound_split=times.membound_split, membound_sp=times.membound_sp_whole,
@@ -471,13 +471,15 @@ def _sharding_arrays(sel: dict, gpn: int, ctx: dict) -> dict:
     size = sel["tp"].size
     out = {name: np.ones(size) for name in ("s_shard_group", "s_params", "s_grads", "s_opt")}
     out.update({name: np.zeros(size, dtype=bool) for name in (
-        "fsdp", "amp", "param_gather", "params_sharded", "grads_sharded", "opt_sharded")})
+        "fsdp", "deepspeed", "amp", "param_gather", "params_sharded", "grads_sharded",
+        "opt_sharded")})
     group = sel["dp"] * sel["cp"]
     for h_idx, (_, strategy) in enumerate(ctx["shardings"]):
         rows = sel["hidx"] == h_idx
         if not rows.any():
             continue
         out["fsdp"][rows] = strategy.framework == "fsdp"
+        out["deepspeed"][rows] = strategy.framework == "deepspeed"
         out["amp"][rows] = resolve_precision(ctx["job"].training, strategy) == "amp"
         if not strategy.shards:
             continue
@@ -499,7 +501,9 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
 
     job, model, gpu = ctx["job"], ctx["model"], opt.spec
     size = sel["tp"].size
-    params = float(model.param_counts().total)
+    counts = model.param_counts()
+    params = float(counts.total)
+    root = float(counts.embedding + counts.head)
     arr = dict(sel)
     arr.update(_probed_arrays(sel, gpu, ctx))
     arr["act_per_token"] = _activation_slopes(sel, ctx)
@@ -511,7 +515,9 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
         world=np.full(size, float(count)), gpn=np.full(size, float(gpn)),
         seq=float(job.training.seq_len), layers=float(model.num_layers),
         hidden=float(model.hidden_size), kv_dim=float(model.num_kv_heads * model.head_dim),
-        params=params, trainable=float(trainable_params(model, job.training)) or params,
+        params=params, root_params=root,
+        head_params=float(counts.head or counts.embedding),
+        layer_params=(params - root) / model.num_layers, trainable=float(trainable_params(model, job.training)) or params,
         intra_bw=_intra_bw(gpu),
         nic_bw=float(gpu.inter_node_bytes_per_s or vec.DEFAULT_NIC_BYTES_PER_S),
         pcie_bw=float(gpu.pcie_bytes_per_s or vec.DEFAULT_PCIE_BYTES_PER_S))

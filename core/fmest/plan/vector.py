@@ -97,36 +97,73 @@ def context_bytes(world):
                                                                   0)
 
 
+#: Framework buffers as the memory plugin counts them (memory_theory ``formulas``): DDP's
+#: flat all-reduce buckets hold one copy of the gradients (torch DDP docs,
+#: ``gradient_as_bucket_view=False``); DeepSpeed ZeRO-1/2 keep reduce and all-gather buckets of
+#: 5e8 elements each (DeepSpeed config docs); ZeRO-3/FSDP hold the current and the prefetched
+#: layer unsharded (Zhao et al. 2023, section 3.3).
+DDP_BUCKET_COPIES_OF_GRADS = 1
+DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
+FSDP_UNSHARDED_LAYERS = 2
+
+
+def framework_buffer_bytes(cfg: dict):
+    """(buffers held through forward and backward, unsharded gradients accumulated in them)
+    per GPU: DDP/DeepSpeed buckets, ZeRO-3/FSDP gathered layers and root, a stage kept
+    unsharded (SHARD_GRAD_OP, or FSDP under pipeline parallelism) with its unsharded gradient
+    accumulators, and torch.autocast's weight copies when nothing is sharded."""
+    mp = cfg["tp"] * cfg["pp"]
+    act_b = cfg["act_bytes"]
+    replicas = cfg["dp"] * cfg["cp"] > 1
+    grads = cfg["grad_bytes"] / (mp * cfg["s_grads"])
+    ddp = (~cfg["params_sharded"] & ~cfg["grads_sharded"] & ~cfg["opt_sharded"]
+           & ~cfg["deepspeed"] & (cfg["dp"] > 1))
+    buckets = np.where(ddp, grads * DDP_BUCKET_COPIES_OF_GRADS, 0.0) + np.where(
+        cfg["deepspeed"] & ~cfg["param_gather"] & (cfg["dp"] > 1),
+        np.minimum(2 * DEEPSPEED_BUCKET_ELEMENTS, cfg["trainable"] / mp) * act_b, 0.0)
+    layer = cfg["layer_params"] / cfg["tp"] * act_b
+    gathered = FSDP_UNSHARDED_LAYERS * layer + cfg["root_params"] / cfg["tp"] * act_b \
+        + np.where(cfg["lora"], 0.0, layer / act_b * (act_b + np.where(cfg["amp"], 4.0, 0.0)))
+    stage_params = cfg["params"] / mp
+    whole_stage = cfg["params_sharded"] & ((cfg["fsdp"] & (cfg["pp"] > 1))
+                                           | ~cfg["param_gather"])
+    accumulating = (cfg["accum"] > 1) | (cfg["pp"] > 1)
+    acc_b = np.where(cfg["fsdp"] & (cfg["pp"] > 1) & cfg["amp"] & cfg["param_gather"], 4.0,
+                     act_b)
+    acc = np.where(whole_stage & accumulating & ~cfg["lora"], stage_params * acc_b, 0.0)
+    unsharded = np.where(cfg["lora"], cfg["w_bytes"] / mp, stage_params * act_b) + acc
+    sharded = np.where(cfg["params_sharded"] & replicas,
+                       np.where(whole_stage, unsharded, gathered), 0.0)
+    autocast = np.where(cfg["amp"] & ~cfg["lora"] & (act_b < 4.0) & ~cfg["params_sharded"],
+                        np.where(cfg["ckpt_full"], cfg["head_params"] / cfg["tp"] * act_b
+                                 + layer, stage_params * act_b), 0.0)
+    return buckets + sharded + autocast, np.where(replicas, acc, 0.0)
+
+
 def memory_bytes(cfg: dict) -> np.ndarray:
-    """Per-GPU peak bytes of every configuration in ``c`` (arrays, see ``fmest.plan.planner``).
+    """Per-GPU peak bytes of every configuration in ``cfg`` (arrays, see
+    ``fmest.plan.planner``).
 
     Phases as the memory plugin: backward (state + accumulated grads + buffers + saved
-    activations of the busiest stage; or at its end all grads + one layer's share) against
-    the optimizer step (state + grads + temporaries); then the allocator reserve and context.
-    FSDP under pipeline parallelism (and SHARD_GRAD_OP) keeps the stage's parameters unsharded
-    through forward and backward and accumulates unsharded gradients (fp32 under FSDP2's
-    reduce dtype; memory_theory ``FSDP_PP_ACCUMULATED_GRAD_BYTES``).
+    activations of the busiest stage; or at its end all grads + one layer's share, the
+    unsharded accumulators reduce-scattered) against the optimizer step (state + grads +
+    temporaries); then the allocator reserve and context. A stage kept unsharded accumulates
+    its gradients unsharded in the buffers instead of the sharded gradients.
     """
     mp = cfg["tp"] * cfg["pp"]
     weights = cfg["w_bytes"] / (mp * cfg["s_params"])
     optim = (cfg["master_bytes"] + cfg["opt_bytes"]) / (mp * cfg["s_opt"])
     grads = cfg["grad_bytes"] / (mp * cfg["s_grads"])
     temps = cfg["temp_bytes"] / (mp * cfg["s_opt"])
-    gathered_stage = cfg["fsdp"] & cfg["params_sharded"] & (cfg["pp"] > 1) & cfg["param_gather"]
-    stage_params = cfg["params"] / mp
-    acc_bytes = np.where(cfg["amp"], 4.0, cfg["act_bytes"])
-    buffers = np.where(cfg["dp"] * cfg["cp"] > 1,
-                       np.where(gathered_stage,
-                                np.where(cfg["lora"], cfg["w_bytes"] / mp,
-                                         stage_params * (cfg["act_bytes"] + acc_bytes)),
-                                cfg["buffer_bytes"] / mp), 0.0)
+    buffers, unsharded_acc = framework_buffer_bytes(cfg)
     tokens = cfg["mb"] * cfg["seq"] / cfg["cp"]
     acts = cfg["act_per_token"] * tokens
     accumulating = (cfg["accum"] > 1) | (cfg["pp"] > 1)
     static = weights + optim
     stage_layers = np.ceil(cfg["layers"] / cfg["pp"])
-    backward = static + buffers + np.maximum(acts + np.where(accumulating, grads, 0.0),
-                                             grads + acts / stage_layers)
+    held_grads = np.where(accumulating & (unsharded_acc == 0), grads, 0.0)
+    backward = static + np.maximum(buffers + acts + held_grads,
+                                   buffers - unsharded_acc + grads + acts / stage_layers)
     optimizer = static + grads + temps
     alloc = np.maximum(backward, optimizer)
     return alloc * (1.0 + ALLOCATOR_RESERVE_FRACTION) + context_bytes(cfg["world"])
