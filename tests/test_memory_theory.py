@@ -385,3 +385,23 @@ def test_cpu_probe_gelu_new_saves_three_more_intermediates():
         3 * tokens * inter * 4 * layers
     assert F.ACTIVATION_EXTRA_SAVED["gelu_new"] == 3
     assert F.activation_extra_saved_bytes(10, 10, 2, "gelu_pytorch_tanh") == 0
+
+
+@pytest.mark.parametrize("stage, per_param", [
+    (1, 2 + 2 + 12 / 64),    # P_os
+    (2, 2 + (2 + 12) / 64),  # P_os+g
+    (3, 16 / 64),            # P_os+g+p
+])
+def test_zero_paper_table1_model_state_phase(stage, per_param):
+    """Rajbhandari et al. 2020, Figure 1 / Table 1: model-state bytes per parameter under ZeRO
+    stages 1-3 on N_d = 64 GPUs with mixed-precision Adam (K = 12): (2 + 2 + K/N_d),
+    (2 + (2 + K)/N_d), (2 + 2 + K)/N_d; checked on the plugin's ``model_state_terms`` phase."""
+    job = job_from_dict({"model": "Llama-2-7b-hf", "training": {"precision": "master"},
+                         "parallelism": {"zero_stage": stage},
+                         "hardware": {"gpu": "H100-SXM-80GB", "gpus_per_node": 8, "nodes": 8}})
+    ctx = _engine().context(job)
+    setup = plugin.job_setup(job, ctx)
+    (whole,) = plugin.pipeline_stages(32, 1, "1f1b", 1, 1)
+    state = plugin.model_state_terms(setup, plugin.stage_params(setup, whole))
+    model_state = state.weights + state.grads_full + state.master + state.states
+    assert model_state == pytest.approx(per_param * 6_738_415_616, rel=1e-9)

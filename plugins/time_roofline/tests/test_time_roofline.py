@@ -342,3 +342,38 @@ def test_backward_post_prefetch_exposes_backward_gathers(engine):
     post = _time(engine, job.evolve(parallelism={"fsdp_backward_prefetch": "post"})).time
     assert post.breakdown["communication_dp"] > pre.breakdown["communication_dp"]
     assert post.step_seconds > pre.step_seconds
+
+
+# -- phases against the figures they reproduce ---------------------------------------------------
+
+def test_data_parallel_phase_prices_the_ddp_all_reduce_as_a_ring(engine):
+    """DDP on 8 GPUs: the communication transform lists one gradient all-reduce; with no
+    compute to hide behind, ``data_parallel_seconds`` is exactly the ring cost
+    ``2 (n-1)/n x bytes / busbw`` + latency (nccl-tests busbw definition, Patarasuk & Yuan
+    2009), bytes = 2 x parameters (pure bf16 gradients)."""
+    job = _job(model="llama-3.2-1b", hardware={"gpu": "H100-SXM-80GB", "gpus_per_node": 8})
+    ctx = engine.context(job)
+    comm = ctx.transforms.communication
+    (allreduce,) = comm.collectives
+    shape = plugin.step_shape(job, ctx.model, ctx.layout)
+    busbw = F.link_bytes_per_s(ctx.gpu, inter_node=False, size=8, nodes=1)
+    params = ctx.model.param_counts().total
+    ring = 2 * 7 / 8 * 2.0 * params / busbw + F.INTRA_NODE_LATENCY_S * 2 * 3
+    assert allreduce.payload_bytes == 2.0 * params
+    assert plugin.data_parallel_seconds(comm, shape, ctx.gpu, ctx.layout, 0.0, 0.5) == \
+        pytest.approx(ring, rel=1e-12)
+
+
+def test_matmul_phase_is_six_n_flops_at_the_given_mfu(engine):
+    """At ``--mfu 1`` with no GEMM-shape fall-off, a compute-bound full-training step's
+    matmuls take ``2 N T`` forward and ``4 N T`` backward FLOPs at peak (Kaplan et al. 2020;
+    Narayanan et al. 2021), N the matmul parameters including the output head."""
+    job = _job(options={"mfu": 1.0}, training={"seq_len": 4096, "micro_batch_size": 4})
+    ctx = engine.context(job)
+    rates = plugin.device_rates(job, ctx.gpu)
+    shape = plugin.step_shape(job, ctx.model, ctx.layout)
+    matmuls = plugin.matmul_times(job, ctx.model, shape, rates)
+    flops = F.linear_forward_flops_per_token(ctx.model) * shape.tokens
+    assert matmuls.forward == pytest.approx(flops / rates.linear_peak, rel=1e-9)
+    assert matmuls.backward == pytest.approx(2 * flops / rates.linear_peak, rel=1e-9)
+    assert matmuls.recompute == 0.0
