@@ -52,6 +52,9 @@ def main() -> None:
                 text = (a.help or "").replace("|", "/").replace("%%", "%")
                 print(f"| {flags} | {vals} | {text} |")
             print()
+    from fmest.bounds import markdown
+
+    print(markdown(), end="")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,491 @@
+"""Bounds and conflict rules: what fmest refuses, and why, as data.
+
+Three tables, each row with its reason (and a source where the rule comes from a framework or
+a datasheet), checked by small functions that raise :class:`fmest.errors.InputError` naming
+the field:
+
+* :data:`BOUNDS` -- the largest value a job field may take. Beyond it the number is a typo
+  or a unit slip (``1e30`` tokens), never a run; the limits sit far above anything published.
+* :data:`CONFLICTS` -- settings that contradict each other (a LoRA rank for full fine-tuning,
+  ZeRO-3 with pipeline parallelism): the run cannot exist, or a setting would be silently
+  dropped.
+* :data:`FLAG_CONFLICTS` -- command-line flags that set the same field two ways
+  (``--lora --qlora``).
+
+Checks that need the resolved model or GPU (:func:`check_context`): the GPU's capabilities
+from the GPU table (fp8/bf16 units, FlashAttention-2 support, see ``fmest/data/README.md``), a
+learned position table's length, the model's dimensions, pipeline chunks and HSDP groups.
+
+:func:`answer_problem` is the engine's check of a plugin's answer (finite, non-negative,
+components summing to the total). :func:`markdown` renders the tables for ``docs/cli.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable, Optional
+
+import attrs
+from attrs import frozen
+
+from fmest.errors import InputError
+
+# -- bounds ---------------------------------------------------------------------------------
+
+
+@frozen(kw_only=True)
+class Bound:
+    """``path`` may be at most ``maximum``; ``reason`` says why that limit."""
+
+    path: str
+    maximum: float
+    reason: str
+
+
+_GPUS = ("the largest published training clusters hold about 100,000 GPUs (xAI Colossus, "
+         "Meta's 2 x 24,576-GPU clusters); 2^20 leaves a 10x margin")
+BOUNDS: tuple[Bound, ...] = (
+    Bound(path="training.seq_len", maximum=2**24,
+          reason="16,777,216 tokens: above the longest published context (Llama 4 Scout, 10M "
+                 "tokens, Meta AI blog 2025-04-05); the s^2 attention terms of longer "
+                 "sequences overflow every memory"),
+    Bound(path="training.micro_batch_size", maximum=2**20,
+          reason="a million sequences per GPU per micro-batch is a typo for the global batch"),
+    Bound(path="training.grad_accum_steps", maximum=2**20,
+          reason="a million micro-batches per optimizer step is not a training schedule"),
+    Bound(path="training.lora_rank", maximum=2**16,
+          reason="a rank above the widest published hidden size (Megatron 1T, 25,600) adapts "
+                 "nothing more; the model check also refuses a rank above the hidden size"),
+    Bound(path="training.lora_alpha", maximum=1e6,
+          reason="a scale factor; a million is a unit slip"),
+    Bound(path="parallelism.dp", maximum=2**20, reason=_GPUS),
+    Bound(path="parallelism.tp", maximum=2**20, reason=_GPUS),
+    Bound(path="parallelism.pp", maximum=2**20, reason=_GPUS),
+    Bound(path="parallelism.cp", maximum=2**20, reason=_GPUS),
+    Bound(path="parallelism.ep", maximum=2**20, reason=_GPUS),
+    Bound(path="parallelism.pp_virtual_stages", maximum=2**16,
+          reason="model chunks per stage; no model has 65,536 layers"),
+    Bound(path="parallelism.hsdp_shard_size", maximum=2**20, reason=_GPUS),
+    Bound(path="hardware.gpus_per_node", maximum=16384,
+          reason="a node is one scale-up domain; the largest is a TPU v5p pod (8,960 chips "
+                 "over ICI, cloud.google.com/tpu/docs/v5p)"),
+    Bound(path="hardware.nodes", maximum=2**20, reason=_GPUS),
+    Bound(path="workload.dataset_tokens", maximum=1e15,
+          reason="about 28x the largest published pre-training corpus (Qwen3, 36T tokens, "
+                 "arXiv:2505.09388)"),
+    Bound(path="workload.num_samples", maximum=1e13,
+          reason="ten trillion samples is above any published corpus at one token each"),
+    Bound(path="workload.avg_seq_len", maximum=2**24, reason="the training.seq_len bound"),
+    Bound(path="workload.epochs", maximum=1e5,
+          reason="a hundred thousand passes over a dataset is a typo for steps"),
+    Bound(path="workload.max_steps", maximum=1e10,
+          reason="ten billion optimizer steps is ~300 years at one step per second"),
+    Bound(path="pricing.price_per_gpu_hour", maximum=1000.0,
+          reason="USD per GPU-hour; the dearest rate in the shipped price table is 17.80 "
+                 "(AWS p6-b300 on demand), 1000 is a unit slip (per instance, per month)"),
+    Bound(path="pricing.startup_overhead_hours", maximum=1e5,
+          reason="hours; 100,000 hours is eleven years"),
+    Bound(path="pricing.checkpoint_overhead_fraction", maximum=10.0,
+          reason="a fraction of the training time; above 10 checkpointing is the job"),
+)
+
+
+def _get(job, path: str) -> Any:
+    obj = job
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def check_bounds(job) -> None:
+    """Refuse a value above its documented bound (:data:`BOUNDS`)."""
+    for bound in BOUNDS:
+        value = _get(job, bound.path)
+        if value is not None and value > bound.maximum:
+            raise InputError(bound.path, f"above the bound {bound.maximum:g} ({bound.reason})",
+                             value=value)
+
+
+# -- conflict rules ---------------------------------------------------------------------------
+
+
+@frozen(kw_only=True)
+class Conflict:
+    """Settings that contradict each other. ``fields`` are the paths involved (the first is
+    the one the error names), ``applies(job, given)`` says whether the job breaks the rule
+    (``given(path)``: the user set that field), ``message`` what is wrong, ``reason`` why."""
+
+    name: str
+    fields: tuple[str, ...]
+    applies: Callable[[Any, Callable[[str], bool]], bool]
+    message: str
+    reason: str
+
+
+def _sharded(job) -> bool:
+    par = job.parallelism
+    return par.zero_stage > 0 or par.fsdp != "none"
+
+
+CONFLICTS: tuple[Conflict, ...] = (
+    Conflict(name="lora settings without lora",
+             fields=("training.lora_rank", "training.lora_target_modules", "training.technique"),
+             applies=lambda job, given: job.training.technique == "full" and (
+                 given("training.lora_rank") or given("training.lora_target_modules")),
+             message="LoRA rank/target modules given, but training.technique is full",
+             reason="full fine-tuning trains every weight and has no adapters; the setting "
+                    "would be ignored (set technique lora or qlora, or drop it)"),
+    Conflict(name="quantization without qlora",
+             fields=("training.quantization_bits", "training.technique"),
+             applies=lambda job, given: job.training.technique != "qlora" and given(
+                 "training.quantization_bits"),
+             message="quantization bits given, but training.technique is not qlora",
+             reason="only QLoRA stores the frozen base weights quantized (Dettmers et al. "
+                    "2023, arXiv:2305.14314); lora and full keep them in training.dtype"),
+    Conflict(name="virtual stages without interleaving",
+             fields=("parallelism.pp_virtual_stages", "parallelism.pp_schedule"),
+             applies=lambda job, given: job.parallelism.pp_virtual_stages > 1 and (
+                 job.parallelism.pp_schedule != "interleaved" or job.parallelism.pp < 2),
+             message="more than one model chunk per stage needs pp_schedule interleaved and pp > 1",
+             reason="virtual pipeline stages exist only in the interleaved 1F1B schedule "
+                    "(Narayanan et al. 2021, arXiv:2104.04473, sec. 2.2.2)"),
+    Conflict(name="hsdp shard size without hybrid_shard",
+             fields=("parallelism.hsdp_shard_size", "parallelism.fsdp"),
+             applies=lambda job, given: job.parallelism.hsdp_shard_size is not None
+             and job.parallelism.fsdp != "hybrid_shard",
+             message="a shard group size is given, but parallelism.fsdp is not hybrid_shard",
+             reason="only HYBRID_SHARD has a shard group smaller than the data-parallel group "
+                    "(PyTorch FSDP ShardingStrategy docs)"),
+    Conflict(name="sequence parallel without tensor parallel",
+             fields=("parallelism.sequence_parallel", "parallelism.tp"),
+             applies=lambda job, given: job.parallelism.sequence_parallel
+             and job.parallelism.tp == 1,
+             message="sequence parallelism needs tp > 1",
+             reason="Megatron sequence parallelism splits the tensor-parallel group's "
+                    "LayerNorm/dropout activations (Korthikanti et al. 2022, arXiv:2205.05198); "
+                    "with tp 1 there is no group"),
+    Conflict(name="fsdp prefetch without fsdp",
+             fields=("parallelism.fsdp_backward_prefetch", "parallelism.fsdp"),
+             applies=lambda job, given: job.parallelism.fsdp == "none" and given(
+                 "parallelism.fsdp_backward_prefetch"),
+             message="an FSDP backward prefetch is given, but parallelism.fsdp is none",
+             reason="backward_prefetch is an FSDP option (torch.distributed.fsdp.BackwardPrefetch)"),
+    Conflict(name="optimizer offload without sharding",
+             fields=("parallelism.cpu_offload", "parallelism.zero_stage", "parallelism.fsdp"),
+             applies=lambda job, given: job.parallelism.cpu_offload != "none"
+             and not _sharded(job),
+             message="CPU offload needs ZeRO (zero_stage >= 1) or FSDP",
+             reason="offload is a feature of DeepSpeed ZeRO (offload_optimizer, offload_param) "
+                    "and FSDP (CPUOffload); plain DDP has none"),
+    Conflict(name="parameter offload with zero 1/2",
+             fields=("parallelism.cpu_offload", "parallelism.zero_stage"),
+             applies=lambda job, given: job.parallelism.cpu_offload == "params"
+             and job.parallelism.zero_stage in (1, 2),
+             message="parameter offload needs ZeRO-3 (or FSDP)",
+             reason="DeepSpeed: offload_param is 'available only with ZeRO stage 3' "
+                    "(deepspeed.ai/docs/config-json, Parameter offloading)"),
+    Conflict(name="zero 2/3 with pipeline parallelism",
+             fields=("parallelism.zero_stage", "parallelism.pp"),
+             applies=lambda job, given: job.parallelism.zero_stage >= 2
+             and job.parallelism.pp > 1,
+             message="ZeRO-2 and ZeRO-3 do not run with pipeline parallelism (use ZeRO-1, or FSDP)",
+             reason="DeepSpeed's PipelineEngine asserts 'ZeRO-2 and ZeRO-3 are incompatible "
+                    "with pipeline parallelism' (deepspeed/runtime/pipe/engine.py)"),
+    Conflict(name="optimizer in backward with accumulation",
+             fields=("training.optimizer_in_backward", "training.grad_accum_steps"),
+             applies=lambda job, given: job.training.optimizer_in_backward
+             and job.training.grad_accum_steps > 1,
+             message="the optimizer step fused into backward cannot accumulate gradients",
+             reason="each gradient is applied and freed as soon as it is computed; torchtune "
+                    "raises 'Gradient accumulation is not supported with optimizer in bwd' "
+                    "(recipes/full_finetune_single_device.py)"),
+    Conflict(name="max steps with a dataset size",
+             fields=("workload.max_steps", "workload.dataset_tokens", "workload.num_samples"),
+             applies=lambda job, given: job.workload.max_steps is not None and (
+                 job.workload.dataset_tokens is not None or job.workload.num_samples is not None),
+             message="give max_steps or a dataset size (dataset_tokens / num_samples), not both",
+             reason="a fixed step count overrides the dataset (HF TrainingArguments: max_steps "
+                    "'overrides num_train_epochs'), so one of the two would be silently dropped"),
+    Conflict(name="average sample longer than the sequence",
+             fields=("workload.avg_seq_len", "training.seq_len"),
+             applies=lambda job, given: job.workload.avg_seq_len is not None
+             and job.workload.avg_seq_len > job.training.seq_len,
+             message="the average sample is longer than training.seq_len",
+             reason="samples are truncated or packed to seq_len tokens, so their average "
+                    "cannot exceed it"),
+    Conflict(name="zero and fsdp together",
+             fields=("parallelism.zero_stage", "parallelism.fsdp"),
+             applies=lambda job, given: job.parallelism.zero_stage > 0
+             and job.parallelism.fsdp != "none",
+             message="give either zero_stage (DeepSpeed) or fsdp (PyTorch FSDP), not both",
+             reason="two implementations of sharded data parallelism; a run uses one"),
+)
+
+
+def _given_fn(job, given: Optional[Iterable[str]]) -> Callable[[str], bool]:
+    """``given(path)``: the user set ``path`` (it is in ``given``) or it differs from the
+    field's default (so a job built in Python is checked as well)."""
+    named = frozenset(given or ())
+
+    def check(path: str) -> bool:
+        if path in named:
+            return True
+        section, _, name = path.partition(".")
+        obj = getattr(job, section)
+        default = attrs.fields_dict(type(obj))[name].default
+        if isinstance(default, attrs.Factory):
+            default = default.factory()
+        return getattr(obj, name) != default
+    return check
+
+
+def check_conflicts(job, given: Optional[Iterable[str]] = None) -> None:
+    """Refuse a job breaking a rule of :data:`CONFLICTS`."""
+    is_given = _given_fn(job, given)
+    for rule in CONFLICTS:
+        if rule.applies(job, is_given):
+            others = ", ".join(f"{p} = {_get(job, p)!r}" for p in rule.fields[1:])
+            raise InputError(rule.fields[0], f"{rule.message} ({others}): {rule.reason}",
+                             value=_get(job, rule.fields[0]))
+
+
+def check_job(job, given: Optional[Iterable[str]] = None) -> None:
+    """Every check that needs only the job: bounds, then conflicts."""
+    check_bounds(job)
+    check_conflicts(job, given)
+
+
+# -- flags that set one field two ways ---------------------------------------------------------
+
+
+@frozen(kw_only=True)
+class FlagConflict:
+    """Two flags that contradict each other; ``applies(args)`` on the argparse namespace."""
+
+    flags: tuple[str, str]
+    applies: Callable[[Any], bool]
+    reason: str
+
+
+FLAG_CONFLICTS: tuple[FlagConflict, ...] = (
+    FlagConflict(flags=("--lora", "--qlora"),
+                 applies=lambda a: bool(getattr(a, "lora", None)) and bool(getattr(a, "qlora", None)),
+                 reason="a run trains one kind of adapter; --qlora is LoRA on a quantized base"),
+    FlagConflict(flags=("--lora", "--technique"),
+                 applies=lambda a: bool(getattr(a, "lora", None))
+                 and getattr(a, "technique", None) not in (None, "lora"),
+                 reason="--lora means --technique lora"),
+    FlagConflict(flags=("--qlora", "--technique"),
+                 applies=lambda a: bool(getattr(a, "qlora", None))
+                 and getattr(a, "technique", None) not in (None, "qlora"),
+                 reason="--qlora means --technique qlora"),
+    FlagConflict(flags=("--flashattn", "--attn"),
+                 applies=lambda a: bool(getattr(a, "flashattn", None))
+                 and getattr(a, "attn", None) not in (None, "flash"),
+                 reason="--flashattn means --attn flash"),
+    FlagConflict(flags=("--fused-loss", "--loss"),
+                 applies=lambda a: getattr(a, "fused_loss", None) is not None
+                 and getattr(a, "loss", None) is not None
+                 and (a.loss == "fused") != bool(a.fused_loss),
+                 reason="--fused-loss true means --loss fused (false: --loss standard)"),
+)
+
+
+def check_flags(args) -> None:
+    """Refuse flags that set one field two ways (:data:`FLAG_CONFLICTS`)."""
+    for rule in FLAG_CONFLICTS:
+        if rule.applies(args):
+            first, second = rule.flags
+            raise InputError(second, f"contradicts {first}: {rule.reason}",
+                             value=getattr(args, second.lstrip("-").replace("-", "_"), None))
+
+
+# -- the hardware can do it ---------------------------------------------------------------------
+
+#: (job field, value, GpuSpec capability attribute, what is missing, what to use instead)
+HARDWARE_RULES: tuple[tuple[str, str, str, str, str], ...] = (
+    ("training.dtype", "fp8", "fp8_units", "FP8 matrix units",
+     "bf16 or fp16 (FP8 needs Ada, Hopper, Blackwell, MI300 or Gaudi 2/3)"),
+    ("training.dtype", "bf16", "bf16_units", "BF16 matrix units", "fp16 or fp32"),
+    ("training.attention", "flash", "flash_attention_2",
+     "FlashAttention-2 support (Ampere or newer, MI200/MI300)",
+     "sdpa (its memory-efficient kernel keeps no s x s scores either)"),
+)
+
+
+def check_hardware(job, gpu) -> None:
+    """Refuse what the GPU cannot run, by the capability columns of the GPU table (a ``None``
+    capability, not verified, is let through)."""
+    for path, value, capability, missing, instead in HARDWARE_RULES:
+        if _get(job, path) == value and getattr(gpu, capability, None) is False:
+            source = getattr(gpu, "capability_source", "") or "the GPU table"
+            raise InputError(path, f"{gpu.name} has no {missing}; use {instead} (source: "
+                             f"{source.split(' | ')[0]})", value=value)
+
+
+# -- the model ----------------------------------------------------------------------------------
+
+#: ModelSpec field -> (minimum, maximum, reason of the maximum)
+MODEL_RANGES: dict[str, tuple[int, int, str]] = {
+    "hidden_size": (1, 2**20, "40x the widest published model (Megatron 1T, 25,600)"),
+    "num_layers": (1, 2**16, "500x the deepest published LLM (~128 layers)"),
+    "num_attention_heads": (1, 2**16, "attention heads"),
+    "num_kv_heads": (1, 2**16, "key/value heads"),
+    "head_dim": (1, 2**16, "per-head width"),
+    "intermediate_size": (0, 2**24, "MLP width"),
+    "vocab_size": (1, 2**24, "64x the largest published vocabulary (~262k, Gemma 3)"),
+    "max_position_embeddings": (1, 2**30, "positions"),
+    "num_experts": (0, 2**16, "experts"),
+    "experts_per_token": (0, 2**16, "routed experts per token"),
+    "moe_intermediate_size": (0, 2**24, "expert MLP width"),
+}
+
+
+def check_model(model) -> None:
+    """Refuse a model whose dimensions are out of range (zero or negative widths give zero
+    divisions and negative parameter counts)."""
+    for name, (low, high, reason) in MODEL_RANGES.items():
+        value = getattr(model, name, None)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise InputError(f"model.{name}", f"the model config's {name} must be a whole "
+                             f"number from {low} to {high} ({reason})", value=value)
+    if model.num_attention_heads % model.num_kv_heads:
+        raise InputError("model.num_kv_heads", "must divide the model's "
+                         f"{model.num_attention_heads} attention heads (grouped-query "
+                         "attention shares each key/value head by a whole group)",
+                         value=model.num_kv_heads)
+    if model.experts_per_token > model.num_experts:
+        raise InputError("model.experts_per_token", f"more routed experts per token than the "
+                         f"model's {model.num_experts} experts", value=model.experts_per_token)
+
+
+def _learned_positions(model) -> bool:
+    return any(getattr(g, "kind", "") == "position" for g in getattr(model, "groups", ()))
+
+
+def check_model_job(job, model, layout) -> None:
+    """Rules between the job and its model/layout: the learned position table's length,
+    pipeline chunks dividing the layers, HSDP groups dividing the GPUs, LoRA rank."""
+    seq_len, par = job.training.seq_len, job.parallelism
+    if _learned_positions(model) and seq_len > model.max_position_embeddings:
+        raise InputError("training.seq_len", f"{model.name} has a learned position table of "
+                         f"{model.max_position_embeddings} positions; longer sequences have no "
+                         "position embedding (rotary/ALiBi models extrapolate, learned tables "
+                         "cannot)", value=seq_len,
+                         accepted=[f"1 .. {model.max_position_embeddings}"])
+    chunks = par.pp * par.pp_virtual_stages
+    if par.pp_virtual_stages > 1 and model.num_layers % chunks:
+        raise InputError("parallelism.pp_virtual_stages", f"pp x pp_virtual_stages = {chunks} "
+                         f"model chunks must divide the model's {model.num_layers} layers "
+                         "(Megatron-LM: 'number of layers should be divisible by the pipeline "
+                         "parallel size x virtual stages')", value=par.pp_virtual_stages)
+    shard = par.hsdp_shard_size
+    if shard is not None and (shard > layout.dp or layout.dp % shard):
+        raise InputError("parallelism.hsdp_shard_size", f"must divide the {layout.dp} "
+                         "data-parallel GPUs (HYBRID_SHARD replicates whole shard groups)",
+                         value=shard, accepted=[d for d in range(1, layout.dp + 1)
+                                                if layout.dp % d == 0][:25])
+    if job.training.technique != "full" and job.training.lora_rank > model.hidden_size:
+        raise InputError("training.lora_rank", f"above the model's hidden size "
+                         f"{model.hidden_size} (a rank-r adapter of a d-wide layer has r <= d)",
+                         value=job.training.lora_rank)
+
+
+def check_context(job, *, model, gpu, layout) -> None:
+    """Every check that needs the resolved model, GPU and layout."""
+    check_model(model)
+    check_hardware(job, gpu)
+    check_model_job(job, model, layout)
+    if layout.world_size > 2**20:
+        raise InputError("hardware", f"{layout.world_size} GPUs is above the bound 2^20 "
+                         f"({_GPUS})", value=layout.world_size)
+
+
+# -- plugin answers -----------------------------------------------------------------------------
+
+#: answer type name -> the fields that must be finite and >= 0 when set
+_ANSWER_NUMBERS = {
+    "MemoryEstimate": ("total_bytes",),
+    "TimeEstimate": ("step_seconds", "mfu", "hfu", "flops_per_step", "total_seconds",
+                     "total_steps"),
+    "TokensEstimate": ("tokens_per_second", "tokens_per_second_per_gpu", "samples_per_second",
+                       "mfu", "hfu"),
+    "CostEstimate": ("usd", "usd_per_hour", "gpu_hours"),
+}
+_MAPPINGS = {"MemoryEstimate": ("components", "phase_peaks_bytes"),
+             "TimeEstimate": ("breakdown",)}
+
+
+def _bad_number(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return True
+    return not math.isfinite(value) or value < 0
+
+
+def answer_problem(result) -> Optional[str]:
+    """Why a plugin's answer breaks the answer contract (``None``: it does not): every number
+    finite and non-negative, and a memory answer's components summing to its total (to a
+    byte per component)."""
+    kind = type(result).__name__
+    for name in _ANSWER_NUMBERS.get(kind, ()):
+        value = getattr(result, name, None)
+        if value is not None and _bad_number(value):
+            return f"{name} = {value!r} is not a finite number >= 0"
+    for name in _MAPPINGS.get(kind, ()):
+        mapping = getattr(result, name, None) or {}
+        if not isinstance(mapping, dict):
+            return f"{name} is a {type(mapping).__name__}, not a mapping"
+        for key, value in mapping.items():
+            if _bad_number(value):
+                return f"{name}[{key!r}] = {value!r} is not a finite number >= 0"
+    interval = getattr(getattr(result, "provenance", None), "interval", None)
+    if interval is not None and any(_bad_number(v) for v in interval):
+        return f"provenance.interval = {interval!r} is not two finite numbers >= 0"
+    if kind == "MemoryEstimate" and result.components:
+        total = sum(result.components.values())
+        if abs(total - result.total_bytes) > max(1, len(result.components)):
+            return (f"components sum to {total} bytes, not total_bytes = "
+                    f"{result.total_bytes}")
+    return None
+
+
+# -- documentation -------------------------------------------------------------------------------
+
+
+def markdown() -> str:
+    """The bounds and conflict rules as the ``docs/cli.md`` section (generated, so the page
+    cannot drift from the checks)."""
+    lines = ["## Bounds and conflict rules", "",
+             "Generated from `fmest.bounds` (`scripts/gen_cli_docs.py`). Every door (flags, "
+             "`-f`, `--config`, the Python API, the service) applies them; a refusal is one "
+             "line naming the field, exit code 2 (`InputError` in Python). Numbers must be "
+             "finite everywhere (`nan`, `inf` are refused).", "",
+             "**Bounds** (largest accepted value)", "", "| field | at most | why |",
+             "|---|---|---|"]
+    lines += [f"| `{b.path}` | {b.maximum:g} | {b.reason} |" for b in BOUNDS]
+    lines += ["", "**Conflicts** (refused together)", "", "| fields | refused when | why |",
+              "|---|---|---|"]
+    lines += [f"| {', '.join(f'`{p}`' for p in c.fields)} | {c.message} | {c.reason} |"
+              for c in CONFLICTS]
+    lines += ["", "**Flags** (one field set two ways)", "", "| flags | why |", "|---|---|"]
+    lines += [f"| `{f.flags[0]}` with `{f.flags[1]}` | {f.reason} |" for f in FLAG_CONFLICTS]
+    lines += ["", "**Hardware** (GPU table capability columns, sources in "
+              "`core/fmest/data/README.md`)", "", "| field = value | needs | instead |",
+              "|---|---|---|"]
+    lines += [f"| `{p}` = `{v}` | `{cap}` (the GPU's {missing}) | {instead} |"
+              for p, v, cap, missing, instead in HARDWARE_RULES]
+    lines += ["", "**Model** (the resolved config)", "", "| field | accepted | why |",
+              "|---|---|---|"]
+    lines += [f"| `model.{n}` | {lo} .. {hi} | {why} |" for n, (lo, hi, why) in
+              MODEL_RANGES.items()]
+    lines += ["| `training.seq_len` | at most the learned position table | GPT-2, OPT, BLOOM-"
+              "style learned tables have no row past their length |",
+              "| `parallelism.pp_virtual_stages` | pp x chunks divides the layers | "
+              "Megatron-LM interleaved schedule |",
+              "| `parallelism.hsdp_shard_size` | divides the data-parallel GPUs | HYBRID_SHARD "
+              "replicates whole shard groups |",
+              "| `training.lora_rank` | at most the hidden size | a rank-r adapter of a d-wide "
+              "layer has r <= d |", ""]
+    return "\n".join(lines)

@@ -1,0 +1,242 @@
+"""The documented bounds and conflict rules (fmest.bounds) and the GPU table's capabilities:
+each rule refuses its case naming the field, and lets the neighbouring valid case through."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+import pytest
+
+from fmest import bounds
+from fmest.errors import InputError
+from fmest.estimates import CostEstimate, MemoryEstimate, Provenance, TimeEstimate
+from fmest.gpus import shipped_gpus
+from fmest.job import Job, resolve_layout
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def job(**sections) -> Job:
+    return Job(model="llama-2-7b-hf").evolve(**sections)
+
+
+def refused(check, *args, field: str, **kwargs) -> InputError:
+    with pytest.raises(InputError) as info:
+        check(*args, **kwargs)
+    assert info.value.field == field, str(info.value)
+    return info.value
+
+
+# -- bounds -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("bound", bounds.BOUNDS, ids=lambda b: b.path)
+def test_each_bound_refuses_above_and_accepts_at_the_limit(bound):
+    section, name = bound.path.split(".")
+    # neighbours that other rules need for the value to be otherwise valid
+    extra = {"parallelism": {"fsdp": "hybrid_shard"}} if name == "hsdp_shard_size" else {}
+    at_limit = int(bound.maximum) if float(bound.maximum).is_integer() else bound.maximum
+    ok = job(**{section: {name: at_limit}})
+    ok = ok.evolve(**{k: {**v, name: at_limit} for k, v in extra.items()}) if extra else ok
+    bounds.check_bounds(ok)
+    bad = ok.evolve(**{section: {name: at_limit * 2}})
+    err = refused(bounds.check_bounds, bad, field=bound.path)
+    assert "bound" in str(err)
+
+
+# -- conflicts ---------------------------------------------------------------------------------
+CONFLICT_CASES = {
+    "lora settings without lora": ({"training": {"lora_rank": 64}}, "training.lora_rank",
+                                   {"training": {"lora_rank": 64, "technique": "lora"}}),
+    "quantization without qlora": ({"training": {"technique": "lora", "quantization_bits": 8}},
+                                   "training.quantization_bits",
+                                   {"training": {"technique": "qlora", "quantization_bits": 8}}),
+    "virtual stages without interleaving": (
+        {"parallelism": {"pp": 2, "pp_virtual_stages": 2}}, "parallelism.pp_virtual_stages",
+        {"parallelism": {"pp": 2, "pp_virtual_stages": 2, "pp_schedule": "interleaved"}}),
+    "hsdp shard size without hybrid_shard": (
+        {"parallelism": {"fsdp": "full_shard", "hsdp_shard_size": 4}},
+        "parallelism.hsdp_shard_size",
+        {"parallelism": {"fsdp": "hybrid_shard", "hsdp_shard_size": 4}}),
+    "sequence parallel without tensor parallel": (
+        {"parallelism": {"sequence_parallel": True}}, "parallelism.sequence_parallel",
+        {"parallelism": {"sequence_parallel": True, "tp": 2}}),
+    "fsdp prefetch without fsdp": ({"parallelism": {"fsdp_backward_prefetch": "post"}},
+                                   "parallelism.fsdp_backward_prefetch",
+                                   {"parallelism": {"fsdp_backward_prefetch": "post",
+                                                    "fsdp": "full_shard"}}),
+    "optimizer offload without sharding": ({"parallelism": {"cpu_offload": "optimizer"}},
+                                           "parallelism.cpu_offload",
+                                           {"parallelism": {"cpu_offload": "optimizer",
+                                                            "zero_stage": 2}}),
+    "parameter offload with zero 1/2": ({"parallelism": {"cpu_offload": "params",
+                                                         "zero_stage": 2}},
+                                        "parallelism.cpu_offload",
+                                        {"parallelism": {"cpu_offload": "params",
+                                                         "zero_stage": 3}}),
+    "zero 2/3 with pipeline parallelism": ({"parallelism": {"zero_stage": 3, "pp": 2}},
+                                           "parallelism.zero_stage",
+                                           {"parallelism": {"zero_stage": 1, "pp": 2}}),
+    "optimizer in backward with accumulation": (
+        {"training": {"optimizer_in_backward": True, "grad_accum_steps": 4}},
+        "training.optimizer_in_backward", {"training": {"optimizer_in_backward": True}}),
+    "max steps with a dataset size": ({"workload": {"max_steps": 10, "dataset_tokens": 1e9}},
+                                      "workload.max_steps", {"workload": {"max_steps": 10}}),
+    "average sample longer than the sequence": (
+        {"workload": {"avg_seq_len": 4096, "num_samples": 10}}, "workload.avg_seq_len",
+        {"workload": {"avg_seq_len": 2048, "num_samples": 10}}),
+    "zero and fsdp together": ({"parallelism": {"zero_stage": 3, "fsdp": "full_shard"}},
+                               "parallelism.zero_stage", {"parallelism": {"zero_stage": 3}}),
+}
+
+
+def test_every_conflict_rule_has_a_case():
+    assert set(CONFLICT_CASES) == {c.name for c in bounds.CONFLICTS}
+
+
+@pytest.mark.parametrize("name", sorted(CONFLICT_CASES))
+def test_conflict_refused_with_its_reason_and_neighbour_accepted(name):
+    bad, field, good = CONFLICT_CASES[name]
+    rule = next(c for c in bounds.CONFLICTS if c.name == name)
+    err = refused(bounds.check_conflicts, job(**bad), field=field)
+    assert rule.reason in str(err)
+    bounds.check_conflicts(job(**good))
+
+
+def test_given_catches_a_default_value_set_explicitly():
+    """``--fsdp-backward-prefetch pre`` without FSDP: the value is the default, but the user
+    gave it."""
+    plain = job()
+    bounds.check_conflicts(plain)
+    refused(bounds.check_conflicts, plain, {"parallelism.fsdp_backward_prefetch"},
+            field="parallelism.fsdp_backward_prefetch")
+
+
+def test_flag_conflicts():
+    from fmest.cli import build_parser
+
+    parser = build_parser()
+    for argv, field in ((["--lora", "--qlora"], "--qlora"),
+                        (["--flashattn", "--attn", "eager"], "--attn"),
+                        (["--fused-loss", "--loss", "chunked"], "--loss"),
+                        (["--lora", "--technique", "full"], "--technique")):
+        args = parser.parse_args(["estimate", "--model", "gpt2", *argv])
+        refused(bounds.check_flags, args, field=field)
+    for argv in (["--lora"], ["--flashattn", "--attn", "flash"], ["--fused-loss", "--loss",
+                                                                   "fused"]):
+        bounds.check_flags(parser.parse_args(["estimate", "--model", "gpt2", *argv]))
+
+
+# -- hardware ----------------------------------------------------------------------------------
+GPUS = {g.name: g for g in shipped_gpus()}
+# the issue's lists (architecture whitepapers; FlashAttention-2 README)
+FP8_YES = ("H100-SXM-80GB", "H200-SXM-141GB", "B200-SXM-180GB", "L40S-48GB", "L4-24GB",
+           "RTX4090-24GB", "MI300X-192GB")
+FP8_NO = ("A100-SXM-80GB", "V100-SXM2-16GB", "A10-24GB", "T4-16GB", "RTX3090-24GB")
+
+
+def test_gpu_table_capabilities_match_the_architectures():
+    assert all(GPUS[n].fp8_units is True for n in FP8_YES)
+    assert all(GPUS[n].fp8_units is False for n in FP8_NO)
+    assert GPUS["V100-SXM2-16GB"].bf16_units is False and GPUS["T4-16GB"].bf16_units is False
+    for g in GPUS.values():
+        if g.compute_capability:
+            assert g.flash_attention_2 is (float(g.compute_capability) >= 8.0), g.name
+        if any(v is not None for v in (g.bf16_units, g.fp8_units, g.flash_attention_2)):
+            assert g.capability_source.startswith("https://"), g.name
+        if g.fp8_units is False:
+            assert g.fp8_flops_per_s is None, g.name  # no FP8 units, no FP8 peak
+
+
+@pytest.mark.parametrize("gpu,training,field", [
+    ("A100-SXM-80GB", {"dtype": "fp8"}, "training.dtype"),
+    ("RTX3090-24GB", {"dtype": "fp8"}, "training.dtype"),
+    ("V100-SXM2-16GB", {"dtype": "bf16"}, "training.dtype"),
+    ("T4-16GB", {"dtype": "bf16"}, "training.dtype"),
+    ("T4-16GB", {"dtype": "fp16", "attention": "flash"}, "training.attention"),
+    ("V100-SXM2-32GB", {"dtype": "fp16", "attention": "flash"}, "training.attention"),
+])
+def test_hardware_refusals(gpu, training, field):
+    err = refused(bounds.check_hardware, job(training=training), GPUS[gpu], field=field)
+    assert gpu in str(err) and "https://" in str(err)
+
+
+@pytest.mark.parametrize("gpu,training", [
+    ("H100-SXM-80GB", {"dtype": "fp8"}), ("L4-24GB", {"dtype": "fp8"}),
+    ("A100-SXM-80GB", {"dtype": "bf16", "attention": "flash"}),
+    ("T4-16GB", {"dtype": "fp16", "attention": "sdpa"}), ("TPU-v5e", {"dtype": "fp8"}),
+])
+def test_hardware_accepts(gpu, training):
+    bounds.check_hardware(job(training=training), GPUS[gpu])
+
+
+# -- model --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def engine():
+    from fmest.testing import new_engine
+
+    return new_engine()
+
+
+def test_learned_position_table(engine):
+    gpt2 = engine.resolve_model(Job(model="gpt2"))
+    four_k = Job(model="gpt2").evolve(training={"seq_len": 4096})
+    err = refused(bounds.check_model_job, four_k, gpt2, resolve_layout(four_k),
+                  field="training.seq_len")
+    assert "1024" in str(err)
+    ok = Job(model="gpt2").evolve(training={"seq_len": 1024})
+    bounds.check_model_job(ok, gpt2, resolve_layout(ok))
+    llama = engine.resolve_model(Job(model="llama-2-7b-hf"))  # rotary: no table to run off
+    long = job(training={"seq_len": 65536})
+    bounds.check_model_job(long, llama, resolve_layout(long))
+
+
+def test_model_ranges(engine):
+    llama = engine.resolve_model(Job(model="llama-2-7b-hf"))
+    bounds.check_model(llama)
+    for name, value in (("hidden_size", -4096), ("num_attention_heads", 0),
+                        ("num_layers", 0), ("vocab_size", 10**12)):
+        refused(bounds.check_model, attrs.evolve(llama, **{name: value}),
+                field=f"model.{name}")
+    refused(bounds.check_model, attrs.evolve(llama, num_kv_heads=3), field="model.num_kv_heads")
+
+
+def test_pipeline_chunks_and_hsdp_groups(engine):
+    llama = engine.resolve_model(Job(model="llama-2-7b-hf"))  # 32 layers
+    bad = job(parallelism={"pp": 4, "pp_virtual_stages": 3, "pp_schedule": "interleaved"})
+    refused(bounds.check_model_job, bad, llama, resolve_layout(bad),
+            field="parallelism.pp_virtual_stages")
+    ok = job(parallelism={"pp": 4, "pp_virtual_stages": 2, "pp_schedule": "interleaved"})
+    bounds.check_model_job(ok, llama, resolve_layout(ok))
+    hsdp = job(parallelism={"fsdp": "hybrid_shard", "hsdp_shard_size": 3, "dp": 8})
+    refused(bounds.check_model_job, hsdp, llama, resolve_layout(hsdp),
+            field="parallelism.hsdp_shard_size")
+
+
+# -- answers -------------------------------------------------------------------------------------
+def _memory(total, components):
+    return MemoryEstimate(total_bytes=total, components=components,
+                          provenance=Provenance(basis="analytic"))
+
+
+@pytest.mark.parametrize("answer,word", [
+    (_memory(-1, {"weights": -1}), "total_bytes"),
+    (_memory(100, {"weights": 4, "gradients": 4}), "sum"),
+    (_memory(8, {"weights": float("nan")}), "components"),
+    (TimeEstimate(step_seconds=float("nan"), breakdown={}, provenance=Provenance(
+        basis="analytic")), "step_seconds"),
+    (TimeEstimate(step_seconds=1.0, breakdown={"compute": -1.0}, provenance=Provenance(
+        basis="analytic")), "breakdown"),
+    (CostEstimate(usd=float("inf"), usd_per_hour=1.0, provenance=Provenance(basis="quoted")),
+     "usd"),
+])
+def test_answer_problems_are_named(answer, word):
+    assert word in bounds.answer_problem(answer)
+
+
+def test_sound_answer_passes():
+    assert bounds.answer_problem(_memory(8, {"weights": 4, "gradients": 4})) is None
+
+
+def test_docs_list_every_bound_and_rule():
+    text = (ROOT / "docs" / "cli.md").read_text()
+    assert bounds.markdown() in text
