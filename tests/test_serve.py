@@ -171,12 +171,50 @@ def test_plan_is_501_without_a_planner(client):
     from fmest.serve.plan import plan_available
 
     response = client.post("/v1/plan", json={"model": "Llama-2-7b-hf"})
-    if plan_available():
+    if plan_available(client.app.state.service):
         assert response.status_code in (200, 422)
     else:
         assert response.status_code == 501
         assert "no planner" in response.json()["error"]["message"]
         assert response.json()["error"]["field"] is None
+
+
+def _plan_engine():
+    """The installed plugins plus ``fmest plan`` (registered here until it is a default)."""
+    pytest.importorskip("fmest.plan")
+    from fmest import plan
+
+    if not hasattr(plan, "plan_output"):
+        pytest.skip("this fmest.plan has no plan_output")
+    from fmest.engine import Engine
+
+    engine = Engine()
+    if "plan" not in engine.commands():
+        import fmest.default_plugins.plan as plan_plugin
+
+        engine.pm.register(plan_plugin, name="plan")
+    return engine
+
+
+def test_plan_is_the_cli_json(capsys):
+    engine = _plan_engine()
+    client = TestClient(create_app(engine))
+    assert client.get("/healthz").json()["plan"] is True
+    body = {"model": "meta-llama/Llama-2-7b-hf", "seq_len": 4096, "dataset_tokens": 1e9,
+            "max_gpus": 16, "gpus": "A100-80GB,H100", "top": 12}
+    response = client.post("/v1/plan", json=body)
+    assert response.status_code == 200, response.text
+    capsys.readouterr()
+    assert cli.main(["plan", "--model", "meta-llama/Llama-2-7b-hf", "--seq-len", "4096",
+                     "--dataset-tokens", "1e9", "--max-gpus", "16", "--gpus", "A100-80GB,H100",
+                     "--top", "12", "--format", "json"], engine=engine) == 0
+    expected = json.loads(capsys.readouterr().out)
+    got = response.json()
+    for timing in ("seconds", "configs_per_second"):  # wall-clock of the search itself
+        expected.pop(timing), got.pop(timing)
+    assert got == expected and any(p["pareto"] for p in got["plans"])
+    bad = client.post("/v1/plan", json=dict(body, export="deepspeed"))
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "export"
 
 
 def test_unknown_route_is_a_json_404(client):
@@ -237,7 +275,8 @@ def test_openapi_schema_holds_for_generated_requests():
     for operation in operations:
         examples = 100 if operation.path == "/v1/estimate" else 3
         # without a planner /v1/plan answers its documented 501 (test_plan_is_501_...)
-        these = checks[1:] if operation.path == "/v1/plan" and not plan_available() else checks
+        these = (checks[1:] if operation.path == "/v1/plan"
+                 and not plan_available(app.state.service) else checks)
 
         @settings(max_examples=examples, deadline=None, database=None,
                   suppress_health_check=list(HealthCheck))

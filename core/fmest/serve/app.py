@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 from fmest import __version__
 from fmest.errors import FmestError, InputError
 from fmest.serve import schema
-from fmest.serve.inputs import INPUT_SOURCE, estimate_args
+from fmest.serve.inputs import INPUT_SOURCE, command_parser, estimate_args
 
 log = logging.getLogger("fmest.serve")
 
@@ -69,6 +69,8 @@ class _ServiceEngine:
 
     def __init__(self, engine) -> None:
         self.engine = engine
+        #: the CLI's plugin commands (``fmest plan`` among them when the planner is installed)
+        self.commands = engine.commands()
         self.exclusive = threading.Lock()
         resolve_lock = threading.RLock()
         original = engine.resolve_model
@@ -176,18 +178,24 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
             return result
         return Response(result, media_type="application/json")
 
-    @app.post("/v1/plan", tags=["plan"], openapi_extra=schema.plan_openapi(),
+    from fmest.serve.plan import plan_available, plan_response
+
+    plan_parser = (command_parser("plan", service.commands) if plan_available(service)
+                   else None)
+
+    @app.post("/v1/plan", tags=["plan"], openapi_extra=schema.plan_openapi(plan_parser),
               summary="Plan: every layout that fits, cost against time (needs fmest.plan)")
     async def plan(request: Request):
-        from fmest.serve.plan import plan_available, plan_response
-
-        if not plan_available():
+        if plan_parser is None:
             return JSONResponse(error_body(None, "this fmest has no planner the service can "
                                            "call (fmest.plan.plan_output); POST /v1/estimate "
                                            "works"),
                                 status_code=501)
         body = await read_json(request)
-        return await in_thread(plan_response, body, service)
+        result = await in_thread(plan_response, plan_parser, body, service)
+        if isinstance(result, JSONResponse):
+            return result
+        return Response(result, media_type="application/json")
 
     @app.get("/v1/models", tags=["registries"], openapi_extra=schema.list_openapi("Model"),
              summary="Model presets (as `fmest models --format json`)")
@@ -225,7 +233,8 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 
         return {"status": "ok", "version": __version__,
                 "plugins": sorted(plugin_hooks(service.engine.pm)),
-                "load_errors": [str(e) for e in service.engine.load_errors]}
+                "load_errors": [str(e) for e in service.engine.load_errors],
+                "plan": plan_parser is not None}
 
     @app.get("/", include_in_schema=False)
     def page():

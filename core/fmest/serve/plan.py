@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Optional
 
-from fmest.serve.inputs import INPUT_SOURCE, args_from_body, command_parser
+from fmest.serve.inputs import INPUT_SOURCE, args_from_body
 
 
 def _plan_output() -> Optional[Callable[..., Any]]:
@@ -18,15 +18,16 @@ def _plan_output() -> Optional[Callable[..., Any]]:
     return getattr(planner, "plan_output", None)
 
 
-def plan_available() -> bool:
-    return _plan_output() is not None
+def plan_available(service) -> bool:
+    """Whether the planner exposes its seam and ``fmest plan`` is a registered command."""
+    return _plan_output() is not None and "plan" in service.commands
 
 
-def plan_response(body: Any, service) -> str:
-    """The JSON text of ``fmest plan --format json`` with the body's job and flags."""
+def plan_response(parser, body: Any, service) -> str:
+    """The JSON text of ``fmest plan --format json`` with the body's job and flags
+    (``parser``: the ``fmest plan`` sub-parser)."""
     from fmest.inputs import read_document
 
-    parser = command_parser("plan", service.engine.commands())
     args, job_input = args_from_body(parser, body)
     layers = read_document(job_input, source=INPUT_SOURCE) if job_input is not None else None
     with service.exclusive:  # a plan runs thousands of estimates: one at a time

@@ -80,10 +80,11 @@ def _flag_schema(action: argparse.Action) -> dict[str, Any]:
     return out
 
 
-def estimate_request_schema() -> dict[str, Any]:
-    """The body of ``POST /v1/estimate``: flags by JSON name, the job sections, ``input``."""
+def request_schema(parser: argparse.ArgumentParser, example: dict) -> dict[str, Any]:
+    """The body of a command's route: its flags by JSON name (with ``x-flag``/``x-group``),
+    the job sections and ``input``."""
     props: dict[str, Any] = {}
-    for title, actions in flag_groups(estimate_parser()):
+    for title, actions in flag_groups(parser):
         for action in actions:
             prop = _flag_schema(action)
             prop["x-group"] = title
@@ -93,15 +94,18 @@ def estimate_request_schema() -> dict[str, Any]:
     props["model_config"] = {"type": "object", "description": "an inline Hugging Face "
                              "config.json (the model's shape); `model` then names it"}
     props["job_configs"] = {"type": "array", "items": {"type": "object"}, "description":
-                            "fm-training-estimator EstimateInput jobs (with `estimator`)"}
-    props["estimator"] = {"type": "object", "description": "fm-training-estimator "
-                          "EstimateInput estimator metadata"}
+                            "fm-training-estimator EstimateInput jobs"}
+    for key in ("estimator", "estimator_metadata"):
+        props[key] = {"type": "object", "description": "fm-training-estimator EstimateInput "
+                      "estimator metadata"}
     props["input"] = {"type": "object", "description": "the job as `-f` reads it (fmest job or "
                       "EstimateInput); the other fields are then flags"}
     return {"type": "object", "properties": props, "additionalProperties": False,
-            "example": {"model": "meta-llama/Llama-2-7b-hf", "gpu": "A100-80GB",
-                        "per_device_batch": 2, "seq_len": 4096, "zero": 3, "gpus_per_node": 8,
-                        "dataset_tokens": 1e9}}
+            "example": example}
+
+
+EXAMPLE = {"model": "meta-llama/Llama-2-7b-hf", "gpu": "A100-80GB", "per_device_batch": 2,
+           "seq_len": 4096, "zero": 3, "gpus_per_node": 8, "dataset_tokens": 1e9}
 
 
 def _json(schema: dict) -> dict:
@@ -116,16 +120,21 @@ def _errors(*codes: int) -> dict:
 
 
 def estimate_openapi() -> dict:
-    return {"requestBody": {"required": True, "content": _json(estimate_request_schema())},
+    return {"requestBody": {"required": True, "content": _json(
+                request_schema(estimate_parser(), EXAMPLE))},
             "responses": {"200": {"description": "`fmest estimate --format json`",
                                   "content": _json(ESTIMATE_SCHEMA)},
                           **_errors(413, 422, 500, 504)}}
 
 
-def plan_openapi() -> dict:
-    return {"requestBody": {"required": True, "content": _json({"type": "object"})},
+def plan_openapi(parser: argparse.ArgumentParser | None) -> dict:
+    """``POST /v1/plan``: the ``fmest plan`` flags when the planner is installed."""
+    body = (request_schema(parser, dict(EXAMPLE, max_gpus=16, objective="pareto"))
+            if parser is not None else {"type": "object"})
+    return {"requestBody": {"required": True, "content": _json(body)},
             "responses": {"200": {"description": "`fmest plan --format json`",
-                                  "content": _json({"type": "object"})},
+                                  "content": _json({"type": "object",
+                                                    "required": ["plans"]})},
                           **_errors(413, 422, 500, 501, 504)}}
 
 
@@ -136,5 +145,5 @@ def list_openapi(item: str) -> dict:
 
 def health_openapi() -> dict:
     return {"responses": {"200": {"description": "the server is up", "content": _json(
-        {"type": "object", "required": ["status", "version", "plugins", "load_errors"]})},
+        {"type": "object", "required": ["status", "version", "plugins", "load_errors", "plan"]})},
         **_errors(500)}}
