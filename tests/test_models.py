@@ -38,9 +38,18 @@ def _hf_param_count(config: dict) -> int:
     cfg = copy.deepcopy(config)
     mt = cfg.pop("model_type")
     conf = transformers.AutoConfig.for_model(mt, **cfg)
+    auto = ("AutoModelForSeq2SeqLM" if conf.is_encoder_decoder
+            else "AutoModelForImageTextToText" if "vision_config" in config
+            else "AutoModelForCausalLM")
     with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(conf)
-    return sum(p.numel() for p in model.parameters())  # parameters() dedups tied tensors
+        model = getattr(transformers, auto).from_config(conf)
+    total = sum(p.numel() for p in model.parameters())  # parameters() dedups tied tensors
+    if mt in ("t5", "mt5") and config.get("tie_word_embeddings") is False:
+        # transformers 5's T5Config/MT5Config force tie_word_embeddings=True ("we tie weights
+        # always", configuration_t5.py); the released v1.1/mT5/Flan/T0 checkpoints store a
+        # separate lm_head, which fmest counts (the published sizes include it).
+        total += cfg["d_model"] * cfg["vocab_size"]
+    return total
 
 
 # --------------------------------------------------------------------------- presets
@@ -250,8 +259,15 @@ def test_gemma3_multimodal_uses_text_config():
           "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152}}
     spec = spec_from_hf_config(mm, name="g3", source="test")
     assert spec.model_type == "gemma3_text"
+    # an incomplete vision_config: the language model is counted, and the warning says so
     assert spec.param_counts().total == load_preset("gemma-3-4b").param_counts().total
-    assert any("text_config" in w and "vision" in w for w in spec.warnings)
+    assert spec.vision is None
+    assert any("text_config" in w and "vision_config" in w for w in spec.warnings)
+    # the complete multimodal preset adds the SigLIP tower and projector to the same text model
+    full = load_preset("google/gemma-3-4b-it")
+    counts = full.param_counts()
+    assert counts.total - counts.vision == spec.param_counts().total
+    assert full.vision.tokens_per_image == 256 and counts.vision > 0.4e9
 
 
 def test_unknown_architecture_falls_back_with_warning():

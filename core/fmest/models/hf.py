@@ -20,12 +20,14 @@ from __future__ import annotations
 from typing import Any
 
 from fmest.errors import InputError
+from fmest.models.hf_encdec import ENCODER_DECODER_TYPES, bart_inventory, t5_inventory
+from fmest.models.hf_vision import VISION_TYPES, mllama_text_inventory, vision_inventory
 from fmest.models.spec import LinearModule, ModelSpec, ParamGroup
 
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2",
     "gemma3_text", "gemma3", "phi3", "granite", "granitemoe", "falcon", "gpt2", "bloom", "opt",
-    "deepseek_v2", "deepseek_v3", "mpt",
+    "deepseek_v2", "deepseek_v3", "mpt", *ENCODER_DECODER_TYPES, *VISION_TYPES,
 )
 
 _MISSING = object()
@@ -492,7 +494,38 @@ _BUILDERS = {
     "bloom": (lambda mt, c, b, w: _bloom(c, b), 2048),
     "opt": (lambda mt, c, b, w: _opt(c, b), 2048),
     "mpt": (lambda mt, c, b, w: _mpt(c, b, w), 2048),
+    "t5": (lambda mt, c, b, w: t5_inventory(c, b), 512),
+    "mt5": (lambda mt, c, b, w: t5_inventory(c, b), 1024),
+    "bart": (lambda mt, c, b, w: bart_inventory(c, b), 1024),
+    "mllama_text_model": (lambda mt, c, b, w: mllama_text_inventory(c, b), 131072),
 }
+
+#: text model_type of a vision-language config when its text_config names none
+_VLM_TEXT_TYPE = {"qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2", "gemma3": "gemma3_text",
+                  "mllama": "mllama_text_model", "paligemma": "gemma2", "llava": "llama",
+                  "llava_next": "llama", "internvl": "qwen2"}
+
+
+def _vlm_text_config(mt: str, config: dict) -> dict:
+    """The language model's config of a vision-language config: its ``text_config`` (Qwen2-VL
+    keeps the text keys at the top level)."""
+    tc = config.get("text_config")
+    if isinstance(tc, dict) and (tc.get("hidden_size") or not config.get("hidden_size")):
+        inner = dict(tc)
+    elif config.get("hidden_size"):
+        inner = {k: v for k, v in config.items() if k not in ("vision_config", "text_config")}
+    else:
+        raise InputError("model.config.text_config",
+                         f"vision-language config of type {mt!r} needs a text_config")
+    text_type = str(inner.get("model_type") or "")
+    if not text_type or text_type == mt or text_type.endswith("_text") and mt.startswith("qwen"):
+        text_type = _VLM_TEXT_TYPE[mt]
+    if mt == "gemma3":
+        text_type = "gemma3_text"
+    inner["model_type"] = text_type
+    if config.get("tie_word_embeddings") is not None:  # transformers 5 ties by the outer key
+        inner["tie_word_embeddings"] = config["tie_word_embeddings"]
+    return inner
 
 
 def spec_from_hf_config(config: dict, *, name: str, source: str) -> ModelSpec:
@@ -508,17 +541,18 @@ def spec_from_hf_config(config: dict, *, name: str, source: str) -> ModelSpec:
     warnings: list[str] = []
     raw = config
     mt = str(config.get("model_type") or "").lower()
-    if mt in ("gemma3", "gemma3n", "llava", "mistral3", "llama4", "qwen2_vl",
-              "qwen2_5_vl") or (isinstance(config.get("text_config"), dict)
-                                and not config.get("hidden_size")):
+    vision_of = None
+    if mt in VISION_TYPES:
+        config, vision_of = _vlm_text_config(mt, config), mt
+        mt = str(config.get("model_type") or "").lower()
+    elif mt in ("gemma3n", "mistral3", "llama4") or (isinstance(config.get("text_config"), dict)
+                                                     and not config.get("hidden_size")):
         tc = config.get("text_config")
         if not isinstance(tc, dict):
             raise InputError("model.config.text_config",
                              f"multimodal config of type {mt!r} needs a text_config")
         inner = dict(tc)
-        inner.setdefault("model_type", {"gemma3": "gemma3_text"}.get(mt, tc.get("model_type", "")))
-        if mt == "gemma3":
-            inner["model_type"] = "gemma3_text"
+        inner.setdefault("model_type", tc.get("model_type", ""))
         warnings.append(f"multimodal config {mt!r}: only the language model (text_config, "
                         f"model_type {inner['model_type']!r}) is counted; the vision tower and "
                         f"projector are not")
@@ -534,6 +568,14 @@ def spec_from_hf_config(config: dict, *, name: str, source: str) -> ModelSpec:
         shape = _generic(mt or "<no model_type>", c, b, warnings)
     else:
         shape = builder(mt, c, b, warnings)
+    n_text_linears, n_text_groups = len(b.linears), len(b.groups)
+    if vision_of is not None:
+        try:
+            shape["vision"] = vision_inventory(vision_of, raw, shape["hidden_size"], b, _Cfg)
+        except InputError as e:
+            del b.linears[n_text_linears:], b.groups[n_text_groups:]
+            warnings.append(f"multimodal config {vision_of!r}: vision_config is incomplete "
+                            f"({e}); only the language model (text_config) is counted")
     if "max_position_embeddings" not in shape:
         shape["max_position_embeddings"] = c.int(
             "max_position_embeddings", "n_positions", "max_seq_len", "seq_length",

@@ -13,7 +13,8 @@ from typing import Optional
 
 from attrs import field, frozen
 
-LINEAR_KINDS = ("attention", "mlp", "expert", "shared_expert", "router", "head", "other")
+LINEAR_KINDS = ("attention", "cross_attention", "mlp", "expert", "shared_expert", "router", "head",
+                "vision", "other")
 
 
 @frozen(kw_only=True)
@@ -67,8 +68,38 @@ class ParamGroup:
 
 
 @frozen(kw_only=True)
+class VisionSpec:
+    """The image side of a vision-language model: the vision tower and the projector.
+
+    Their parameters are part of the model's inventory (``ModelSpec.linears`` with kind
+    ``vision``, groups with kind ``vision``); this record keeps the shape the vision
+    activation and FLOP formulas need. ``patches_per_image`` is what one tile costs the tower
+    (including a class token), ``tokens_per_image`` what one image adds to the language model's
+    sequence at the default image size (after pooling/merging, all tiles), ``max_tiles`` the
+    tiles one image is cut into at most (1 when the model has no tiling).
+    """
+
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    patch_size: int
+    image_size: int
+    patches_per_image: int
+    tokens_per_image: int
+    max_tiles: int = 1
+    merge_factor: int = 1          # patches folded into one LM token (Qwen2-VL 2x2 = 4)
+    tower_params: int = 0
+    projector_params: int = 0
+    source: str = ""
+
+
+@frozen(kw_only=True)
 class ParamCounts:
-    """Exact parameter counts per component. ``active`` counts what one token uses (MoE)."""
+    """Exact parameter counts per component. ``active`` counts what one token uses (MoE);
+    ``vision`` is the vision tower plus projector of a vision-language model (also in
+    ``total``)."""
 
     embedding: int
     attention: int
@@ -79,10 +110,11 @@ class ParamCounts:
     other: int
     total: int
     active: int
+    vision: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in ("embedding", "attention", "mlp", "experts", "norms",
-                                              "head", "other", "total", "active")}
+                                              "head", "other", "vision", "total", "active")}
 
 
 @frozen(kw_only=True)
@@ -118,6 +150,14 @@ class ModelSpec:
     qk_head_dim: int = 0
     v_head_dim: int = 0
     sliding_window: Optional[int] = None
+    # layers that attend within ``sliding_window`` only (Gemma 2/3, Mistral); None = all of them
+    # when ``sliding_window`` is set
+    sliding_window_layers: Optional[int] = None
+    # encoder-decoder (T5, BART): ``num_layers`` counts both stacks
+    is_encoder_decoder: bool = False
+    num_encoder_layers: int = 0
+    relative_attention_num_buckets: int = 0
+    vision: Optional[VisionSpec] = None
     dropout: float = 0.0
     eager_only: bool = False
     linears: tuple[LinearModule, ...] = field(factory=tuple)
@@ -129,8 +169,14 @@ class ModelSpec:
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
+    @property
+    def num_decoder_layers(self) -> int:
+        """Layers that run once per generated token (all of them for a decoder-only model)."""
+        return self.num_layers - self.num_encoder_layers
+
     def param_counts(self) -> ParamCounts:
         emb = sum(g.params for g in self.groups if g.kind in ("embedding", "position"))
+        vision = sum(g.params for g in self.groups if g.kind == "vision")
         norms = sum(g.params for g in self.groups if g.kind == "norm")
         other_groups = sum(g.params for g in self.groups if g.kind == "other")
         by_kind: dict[str, int] = {}
@@ -139,17 +185,21 @@ class ModelSpec:
             by_kind[lin.kind] = by_kind.get(lin.kind, 0) + lin.params
             active += lin.active_params
         experts = by_kind.get("expert", 0)
-        total = emb + norms + other_groups + sum(by_kind.values())
+        vision += by_kind.get("vision", 0)
+        total = emb + norms + other_groups + vision + sum(
+            v for k, v in by_kind.items() if k != "vision")
         return ParamCounts(
             embedding=emb,
-            attention=by_kind.get("attention", 0),
+            attention=by_kind.get("attention", 0) + by_kind.get("cross_attention", 0),
             mlp=by_kind.get("mlp", 0) + by_kind.get("shared_expert", 0) + by_kind.get("router", 0),
             experts=experts,
             norms=norms,
             head=by_kind.get("head", 0),
             other=other_groups + by_kind.get("other", 0),
             total=total,
-            active=int(round(active + emb + norms + other_groups)),
+            active=int(round(active + emb + norms + other_groups
+                             + sum(g.params for g in self.groups if g.kind == "vision"))),
+            vision=vision,
         )
 
     def linear_names(self) -> list[str]:
