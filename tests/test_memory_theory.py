@@ -51,7 +51,7 @@ def test_zero_paper_16_bytes_per_param():
 
 
 def test_research_llama2_7b_bf16_foreach_step_peak():
-    """shared/research/trace_feasibility.md 2a: Llama-2-7B pure bf16, foreach AdamW, s2048 b1
+    """docs/research/trace_feasibility.md 2a: Llama-2-7B pure bf16, foreach AdamW, s2048 b1
     peaks at 62.76 GiB in the optimizer step = 5 x 12.55 GiB parameter copies (P, G, m, v and
     the ``_foreach_sqrt`` temporary)."""
     est = _estimate(training={"precision": "pure", "optimizer_impl": "foreach",

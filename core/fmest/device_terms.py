@@ -21,7 +21,7 @@ CUBLAS_WORKSPACE_BYTES = 2 * 32 * MIB
 NCCL_BUFFER_BYTES = 256 * MIB
 #: Caching-allocator overhead, reserved over allocated at the peak (block rounding and segments
 #: that cannot be merged; PyTorch "CUDA semantics: memory management"). Calibrated globally on
-#: the rows of shared/data/measured_dev.csv that report ``max_memory_reserved``; one number for
+#: the rows of benchmarks/data/dev/measured_dev.csv that report ``max_memory_reserved``; one number for
 #: every job.
 ALLOCATOR_RESERVE_FRACTION = 0.10
 

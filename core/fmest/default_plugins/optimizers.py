@@ -3,7 +3,7 @@
 Sources:
 * AdamW: Loshchilov & Hutter 2019; two moment tensors per parameter (torch.optim.AdamW).
   The foreach implementation's ``_foreach_sqrt(exp_avg_sq)`` temporary is one full parameter
-  copy at the step (measured: shared/research/trace_feasibility.md section 2a, 62.76 vs
+  copy at the step (measured: docs/research/trace_feasibility.md section 2a, 62.76 vs
   50.2 GiB for Llama-2-7B bf16); the fused and for-loop implementations hold none / one
   parameter at a time.
 * 8-bit AdamW: Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization": both

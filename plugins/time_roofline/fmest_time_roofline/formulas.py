@@ -1,7 +1,7 @@
 """Pure formulas of the roofline time model: FLOPs, bytes, efficiencies and collective costs.
 
 Every function is pure, has its unit in its name and cites its source. Every constant is named,
-documented, and either taken from evidence in ``/work/shared/data/reference/hardware_notes.md``
+documented, and either taken from evidence in ``docs/research/hardware_notes.md``
 (HN §n) or marked ``calibrated`` (fitted once, globally, against the throughput rows of
 ``measured_dev.csv`` by ``benchmarks/accuracy_time.py``; never per row). The derivations are in
 ``docs/time_model.md``.

@@ -29,7 +29,7 @@ INT8_ROW_SCALE_BYTES = 4
 # -- LoRA -----------------------------------------------------------------------------------
 #: peft keeps LoRA adapters in fp32 (``autocast_adapter_dtype=True``) and casts each adapter's
 #: input to the adapter dtype, so every adapted module saves an fp32 copy of its input
-#: (shared/research/trace_feasibility.md section 2b: 34.0 vs ~24 GiB activations, 7B r16).
+#: (docs/research/trace_feasibility.md section 2b: 34.0 vs ~24 GiB activations, 7B r16).
 PEFT_ADAPTER_BYTES = FP32_BYTES
 
 # -- activations ----------------------------------------------------------------------------
@@ -181,7 +181,7 @@ def norm_saved_bytes(tokens: float, hidden: float, act_bytes: int, *, upcast: bo
     ``LlamaRMSNorm``; torchtune ``RMSNorm``: ``x_normed.type_as(x) * self.scale``) saves it
     for the weight's gradient (``NORM_EAGER_PRESCALE_COPIES``) when the weight is trainable
     (a frozen weight, LoRA, needs no such gradient); a compiled/fused norm recomputes it. Check: Llama-2-7B s2048 b1 bf16 forward activations
-    12.06 GiB in the exact fake-tensor trace (shared/research/trace_feasibility.md 2a);
+    12.06 GiB in the exact fake-tensor trace (docs/research/trace_feasibility.md 2a);
     this count with the eager attention-output copy gives 12.4, without both 10.9."""
     in_bytes = NORM_UPCAST_BYTES if upcast else act_bytes
     prescale = NORM_EAGER_PRESCALE_COPIES * act_bytes if (upcast and weight_trainable) else 0
