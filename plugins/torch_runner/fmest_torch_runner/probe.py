@@ -398,7 +398,15 @@ def add_arguments(parser) -> None:
                    "skipped)")
     g.add_argument("--sweep", metavar="grid.yaml", help="YAML mapping of job field paths to "
                    "lists; runs the cartesian product")
-    g.add_argument("--jobs", type=int, default=1, help="configurations run at once (default 1)")
+    g.add_argument("--jobs", type=int, default=1, help="configurations run at once (default 1; "
+                   "local executor only: Ray runs as many as the cluster's resources hold)")
+    g.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local: subprocesses on this machine (default); ray: one Ray task per "
+                   "configuration (num_gpus=1 for cuda), a dead worker retried once "
+                   "(needs fmest-torch-runner[ray])")
+    g.add_argument("--address", metavar="ADDR", help="Ray cluster to run on (ray.init's "
+                   "address: auto, host:6379, ray://host:10001; default RAY_ADDRESS or a new "
+                   "local instance); --executor ray only")
     g.add_argument("--threads", type=int, default=1,
                    help="torch threads per configuration (default 1; 0 = torch's default)")
     g.add_argument("--timeout", type=float, default=600.0, help="seconds per configuration")
@@ -435,6 +443,8 @@ def run_command(args, engine) -> int:
 
     if args.jobs < 1:
         raise InputError("--jobs", "must be >= 1", value=args.jobs)
+    if args.address and args.executor != "ray":
+        raise InputError("--address", "needs --executor ray", value=args.address)
     writer = RowWriter(args.output)
     placeholder = False
     if args.sweep and not args.model and not args.input_file:
@@ -467,15 +477,22 @@ def run_command(args, engine) -> int:
                          f"{args.output}\n")
         return 0
 
-    def one(d):
-        row = run_in_subprocess(d, args.device, threads=args.threads, timeout=args.timeout,
-                                theory=not args.no_theory)
+    def record(row):
         writer.append(row)
         with writer.lock:
             progress.update(row.get("status", "error"))
         return row
 
-    if args.jobs == 1:
+    def one(d):
+        return record(run_in_subprocess(d, args.device, threads=args.threads,
+                                        timeout=args.timeout, theory=not args.no_theory))
+
+    if args.executor == "ray":
+        from fmest_torch_runner.ray_executor import run_sweep
+
+        rows = run_sweep(todo, args.device, on_row=record, address=args.address,
+                         threads=args.threads, timeout=args.timeout, theory=not args.no_theory)
+    elif args.jobs == 1:
         rows = [one(d) for d in todo]
     else:
         from concurrent.futures import ThreadPoolExecutor

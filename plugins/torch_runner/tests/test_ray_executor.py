@@ -1,0 +1,135 @@
+"""``fmest probe --executor ray`` on a local Ray instance (2 CPUs, no dashboard, small object store).
+
+Tiny llama configurations through the cpu and fake runners; one worker is killed on purpose (it
+comes back on the retry) and one on every attempt (recorded as failed with the error), and every
+configuration of the sweep must end as exactly one row.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+ray = pytest.importorskip("ray")
+
+from fmest.cli import build_parser, job_dict_from_args, main  # noqa: E402
+from fmest.convert import job_from_dict, job_to_dict  # noqa: E402
+from fmest.testing import new_engine  # noqa: E402
+
+from fmest_torch_runner.probe import config_hash, expand, load_sweep  # noqa: E402
+from fmest_torch_runner.ray_executor import TEST_EXIT_ENV, task_resources  # noqa: E402
+
+TINY = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 688,
+        "vocab_size": 4000, "max_position_embeddings": 1024, "tie_word_embeddings": False}
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False,
+             object_store_memory=80 * 1024 * 1024, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def sweep_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FMEST_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "tiny.json").write_text(json.dumps(TINY))
+    return tmp_path
+
+
+def _argv(device: str, grid: str, output: str) -> list[str]:
+    return ["probe", "--model", "x", "--dtype", "fp32", "--per-device-batch", "1",
+            "--device", device, "--sweep", grid, "-o", output, "--executor", "ray",
+            "--no-theory"]
+
+
+def _hashes(argv: list[str]) -> list[str]:
+    """The configurations ``argv`` runs, hashed as ``fmest probe`` hashes them."""
+    args = build_parser(new_engine(entrypoints=True).commands()).parse_args(argv)
+    jobs = expand(job_dict_from_args(args), load_sweep(args.sweep))
+    return [config_hash(job_to_dict(job_from_dict(d)), args.device) for d in jobs]
+
+
+def _rows(path) -> dict[str, dict]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    by_hash = {r["config_hash"]: r for r in rows}
+    assert len(by_hash) == len(rows), "a configuration was written twice"
+    return by_hash
+
+
+def test_sweep_survives_killed_workers_and_resumes(local_ray, sweep_dir, monkeypatch, capsys):
+    (sweep_dir / "grid.yaml").write_text(
+        "model+model_config: [[tiny-llama, tiny.json]]\n"
+        "training.seq_len: [32, 48, 64]\n"
+        "training.activation_checkpointing: [none, full]\n")
+    argv = _argv("cpu", "grid.yaml", "rows.csv")
+    hashes = _hashes(argv)
+    assert len(set(hashes)) == 6
+    comes_back, always_dies = hashes[1], hashes[4]
+    monkeypatch.setenv(TEST_EXIT_ENV, f"{comes_back}:1,{always_dies}:2")
+
+    assert main(argv) == 0
+    rows = _rows(sweep_dir / "rows.csv")
+    assert set(rows) == set(hashes)
+    dead = rows.pop(always_dies)
+    assert dead["status"] == "failed"
+    assert "worker died on all 2 attempts: WorkerCrashedError" in dead["error"]
+    assert json.loads(dead["job_json"])["model"] == "tiny-llama"
+    for r in rows.values():
+        assert r["status"] == "ok", r["error"]
+        assert r["device"] == "cpu"
+        assert int(r["measured_peak_bytes"]) > int(r["start_bytes"]) > 0
+    assert f"{comes_back}: worker died" in capsys.readouterr().err
+
+    # Resume: a full file runs nothing; with the failed row removed, only it runs again (and
+    # dies again: the fault is still injected).
+    assert main(argv) == 0
+    assert "nothing to do" in capsys.readouterr().err
+    with open("rows.csv", newline="", encoding="utf-8") as fh:
+        kept = [r for r in csv.DictReader(fh) if r["config_hash"] != always_dies]
+    with open("rows.csv", "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(kept[0]))
+        w.writeheader()
+        w.writerows(kept)
+    assert main(argv) == 0
+    assert "wrote 1 rows" in capsys.readouterr().err
+    rows = _rows(sweep_dir / "rows.csv")
+    assert set(rows) == set(hashes)
+    assert rows[always_dies]["status"] == "failed"
+
+
+def test_fake_runner_streams_parquet(local_ray, sweep_dir):
+    pq = pytest.importorskip("pyarrow.parquet")
+    (sweep_dir / "grid.yaml").write_text(
+        "model+model_config: [[tiny-llama, tiny.json]]\n"
+        "training.activation_checkpointing: [none, full]\n")
+    argv = _argv("fake", "grid.yaml", "rows.parquet") + ["--seq-len", "32"]
+    assert main(argv) == 0
+    table = pq.read_table(sweep_dir / "rows.parquet").to_pylist()
+    assert {r["config_hash"] for r in table} == set(_hashes(argv))
+    for r in table:
+        assert r["status"] == "ok", r["error"]
+        assert r["device"] == "fake" and int(r["measured_peak_bytes"]) > 0
+
+
+def test_cuda_needs_a_gpu_in_the_cluster(local_ray, sweep_dir, capsys):
+    assert task_resources("cuda", 4) == {"num_gpus": 1, "num_cpus": 1}
+    assert task_resources("cpu", 0) == {"num_cpus": 1}
+    (sweep_dir / "grid.yaml").write_text("model+model_config: [[tiny-llama, tiny.json]]\n")
+    assert main(_argv("cuda", "grid.yaml", "rows.csv")) == 2
+    err = capsys.readouterr().err
+    assert "--device" in err and "GPU" in err
+    assert not (sweep_dir / "rows.csv").exists()
+    assert main(_argv("cpu", "grid.yaml", "rows.csv") + ["--threads", "3"]) == 2
+    assert "--threads" in capsys.readouterr().err
+    assert main(["probe", "--model", "llama-2-7b", "--device", "fake", "-o", "rows.csv",
+                 "--address", "auto"]) == 2
+    assert "needs --executor ray" in capsys.readouterr().err
