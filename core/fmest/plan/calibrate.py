@@ -49,6 +49,7 @@ class TimeCoefficients:
     membound_sp_whole: float
     last_stage_compute: float
     last_stage_membound: float
+    compute_mb_share: float
     overhead_fraction: float
 
 
@@ -120,30 +121,31 @@ def _act_slope(engine, job, par: dict, ckpt: str, accum: int = 2) -> float:
 
 
 def activation_slope(engine, job, framework_sharding: str, ckpt: str, *, tp: int, sp: bool,
-                     pp: int, vstages: int) -> float:
+                     pp: int, vstages: int, ep: int = 1) -> float:
     """Bytes one more token of micro-batch adds to the per-GPU backward peak of the busiest
     stage of a layout (tp, sequence parallel, pp stages of ``vstages`` chunks, the pipeline
     full: ``pp x vstages`` micro-batches in flight under 1F1B/interleaved).
     ``framework_sharding`` picks DDP/DeepSpeed vs FSDP behaviour (PyTorch-native TP composes
     with FSDP and saves differently)."""
     par = dict(_single(**_sharding_fields(framework_sharding)), tp=tp, sequence_parallel=sp,
-               pp=pp, pp_virtual_stages=vstages,
+               pp=pp, pp_virtual_stages=vstages, ep=ep, dp=ep,
                pp_schedule="interleaved" if vstages > 1 else "1f1b")
     return _act_slope(engine, job, par, ckpt, accum=max(2, pp * vstages))
 
 
-def _time_probe(engine, job, gpu: str, ckpt: str, tp: int, sp: bool, pp: int = 1):
+def _time_probe(engine, job, gpu: str, ckpt: str, tp: int, sp: bool, pp: int = 1,
+                mb: int = 1):
     j = job.evolve(parallelism=_single(fsdp="none", zero_stage=0, cpu_offload="none", tp=tp,
                                        sequence_parallel=sp, pp=pp),
                    hardware={"gpu": gpu, "gpus_per_node": None, "nodes": 1},
-                   training={"micro_batch_size": 1, "grad_accum_steps": 1,
+                   training={"micro_batch_size": mb, "grad_accum_steps": 1,
                              "activation_checkpointing": ckpt},
                    workload={"max_steps": 1, "dataset_tokens": None})
     report = engine.estimate(j, quantities=("memory", "time"), search_batch=False)
     t = report.time
     if t is None or not t.step_seconds:
         return None
-    return dict(t.breakdown), float(j.training.seq_len)
+    return dict(t.breakdown), float(j.training.seq_len * mb)
 
 
 def time_coefficients(engine, job, gpu: str, ckpt: str,
@@ -161,6 +163,10 @@ def time_coefficients(engine, job, gpu: str, ckpt: str,
     # the last of two stages runs half the layers plus the output head and loss
     staged = _time_probe(engine, job, gpu, ckpt, 1, False, pp=2) \
         if engine.resolve_model(job).num_layers >= 2 else None
+    four = _time_probe(engine, job, gpu, ckpt, 1, False, mb=4)
+    c4 = four[0].get("compute", 0.0) / four[1] if four is not None else c1
+    # c(mb) = c_inf + (c1 - c_inf)/mb through c(1) and c(4)
+    mb_share = min(1.0, max(0.0, (c1 - c4) * 4 / 3 / c1)) if c1 > 0 else 0.0
     head_c = head_m = 0.0
     if staged is not None:
         head_c = max(0.0, 2 * staged[0].get("compute", 0.0) / staged[1] - c1)
@@ -178,11 +184,11 @@ def time_coefficients(engine, job, gpu: str, ckpt: str,
                                 membound_replicated=max(0.0, m1 - m_split),
                                 membound_split=m_split, membound_sp_whole=msp * tp_probe,
                                 last_stage_compute=head_c, last_stage_membound=head_m,
-                                overhead_fraction=overhead)
+                                compute_mb_share=mb_share, overhead_fraction=overhead)
     return TimeCoefficients(compute_replicated=0.0, compute_split=c1, membound_replicated=0.0,
                             membound_split=m1, membound_sp_whole=m1,
                             last_stage_compute=head_c, last_stage_membound=head_m,
-                            overhead_fraction=overhead)
+                            compute_mb_share=mb_share, overhead_fraction=overhead)
 
 
 def optimizer_seconds_per_param(engine, job, gpu: str, sharding: str) -> float:

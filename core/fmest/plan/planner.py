@@ -260,12 +260,12 @@ class _Calibration:
         return self._states[key]
 
     def slope(self, sharding: str, ckpt: str, tp: int, sp: bool, pp: int,
-              vstages: int) -> float:
+              vstages: int, ep: int = 1) -> float:
         rep = "fsdp_full_shard" if sharding.startswith("fsdp") else "zero0"
-        key = (rep, ckpt, tp, sp, pp, vstages)
+        key = (rep, ckpt, tp, sp, pp, vstages, ep)
         if key not in self._slopes:
             self._slopes[key] = cal.activation_slope(self.engine, self.job, rep, ckpt, tp=tp,
-                                                     sp=sp, pp=pp, vstages=vstages)
+                                                     sp=sp, pp=pp, vstages=vstages, ep=ep)
         return self._slopes[key]
 
     def times(self, gpu: str, ckpt: str) -> Optional[cal.TimeCoefficients]:
@@ -336,7 +336,8 @@ def _cross_product(shapes: list, inner_axes) -> dict:
     def shape_array(attr, dtype=float):
         return np.array([getattr(s, attr) for s in shapes], dtype=dtype)[shape_index]
 
-    arrays = {attr: shape_array(attr) for attr in ("tp", "pp", "cp", "dp", "vstages", "nodes")}
+    arrays = {attr: shape_array(attr) for attr in ("tp", "pp", "cp", "dp", "ep", "vstages",
+                                                   "nodes")}
     arrays["sp"] = shape_array("sp", bool)
     for name, axis in (("hidx", hs), ("off", offs), ("ckidx", cks), ("mb", mbv)):
         arrays[name] = np.tile(axis, len(shapes))
@@ -354,22 +355,22 @@ def _prune_structure(arrays: dict, ctx: dict, gpn: int, pruner: _Pruner) -> dict
 
     accum = ctx["samples"] / (arrays["mb"] * arrays["dp"])
     arrays["accum"] = accum
-    arrays = pruner.apply(arrays, sp.RULES[5], (accum < 1) | (np.abs(accum - np.round(accum))
+    arrays = pruner.apply(arrays, sp.RULES[6], (accum < 1) | (np.abs(accum - np.round(accum))
                                                               > 1e-9))
     arrays["accum"] = np.round(arrays["accum"])
-    arrays = pruner.apply(arrays, sp.RULES[6], (arrays["pp"] > 1)
+    arrays = pruner.apply(arrays, sp.RULES[7], (arrays["pp"] > 1)
                           & (arrays["accum"] < arrays["pp"] * arrays["vstages"]))
     group = arrays["dp"] * arrays["cp"]
     sharded = per_sharding(lambda st: bool(st.shards))[arrays["hidx"]]
-    arrays = pruner.apply(arrays, sp.RULES[7], sharded & (group <= 1))
+    arrays = pruner.apply(arrays, sp.RULES[8], sharded & (group <= 1))
     group = arrays["dp"] * arrays["cp"]
     hybrid = per_sharding(lambda st: bool(st.hybrid))[arrays["hidx"]]
-    arrays = pruner.apply(arrays, sp.RULES[8], hybrid & (group <= gpn))
+    arrays = pruner.apply(arrays, sp.RULES[9], hybrid & (group <= gpn))
     zero23 = per_sharding(lambda st: st.framework == "deepspeed"
                           and "gradients" in st.shards)[arrays["hidx"]]
-    arrays = pruner.apply(arrays, sp.RULES[9], zero23 & (arrays["pp"] > 1))
+    arrays = pruner.apply(arrays, sp.RULES[10], zero23 & (arrays["pp"] > 1))
     opt_sharded = per_sharding(lambda st: "optimizer" in st.shards)[arrays["hidx"]]
-    return pruner.apply(arrays, sp.RULES[10], (arrays["off"] == 1) & ~opt_sharded)
+    return pruner.apply(arrays, sp.RULES[11], (arrays["off"] == 1) & ~opt_sharded)
 
 
 def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
@@ -380,7 +381,8 @@ def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
     per_shape = len(ctx["inner"][0])
     shapes = list(sp.shapes(count, gpus_per_node=gpn, heads=model.num_attention_heads,
                             kv_heads=model.num_kv_heads, layers=model.num_layers,
-                            seq_len=job.training.seq_len, rejected=rejected, inner=per_shape))
+                            seq_len=job.training.seq_len, rejected=rejected, inner=per_shape,
+                            experts=model.num_experts if model.is_moe else 0))
     total = len(shapes) * per_shape
     if not shapes:
         return None, 0
@@ -393,12 +395,12 @@ def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
         return None, total
     cfg = _coefficients(arrays, opt, count, gpn, ctx)
     cfg["memory"] = vec.memory_bytes(cfg)
-    cfg = pruner.apply(cfg, sp.RULES[11], cfg["memory"] > opt.spec.memory_bytes)
-    cfg = pruner.apply(cfg, sp.RULES[12], cons.max_nodes is not None
+    cfg = pruner.apply(cfg, sp.RULES[12], cfg["memory"] > opt.spec.memory_bytes)
+    cfg = pruner.apply(cfg, sp.RULES[13], cons.max_nodes is not None
                        and count / gpn > cons.max_nodes)
     usd_per_hour, quote = _bill(opt.quotes, count, gpn)
     needs_price = cons.objective in ("cost", "pareto") or cons.budget_usd is not None
-    cfg = pruner.apply(cfg, sp.RULES[13], needs_price and math.isnan(usd_per_hour))
+    cfg = pruner.apply(cfg, sp.RULES[14], needs_price and math.isnan(usd_per_hour))
     if cfg["tp"].size == 0:
         return None, total
     cfg["step"] = vec.step_seconds(cfg)
@@ -407,9 +409,9 @@ def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
                                                                             np.nan)
     cfg["usd"] = cfg["total_s"] / 3600.0 * usd_per_hour
     if cons.budget_usd is not None:
-        cfg = pruner.apply(cfg, sp.RULES[14], ~(cfg["usd"] <= cons.budget_usd))
+        cfg = pruner.apply(cfg, sp.RULES[15], ~(cfg["usd"] <= cons.budget_usd))
     if cons.deadline_hours is not None:
-        cfg = pruner.apply(cfg, sp.RULES[15], ~(cfg["total_s"] <= cons.deadline_hours * 3600))
+        cfg = pruner.apply(cfg, sp.RULES[16], ~(cfg["total_s"] <= cons.deadline_hours * 3600))
     size = cfg["tp"].size
     out = {name: cfg[name] for name in (*arrays, "memory", "step", "total_s", "usd")}
     out.update(count=np.full(size, count), gpn=np.full(size, gpn),
@@ -438,6 +440,7 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
             head_membound=times.last_stage_membound, compute_repl=times.compute_replicated,
             compute_split=times.compute_split, membound_repl=times.membound_replicated,
             membound_split=times.membound_split, membound_sp=times.membound_sp_whole,
+            compute_mb_share=times.compute_mb_share,
             optimizer_s_per_param=calib.opt(gpu.name, name),
             overhead_fraction=times.overhead_fraction, grad_wire_bytes=wire,
             grad_bytes_per_param=per_param, act_bytes=act_b,
@@ -455,11 +458,11 @@ def _activation_slopes(sel: dict, ctx: dict) -> np.ndarray:
     calib, shardings, ckpts = ctx["calib"], ctx["shardings"], sp.CHECKPOINTING
     is_fsdp = np.array([name.startswith("fsdp") for name, _ in shardings])[sel["hidx"]]
     shape_key = np.stack([is_fsdp, sel["ckidx"], sel["tp"], sel["sp"], sel["pp"],
-                          sel["vstages"]], axis=1).astype(np.int64)
+                          sel["vstages"], sel["ep"]], axis=1).astype(np.int64)
     keys, inverse = np.unique(shape_key, axis=0, return_inverse=True)
     slopes = np.array([calib.slope("fsdp_full_shard" if fsdp else "zero0", ckpts[ck], int(tp),
-                                   bool(seq_par), int(pp), int(vst))
-                       for fsdp, ck, tp, seq_par, pp, vst in keys])
+                                   bool(seq_par), int(pp), int(vst), int(ep))
+                       for fsdp, ck, tp, seq_par, pp, vst, ep in keys])
     return slopes[inverse.ravel()]
 
 
@@ -517,7 +520,10 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
         hidden=float(model.hidden_size), kv_dim=float(model.num_kv_heads * model.head_dim),
         params=params, root_params=root,
         head_params=float(counts.head or counts.embedding),
-        layer_params=(params - root) / model.num_layers, trainable=float(trainable_params(model, job.training)) or params,
+        layer_params=(params - root) / model.num_layers,
+        expert_fraction=float(counts.experts) / params if params else 0.0,
+        moe_layers=float((model.num_moe_layers or model.num_layers) if model.is_moe else 0),
+        experts_per_token=float(model.experts_per_token or 0), trainable=float(trainable_params(model, job.training)) or params,
         intra_bw=_intra_bw(gpu),
         nic_bw=float(gpu.inter_node_bytes_per_s or vec.DEFAULT_NIC_BYTES_PER_S),
         pcie_bw=float(gpu.pcie_bytes_per_s or vec.DEFAULT_PCIE_BYTES_PER_S))
@@ -592,7 +598,8 @@ def config_job(job: Job, res: dict, i: int, shardings, *, method: str) -> Job:
                   "grad_accum_steps": int(res["accum"][i]),
                   "activation_checkpointing": sp.CHECKPOINTING[int(res["ckidx"][i])]},
         parallelism={"dp": int(res["dp"][i]), "tp": int(res["tp"][i]), "pp": int(res["pp"][i]),
-                     "cp": int(res["cp"][i]), "ep": 1, "sequence_parallel": bool(res["sp"][i]),
+                     "cp": int(res["cp"][i]), "ep": int(res["ep"][i]),
+                     "sequence_parallel": bool(res["sp"][i]),
                      "pp_schedule": "interleaved" if vst > 1 else "1f1b",
                      "pp_virtual_stages": vst, "zero_stage": zero, "fsdp": fsdp,
                      "hsdp_shard_size": None,
@@ -604,6 +611,7 @@ def config_job(job: Job, res: dict, i: int, shardings, *, method: str) -> Job:
 def _describe(job: Job) -> tuple[str, str]:
     par = job.parallelism
     layout = f"dp{par.dp} tp{par.tp} pp{par.pp}" + (f" cp{par.cp}" if par.cp > 1 else "") \
+        + (f" ep{par.ep}" if par.ep > 1 else "") \
         + (" sp" if par.sequence_parallel else "") \
         + (f" v{par.pp_virtual_stages}" if par.pp_virtual_stages > 1 else "")
     strategy = (f"fsdp {par.fsdp}" if par.fsdp != "none" else f"zero{par.zero_stage}") \

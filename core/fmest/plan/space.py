@@ -26,6 +26,7 @@ RULES = (
     "more pipeline stages than layers",
     "virtual stages do not divide the layers per stage",
     "cp does not divide the sequence",
+    "ep does not divide the experts or dp x cp",
     "global batch not divisible by micro-batch x dp",
     "fewer micro-batches than pipeline stages x virtual stages (the pipeline never fills)",
     "sharding without data parallelism (same as zero0)",
@@ -64,6 +65,7 @@ class Shape:
     pp: int
     cp: int
     dp: int
+    ep: int
     vstages: int
     sp: bool
 
@@ -104,7 +106,7 @@ def gpu_counts(instance_sizes: list[int], max_gpus: int) -> list[int]:
 
 
 def shapes(count: int, *, gpus_per_node: int, heads: int, kv_heads: int, layers: int,
-           seq_len: int, rejected: dict, inner: int) -> Iterator[Shape]:
+           seq_len: int, rejected: dict, inner: int, experts: int = 0) -> Iterator[Shape]:
     """The valid layouts of ``count`` GPUs; invalid ones are counted in ``rejected`` times
     ``inner`` (the configurations each structural layout stands for)."""
     gpn = min(count, gpus_per_node)
@@ -122,21 +124,45 @@ def shapes(count: int, *, gpus_per_node: int, heads: int, kv_heads: int, layers:
                 if count % (tp * pp * cp):
                     continue
                 dp = count // (tp * pp * cp)
-                for vstages in ((1, 2) if pp > 1 else (1,)):
-                    for sp in ((False, True) if tp > 1 else (False,)):
-                        if heads % tp or (kv_heads % tp and tp % kv_heads):
-                            reject(RULES[0])
-                        elif tp > gpn:
-                            reject(RULES[1])
-                        elif pp > layers:
-                            reject(RULES[2])
-                        elif vstages > 1 and layers % (pp * vstages):
-                            reject(RULES[3])
-                        elif seq_len % cp:
-                            reject(RULES[4])
-                        else:
-                            yield Shape(count=count, gpus_per_node=gpn, nodes=nodes, tp=tp,
-                                        pp=pp, cp=cp, dp=dp, vstages=vstages, sp=sp)
+                for ep, vstages, sp in _inner_shape_axes(experts, dp * cp, tp, pp):
+                    rule = _broken_rule(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, vstages=vstages,
+                                        gpn=gpn, heads=heads, kv_heads=kv_heads, layers=layers,
+                                        seq_len=seq_len, experts=experts)
+                    if rule is not None:
+                        reject(rule)
+                    else:
+                        yield Shape(count=count, gpus_per_node=gpn, nodes=nodes, tp=tp,
+                                    pp=pp, cp=cp, dp=dp, ep=ep, vstages=vstages, sp=sp)
+
+
+def _broken_rule(*, tp, pp, cp, ep, dp, vstages, gpn, heads, kv_heads, layers, seq_len,
+                 experts) -> Optional[str]:
+    """The first structural rule a layout breaks (None when it is valid)."""
+    if heads % tp or (kv_heads % tp and tp % kv_heads):
+        return RULES[0]
+    if tp > gpn:
+        return RULES[1]
+    if pp > layers:
+        return RULES[2]
+    if vstages > 1 and layers % (pp * vstages):
+        return RULES[3]
+    if seq_len % cp:
+        return RULES[4]
+    if ep > 1 and (experts % ep or (dp * cp) % ep):
+        return RULES[5]
+    return None
+
+
+def _inner_shape_axes(experts: int, data_ranks: int, tp: int, pp: int):
+    """(ep, virtual stages, sequence parallel) combinations of one tp x pp x cp layout: ep
+    only for mixture-of-experts models (powers of two up to the experts and the data ranks),
+    virtual stages with pipeline parallelism, sequence parallelism with tensor parallelism."""
+    eps = [1] + ([e for e in divisors_pow2(min(experts, data_ranks)) if e > 1]
+                 if experts > 1 else [])
+    for ep in eps:
+        for vstages in ((1, 2) if pp > 1 else (1,)):
+            for sp in ((False, True) if tp > 1 else (False,)):
+                yield ep, vstages, sp
 
 
 def global_samples(global_batch_tokens: Optional[float], seq_len: int) -> int:

@@ -107,12 +107,18 @@ DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
 FSDP_UNSHARDED_LAYERS = 2
 
 
+def expert_share(cfg: dict):
+    """Share of a replica's parameters one rank holds along the expert axis: dense parameters
+    whole, expert parameters split over ``ep`` (memory_theory: expert params / (tp ep))."""
+    return 1.0 - cfg["expert_fraction"] + cfg["expert_fraction"] / cfg["ep"]
+
+
 def framework_buffer_bytes(cfg: dict):
     """(buffers held through forward and backward, unsharded gradients accumulated in them)
     per GPU: DDP/DeepSpeed buckets, ZeRO-3/FSDP gathered layers and root, a stage kept
     unsharded (SHARD_GRAD_OP, or FSDP under pipeline parallelism) with its unsharded gradient
     accumulators, and torch.autocast's weight copies when nothing is sharded."""
-    mp = cfg["tp"] * cfg["pp"]
+    mp = cfg["tp"] * cfg["pp"] / expert_share(cfg)
     act_b = cfg["act_bytes"]
     replicas = cfg["dp"] * cfg["cp"] > 1
     grads = cfg["grad_bytes"] / (mp * cfg["s_grads"])
@@ -121,7 +127,7 @@ def framework_buffer_bytes(cfg: dict):
     buckets = np.where(ddp, grads * DDP_BUCKET_COPIES_OF_GRADS, 0.0) + np.where(
         cfg["deepspeed"] & ~cfg["param_gather"] & (cfg["dp"] > 1),
         np.minimum(2 * DEEPSPEED_BUCKET_ELEMENTS, cfg["trainable"] / mp) * act_b, 0.0)
-    layer = cfg["layer_params"] / cfg["tp"] * act_b
+    layer = cfg["layer_params"] / cfg["tp"] * act_b   # a whole layer: ep does not split it
     gathered = FSDP_UNSHARDED_LAYERS * layer + cfg["root_params"] / cfg["tp"] * act_b \
         + np.where(cfg["lora"], 0.0, layer / act_b * (act_b + np.where(cfg["amp"], 4.0, 0.0)))
     stage_params = cfg["params"] / mp
@@ -150,7 +156,7 @@ def memory_bytes(cfg: dict) -> np.ndarray:
     temporaries); then the allocator reserve and context. A stage kept unsharded accumulates
     its gradients unsharded in the buffers instead of the sharded gradients.
     """
-    mp = cfg["tp"] * cfg["pp"]
+    mp = cfg["tp"] * cfg["pp"] / expert_share(cfg)
     weights = cfg["w_bytes"] / (mp * cfg["s_params"])
     optim = (cfg["master_bytes"] + cfg["opt_bytes"]) / (mp * cfg["s_opt"])
     grads = cfg["grad_bytes"] / (mp * cfg["s_grads"])
@@ -212,8 +218,11 @@ def step_seconds(cfg: dict) -> np.ndarray:
     # the slowest (last) stage: its share of the layers plus the output head and loss
     head_c = cfg["head_compute"] / cfg["tp"]
     head_m = cfg["head_membound"] / cfg["tp"]
+    # GEMM rows grow with the micro-batch: time per token ~ 1 + half_dim / rows (the shape
+    # efficiency m / (m + half_dim) of time_roofline's gemm_shape_efficiency), probed at 1 and 4
+    shape = 1.0 - cfg["compute_mb_share"] + cfg["compute_mb_share"] / cfg["mb"]
     compute = ((cfg["compute_repl"] + cfg["compute_split"] / cfg["tp"] - head_c) / cfg["pp"]
-               + head_c) * tokens
+               + head_c) * tokens * shape
     membound = (np.where(cfg["sp"], cfg["membound_sp"] / cfg["tp"],
                          cfg["membound_repl"] + cfg["membound_split"] / cfg["tp"]) - head_m) \
         / cfg["pp"] * tokens + head_m * tokens
@@ -242,7 +251,14 @@ def step_seconds(cfg: dict) -> np.ndarray:
     cp_t = stage_layers * (2 * ring_half_seconds(kv_bytes, cfg["cp"], cbw, clat)
                            + ring_half_seconds(kv_bytes * 4 / cfg["act_bytes"], cfg["cp"], cbw,
                                                clat))
-    per_mb = compute + membound + tp_t + pp_t + np.where(cfg["cp"] > 1, cp_t, 0.0)
+    # expert parallelism: dispatch and combine all-to-alls, forward and backward (+ recompute)
+    ebw, elat, _ = group_bus_bandwidth(cfg["ep"], cfg["tp"] * cfg["cp"], gpn, cfg["intra_bw"],
+                                       cfg["nic_bw"])
+    a2a = ring_half_seconds(tokens * cfg["experts_per_token"] * cfg["hidden"] * cfg["act_bytes"],
+                            cfg["ep"], ebw, elat)
+    ep_t = (4 + 2 * cfg["ckpt_full"]) * cfg["moe_layers"] / cfg["pp"] * a2a
+    per_mb = compute + membound + tp_t + pp_t + np.where(cfg["cp"] > 1, cp_t, 0.0) \
+        + np.where(cfg["ep"] > 1, ep_t, 0.0)
     bubble = bubble_fraction(cfg["pp"], accum, cfg["vstages"]) * accum * per_mb
     dp_t = _dp_seconds(cfg, per_mb)
     opt_params = cfg["trainable"] / mp / np.where(cfg["opt_sharded"], cfg["s_opt"], 1)
