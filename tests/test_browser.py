@@ -160,3 +160,46 @@ def test_page_shows_the_field_of_a_bad_value(server, browser):
     error = browser.find_element(By.CSS_SELECTOR, "#slot-a .results .error")
     assert error.get_attribute("data-field") == "parallelism.tp"
     assert "accepted: 1, 2, 4, 8" in error.text
+
+
+@pytest.fixture(scope="module")
+def plan_server():
+    from fmest.serve.app import create_app
+    from fmest.serve.local import serving
+
+    pytest.importorskip("fmest.plan")
+    from fmest import plan
+
+    if not hasattr(plan, "plan_output"):
+        pytest.skip("this fmest.plan has no plan_output")
+    from fmest.engine import Engine
+
+    engine = Engine()
+    if "plan" not in engine.commands():  # until fmest plan is a default command
+        import fmest.default_plugins.plan as plan_plugin
+
+        engine.pm.register(plan_plugin, name="plan")
+    with serving(create_app(engine)) as url:
+        yield url
+
+
+def test_plan_view_matches_the_api(plan_server, browser, tmp_path):
+    query = (f"a.model={PRESET}&a.dataset_tokens=1e9&p.max_gpus=16&p.gpus=A100-80GB,H100"
+             "&p.top=15&plan=a")
+    browser.get(f"{plan_server}/?{query}")
+    WebDriverWait(browser, 60).until(lambda d: d.find_elements(
+        By.CSS_SELECTOR, "#plan .plan-results[data-state='ok']"))
+    box = browser.find_element(By.CSS_SELECTOR, "#plan .plan-results")
+    body = json.loads(box.get_attribute("data-request"))
+    assert body == {"model": PRESET, "dataset_tokens": 1e9, "max_gpus": 16,
+                    "gpus": "A100-80GB,H100", "top": 15}
+    api = httpx.post(plan_server + "/v1/plan", json=body, timeout=60).json()
+    points = {int(c.get_attribute("data-rank")): (float(c.get_attribute("data-usd")),
+                                                  c.get_attribute("data-pareto") == "true")
+              for c in box.find_elements(By.CSS_SELECTOR, "circle.plan-point")}
+    assert points == {p["rank"]: (p["usd"], p["pareto"]) for p in api["plans"]}
+    assert any(pareto for _, pareto in points.values())
+    rows = box.find_elements(By.CSS_SELECTOR, "table.plans tbody tr")
+    assert len(rows) == len(api["plans"])
+    browser.execute_script("document.getElementById('plan').scrollIntoView()")
+    assert browser.save_screenshot(str(tmp_path / "plan.png"))

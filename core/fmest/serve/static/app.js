@@ -19,7 +19,8 @@ const GROUPS_OPEN = new Set(["input", "training", "parallelism", "hardware"]);
 const DATALISTS = { model: "dl-models", gpu: "dl-gpus", provider: "dl-providers",
   method: "dl-methods" };
 
-const state = { fields: {}, groups: [], slots: {} };
+const state = { fields: {}, groups: [], slots: {},
+  plan: { fields: {}, values: {}, slot: null, seq: 0, result: null, error: null, body: null } };
 for (const s of SLOTS) state.slots[s] = { values: {}, modelConfig: null, seq: 0, result: null,
   error: null, body: null };
 
@@ -67,8 +68,10 @@ const usd = (x) => `$${number(x, 2)}`;
 function readURL() {
   const params = new URLSearchParams(location.search);
   for (const [key, value] of params) {
+    if (key === "plan") { if (state.slots[value]) state.plan.slot = value; continue; }
     const [slot, field] = key.split(/\.(.*)/s);
     if (state.slots[slot] && state.fields[field]) state.slots[slot].values[field] = value;
+    if (slot === "p" && state.plan.fields[field]) state.plan.values[field] = value;
   }
 }
 
@@ -79,6 +82,8 @@ function writeURL() {
       if (value !== "") params.append(`${s}.${field}`, value);
     }
   }
+  for (const [field, value] of Object.entries(state.plan.values)) params.append(`p.${field}`, value);
+  if (state.plan.slot) params.append("plan", state.plan.slot);
   const query = params.toString();
   history.replaceState(null, "", query ? `?${query}` : location.pathname);
 }
@@ -96,8 +101,7 @@ function readSchema(openapi) {
   state.groups = [...groups.entries()];
 }
 
-function control(slot, name) {
-  const prop = state.fields[name];
+function makeInput(prop, name, value, onChange) {
   const item = prop.type === "array" ? prop.items : prop;
   let input;
   if (item.enum || item.type === "boolean") {
@@ -109,11 +113,15 @@ function control(slot, name) {
       inputmode: ["integer", "number"].includes(item.type) ? "decimal" : null,
       placeholder: prop.type === "array" ? "space-separated" : "" });
   }
-  input.value = state.slots[slot].values[name] ?? "";
+  input.value = value ?? "";
   input.classList.toggle("set", input.value !== "");
-  input.addEventListener("change", () => setValue(slot, name, input.value.trim()));
-  const label = el("label", { title: `${prop["x-flag"]}: ${prop.description || ""}` }, prop["x-flag"], input);
-  return label;
+  input.addEventListener("change", () => onChange(input.value.trim()));
+  return el("label", { title: `${prop["x-flag"]}: ${prop.description || ""}` }, prop["x-flag"], input);
+}
+
+function control(slot, name) {
+  return makeInput(state.fields[name], name, state.slots[slot].values[name],
+    (value) => setValue(slot, name, value));
 }
 
 function buildForm(slot) {
@@ -210,6 +218,7 @@ async function estimate(slot) {
   s.result = response && response.ok ? payload : null;
   s.error = response && response.ok ? null : payload.error;
   renderAll();
+  if (state.plan.slot === slot && s.result) schedulePlan();
 }
 
 function setStatus(slot, text) {
@@ -346,6 +355,155 @@ function renderAll() {
   for (const s of SLOTS) renderSlot(s, top);
 }
 
+// ---- the plan view: fmest plan for one configuration's job, cost against run time ------------
+const GPU_COLOURS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+  "#ff9da7", "#9c755f", "#bab0ac"];
+
+function buildPlanForm(openapi) {
+  const op = openapi.paths["/v1/plan"];
+  const body = op && op.post.requestBody.content["application/json"].schema;
+  if (!body || !body.properties) return false;
+  for (const [name, prop] of Object.entries(body.properties)) {
+    if (prop["x-group"] !== "plan") continue;
+    state.plan.fields[name] = prop;
+  }
+  return Object.keys(state.plan.fields).length > 0;
+}
+
+function renderPlanForm() {
+  const grid = el("div", { class: "grid" });
+  for (const [name, prop] of Object.entries(state.plan.fields)) {
+    grid.append(makeInput(prop, name, state.plan.values[name], (value) => {
+      if (value === "") delete state.plan.values[name]; else state.plan.values[name] = value;
+      writeURL();
+      if (state.plan.slot) schedulePlan();
+    }));
+  }
+  document.querySelector("#plan form.plan-knobs").replaceChildren(grid);
+}
+
+let planTimer = null;
+function schedulePlan() {
+  clearTimeout(planTimer);
+  planTimer = setTimeout(runPlan, 300);
+}
+
+async function runPlan() {
+  const plan = state.plan;
+  const slot = plan.slot;
+  if (!slot || !state.slots[slot].values.model) return;
+  const seq = ++plan.seq;
+  const body = requestBody(slot);
+  for (const [name, text] of Object.entries(plan.values)) body[name] = typed(plan.fields[name], text);
+  plan.body = body;
+  const box = document.querySelector("#plan .plan-results");
+  box.dataset.state = "loading";
+  box.innerHTML = `<p class="status">planning configuration ${slot.toUpperCase()}...</p>`;
+  let response, payload;
+  try {
+    response = await fetch("/v1/plan", { method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body) });
+    payload = await response.json();
+  } catch (err) {
+    payload = { error: { field: null, message: String(err), accepted: [] } };
+  }
+  if (seq !== plan.seq) return;
+  plan.result = response && response.ok ? payload : null;
+  plan.error = response && response.ok ? null : payload.error;
+  renderPlan();
+}
+
+function axis(values) {
+  // log scale when the values span more than 20x, else linear with round ticks
+  const lo = Math.min(...values), hi = Math.max(...values);
+  const log = lo > 0 && hi / lo > 20;
+  if (log) {
+    const a = Math.log10(lo / 1.3), b = Math.log10(hi * 1.3);
+    return { log, scale: (v) => (Math.log10(v) - a) / (b - a),
+      ticks: Array.from({ length: Math.floor(b) - Math.ceil(a) + 1 }, (_, i) => 10 ** (Math.ceil(a) + i)) };
+  }
+  const span = (hi - lo) || Math.abs(hi) || 1;
+  const raw = span / 5, pow = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * pow).find((x) => x >= raw);
+  const a = Math.floor((lo - span * 0.05) / step) * step, b = Math.ceil((hi + span * 0.05) / step) * step;
+  const ticks = [];
+  for (let t = Math.max(a, lo >= 0 && a < 0 ? 0 : a); t <= b + step / 2; t += step) ticks.push(+t.toPrecision(12));
+  return { log, scale: (v) => (v - a) / (b - a || 1), ticks };
+}
+
+function planSVG(plans) {
+  const withRun = plans.every((p) => p.usd !== null && p.total_seconds !== null);
+  const pts = plans.map((p) => ({ p, x: withRun ? p.total_seconds / 3600 : p.step_seconds,
+    y: withRun ? p.usd : p.usd_per_hour }));
+  const W = 900, H = 340, left = 70, right = 20, top = 14, bottom = 44;
+  const ax = axis(pts.map((q) => q.x)), ay = axis(pts.map((q) => q.y));
+  const X = (v) => left + ax.scale(v) * (W - left - right);
+  const Y = (v) => H - bottom - ay.scale(v) * (H - top - bottom);
+  const gpus = [...new Set(plans.map((p) => p.gpu))];
+  const parts = [];
+  const fmtTick = (v) => (v >= 100 || Number.isInteger(v) ? number(v) : v >= 1 ? number(v, 1)
+    : String(+v.toPrecision(2)));
+  for (const t of ax.ticks) parts.push(`<line x1="${X(t)}" x2="${X(t)}" y1="${top}" y2="${H - bottom}" stroke="#eceff3"/>` +
+    `<text x="${X(t)}" y="${H - bottom + 14}" text-anchor="middle" class="tick">${fmtTick(t)}</text>`);
+  for (const t of ay.ticks) parts.push(`<line x1="${left}" x2="${W - right}" y1="${Y(t)}" y2="${Y(t)}" stroke="#eceff3"/>` +
+    `<text x="${left - 6}" y="${Y(t) + 4}" text-anchor="end" class="tick">${fmtTick(t)}</text>`);
+  parts.push(`<text x="${(W + left) / 2}" y="${H - 8}" text-anchor="middle" class="lbl">` +
+    `${withRun ? "run time, hours" : "step time, seconds"}${ax.log ? " (log)" : ""}</text>`);
+  parts.push(`<text x="14" y="${(H - bottom) / 2}" transform="rotate(-90 14 ${(H - bottom) / 2})" text-anchor="middle" class="lbl">` +
+    `${withRun ? "run cost, USD" : "USD per hour"}${ay.log ? " (log)" : ""}</text>`);
+  const front = pts.filter((q) => q.p.pareto).sort((a, b) => a.x - b.x);
+  if (front.length > 1) parts.push(`<polyline class="front" fill="none" stroke="#1d2330" stroke-width="1.5" ` +
+    `stroke-dasharray="4 3" points="${front.map((q) => `${X(q.x).toFixed(1)},${Y(q.y).toFixed(1)}`).join(" ")}"/>`);
+  for (const q of pts) {
+    const p = q.p;
+    const tip = `#${p.rank} ${p.gpus} × ${p.gpu} (${p.nodes} node${p.nodes === 1 ? "" : "s"}), ${p.layout}, ${p.strategy}\n` +
+      `micro-batch ${p.micro_batch_size} × accum ${p.grad_accum_steps}, checkpointing ${p.checkpointing}\n` +
+      `${withRun ? `${usd(p.usd)}, ${seconds(p.total_seconds)}` : `${usd(p.usd_per_hour)}/h, step ${seconds(p.step_seconds)}`}` +
+      `${p.pareto ? "\non the Pareto front" : ""}`;
+    parts.push(`<circle class="plan-point" data-rank="${p.rank}" data-pareto="${p.pareto}" data-usd="${p.usd ?? ""}" ` +
+      `data-total-seconds="${p.total_seconds ?? ""}" data-tip="${esc(tip)}" cx="${X(q.x).toFixed(1)}" cy="${Y(q.y).toFixed(1)}" ` +
+      `r="${p.pareto ? 7 : 5}" fill="${GPU_COLOURS[gpus.indexOf(p.gpu) % GPU_COLOURS.length]}" ` +
+      `stroke="${p.pareto ? "#1d2330" : "#fff"}" stroke-width="1.5"><title>${esc(tip)}</title></circle>`);
+  }
+  const legend = gpus.map((g, i) => `<span><span class="sw" style="background:${GPU_COLOURS[i % GPU_COLOURS.length]}"></span>${esc(g)}</span>`).join("") +
+    `<span>dashed: the Pareto front (nothing both cheaper and faster)</span>`;
+  return `<div class="scatter"><svg viewBox="0 0 ${W} ${H}" role="img" aria-label="plans: cost against time">` +
+    `<style>.lbl,.tick{font:11px system-ui,sans-serif;fill:#5b6475}</style>${parts.join("")}</svg></div>` +
+    `<div class="legend">${legend}</div>`;
+}
+
+function planTable(plans) {
+  const rows = plans.map((p) => `<tr class="${p.pareto ? "pareto" : ""}" data-rank="${p.rank}">` +
+    `<td>${p.rank}</td><td>${p.gpus} × ${esc(p.gpu)}</td><td>${esc(p.layout)}</td><td>${esc(p.strategy)}</td>` +
+    `<td>${p.micro_batch_size} × ${p.grad_accum_steps}</td><td>${esc(p.checkpointing)}</td>` +
+    `<td>${(p.memory_bytes / GIB).toFixed(1)} / ${(p.gpu_memory_bytes / GIB).toFixed(0)}</td>` +
+    `<td>${seconds(p.step_seconds)}</td><td>${p.total_seconds !== null ? seconds(p.total_seconds) : "-"}</td>` +
+    `<td>${p.usd !== null ? usd(p.usd) : "-"}</td><td>${esc(p.provider || "")}</td><td>${p.pareto ? "✓" : ""}</td></tr>`);
+  return `<table class="plans"><thead><tr><th>#</th><th>GPUs</th><th>layout</th><th>sharding</th>` +
+    `<th>micro-batch × accum</th><th>checkpointing</th><th>GiB / GPU</th><th>step</th><th>run</th>` +
+    `<th>cost</th><th>provider</th><th>Pareto</th></tr></thead><tbody>${rows.join("")}</tbody></table>`;
+}
+
+function renderPlan() {
+  const plan = state.plan;
+  const box = document.querySelector("#plan .plan-results");
+  box.dataset.request = plan.body ? JSON.stringify(plan.body) : "";
+  if (plan.error) {
+    box.dataset.state = "error";
+    box.innerHTML = `<p class="error" data-field="${esc(plan.error.field ?? "")}">` +
+      `${esc(plan.error.field ? `${plan.error.field}: ` : "")}${esc(plan.error.message)}</p>`;
+    return;
+  }
+  const r = plan.result;
+  if (!r) { box.dataset.state = "empty"; box.innerHTML = ""; return; }
+  box.dataset.state = "ok";
+  const head = `<p class="status">configuration ${plan.slot.toUpperCase()}: ${number(r.evaluated)} configurations ` +
+    `evaluated, ${r.plans.length} shown (objective ${esc(r.objective)}).</p>`;
+  const warn = r.warnings && r.warnings.length ? `<ul class="warnings">${r.warnings.map((w) => `<li>${esc(w)}</li>`).join("")}</ul>` : "";
+  box.innerHTML = r.plans.length ? head + planSVG(r.plans) + planTable(r.plans) + warn
+    : `${head}<p class="error">no configuration fits the constraints</p>${warn}`;
+}
+
 // ---- tooltips: values on hover ------------------------------------------------------------------
 function tooltips() {
   const tip = document.getElementById("tooltip");
@@ -402,6 +560,7 @@ async function boot() {
   const [openapi, models, gpus, prices] = await Promise.all([getJSON("/openapi.json"),
     getJSON("/v1/models"), getJSON("/v1/gpus"), getJSON("/v1/prices")]);
   readSchema(openapi);
+  const planning = buildPlanForm(openapi);
   datalist("dl-models", models.map((m) => m.name));
   datalist("dl-gpus", gpus.map((g) => g.name));
   datalist("dl-providers", ["cheapest", ...new Set(prices.map((p) => p.provider))]);
@@ -412,6 +571,13 @@ async function boot() {
     if (first) state.slots.a.values.model = first.name;
   }
   for (const s of SLOTS) { buildSlot(s, models); syncForm(s); }
+  if (planning) {
+    document.getElementById("plan").hidden = false;
+    renderPlanForm();
+    for (const button of document.querySelectorAll("#plan [data-plan]")) {
+      button.addEventListener("click", () => { state.plan.slot = button.dataset.plan; writeURL(); runPlan(); });
+    }
+  }
   document.getElementById("share").addEventListener("click", (event) => {
     event.preventDefault();
     navigator.clipboard && navigator.clipboard.writeText(location.href);
