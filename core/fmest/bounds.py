@@ -361,6 +361,61 @@ def check_model(model) -> None:
                          f"model's {model.num_experts} experts", value=model.experts_per_token)
 
 
+#: Hugging Face config keys that are model dimensions (every naming the builders read): each
+#: must be a whole number >= 1 when given (0 divides by zero, negatives give negative counts)
+HF_DIMENSION_KEYS = (
+    "hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer", "num_layers",
+    "num_attention_heads", "n_head", "num_heads", "num_key_value_heads", "multi_query_group_num",
+    "head_dim", "intermediate_size", "n_inner", "ffn_dim", "d_ff", "vocab_size",
+    "max_position_embeddings", "n_positions", "seq_length", "max_seq_len", "num_local_experts",
+    "n_routed_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+    "decoder_layers", "encoder_layers", "decoder_attention_heads", "encoder_attention_heads",
+    "encoder_ffn_dim", "decoder_ffn_dim", "num_decoder_layers", "d_kv")
+_ZERO_OK = frozenset({"num_local_experts", "n_routed_experts", "num_experts",
+                      "num_experts_per_tok", "moe_intermediate_size", "n_inner"})
+
+
+def _non_finite(value: Any, path: str) -> Optional[str]:
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    if isinstance(value, dict):
+        items: Iterable = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        hit = _non_finite(item, f"{path}[{key!r}]" if isinstance(value, list) else
+                          f"{path}.{key}")
+        if hit:
+            return hit
+    return None
+
+
+def check_hf_config(config: dict, field: str = "model_config") -> None:
+    """Refuse a Hugging Face config whose dimensions are not whole numbers >= 1 (0 for expert
+    counts) or that holds a non-finite number anywhere, before a builder divides by them.
+    Nested text configs (``text_config``) are checked the same way."""
+    if not isinstance(config, dict):
+        raise InputError(field, "expected a Hugging Face config object", value=config)
+    bad = _non_finite(config, field)
+    if bad:
+        raise InputError(bad, "not a finite number")
+    for key in HF_DIMENSION_KEYS:
+        value = config.get(key)
+        if value is None:
+            continue
+        low = 0 if key in _ZERO_OK else 1
+        whole = isinstance(value, int) and not isinstance(value, bool) or (
+            isinstance(value, float) and value.is_integer())
+        if not whole or not low <= value <= 2**40:
+            raise InputError(f"{field}.{key}", f"a model dimension must be a whole number from "
+                             f"{low} to 2^40", value=value)
+    for nested in ("text_config", "decoder", "encoder", "language_config", "llm_config"):
+        if isinstance(config.get(nested), dict):
+            check_hf_config(config[nested], f"{field}.{nested}")
+
+
 def _learned_positions(model) -> bool:
     return any(getattr(g, "kind", "") == "position" for g in getattr(model, "groups", ()))
 
