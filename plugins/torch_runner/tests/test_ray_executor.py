@@ -7,8 +7,11 @@ configuration of the sweep must end as exactly one row.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +26,7 @@ from fmest.testing import new_engine  # noqa: E402
 from fmest_torch_runner.probe import config_hash, expand, load_sweep  # noqa: E402
 from fmest_torch_runner.ray_executor import TEST_EXIT_ENV, task_resources  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[3]
 TINY = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 688,
         "vocab_size": 4000, "max_position_embeddings": 1024, "tie_word_embeddings": False}
@@ -133,3 +137,18 @@ def test_cuda_needs_a_gpu_in_the_cluster(local_ray, sweep_dir, capsys):
     assert main(["probe", "--model", "llama-2-7b", "--device", "fake", "-o", "rows.csv",
                  "--address", "auto"]) == 2
     assert "needs --executor ray" in capsys.readouterr().err
+
+
+def test_probing_doc_cites_real_flags_and_paths():
+    """docs/probing.md walks a team through probe -> learn -> bundle: its flags and paths exist."""
+    text = (ROOT / "docs" / "probing.md").read_text()
+    parser = build_parser(new_engine(entrypoints=True).commands())
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    flags = {opt for cmd in sub.choices.values() for a in cmd._actions for opt in a.option_strings}
+    cited = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", text))
+    assert {"--executor", "--address", "--sweep", "--learned-model", "--out"} <= cited
+    assert cited <= flags, cited - flags
+    paths = re.findall(r"`((?:docs|plugins)/[^`*]+)`", text)
+    assert "plugins/torch_runner/tests/test_ray_executor.py" in paths
+    for path in paths:
+        assert (ROOT / path).exists(), path
