@@ -168,6 +168,14 @@ class OptimizerSpec:
 # ---------------------------------------------------------------------------------------------
 
 PHASES = ("forward", "backward", "step")
+COLLECTIVE_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+
+
+def _one_of(values):
+    def check(inst, attribute, value):
+        if value not in values:
+            raise ValueError(f"Collective.{attribute.name} must be one of {values}, got {value!r}")
+    return check
 
 
 @frozen(kw_only=True)
@@ -181,12 +189,12 @@ class Collective:
     hide behind the compute of its phase (bucketed/prefetched); otherwise it is exposed.
     """
 
-    kind: str
+    kind: str = field(validator=_one_of(COLLECTIVE_KINDS))
     what: str
     payload_bytes: float
     group_size: int
     group_stride: int
-    phase: str
+    phase: str = field(validator=_one_of(PHASES))
     per_micro_batch: bool
     overlappable: bool
 
@@ -198,9 +206,9 @@ class CommunicationPlan:
     collectives: tuple[Collective, ...] = ()
     grad_bytes_per_element: float = 0.0
 
-    def in_phase(self, phase: str, *, per_micro_batch: Optional[bool] = None):
-        return tuple(c for c in self.collectives if c.phase == phase
-                     and (per_micro_batch is None or c.per_micro_batch == per_micro_batch))
+    def in_phase(self, phase: str) -> tuple[Collective, ...]:
+        """The collectives issued in ``phase`` (one of :data:`PHASES`)."""
+        return tuple(coll for coll in self.collectives if coll.phase == phase)
 
 
 @frozen(kw_only=True)

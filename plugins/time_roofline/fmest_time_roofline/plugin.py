@@ -33,7 +33,8 @@ from fmest_time_roofline import formulas as F
 BASIS = "analytic"
 _COLLECTIVE_SECONDS = {"all_reduce": F.all_reduce_seconds,
                        "reduce_scatter": F.reduce_scatter_seconds,
-                       "all_gather": F.all_gather_seconds}
+                       "all_gather": F.all_gather_seconds,
+                       "all_to_all": F.all_to_all_seconds}
 _REDUCTIONS = ("all_reduce", "reduce_scatter")
 
 
