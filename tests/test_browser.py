@@ -203,3 +203,24 @@ def test_plan_view_matches_the_api(plan_server, browser, tmp_path):
     assert len(rows) == len(api["plans"])
     browser.execute_script("document.getElementById('plan').scrollIntoView()")
     assert browser.save_screenshot(str(tmp_path / "plan.png"))
+
+
+def test_local_config_upload(server, browser, tmp_path):
+    """A local config.json is read in the browser and sent as the job's inline model_config."""
+    preset = Path(__file__).resolve().parents[1] / "core" / "fmest" / "models" / "presets"
+    config = dict(json.loads((preset / "qwen2.5-0.5b.json").read_text())["config"],
+                  _name_or_path="my-org/my-small-qwen")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    browser.get(server + "/?a.gpu=L4")
+    WebDriverWait(browser, 30).until(lambda d: d.find_elements(
+        By.CSS_SELECTOR, "#slot-a [data-field='gpu']"))
+    browser.find_element(By.CSS_SELECTOR, "#slot-a input.config-file").send_keys(str(path))
+    body = {"gpu": "L4", "model": "my-org/my-small-qwen", "model_config": config}
+    _wait_for(browser, "a", body)
+    api = httpx.post(server + "/v1/estimate", json=body, timeout=30).json()
+    assert api["model"]["name"] == "my-org/my-small-qwen"
+    assert "inline model_config" in api["model"]["source"]
+    _check_equal(_dom_answer(browser, "a"), api)
+    note = browser.find_element(By.CSS_SELECTOR, "#slot-a .upload-note")
+    assert note.is_displayed() and "not in the link" in note.text
