@@ -51,7 +51,10 @@ def _cli_json(argv, capsys) -> dict:
     (json.loads(ESTIMATE_INPUT.read_text()), "estimate_input"),
     (dict(json.loads(ESTIMATE_INPUT.read_text()), gpu="H100", seq_len=1024),
      ["--gpu", "H100", "--seq-len", "1024"]),
-], ids=["flags", "job", "job-and-flags", "estimate-input", "estimate-input-and-flags"])
+    (dict(json.loads(ESTIMATE_INPUT.read_text()), job_configs=2 * json.loads(
+        ESTIMATE_INPUT.read_text())["job_configs"]), "estimate_input"),
+], ids=["flags", "job", "job-and-flags", "estimate-input", "estimate-input-and-flags",
+        "estimate-input-two-jobs"])
 def test_estimate_is_the_cli_json(client, body, argv, tmp_path, capsys):
     if argv == "job" or argv == "estimate_input":
         argv = []

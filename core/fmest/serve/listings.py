@@ -9,12 +9,10 @@ from fmest.convert import unstructure
 
 
 def models_listing(engine) -> list[dict[str, Any]]:
-    """The model registry as ``fmest models --format json`` lists it."""
+    """The model registry as ``fmest models --format json`` lists it (the rows of
+    ``fmest.cli.cmd_models``; ``tests/test_serve.py`` checks the two agree)."""
     from fmest import cli
 
-    rows = getattr(cli, "models_rows", None)
-    if rows is not None:
-        return rows(engine.registries)
     reg = engine.registries
 
     def model_type(name: str) -> str:

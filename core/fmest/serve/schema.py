@@ -122,8 +122,12 @@ def _errors(*codes: int) -> dict:
 def estimate_openapi() -> dict:
     return {"requestBody": {"required": True, "content": _json(
                 request_schema(estimate_parser(), EXAMPLE))},
-            "responses": {"200": {"description": "`fmest estimate --format json`",
-                                  "content": _json(ESTIMATE_SCHEMA)},
+            "responses": {"200": {"description": "`fmest estimate --format json`: one job's "
+                                  "object, or `{\"jobs\": [...]}` for a multi-job EstimateInput",
+                                  "content": _json({"anyOf": [ESTIMATE_SCHEMA, {
+                                      "type": "object", "required": ["jobs"],
+                                      "properties": {"jobs": {"type": "array",
+                                                              "items": ESTIMATE_SCHEMA}}}]})},
                           **_errors(413, 422, 500, 504)}}
 
 
