@@ -1,0 +1,161 @@
+"""Time of LLM inference: prefill (compute-bound), decode (bandwidth-bound) per token, tokens/s
+at a batch and cost per million tokens.
+
+Roofline reasoning after Pope et al. 2022 ("Efficiently Scaling Transformer Inference",
+arXiv:2211.05102, section 2): prefill processes ``batch x prompt`` tokens at once and is limited
+by matmul FLOPs; each decode step produces one token per sequence and must stream every weight
+and the KV cache of every sequence from HBM, so it is limited by memory bandwidth until the batch
+is large enough (``batch >~ peak_flops / hbm_bandwidth`` per weight byte) to become compute-bound.
+Tensor parallelism adds two all-reduces of ``batch x hidden`` activations per layer (Megatron-LM,
+Shoeybi et al. 2019, section 3).
+
+Pure functions; the numbers of the GPU come from the GPU table (fmest.gpus), efficiencies from
+:mod:`fmest_time_roofline.formulas` and the constants below.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from attrs import frozen
+
+from fmest_time_roofline.formulas import (HBM_EFFICIENCY, INTRA_NODE_COLLECTIVE_EFFICIENCY,
+                                          INTRA_NODE_LATENCY_S, attention_efficiency,
+                                          linear_forward_flops_per_token, mamf_fraction)
+
+#: Decode steps are chains of small kernels: per layer about a dozen launches even under CUDA
+#: graphs, each with a few microseconds of fixed cost (NVIDIA Nsight timelines of vLLM decode;
+#: Databricks, "LLM Inference Performance Engineering: Best Practices", 2023: batch-1 decode
+#: reaches ~60-70 % of HBM bandwidth, "MBU"). Modelled as a fixed time per layer per step.
+DECODE_SECONDS_PER_LAYER = 12e-6
+#: One all-reduce of a few KB-MB on NVLink: launch + sync latency of a one-shot (custom)
+#: all-reduce (vLLM custom_all_reduce; NCCL tests small-message latency) ~ 2 x link latency.
+ALLREDUCE_LATENCY_FACTOR = 2.0
+
+
+@frozen(kw_only=True)
+class GpuRates:
+    """What the roofline needs from the GPU table."""
+
+    name: str
+    peak_flops_per_s: float      # dense tensor-core peak in the compute dtype
+    hbm_bytes_per_s: float
+    link_bytes_per_s: float      # intra-node (NVLink) per-GPU bandwidth
+
+
+@frozen(kw_only=True)
+class InferenceTime:
+    """Seconds of one batch's prefill and of one decode step, and derived throughput."""
+
+    prefill_seconds: float
+    decode_step_seconds: float
+    decode_breakdown: dict
+    batch: int
+    prompt_tokens: int
+    output_tokens: int
+    gpus: int
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Steady-state generated tokens/s of the replica (``batch`` tokens per step)."""
+        return self.batch / self.decode_step_seconds
+
+    @property
+    def request_seconds(self) -> float:
+        """Prefill plus ``output_tokens`` decode steps: one batch from prompt to last token."""
+        return self.prefill_seconds + self.output_tokens * self.decode_step_seconds
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        """Generated tokens/s including the prefill of each batch (static batching bound)."""
+        return self.batch * self.output_tokens / self.request_seconds
+
+    @property
+    def time_to_first_token_s(self) -> float:
+        return self.prefill_seconds
+
+
+def generated_token_flops(model) -> float:
+    """Forward matmul FLOPs of one generated token: the decoder's linears only (a vision tower
+    runs once per image and an encoder once per prompt, not per generated token)."""
+    total = linear_forward_flops_per_token(model)
+    for lin in model.linears:
+        flops = 2.0 * lin.in_features * lin.out_features * lin.layers * lin.active_copies
+        if lin.kind == "vision":
+            total -= flops
+        elif model.is_encoder_decoder and lin.kind in ("attention", "mlp"):
+            total -= flops * model.num_encoder_layers / model.num_layers
+    return total
+
+
+def prefill_seconds(model, *, batch: int, prompt_tokens: int, tp: int, rates: GpuRates,
+                    dtype: str = "bf16") -> float:
+    """Compute-bound prefill of ``batch`` prompts: linear FLOPs at the best-shape GEMM rate
+    (MAMF) plus causal attention FLOPs at the fused-attention efficiency, split over ``tp``
+    (Pope et al. 2022, section 2; Narayanan et al. 2021 eq. 2 for attention FLOPs)."""
+    tokens = batch * prompt_tokens
+    linear = linear_forward_flops_per_token(model) * tokens
+    d_qk = model.qk_head_dim or model.head_dim
+    d_v = model.v_head_dim or model.head_dim
+    context = min(prompt_tokens / 2.0, float(model.sliding_window or prompt_tokens))
+    attention = 2.0 * model.num_attention_heads * (d_qk + d_v) * context * tokens \
+        * model.num_decoder_layers
+    linear_s = linear / (rates.peak_flops_per_s * mamf_fraction(rates.name, dtype) * tp)
+    attention_s = attention / (rates.peak_flops_per_s * attention_efficiency(rates.name) * tp)
+    return linear_s + attention_s
+
+
+def decode_step_seconds(model, *, batch: int, weights_bytes_per_gpu: float,
+                        kv_bytes_per_gpu: float, tp: int, pp: int, rates: GpuRates,
+                        dtype: str = "bf16") -> dict:
+    """One decode step (one token for each of ``batch`` sequences) as named parts (seconds).
+
+    ``memory``: stream the GPU's weights and the KV cache it holds from HBM (the bandwidth
+    bound of Pope et al. 2022); ``compute``: 2 x active params FLOPs per token when the batch is
+    large enough to be compute-bound (the max of the two is what the step takes);
+    ``communication_tp``: two all-reduces of ``batch x hidden`` per layer;
+    ``framework_overhead``: fixed kernel-launch time per layer (``DECODE_SECONDS_PER_LAYER``).
+    With pipeline stages a token visits each stage in turn, so their times add.
+    """
+    memory_s = (weights_bytes_per_gpu + kv_bytes_per_gpu) / (rates.hbm_bytes_per_s
+                                                             * HBM_EFFICIENCY) * pp
+    flops = generated_token_flops(model) * batch
+    compute_s = flops / (rates.peak_flops_per_s * mamf_fraction(rates.name, dtype) * tp)
+    layers = model.num_decoder_layers
+    comm_s = 0.0
+    if tp > 1:
+        message = batch * model.hidden_size * 2.0
+        per_allreduce = ALLREDUCE_LATENCY_FACTOR * INTRA_NODE_LATENCY_S \
+            + 2.0 * (tp - 1) / tp * message / (rates.link_bytes_per_s
+                                                * INTRA_NODE_COLLECTIVE_EFFICIENCY)
+        comm_s = 2 * layers * per_allreduce
+    bound = max(memory_s, compute_s)
+    return {"memory_bound" if memory_s >= compute_s else "compute": bound,
+            "communication_tp": comm_s,
+            "framework_overhead": DECODE_SECONDS_PER_LAYER * layers}
+
+
+def inference_time(model, *, batch: int, prompt_tokens: int, output_tokens: int,
+                   weights_bytes_per_gpu: float, kv_bytes_per_token_per_gpu: float,
+                   tp: int, pp: int, gpus: int, rates: GpuRates,
+                   dtype: str = "bf16") -> InferenceTime:
+    """Prefill and decode of one batch. The decode step is costed at the mean context
+    (prompt + half the output), where the KV cache read is its average size."""
+    mean_context = prompt_tokens + output_tokens / 2.0
+    kv_bytes = kv_bytes_per_token_per_gpu * batch * mean_context
+    parts = decode_step_seconds(model, batch=batch, weights_bytes_per_gpu=weights_bytes_per_gpu,
+                                kv_bytes_per_gpu=kv_bytes, tp=tp, pp=pp, rates=rates,
+                                dtype=dtype)
+    return InferenceTime(
+        prefill_seconds=prefill_seconds(model, batch=batch, prompt_tokens=prompt_tokens, tp=tp,
+                                        rates=rates, dtype=dtype),
+        decode_step_seconds=sum(parts.values()), decode_breakdown=parts, batch=batch,
+        prompt_tokens=prompt_tokens, output_tokens=output_tokens, gpus=gpus)
+
+
+def usd_per_million_tokens(*, usd_per_gpu_hour: float, gpus: int,
+                           tokens_per_s: float) -> Optional[float]:
+    """Rental cost of a million generated tokens: GPU-hours per token x price x 1e6."""
+    if tokens_per_s <= 0:
+        return None
+    return usd_per_gpu_hour * gpus / 3600.0 / tokens_per_s * 1e6
