@@ -138,6 +138,17 @@ def test_page_matches_the_api(server, browser, tmp_path):
     assert api_b["memory"]["total_bytes"] < api_a["memory"]["total_bytes"]  # ZeRO-3 shards
     _check_equal(_dom_answer(browser, "a"), api_a)  # A unchanged beside it
 
+    # values on hover: the tooltip names the component and its GiB
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    segment = browser.find_element(By.CSS_SELECTOR,
+                                   "#slot-a .chart rect.seg[data-component='activations']")
+    ActionChains(browser).move_to_element(segment).perform()
+    tooltip = browser.find_element(By.ID, "tooltip")
+    WebDriverWait(browser, 5).until(lambda d: tooltip.is_displayed())
+    gib = api_a["memory"]["components"]["activations"] / 1024**3
+    assert tooltip.text.startswith("activations") and f"{gib:.2f} GiB" in tooltip.text
+
     shot = tmp_path / "serve.png"
     assert browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 20_000
