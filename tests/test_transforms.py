@@ -120,17 +120,14 @@ def test_single_gpu_has_no_collectives():
 # -- a third-party strategy through the registration hook ------------------------------------
 
 class _ToyParallelism:
-    """A third-party plugin: replaces ``fsdp_full_shard`` by a toy strategy that behaves like
-    ZeRO-1 (optimizer states sharded, gradients all-reduced, parameters gathered per step)."""
+    """A third-party plugin: registers ``toy_zero1``, a new strategy that behaves like ZeRO-1
+    (optimizer states sharded, gradients all-reduced, parameters gathered per step) under a
+    name no estimator knows."""
 
     @hookimpl
     def fmest_register_parallelism(self, register):
-        for strategy in builtin_parallelism.BUILTIN_STRATEGIES:
-            if strategy.name == "fsdp_full_shard":
-                register(attrs.evolve(STRATEGIES["zero1"], name="fsdp_full_shard",
-                                      aliases=strategy.aliases, source="toy (test)"))
-            else:
-                register(strategy)
+        register(attrs.evolve(STRATEGIES["zero1"], name="toy_zero1", aliases=(),
+                              source="toy (test)"))
 
 
 TINY = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
@@ -139,27 +136,23 @@ TINY = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
 
 
 def _toy_engine(*plugins):
-    from fmest.engine import Engine
-
-    pm = new_pm(*plugins)
-    pm.unregister(name="parallelism")
-    pm.register(_ToyParallelism(), name="toy_parallelism")
-    return Engine(pm)
+    return new_engine(*plugins, (_ToyParallelism(), "toy_parallelism"))
 
 
-def _job(sharding: dict, method: str = "theory"):
+def _job(parallelism: dict, method: str = "theory"):
     return job_from_dict({"model": "tiny-llama", "model_config": dict(TINY),
                           "training": {"dtype": "bf16", "precision": "master", "seq_len": 128,
                                        "micro_batch_size": 2},
-                          "parallelism": sharding, "hardware": H100_NODE,
+                          "parallelism": parallelism, "hardware": H100_NODE,
                           "options": {"method": method}})
 
 
 def test_registered_strategy_drives_memory_and_time():
     """Memory and time follow the registered strategy's behaviour, not its name: the toy
-    ``fsdp_full_shard`` answers exactly as ZeRO-1 does, and unlike real FULL_SHARD."""
+    strategy, chosen by ``parallelism.sharding``, answers exactly as ZeRO-1 does, and unlike
+    FULL_SHARD."""
     plugins = ((memory_plugin, "memory_theory"), (time_plugin, "time_roofline"))
-    toy = _toy_engine(*plugins).estimate(_job({"fsdp": "full_shard"}), search_batch=False)
+    toy = _toy_engine(*plugins).estimate(_job({"sharding": "toy_zero1"}), search_batch=False)
     zero1 = new_engine(*plugins).estimate(_job({"zero_stage": 1}), search_batch=False)
     real = new_engine(*plugins).estimate(_job({"fsdp": "full_shard"}), search_batch=False)
     assert toy.context.transforms.sharding.strategy.source == "toy (test)"
@@ -170,12 +163,12 @@ def test_registered_strategy_drives_memory_and_time():
 
 
 def test_registered_strategy_drives_the_trace(tmp_path, monkeypatch):
-    """The traced plugin scales by the toy strategy's divisors (ZeRO-1: only optimizer state)
-    instead of tracing FSDP2 as it would for the real FULL_SHARD."""
+    """The traced plugin scales by the toy strategy's divisors (ZeRO-1: only optimizer state);
+    it would trace FSDP2 only for a strategy that gathers a full shard."""
     runner = pytest.importorskip("fmest_torch_runner.plugin")
     monkeypatch.setenv("FMEST_CACHE_DIR", str(tmp_path))
     plugins = ((runner, "torch_runner"),)
-    toy = _toy_engine(*plugins).estimate(_job({"fsdp": "full_shard"}, "traced"),
+    toy = _toy_engine(*plugins).estimate(_job({"sharding": "toy_zero1"}, "traced"),
                                          quantities=("memory",), search_batch=False)
     zero1 = new_engine(*plugins).estimate(_job({"zero_stage": 1}, "traced"),
                                           quantities=("memory",), search_batch=False)
@@ -197,20 +190,13 @@ def test_strategy_subclass_overrides_collectives():
     class Chatty:
         @hookimpl
         def fmest_register_parallelism(self, register):
-            for strategy in builtin_parallelism.BUILTIN_STRATEGIES:
-                if strategy.name == "zero0":
-                    strategy = ChattyDDP(**attrs.asdict(strategy, recurse=False))
-                register(strategy)
+            register(ChattyDDP(**dict(attrs.asdict(STRATEGIES["zero0"], recurse=False),
+                                      name="chatty_ddp", aliases=())))
 
-    from fmest.engine import Engine
-
-    pm = new_pm((time_plugin, "time_roofline"), (memory_plugin, "memory_theory"))
-    pm.unregister(name="parallelism")
-    pm.register(Chatty(), name="chatty")
-    job = _job({})
-    chatty = Engine(pm).estimate(job, search_batch=False)
-    plain = new_engine((time_plugin, "time_roofline"),
-                       (memory_plugin, "memory_theory")).estimate(job, search_batch=False)
+    plugins = ((time_plugin, "time_roofline"), (memory_plugin, "memory_theory"))
+    chatty = new_engine(*plugins, (Chatty(), "chatty")).estimate(
+        _job({"sharding": "chatty_ddp"}), search_batch=False)
+    plain = new_engine(*plugins).estimate(_job({}), search_batch=False)
     assert chatty.time.breakdown["communication_dp"] > plain.time.breakdown["communication_dp"]
     assert chatty.memory.total_bytes == plain.memory.total_bytes
 
