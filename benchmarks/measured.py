@@ -75,7 +75,10 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
 9. **Activation checkpointing**: ``full``/``selective`` as given; ``offload`` -> ``full`` plus
    ``activation_offload`` (Unsloth-style offloaded checkpoints); empty on ``unsloth`` rows
    and on rows from Unsloth's documents (their Hugging Face baselines) -> ``full`` (without it
-   the published context lengths could not fit the stated GPUs);
+   the published context lengths could not fit the stated GPUs); empty on
+   ``megatron-deepspeed`` rows -> ``full`` (BigScience's Megatron-DeepSpeed runs pass
+   ``--checkpoint-activations``, as the tr11 README states; the 72-80-layer test models of its
+   prequel tables could not hold uncheckpointed activations at their micro-batches);
    ``gradient_checkpointing=true`` in ``other`` -> ``full``.
 10. **Attention**: ``flash_attention`` true -> ``flash``, false -> ``eager``, else ``sdpa``.
 11. **Kernels and loss**: ``compile`` stated on (``compile=true``, "torch.compile", torchtune
@@ -485,7 +488,8 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     elif ac == "offload":
         training["activation_checkpointing"] = "full"
         training["activation_offload"] = True
-    elif not ac and (stack == "unsloth" or row["source"].startswith("unsloth")
+    elif not ac and (stack in ("unsloth", "megatron-deepspeed")
+                     or row["source"].startswith("unsloth")
                      or _true(kv.get("gradient_checkpointing"))):
         training["activation_checkpointing"] = "full"
     # rule 10
