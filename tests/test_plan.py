@@ -237,3 +237,64 @@ def test_estimate_json_has_min_gpus(engine, capsys):
                                "A100-80GB", "--zero", "3", "--gpus-per-node", str(gpn),
                                "--nodes", str(fewer // gpn), "--format", "json"], capsys)
     assert json.loads(out)["memory"]["fits"] is False
+
+
+def test_plan_reads_an_estimate_input_file(engine, tmp_path, capsys):
+    import re as _re
+
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "data" / "adr_estimate_input_example.jsonc").read_text()
+    path = tmp_path / "input.json"
+    path.write_text(_re.sub(r"//[^\n]*", "", text).replace("False", "false"))
+    rc, out, err = _run(engine, ["plan", "-f", str(path), "--gpus", "A100-80GB", "--max-gpus",
+                                 "8", "--top", "2", "--format", "json"], capsys)
+    assert rc == 0, err
+    got = json.loads(out)
+    assert got["plans"] and all(p["job"]["model"] == got["plans"][0]["job"]["model"]
+                                for p in got["plans"])
+    assert got["plans"][0]["job"]["training"]["dtype"] == "fp32"   # the example's torch_dtype
+
+
+def test_refine_uses_the_jobs_method_for_the_best_k(engine):
+    from fmest import to_job
+
+    job = to_job({"model": "meta-llama/Llama-3.2-1B", "workload": {"dataset_tokens": 1e8},
+                  "options": {"method": "learned"}})
+    cons = dict(gpus="A100-80GB", max_gpus=8, objective="cost", top=1)
+    refined = plan(job, Constraints(**cons, refine=100), engine=engine)
+    plain = plan(job, Constraints(**cons), engine=engine)
+    assert refined.plans and {p.method for p in refined.plans} == {"learned"}
+    assert plain.plans and {p.method for p in plain.plans} == {"theory"}
+    # the refined plan's job keeps the job's method, so fmest estimate -f reproduces it
+    assert refined.plans[0].job.options.method == "learned"
+
+
+def test_pareto_layers_property():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    import numpy as np
+
+    from fmest.plan.planner import pareto_layers, pareto_mask
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 20)), min_size=1,
+                    max_size=30))
+    def check(points):
+        cost = np.array([p[0] for p in points], dtype=float)
+        secs = np.array([p[1] for p in points], dtype=float)
+        front = pareto_mask(cost, secs)
+
+        def dominated(i):
+            return any(cost[j] <= cost[i] and secs[j] <= secs[i]
+                       and (cost[j] < cost[i] or secs[j] < secs[i]) for j in range(len(points)))
+
+        for i in range(len(points)):
+            assert front[i] != dominated(i) or (not front[i] and any(
+                cost[j] == cost[i] and secs[j] == secs[i] and front[j]
+                for j in range(len(points))))
+        layers = pareto_layers(cost, secs)
+        assert (layers >= 0).all() and ((layers == 0) == front).all()
+
+    check()
