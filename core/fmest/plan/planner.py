@@ -244,8 +244,13 @@ def _shardings(engine) -> list[tuple[str, Any]]:
 class _Calibration:
     """Probe results, memoised per key (each probe is a few engine calls)."""
 
+    #: Probes ask the analytic policy: one answer costs microseconds, and the array formulas
+    #: mirror the analytic plugins; ``--refine`` re-estimates the best with the job's method.
+    PROBE_METHOD = "theory"
+
     def __init__(self, engine, job: Job, model) -> None:
-        self.engine, self.job, self.model = engine, job, model
+        self.engine, self.model = engine, model
+        self.job = job.evolve(options={"method": self.PROBE_METHOD})
         self.tp_probe = 2 if model.num_attention_heads % 2 == 0 and (
             model.num_kv_heads % 2 == 0 or 2 % model.num_kv_heads == 0) else 1
         self._states: dict = {}
