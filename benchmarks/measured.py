@@ -28,10 +28,11 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    capacity (A100-SXM-80GB, A100-SXM-40GB, L40S-48GB, RTX4090-24GB); only capacity matters for
    the memory rows that carry them.
 3. **dtype**: ``bf16``/``fp16``/``fp32`` as written; ``fp8`` and ``bf16+float8`` -> ``fp8``.
-   **Precision**: ``precision=X`` in ``other`` wins; else a full fine-tune whose ``other`` states
-   ``torch_dtype=bfloat16|float16`` or "pure bf16" (model loaded in half precision: HF
-   Trainer and accelerate keep the loaded dtype for weights, grads and optimizer states) or a
-   ``torchtune`` row (pure bf16 recipes) -> ``pure``; the Megatron 2021 rows (``fp16`` on
+   **Precision**: ``precision=X`` in ``other`` wins; else "pure bf16" stated, or a full
+   fine-tune whose ``other`` states ``torch_dtype=bfloat16|float16`` (model loaded in half
+   precision: HF Trainer and accelerate keep the loaded dtype for weights, grads and optimizer
+   states; LoRA adapters are upcast by PEFT, so not for LoRA) or a ``torchtune`` row (pure bf16
+   recipes) -> ``pure``; the Megatron 2021 rows (``fp16`` on
    ``megatron-core``) -> ``master``; else fmest's ``auto`` rule. Exception first:
    ``hf-trainer`` + FSDP with the trainer's ``bf16``/``fp16`` flag on -> ``amp`` (accelerate
    upcasts low-precision parameters to fp32 when FSDP mixed precision is on: "Upcasted low
@@ -56,7 +57,8 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    (``hsdp_shard_size`` = GPUs per node); ``fsdp-grad-op`` -> ``shard_grad_op``; ``none``/``0``/
    empty -> no sharding. A CPU offload stated in ``other`` (``offload=...``, "cpu offload",
    "offload to CPU"; not when negated or false) -> ``cpu_offload=params`` when the text names
-   parameters, else ``optimizer``.
+   parameters or the row is FSDP (FSDP's ``CPUOffload`` has only ``offload_params``: parameters,
+   gradients and the optimizer step move to the host), else ``optimizer`` (ZeRO-Offload).
 7. **Layout**: ``tp``/``pp``/``cp``/``ep`` as given (1 if empty); ``dp`` as given, else
    ``num_gpus / (tp*pp*cp)`` (expert parallelism lives inside DP, Megatron-Core's layout). A row
    whose ``dp*tp*pp*cp`` differs from ``num_gpus`` is unsupported. GPUs per node = min(8, GPUs).
@@ -81,8 +83,8 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    prequel tables could not hold uncheckpointed activations at their micro-batches);
    ``gradient_checkpointing=true`` in ``other`` -> ``full``.
 10. **Attention**: ``flash_attention`` true -> ``flash``, false -> ``eager``, else ``sdpa``.
-11. **Kernels and loss**: ``compile`` stated on (``compile=true``, "torch.compile", torchtune
-    ladder wording) -> ``compile``; "chunked CE" -> ``loss=chunked``; ``liger=true`` (Liger
+11. **Kernels and loss**: ``compile`` stated on (``compile=true``, "compile on",
+    "torch.compile", torchtune ladder wording) -> ``compile``; "chunked CE" -> ``loss=chunked``; ``liger=true`` (Liger
     fused linear cross-entropy) or a fused cross-entropy named in ``other`` -> ``loss=fused``;
     "activation offloading" -> ``activation_offload``.
 12. **Stack**: the ``stack`` column is kept on the mapping (``Mapped.stack``) and passed as
@@ -241,14 +243,15 @@ def _model(row, kv) -> tuple[Optional[str], Optional[dict], str]:
 _OFFLOAD = re.compile(r"(?<!no )(?<!without )(cpu[ _-]offload|offload to cpu|offload=)([^;]{0,60})")
 
 
-def _cpu_offload(low: str) -> str:
-    """Rule 6: ``params`` when the offload named moves parameters, ``optimizer`` when only
-    optimizer states, "" when none is stated (or it is negated / false)."""
+def _cpu_offload(low: str, fsdp: bool = False) -> str:
+    """Rule 6: ``params`` when the offload named moves parameters (always under FSDP, whose
+    ``CPUOffload`` has only ``offload_params``), ``optimizer`` otherwise, "" when none is
+    stated (or it is negated / false)."""
     for match in _OFFLOAD.finditer(low):
         tail = match.group(2)
         if re.match(r"\W*(false|none|no\b|0\b)", tail):
             continue
-        return "params" if "param" in tail else "optimizer"
+        return "params" if ("param" in tail or fsdp) else "optimizer"
     return ""
 
 
@@ -384,8 +387,9 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         training["precision"] = precision
     elif tech == "full" and fsdp_upcast:
         training["precision"] = "amp"
-    elif tech == "full" and (re.search(r"torch_dtype=(bfloat16|float16)|pure bf16", other,
-                                       re.I) or stack == "torchtune"):
+    elif re.search(r"pure bf16", other, re.I) or (
+            tech == "full" and (re.search(r"torch_dtype=(bfloat16|float16)", other)
+                                or stack == "torchtune")):
         training["precision"] = "pure"
     elif stack == "megatron-core" and training["dtype"] == "fp16":
         training["precision"] = "master"
@@ -478,7 +482,7 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         par["fsdp"] = "shard_grad_op"
     elif zf not in ("", "none", "0"):
         return None, f"zero_or_fsdp {zf!r}"
-    offload = _cpu_offload(low)
+    offload = _cpu_offload(low, fsdp=zf.startswith("fsdp"))
     if offload:
         par["cpu_offload"] = offload
     # rule 9
@@ -497,7 +501,7 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     training["attention"] = {"true": "flash", "false": "eager"}.get(fa, "sdpa")
     # rule 11
     if (_true(kv.get("compile")) or re.search(r"torch\.compile|\+ ?compile|compile \+|"
-                                               r"compile true|, compile,", low)) \
+                                               r"compile (true|on)|, compile,", low)) \
             and "compile off" not in low and "compile false" not in low:
         training["compile"] = True
     if "chunked ce" in low or "cewithchunkedoutputloss" in low:

@@ -115,6 +115,7 @@ def test_mapping_cpu_offload_reads_negations():
     assert measured._cpu_offload("activation cpu offload false; gbs 48") == ""
     assert measured._cpu_offload("fsdp with cpu offload (offload=params/grads)") == "params"
     assert measured._cpu_offload("zero-3 with cpu offload of optimizer states") == "optimizer"
+    assert measured._cpu_offload("cpu_offload=true", fsdp=True) == "params"
     job = measured.map_row(_row(other="lightning fsdp, no cpu offload")).job
     assert "cpu_offload" not in job["parallelism"]
 
