@@ -72,8 +72,9 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    (b) ``megatron-core`` rows with ``global_batch`` -> micro-batch 1 and accumulation
    ``global_batch / dp`` (the PTD-P runs' micro-batch is unpublished: 1 is an assumption, the
    smallest micro-batch, which the weak-scaling table's global batches always allow); (c) otherwise unsupported ("micro-batch size not stated").
-   PP schedule: "interleaved" in ``other`` -> ``interleaved`` with 2 virtual stages; "gpipe" ->
-   ``gpipe``; else 1F1B.
+   PP schedule: ``virtual_pipeline_stages=N`` (N > 1) in ``other`` -> ``interleaved`` with N
+   virtual stages; else "interleaved" -> ``interleaved`` with 2; "gpipe" -> ``gpipe``; else
+   1F1B.
 9. **Activation checkpointing**: ``full``/``selective`` as given; ``offload`` -> ``full`` plus
    ``activation_offload`` (Unsloth-style offloaded checkpoints); empty on ``unsloth`` rows
    and on rows from Unsloth's documents (their Hugging Face baselines) -> ``full`` (without it
@@ -82,7 +83,9 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    ``--checkpoint-activations``, as the tr11 README states; the 72-80-layer test models of its
    prequel tables could not hold uncheckpointed activations at their micro-batches);
    ``gradient_checkpointing=true`` in ``other`` -> ``full``.
-10. **Attention**: ``flash_attention`` true -> ``flash``, false -> ``eager``, else ``sdpa``.
+10. **Attention**: ``flash_attention`` true -> ``flash``, false -> ``eager``; unknown ->
+    ``flash`` on ``megatron-core`` (Transformer Engine's fused attention is Megatron-Core's
+    default backend), else ``sdpa``.
 11. **Kernels and loss**: ``compile`` stated on (``compile=true``, "compile on",
     "torch.compile", torchtune ladder wording) -> ``compile``; "chunked CE" -> ``loss=chunked``; ``liger=true`` (Liger
     fused linear cross-entropy) or a fused cross-entropy named in ``other`` -> ``loss=fused``;
@@ -463,7 +466,10 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     training["micro_batch_size"] = mb
     training["grad_accum_steps"] = ga
     if pp > 1:
-        if "interleaved" in low:
+        virtual = _int(kv.get("virtual_pipeline_stages"), 1) or 1
+        if virtual > 1:
+            par["pp_schedule"], par["pp_virtual_stages"] = "interleaved", virtual
+        elif "interleaved" in low:
             par["pp_schedule"], par["pp_virtual_stages"] = "interleaved", 2
         elif "gpipe" in low:
             par["pp_schedule"] = "gpipe"
@@ -498,7 +504,8 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         training["activation_checkpointing"] = "full"
     # rule 10
     fa = (row["flash_attention"] or "").strip().lower()
-    training["attention"] = {"true": "flash", "false": "eager"}.get(fa, "sdpa")
+    training["attention"] = {"true": "flash", "false": "eager"}.get(
+        fa, "flash" if stack == "megatron-core" else "sdpa")
     # rule 11
     if (_true(kv.get("compile")) or re.search(r"torch\.compile|\+ ?compile|compile \+|"
                                                r"compile (true|on)|, compile,", low)) \
