@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fmest.bounds import check_hf_config
 from fmest.errors import InputError
 from fmest.models.hf_encdec import ENCODER_DECODER_TYPES, bart_inventory, t5_inventory
 from fmest.models.hf_vision import VISION_TYPES, mllama_text_inventory, vision_inventory
@@ -538,6 +539,10 @@ def spec_from_hf_config(config: dict, *, name: str, source: str) -> ModelSpec:
     if not isinstance(config, dict):
         raise InputError("model.config", "must be a JSON object (a config.json dict)",
                          value=type(config).__name__)
+    # dimensions that are not whole numbers >= 1 would divide by zero below (fmest.bounds)
+    check_hf_config(config, field="model.config")
+    if isinstance(config.get("vision_config"), dict):
+        check_hf_config(config["vision_config"], field="model.config.vision_config")
     warnings: list[str] = []
     raw = config
     mt = str(config.get("model_type") or "").lower()
