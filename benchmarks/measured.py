@@ -46,7 +46,9 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    linears; else fmest's default (q, v: PEFT's default for Llama-family models). On models
    with one fused attention projection (Falcon, GPT-NeoX) q/k/v name ``query_key_value`` and
    o names ``dense`` (PEFT's default for them is ``query_key_value``); on Phi-3 q/k/v name
-   ``qkv_proj`` and gate/up ``gate_up_proj``.
+   ``qkv_proj`` and gate/up ``gate_up_proj``. QLoRA: ``quantization=bnb.nf4`` (Lit-GPT's name
+   for NF4 without double quantization, beside ``bnb.nf4-dq``) -> ``double_quantization``
+   false; else fmest's default (true: the QLoRA recipe).
 5. **Optimizer**: ``8bit``/``8-bit`` (not "non-8-bit") -> ``adamw_8bit`` (``paged`` ->
    ``paged_adamw_8bit``); ``adafactor``, ``lion``, ``sgd`` (``sgd_momentum`` when momentum is
    stated) by name; everything else -> ``adamw``; ``fused=true`` or stack ``torchtune`` ->
@@ -400,6 +402,9 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     training["technique"] = tech
     if tech != "full":
         training["lora_rank"] = _int(row["lora_rank"], 16)
+        quant = kv.get("quantization", "").lower()
+        if tech == "qlora" and re.search(r"nf4(?!-dq)\b", quant):
+            training["double_quantization"] = False  # Lit-GPT's bnb.nf4 vs bnb.nf4-dq
         targets = kv.get("targets") or kv.get("lora_targets") or ""
         if targets and "all" not in targets.lower() and targets.lower() != "default":
             names = [_LITGPT_NAMES.get(t.strip(), t.strip())
