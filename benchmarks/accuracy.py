@@ -250,6 +250,20 @@ def pct_error(row: dict, predicted: float, measured_value: float) -> float:
     return (predicted / measured_value - 1.0) * 100.0
 
 
+def _job_with_known_stack(job_from_dict, job_dict: dict):
+    """The job; a stack name fmest does not accept is dropped (the row keeps its stack for
+    the breakdown) rather than failing the row."""
+    from fmest.errors import InputError
+
+    try:
+        return job_from_dict(job_dict)
+    except InputError as exc:
+        if "stack" not in job_dict.get("training", {}) or "stack" not in str(exc):
+            raise
+        training = {k: v for k, v in job_dict["training"].items() if k != "stack"}
+        return job_from_dict({**job_dict, "training": training})
+
+
 def evaluate(rows: list[dict], engine=None, progress: bool = True) -> list[dict]:
     """One result dict per row (status ``scored``, ``oom-check``, ``boundary-check``,
     ``suspect``, ``unsupported``, ``failed`` or ``not-scored``)."""
@@ -279,7 +293,7 @@ def evaluate(rows: list[dict], engine=None, progress: bool = True) -> list[dict]
         key = json.dumps(mapped.job, sort_keys=True)
         try:
             if key not in cache:
-                job = job_from_dict(mapped.job)
+                job = _job_with_known_stack(job_from_dict, mapped.job)
                 cache[key] = engine.estimate(job, quantities=("memory", "time", "tokens"),
                                              search_batch=False)
             report = cache[key]

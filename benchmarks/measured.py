@@ -92,8 +92,11 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
     "torch.compile", torchtune ladder wording) -> ``compile``; "chunked CE" -> ``loss=chunked``; ``liger=true`` (Liger
     fused linear cross-entropy) or a fused cross-entropy named in ``other`` -> ``loss=fused``;
     "activation offloading" -> ``activation_offload``.
-12. **Stack**: the ``stack`` column is kept on the mapping (``Mapped.stack``) and passed as
-    ``training.stack`` when fmest's job has that field (issue 12), detected at run time.
+12. **Stack**: the ``stack`` column is kept on the mapping (``Mapped.stack``, the breakdown's
+    key) and passed as ``training.stack`` when fmest's job has that field (issue 12), detected
+    at run time. Stacks outside issue 12's profiles pass as the profile they run on
+    (``STACK_PROFILES``: ms-swift -> hf-trainer, its trainer is transformers'; litgpt ->
+    pytorch, Lightning Fabric runs eager PyTorch; xtuner -> deepspeed, mmengine on DeepSpeed).
 13. Rows with ``seq_len`` empty are unsupported ("sequence length not stated").
 """
 
@@ -133,6 +136,11 @@ GPT3_SHAPES = {"175B": (96, 12288, 96), "13B": (40, 5140, 40), "6.7B": (32, 4096
 #: Families whose custom shapes are written in the model name -> the preset of that family.
 _FAMILY_PRESETS = {"bigscience": "bigscience/bloom"}
 LONG_CONTEXT = 16384
+
+#: Stacks outside issue 12's profile names -> the profile they run on (rule 12).
+STACK_PROFILES = {"ms-swift": "hf-trainer", "litgpt": "pytorch", "xtuner": "deepspeed",
+                  "llama-factory": "hf-trainer", "axolotl": "hf-trainer",
+                  "fms-fsdp": "pytorch", "nemo": "megatron-core"}
 
 #: Feature tags (for the per-feature breakdown) and the rule that sets each.
 FEATURES = ("LoRA", "QLoRA", "ZeRO-3/FSDP", "TP", "PP", "CP", "EP", "fp8", "offload",
@@ -524,7 +532,7 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         training["activation_offload"] = True
     # rule 12
     if stack and "stack" in _training_fields():
-        training["stack"] = stack
+        training["stack"] = STACK_PROFILES.get(stack, stack)
     hardware = {"gpu": gpu, "gpus_per_node": gpn, "nodes": max(1, num // gpn)}
     job = {"model": model, "training": training, "parallelism": par, "hardware": hardware}
     if model_config is not None:
