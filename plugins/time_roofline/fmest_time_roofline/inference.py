@@ -28,6 +28,20 @@ from fmest_time_roofline.formulas import (HBM_EFFICIENCY, INTRA_NODE_COLLECTIVE_
 #: Databricks, "LLM Inference Performance Engineering: Best Practices", 2023: batch-1 decode
 #: reaches ~60-70 % of HBM bandwidth, "MBU"). Modelled as a fixed time per layer per step.
 DECODE_SECONDS_PER_LAYER = 12e-6
+#: Fixed time of one decode step outside the GPU kernels (scheduler, sampler, detokenizer,
+#: Python), per serving runtime. Fitted (median residual step time) by
+#: ``python benchmarks/inference_accuracy.py --fit`` on the published rows of
+#: benchmarks/data/parts/inference.csv; the leave-one-source-out error is printed there.
+DECODE_STEP_OVERHEAD_S = {"vllm": 4.48e-3, "tensorrt-llm": 8.67e-3}
+DEFAULT_RUNTIME = "vllm"
+
+
+def decode_step_overhead_s(runtime: str) -> float:
+    """Fixed per-step time of ``runtime`` (``DECODE_STEP_OVERHEAD_S``; unknown runtimes get
+    vLLM's)."""
+    return DECODE_STEP_OVERHEAD_S.get(runtime, DECODE_STEP_OVERHEAD_S[DEFAULT_RUNTIME])
+
+
 #: One all-reduce of a few KB-MB on NVLink: launch + sync latency of a one-shot (custom)
 #: all-reduce (vLLM custom_all_reduce; NCCL tests small-message latency) ~ 2 x link latency.
 ALLREDUCE_LATENCY_FACTOR = 2.0
@@ -107,14 +121,15 @@ def prefill_seconds(model, *, batch: int, prompt_tokens: int, tp: int, rates: Gp
 
 def decode_step_seconds(model, *, batch: int, weights_bytes_per_gpu: float,
                         kv_bytes_per_gpu: float, tp: int, pp: int, rates: GpuRates,
-                        dtype: str = "bf16") -> dict:
+                        dtype: str = "bf16", step_overhead_s: float = 0.0) -> dict:
     """One decode step (one token for each of ``batch`` sequences) as named parts (seconds).
 
     ``memory``: stream the GPU's weights and the KV cache it holds from HBM (the bandwidth
     bound of Pope et al. 2022); ``compute``: 2 x active params FLOPs per token when the batch is
     large enough to be compute-bound (the max of the two is what the step takes);
     ``communication_tp``: two all-reduces of ``batch x hidden`` per layer;
-    ``framework_overhead``: fixed kernel-launch time per layer (``DECODE_SECONDS_PER_LAYER``).
+    ``framework_overhead``: fixed kernel-launch time per layer (``DECODE_SECONDS_PER_LAYER``)
+    plus the runtime's fixed per-step time ``step_overhead_s`` (``DECODE_STEP_OVERHEAD_S``).
     With pipeline stages a token visits each stage in turn, so their times add.
     """
     memory_s = (weights_bytes_per_gpu + kv_bytes_per_gpu) / (rates.hbm_bytes_per_s
@@ -132,20 +147,25 @@ def decode_step_seconds(model, *, batch: int, weights_bytes_per_gpu: float,
     bound = max(memory_s, compute_s)
     return {"memory_bound" if memory_s >= compute_s else "compute": bound,
             "communication_tp": comm_s,
-            "framework_overhead": DECODE_SECONDS_PER_LAYER * layers}
+            "framework_overhead": DECODE_SECONDS_PER_LAYER * layers + step_overhead_s}
 
 
 def inference_time(model, *, batch: int, prompt_tokens: int, output_tokens: int,
                    weights_bytes_per_gpu: float, kv_bytes_per_token_per_gpu: float,
                    tp: int, pp: int, gpus: int, rates: GpuRates,
-                   dtype: str = "bf16") -> InferenceTime:
+                   dtype: str = "bf16", runtime: str = DEFAULT_RUNTIME,
+                   step_overhead_s: Optional[float] = None) -> InferenceTime:
     """Prefill and decode of one batch. The decode step is costed at the mean context
-    (prompt + half the output), where the KV cache read is its average size."""
+    (prompt + half the output), where the KV cache read is its average size. The runtime's
+    fixed step time is ``DECODE_STEP_OVERHEAD_S[runtime]`` unless ``step_overhead_s`` is
+    given."""
+    if step_overhead_s is None:
+        step_overhead_s = decode_step_overhead_s(runtime)
     mean_context = prompt_tokens + output_tokens / 2.0
     kv_bytes = kv_bytes_per_token_per_gpu * batch * mean_context
     parts = decode_step_seconds(model, batch=batch, weights_bytes_per_gpu=weights_bytes_per_gpu,
                                 kv_bytes_per_gpu=kv_bytes, tp=tp, pp=pp, rates=rates,
-                                dtype=dtype)
+                                dtype=dtype, step_overhead_s=step_overhead_s)
     return InferenceTime(
         prefill_seconds=prefill_seconds(model, batch=batch, prompt_tokens=prompt_tokens, tp=tp,
                                         rates=rates, dtype=dtype),
