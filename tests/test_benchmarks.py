@@ -239,3 +239,20 @@ def test_implied_peak_share_flags_rates_above_the_dense_peak():
     assert accuracy.implied_peak_share(res) > 1.0
     step = dict(res, unit="seconds_per_step", measured=2.0, baselines={accuracy.BASE_6N: 1.0})
     assert accuracy.implied_peak_share(step) == pytest.approx(0.20)
+
+
+def test_an_unaccepted_stack_name_is_dropped_not_fatal():
+    from fmest.errors import InputError
+
+    seen = []
+
+    def fake_job_from_dict(job):
+        seen.append(dict(job["training"]))
+        if "stack" in job["training"]:
+            raise InputError("training.stack", "not an accepted value", value="litgpt")
+        return "job"
+
+    assert accuracy._job_with_known_stack(
+        fake_job_from_dict, {"training": {"stack": "litgpt", "seq_len": 8}}) == "job"
+    assert seen == [{"stack": "litgpt", "seq_len": 8}, {"seq_len": 8}]
+    assert measured.STACK_PROFILES["ms-swift"] == "hf-trainer"
