@@ -115,7 +115,8 @@ def gather() -> tuple[list[dict], str, list[str]]:
                 continue
         for row in part_rows:
             row["_file"] = path.name
-        rows += part_rows
+        # serving rows (issue 14) are scored by benchmarks/inference_accuracy.py, not merged here
+        rows += [r for r in part_rows if not r.get("kind", "").startswith("inference_")]
     texts = [("dev/SOURCES.md", (HERE / "dev" / "SOURCES.md").read_text(encoding="utf-8"))]
     for path in sorted((HERE / "parts").glob("*_SOURCES.md")):
         texts.append((f"parts/{path.name}", path.read_text(encoding="utf-8")))

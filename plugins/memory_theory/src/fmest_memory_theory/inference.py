@@ -52,6 +52,13 @@ CUDA_GRAPH_BYTES = 0.5 * GIB
 NON_TORCH_BYTES = 0.75 * GIB
 #: logits are upcast to fp32 for sampling (vLLM sampler), one row per sequence in the step
 LOGIT_BYTES = 4.0
+#: Serving runtimes: ``vllm`` (paged KV cache pre-allocated up to ``gpu_memory_utilization``,
+#: chunked prefill, logits of the last token only, CUDA graphs; TensorRT-LLM and TGI behave alike
+#: for this model) and ``transformers`` (``model.generate``: a contiguous cache of exactly the
+#: tokens seen, the whole prompt in one forward pass whose logits are computed for every prompt
+#: token in the compute dtype and upcast to fp32 -- ``logits.float()`` in the causal-LM heads of
+#: transformers 4.38-4.44 -- no CUDA graphs, nothing pre-allocated).
+RUNTIMES = ("vllm", "transformers")
 
 
 def weight_bytes_per_param(fmt: str, *, group_size: int = DEFAULT_GROUP_SIZE) -> float:
@@ -237,11 +244,22 @@ class ServingSetup:
     cuda_graphs: bool = True
     source_len: Optional[int] = None
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    runtime: str = "vllm"
+    #: prompt tokens per sequence (the prefill); None = the whole context
+    prompt_tokens: Optional[int] = None
+
+
+def full_prompt_logits_bytes(model, *, tokens: int, act_bytes: float, shard: ShardPlan) -> float:
+    """``transformers`` generate: the first forward pass computes logits for every prompt token
+    in the compute dtype and upcasts them to fp32 (both alive at the peak)."""
+    return tokens * model.vocab_size * (act_bytes + LOGIT_BYTES) / shard.tp
 
 
 def inference_memory(model, setup: ServingSetup, *, capacity_bytes: float) -> InferenceMemory:
     """Assemble the per-GPU inference memory of ``model`` served as ``setup``."""
     kv_bytes = KV_FORMAT_BYTES[setup.kv_format]
+    if setup.runtime == "transformers":
+        return _transformers_memory(model, setup, kv_bytes, capacity_bytes)
     chunk = min(setup.chunk_tokens, max(setup.context, 1) * setup.batch)
     return InferenceMemory(
         weights_bytes=weight_bytes_per_gpu(model, setup.weight_format, shard=setup.shard,
@@ -290,3 +308,25 @@ def max_context(model, setup: ServingSetup, *, capacity_bytes: float,
 
     return _largest(lambda n: inference_memory(model, attrs.evolve(setup, context=n),
                                                capacity_bytes=capacity_bytes).fits, 1, limit)
+
+
+def _transformers_memory(model, setup: ServingSetup, kv_bytes: float,
+                         capacity_bytes: float) -> InferenceMemory:
+    """``model.generate`` in transformers: nothing pre-allocated, no paging, one prefill pass
+    over every prompt token with full-prompt logits (see ``RUNTIMES``)."""
+    prompt = setup.prompt_tokens if setup.prompt_tokens is not None else setup.context
+    prefill_tokens = setup.batch * max(prompt, 1)
+    activations = prefill_activation_bytes(model, chunk_tokens=prefill_tokens, max_seqs=0,
+                                           act_bytes=setup.act_bytes, shard=setup.shard) \
+        + full_prompt_logits_bytes(model, tokens=prefill_tokens, act_bytes=setup.act_bytes,
+                                   shard=setup.shard)
+    return InferenceMemory(
+        weights_bytes=weight_bytes_per_gpu(model, setup.weight_format, shard=setup.shard,
+                                           group_size=setup.group_size,
+                                           unquantized_bytes=setup.act_bytes),
+        kv_cache_bytes=kv_cache_bytes_per_gpu(model, batch=setup.batch, context=setup.context,
+                                              kv_bytes=kv_bytes, shard=setup.shard,
+                                              block_tokens=1, source_len=setup.source_len),
+        activation_bytes=activations, cuda_graph_bytes=0.0, non_torch_bytes=NON_TORCH_BYTES,
+        capacity_bytes=capacity_bytes,
+        usable_bytes=capacity_bytes * setup.gpu_memory_utilization)
