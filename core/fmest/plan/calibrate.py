@@ -191,6 +191,32 @@ def time_coefficients(engine, job, gpu: str, ckpt: str,
                             compute_mb_share=mb_share, overhead_fraction=overhead)
 
 
+def context_parallel_core(engine, job, gpu: str, ckpt: str, tp: int, cp: int,
+                          gpus_per_node: int, sp: bool = False) -> tuple[float, float]:
+    """(intercept, slope per micro-batch) of the seconds one micro-batch spends in compute,
+    memory-bound work and exposed ring-attention traffic with ``cp`` context ranks, from the
+    engine at micro-batches 1 and 4 (the ring's exposure depends on the local attention time,
+    so it is probed rather than rebuilt; ``gpus_per_node`` decides whether the ring crosses
+    nodes)."""
+    world = tp * cp
+    gpn = min(world, gpus_per_node)
+
+    def core(mb: int) -> float:
+        j = job.evolve(parallelism=_single(fsdp="none", zero_stage=0, cpu_offload="none", tp=tp,
+                                           cp=cp, dp=1, sequence_parallel=sp),
+                       hardware={"gpu": gpu, "gpus_per_node": gpn, "nodes": world // gpn},
+                       training={"micro_batch_size": mb, "grad_accum_steps": 1,
+                                 "activation_checkpointing": ckpt},
+                       workload={"max_steps": 1, "dataset_tokens": None})
+        t = engine.estimate(j, quantities=("memory", "time"), search_batch=False).time
+        parts = t.breakdown if t is not None else {}
+        return sum(parts.get(k, 0.0) for k in ("compute", "memory_bound", "communication_cp"))
+
+    one, four = core(1), core(4)
+    slope = (four - one) / 3.0
+    return one - slope, slope
+
+
 def optimizer_seconds_per_param(engine, job, gpu: str, sharding: str) -> float:
     """Optimizer-update seconds per trainable parameter on one GPU under ``sharding`` (its
     precision policy sets the bytes each update moves)."""

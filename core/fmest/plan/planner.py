@@ -255,6 +255,7 @@ class _Calibration:
             model.num_kv_heads % 2 == 0 or 2 % model.num_kv_heads == 0) else 1
         self._states: dict = {}
         self._slopes: dict = {}
+        self._cp: dict = {}
         self._times: dict = {}
         self._opt: dict = {}
 
@@ -272,6 +273,14 @@ class _Calibration:
             self._slopes[key] = cal.activation_slope(self.engine, self.job, rep, ckpt, tp=tp,
                                                      sp=sp, pp=pp, vstages=vstages, ep=ep)
         return self._slopes[key]
+
+    def cp_core(self, gpu: str, ckpt: str, tp: int, cp: int, gpus_per_node: int,
+                sp: bool) -> tuple[float, float]:
+        key = (gpu, ckpt, tp, cp, gpus_per_node, sp)
+        if key not in self._cp:
+            self._cp[key] = cal.context_parallel_core(self.engine, self.job, gpu, ckpt, tp, cp,
+                                                      gpus_per_node, sp)
+        return self._cp[key]
 
     def times(self, gpu: str, ckpt: str) -> Optional[cal.TimeCoefficients]:
         key = (gpu, ckpt)
@@ -399,6 +408,13 @@ def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
     if arrays["tp"].size == 0:
         return None, total
     cfg = _coefficients(arrays, opt, count, gpn, ctx)
+    # model state alone (no activations) is a lower bound: what cannot fit without
+    # activations is pruned before the per-layout activation probes are asked
+    cfg["act_per_token"] = np.zeros(cfg["tp"].size)
+    cfg = pruner.apply(cfg, sp.RULES[12], vec.memory_bytes(cfg) > opt.spec.memory_bytes)
+    if cfg["tp"].size == 0:
+        return None, total
+    cfg["act_per_token"] = _activation_slopes(cfg, ctx)
     cfg["memory"] = vec.memory_bytes(cfg)
     cfg = pruner.apply(cfg, sp.RULES[12], cfg["memory"] > opt.spec.memory_bytes)
     cfg = pruner.apply(cfg, sp.RULES[13], cons.max_nodes is not None
@@ -471,6 +487,22 @@ def _activation_slopes(sel: dict, ctx: dict) -> np.ndarray:
     return slopes[inverse.ravel()]
 
 
+def _context_parallel_arrays(sel: dict, gpu, ctx: dict, sel_gpn: int):
+    """Probed per-micro-batch core seconds ``a + b mb`` for the context-parallel rows."""
+    a_arr, b_arr = np.zeros(sel["tp"].size), np.zeros(sel["tp"].size)
+    rows_cp = sel["cp"] > 1
+    if rows_cp.any():
+        key = np.stack([sel["ckidx"], sel["tp"], sel["cp"], sel["sp"]],
+                       axis=1).astype(np.int64)
+        keys, inverse = np.unique(key[rows_cp], axis=0, return_inverse=True)
+        pairs = np.array([ctx["calib"].cp_core(gpu.name, sp.CHECKPOINTING[ck], int(tp), int(cp),
+                                               int(sel_gpn), bool(seq_par))
+                          for ck, tp, cp, seq_par in keys])
+        a_arr[rows_cp] = pairs[inverse.ravel(), 0]
+        b_arr[rows_cp] = pairs[inverse.ravel(), 1]
+    return a_arr, b_arr
+
+
 def _sharding_arrays(sel: dict, gpn: int, ctx: dict) -> dict:
     """What each configuration's strategy shards, over how many ranks (the registered
     :class:`fmest.transforms.ShardingStrategy` answers), and its precision policy."""
@@ -514,7 +546,7 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
     root = float(counts.embedding + counts.head)
     arr = dict(sel)
     arr.update(_probed_arrays(sel, gpu, ctx))
-    arr["act_per_token"] = _activation_slopes(sel, ctx)
+    arr["cp_core_a"], arr["cp_core_b"] = _context_parallel_arrays(sel, gpu, ctx, gpn)
     arr.update(_sharding_arrays(sel, gpn, ctx))
     arr.update(
         lora=job.training.technique != "full", compiled=bool(job.training.compile),

@@ -244,21 +244,20 @@ def step_seconds(cfg: dict) -> np.ndarray:
     pp_t = np.where(cfg["pp"] > 1, 2 * (act_elems * cfg["act_bytes"] / cfg["tp"] / hop_bw
                                       + np.where(pp_inter, INTER_LATENCY_S, INTRA_LATENCY_S)),
                     0.0)
-    # context parallel: K,V all-gathered in forward and again in backward, fp32 dK,dV rotated
-    # (PyTorch context_parallel's ring; time_roofline ``ring_attention_costs``), not hidden
-    cbw, clat, _ = group_bus_bandwidth(cfg["cp"], cfg["tp"], gpn, cfg["intra_bw"], cfg["nic_bw"])
-    kv_bytes = tokens * cfg["cp"] * cfg["kv_dim"] / cfg["tp"] * cfg["act_bytes"]
-    cp_t = stage_layers * (2 * ring_half_seconds(kv_bytes, cfg["cp"], cbw, clat)
-                           + ring_half_seconds(kv_bytes * 4 / cfg["act_bytes"], cfg["cp"], cbw,
-                                               clat))
+    # context parallel: the ring's exposure depends on the local attention time, so compute,
+    # memory-bound work and ring traffic come from probes at this tp and cp (a + b mb), the
+    # layers split over the stages and the head and loss on the last one
+    head_part = (head_c * (1.0 - cfg["compute_mb_share"]) + head_m) * tokens
+    cp_core = cfg["cp_core_a"] + cfg["cp_core_b"] * cfg["mb"]
+    cp_core = (cp_core - head_part) / cfg["pp"] + head_part
     # expert parallelism: dispatch and combine all-to-alls, forward and backward (+ recompute)
     ebw, elat, _ = group_bus_bandwidth(cfg["ep"], cfg["tp"] * cfg["cp"], gpn, cfg["intra_bw"],
                                        cfg["nic_bw"])
     a2a = ring_half_seconds(tokens * cfg["experts_per_token"] * cfg["hidden"] * cfg["act_bytes"],
                             cfg["ep"], ebw, elat)
     ep_t = (4 + 2 * cfg["ckpt_full"]) * cfg["moe_layers"] / cfg["pp"] * a2a
-    per_mb = compute + membound + tp_t + pp_t + np.where(cfg["cp"] > 1, cp_t, 0.0) \
-        + np.where(cfg["ep"] > 1, ep_t, 0.0)
+    core = np.where(cfg["cp"] > 1, cp_core, compute + membound)
+    per_mb = core + tp_t + pp_t + np.where(cfg["ep"] > 1, ep_t, 0.0)
     bubble = bubble_fraction(cfg["pp"], accum, cfg["vstages"]) * accum * per_mb
     dp_t = _dp_seconds(cfg, per_mb)
     opt_params = cfg["trainable"] / mp / np.where(cfg["opt_sharded"], cfg["s_opt"], 1)
