@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import re
 from pathlib import Path
 
@@ -34,6 +35,7 @@ TINY = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
 
 @pytest.fixture(scope="module")
 def local_ray():
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # CI has no business phoning home
     ray.init(num_cpus=2, num_gpus=0, include_dashboard=False,
              object_store_memory=80 * 1024 * 1024, log_to_driver=False)
     yield ray
@@ -112,13 +114,11 @@ def test_sweep_survives_killed_workers_and_resumes(local_ray, sweep_dir, monkeyp
 
 def test_fake_runner_streams_parquet(local_ray, sweep_dir):
     pq = pytest.importorskip("pyarrow.parquet")
-    (sweep_dir / "grid.yaml").write_text(
-        "model+model_config: [[tiny-llama, tiny.json]]\n"
-        "training.activation_checkpointing: [none, full]\n")
+    (sweep_dir / "grid.yaml").write_text("model+model_config: [[tiny-llama, tiny.json]]\n")
     argv = _argv("fake", "grid.yaml", "rows.parquet") + ["--seq-len", "32"]
     assert main(argv) == 0
     table = pq.read_table(sweep_dir / "rows.parquet").to_pylist()
-    assert {r["config_hash"] for r in table} == set(_hashes(argv))
+    assert len(table) == 1 and table[0]["config_hash"] == _hashes(argv)[0]
     for r in table:
         assert r["status"] == "ok", r["error"]
         assert r["device"] == "fake" and int(r["measured_peak_bytes"]) > 0
