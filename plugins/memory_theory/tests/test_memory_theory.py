@@ -318,10 +318,11 @@ def test_checkpointing_never_increases(model, training):
     assert full.total_bytes <= none.total_bytes
 
 
-# -- exact CPU ground truth (torch_runner cpu_probes.csv: real CPU steps, allocator peaks) ----
-
-_CPU_PROBES = (__import__("pathlib").Path(__file__).resolve().parents[1] / "plugins"
-               / "torch_runner" / "fmest_torch_runner" / "data" / "cpu_probes.csv")
+# -- exact CPU ground truth (real CPU steps, allocator peaks) ---------------------------------
+#: The three rows these tests use, copied verbatim from the torch runner's probe dataset
+#: (plugins/torch_runner/fmest_torch_runner/data/cpu_probes.csv, recorded by ``fmest probe
+#: --device cpu``), so this plugin's tests do not read another plugin's package.
+_CPU_PROBES = __import__("pathlib").Path(__file__).resolve().parent / "data" / "cpu_probes_rows.csv"
 
 
 def _cpu_probe(**match):
