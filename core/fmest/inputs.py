@@ -146,13 +146,18 @@ def read_document(data: Any, source: str = "input") -> list[Layer]:
         return [Layer(source=source, values=_flatten(job_to_dict(data), source),
                       name_errors=False)]
     if isinstance(data, bytes):
-        data = data.decode()
+        try:
+            data = data.decode()
+        except UnicodeDecodeError as exc:
+            raise InputError(source, f"not UTF-8 text (byte {exc.start})") from None
     if isinstance(data, str):
         try:
             data = json.loads(data)
         except json.JSONDecodeError as exc:
             raise InputError(source, f"malformed JSON at line {exc.lineno} column "
                              f"{exc.colno}: {exc.msg}") from None
+        except RecursionError:
+            raise InputError(source, "JSON nested too deeply") from None
     if is_estimate_input(data):
         return read_estimate_input(data, source)
     return [read_job_dict(data, source)]
@@ -165,11 +170,15 @@ def read_file(path: str, flag: str = "--input-file") -> list[Layer]:
             text = fh.read()
     except OSError as exc:
         raise InputError(flag, f"cannot read: {exc.strerror}", value=path) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(flag, f"not UTF-8 text (byte {exc.start})", value=path) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(flag, f"malformed JSON at line {exc.lineno} column {exc.colno}: "
                          f"{exc.msg}", value=path) from None
+    except RecursionError:
+        raise InputError(flag, "JSON nested too deeply", value=path) from None
     if not isinstance(data, dict):
         raise InputError(flag, "expected a JSON object", value=path)
     return read_document(data, source=path)
@@ -183,7 +192,7 @@ def _is_estimate_input_file(path: str, force_format: Optional[str]) -> bool:
     try:
         with open(path, encoding="utf-8") as fh:
             doc = parse_text(path, fh.read())
-    except (OSError, InputError):
+    except (OSError, InputError, UnicodeDecodeError, RecursionError):
         return False  # load_configs reports it with the file's name
     return detect_from_doc(path, doc) == "fm-training-estimator"
 

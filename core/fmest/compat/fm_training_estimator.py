@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from fmest.convert import structure_bool
+from fmest.convert import structure_bool, structure_int
 from fmest.errors import InputError
 
 # fm.torch_dtype -> our compute dtype
@@ -64,6 +64,26 @@ def _bool(value: Any, path: str) -> bool:
                          accepted=("true", "false")) from None
 
 
+def _block(cfg: dict, name: str, path: str) -> dict:
+    """A job config's block (``fm``, ``infra`` ...) as a mapping; absent or null is empty."""
+    value = cfg.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{path}.{name}", "expected an object (mapping of keys to values)",
+                         value=type(value).__name__)
+    return value
+
+
+def _whole(value: Any, path: str) -> int:
+    """A whole number this reader needs for a decision (values it only passes on are
+    structured, once, by the input door)."""
+    try:
+        return structure_int(value)
+    except ValueError:
+        raise InputError(path, "expected a whole number", value=value) from None
+
+
 def training_arguments_fields(hf: dict, path: str) -> tuple[dict, list[str]]:
     """Map a transformers ``TrainingArguments`` dict onto job sections.
 
@@ -91,10 +111,10 @@ def training_arguments_fields(hf: dict, path: str) -> tuple[dict, list[str]]:
         elif k == "optim":
             out["training"]["optimizer"] = str(value)
         elif k == "num_train_epochs":
-            out["workload"]["epochs"] = float(value)
+            out["workload"]["epochs"] = value
         elif k == "max_steps":
-            if value is not None and int(value) > 0:
-                out["workload"]["max_steps"] = int(value)
+            if value is not None and _whole(value, p) > 0:
+                out["workload"]["max_steps"] = value
         elif k == "fsdp":
             text = " ".join(value) if isinstance(value, list) else str(value or "")
             for strat in ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard"):
@@ -131,7 +151,7 @@ def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, lis
     for extra in sorted(set(cfg) - known):
         ignored.append(f"{path}.{extra}: unknown block")
 
-    fm = cfg.get("fm") or {}
+    fm = _block(cfg, "fm", path)
     model = _get(fm, "base_model_path", "baseModelPath", default="ibm-granite/granite-3b-code-base")
     job["model"] = model
     for key, value in fm.items():
@@ -142,7 +162,7 @@ def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, lis
         if k == "flash_attention_v2":
             job["training"]["attention"] = "flash" if _bool(value, p) else "sdpa"
         elif k in ("max_seq_length", "block_size"):
-            job["training"]["seq_len"] = int(value)
+            job["training"]["seq_len"] = value
             if k == "max_seq_length" and "block_size" in fm:
                 ignored.append(f"{p}: block_size wins (it is the packed sequence length)")
         elif k == "torch_dtype":
@@ -160,7 +180,7 @@ def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, lis
             ignored.append(f"{p}: not used by fmest (file paths of other configs are read "
                            "through --config)")
 
-    hf = cfg.get("hf_training") or {}
+    hf = _block(cfg, "hf_training", path)
     mapped, ign = training_arguments_fields(hf, f"{path}.hf_training")
     ignored += ign
     for section, values in mapped.items():
@@ -171,25 +191,28 @@ def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, lis
                 continue
             job[section][k] = v
 
-    infra = {_camel_to_snake(k): v for k, v in (cfg.get("infra") or {}).items()}
-    gpus = int(infra.get("num_gpus_per_pod") or 0)
-    pods = int(infra.get("num_pods") or 1)
+    infra = {_camel_to_snake(k): v for k, v in _block(cfg, "infra", path).items()}
+    gpus = infra.get("num_gpus_per_pod")
+    pods = infra.get("num_pods")
+    gpus = 0 if gpus is None else _whole(gpus, f"{path}.infra.num_gpus_per_pod")
+    pods = 1 if pods is None else pods
     if gpus > 0:
         job["hardware"]["gpus_per_node"] = gpus
     job["hardware"]["nodes"] = pods
     gpu_model = str(infra.get("gpu_model", "A100")).lower().replace("nvidia", "").strip(" -")
-    gb = int(infra.get("gpu_memory_in_gb", 80))
+    gb = infra.get("gpu_memory_in_gb")
+    gb = 80 if gb is None else _whole(gb, f"{path}.infra.gpu_memory_in_gb")
     job["hardware"]["gpu"] = _GPU_BY_MODEL_AND_GB.get((gpu_model, gb), gpu_model)
     for k in sorted(set(infra) - {"num_gpus_per_pod", "num_pods", "gpu_model",
                                   "gpu_memory_in_gb"}):
         ignored.append(f"{path}.infra.{k}: not used by fmest")
 
     if job["training"].get("technique") in ("lora", "qlora"):
-        lora = cfg.get("peft_lora") or {}
+        lora = _block(cfg, "peft_lora", path)
         if "r" in lora:
-            job["training"]["lora_rank"] = int(lora["r"])
+            job["training"]["lora_rank"] = lora["r"]
         if "lora_alpha" in lora:
-            job["training"]["lora_alpha"] = float(lora["lora_alpha"])
+            job["training"]["lora_alpha"] = lora["lora_alpha"]
         job["training"]["lora_target_modules"] = _targets(
             lora.get("target_modules", "[q_proj, v_proj]"))
         for k in sorted(set(lora) - {"r", "lora_alpha", "target_modules"}):
@@ -197,7 +220,7 @@ def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, lis
     elif cfg.get("peft_lora"):
         ignored.append(f"{path}.peft_lora: technique is full, LoRA settings unused")
 
-    data = cfg.get("data") or {}
+    data = _block(cfg, "data", path)
     if data.get("dataset"):
         job["workload"]["dataset_path"] = str(data["dataset"])
     for k in sorted(set(data) - {"dataset"}):
@@ -221,6 +244,9 @@ def estimate_input_jobs(data: Any) -> tuple[list[dict], list[str]]:
     if not isinstance(data, dict):
         raise InputError("EstimateInput", "expected a JSON object")
     meta = _get(data, "estimator_metadata", "estimator", "estimatorMetadata", default={}) or {}
+    if not isinstance(meta, dict):
+        raise InputError("estimator_metadata", "expected an object (mapping of keys to values)",
+                         value=type(meta).__name__)
     method = meta.get("method")
     if isinstance(method, str):
         method = method.lower()

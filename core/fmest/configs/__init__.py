@@ -55,6 +55,8 @@ def parse_text(path: str, text: str) -> dict:
         except json.JSONDecodeError as exc:
             raise InputError(path, f"malformed JSON at line {exc.lineno} column {exc.colno}: "
                              f"{exc.msg}") from None
+        except RecursionError:
+            raise InputError(path, "JSON nested too deeply") from None
     else:
         import yaml
 
@@ -65,6 +67,8 @@ def parse_text(path: str, text: str) -> dict:
             where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
             raise InputError(path, f"malformed YAML{where}: {problem}") from None
+        except RecursionError:
+            raise InputError(path, "YAML nested too deeply") from None
         if len(docs) > 1:
             raise InputError(path, "holds several YAML documents; give one config per file")
         doc = docs[0] if docs else {}
@@ -139,6 +143,8 @@ def _read(path: str, display: str) -> str:
             return fh.read()
     except OSError as exc:
         raise InputError(display, f"cannot read config file: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(display, f"not UTF-8 text (byte {exc.start})") from None
 
 
 def _put(data: dict, path: str, value: Any) -> None:

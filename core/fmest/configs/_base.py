@@ -125,7 +125,7 @@ class Sink:
         """``table[value]`` with a case-insensitive string key; an error lists the keys."""
         k = value.strip().lower() if isinstance(value, str) else value
         lowered = {(t.lower() if isinstance(t, str) else t): v for t, v in table.items()}
-        if isinstance(k, bool) or k not in lowered:
+        if isinstance(k, bool) or not isinstance(k, (str, int, float)) or k not in lowered:
             raise self.error(key, "not an accepted value", value=value, accepted=list(table))
         return lowered[k]
 
