@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fmest.compat import fm_training_estimator as adr
 from fmest.compat import fm_training_estimator_api as api
 
 DATA = Path(__file__).parent / "data"
@@ -29,7 +30,7 @@ def engine():
 
 
 def test_estimate_returns_the_adr_fields_and_units(engine):
-    est = api.estimate(adr_example(), engine=engine)
+    est = adr.estimate(adr_example(), engine=engine)
     assert set(est) == {"memory", "time", "tokens", "cost"}
     mem = est["memory"]
     assert set(mem) == {"total_mem_estimate", "activation_memory", "gradient_memory",
@@ -47,11 +48,11 @@ def test_numbers_are_fmest_estimates_of_the_same_job(engine):
     import fmest
 
     report = fmest.estimate(adr_example(), engine=engine)
-    mem = api.estimate_memory(adr_example(), engine=engine)
+    mem = adr.estimate_memory(adr_example(), engine=engine)
     assert mem.total_mem_estimate == api.fmt_size(report.memory.total_bytes)
     # granite-3b-code-base in fp32 (the example's torch_dtype): 3.5e9 params x 4 bytes
     assert mem.model_memory == api.fmt_size(report.memory.components["weights"])
-    tokens = api.estimate_tokens(adr_example(), engine=engine)
+    tokens = adr.estimate_tokens(adr_example(), engine=engine)
     assert tokens.tps == pytest.approx(report.tokens.tokens_per_second)
 
 
@@ -67,7 +68,7 @@ def test_time_with_a_dataset_is_seconds(engine, tmp_path):
     data.write_text("\n".join(json.dumps({"text": "hello world " * 200}) for _ in range(50)))
     doc = adr_example()
     doc["job_configs"][0]["data"]["dataset"] = str(data)
-    t = api.estimate_time(doc, engine=engine)
+    t = adr.estimate_time(doc, engine=engine)
     assert re.match(r"^\d+s$", t.time) and t.train_time == t.time
 
 
@@ -77,18 +78,18 @@ def test_zero_gpus_means_recommend(engine):
     doc["job_configs"][0]["fm"]["base_model_path"] = "meta-llama/Llama-2-70b-hf"
     doc["job_configs"][0]["fm"]["torch_dtype"] = "bfloat16"
     doc["job_configs"][0]["hf_training"]["fsdp"] = "full_shard"
-    mem = api.estimate_memory(doc, engine=engine)
+    mem = adr.estimate_memory(doc, engine=engine)
     assert mem.num_gpus > 1
     doc["job_configs"][0]["hf_training"].pop("fsdp")
     with pytest.raises(ValueError, match="infeasible"):
-        api.estimate_memory(doc, engine=engine)
+        adr.estimate_memory(doc, engine=engine)
 
 
 def test_accepts_text_and_paths(engine, tmp_path):
     path = tmp_path / "input.json"
     path.write_text(json.dumps(adr_example()))
-    a = api.estimate_memory(str(path), engine=engine)
-    b = api.estimate_memory(json.dumps(adr_example()), engine=engine)
+    a = adr.estimate_memory(str(path), engine=engine)
+    b = adr.estimate_memory(json.dumps(adr_example()), engine=engine)
     assert a == b
 
 
@@ -100,4 +101,6 @@ def test_cli_format_prints_the_same(engine, tmp_path, capsys):
     rc = main(["estimate", "-f", str(path), "--format", "fm-training-estimator"], engine=engine)
     out = capsys.readouterr()
     assert rc == 0, out.err
-    assert json.loads(out.out) == api.estimate(adr_example(), engine=engine)
+    assert json.loads(out.out) == adr.estimate(adr_example(), engine=engine)
+    rc = main(["estimate", "-f", str(path), "--format", "json"], engine=engine)
+    assert rc == 0 and "memory" in json.loads(capsys.readouterr().out)

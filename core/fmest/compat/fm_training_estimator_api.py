@@ -19,8 +19,11 @@ Each record is a ``dict`` that also answers attribute access (``est.total_mem_es
 code written against the library's dataclasses and code reading the ADR's JSON both work. Like
 the library, only the first of ``job_configs`` is estimated, and an input no GPU count can fit
 raises ``ValueError`` ("Input configuration is infeasible!", the library's message) with the
-reason. Values come from fmest's own estimators; the input reader is
-:mod:`fmest.compat.fm_training_estimator`.
+reason. Values come from fmest's own estimators.
+
+The functions are built by :func:`adr_api` around the EstimateInput reader and published by
+:mod:`fmest.compat.fm_training_estimator` (where the reader lives), so this module never
+imports that one back: ``from fmest.compat.fm_training_estimator import estimate_memory``.
 """
 
 from __future__ import annotations
@@ -28,10 +31,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-__all__ = ["estimate", "estimate_memory", "estimate_time", "estimate_tokens", "estimate_cost",
-           "fmt_size", "fmt_seconds", "adr_estimate_from_report", "adr_output"]
+__all__ = ["adr_api", "adr_output", "adr_estimate_from_report", "fmt_size", "fmt_seconds"]
 
 
 class _Record(dict):
@@ -84,14 +86,6 @@ def _gpus_given(data: dict) -> int:
     infra = (configs[0] or {}).get("infra") or {}
     value = infra.get("numGpusPerPod", infra.get("num_gpus_per_pod", 0))
     return int(value or 0)
-
-
-def _job(estimate_input: Any):
-    from fmest.compat.fm_training_estimator import jobs_from_estimate_input
-
-    data = _as_dict(estimate_input)
-    jobs, _ignored = jobs_from_estimate_input(data)
-    return jobs[0], _gpus_given(data)
 
 
 def _engine(engine):
@@ -152,63 +146,59 @@ def adr_estimate_from_report(report, num_gpus: int) -> _Record:
                    tokens=tokens_record(report), cost=cost_record(report))
 
 
-def _report(estimate_input: Any, engine, quantities):
-    eng = _engine(engine)
-    job, given = _job(estimate_input)
-    job, num_gpus = _sized_job(job, given, eng)
-    return eng.estimate(job, quantities=quantities, search_batch=False), num_gpus
+def adr_api(reader: Callable[[dict], tuple[list, list]]):
+    """The ADR's five functions around ``reader`` (EstimateInput dict -> (jobs, ignored)):
+    ``(estimate_memory, estimate_time, estimate_tokens, estimate_cost, estimate)``.
+    ``model_path`` (the library's regression model) is accepted and unused: fmest picks its
+    own estimators; ``engine`` defaults to the installed plugins."""
+
+    def report(estimate_input: Any, engine, quantities):
+        data = _as_dict(estimate_input)
+        jobs, _ignored = reader(data)
+        eng = _engine(engine)
+        job, num_gpus = _sized_job(jobs[0], _gpus_given(data), eng)
+        return eng.estimate(job, quantities=quantities, search_batch=False), num_gpus
+
+    def estimate_memory(estimate_input: Any, model_path: Optional[str] = None, *,
+                        engine=None) -> _Record:
+        """The ADR's ``estimate_memory``: per-GPU memory and ``num_gpus``."""
+        rep, num_gpus = report(estimate_input, engine, ("memory",))
+        return memory_record(rep, num_gpus)
+
+    def estimate_time(estimate_input: Any, model_path: Optional[str] = None, *,
+                      engine=None) -> _Record:
+        """The ADR's ``estimate_time``: total and training time (``"40s"``)."""
+        return time_record(report(estimate_input, engine, ("memory", "time"))[0])
+
+    def estimate_tokens(estimate_input: Any, model_path: Optional[str] = None, *,
+                        engine=None) -> _Record:
+        """The ADR's ``estimate_tokens``: ``tps``."""
+        return tokens_record(report(estimate_input, engine, ("memory", "time", "tokens"))[0])
+
+    def estimate_cost(estimate_input: Any, model_path: Optional[str] = None, *,
+                      engine=None) -> _Record:
+        """The ADR's ``estimate_cost``: ``usd`` (None when no price applies)."""
+        return cost_record(report(estimate_input, engine,
+                                  ("memory", "time", "tokens", "cost"))[0])
+
+    def estimate(estimate_input: Any, model_path: Optional[str] = None, *,
+                 engine=None) -> _Record:
+        """The ADR's ``estimate``: memory, time, tokens and cost together."""
+        rep, num_gpus = report(estimate_input, engine, ("memory", "time", "tokens", "cost"))
+        return adr_estimate_from_report(rep, num_gpus)
+
+    return estimate_memory, estimate_time, estimate_tokens, estimate_cost, estimate
 
 
-def estimate_memory(estimate_input: Any, model_path: Optional[str] = None, *,
-                    engine=None) -> _Record:
-    """The ADR's ``estimate_memory``: per-GPU memory and ``num_gpus``. ``model_path`` (the
-    library's regression model) is accepted and unused: fmest picks its own estimators."""
-    report, num_gpus = _report(estimate_input, engine, ("memory",))
-    return memory_record(report, num_gpus)
-
-
-def estimate_time(estimate_input: Any, model_path: Optional[str] = None, *,
-                  engine=None) -> _Record:
-    """The ADR's ``estimate_time``: total and training time (``"40s"``)."""
-    report, _ = _report(estimate_input, engine, ("memory", "time"))
-    return time_record(report)
-
-
-def estimate_tokens(estimate_input: Any, model_path: Optional[str] = None, *,
-                    engine=None) -> _Record:
-    """The ADR's ``estimate_tokens``: ``tps``."""
-    report, _ = _report(estimate_input, engine, ("memory", "time", "tokens"))
-    return tokens_record(report)
-
-
-def estimate_cost(estimate_input: Any, model_path: Optional[str] = None, *,
-                  engine=None) -> _Record:
-    """The ADR's ``estimate_cost``: ``usd`` (None when no price applies)."""
-    report, _ = _report(estimate_input, engine, ("memory", "time", "tokens", "cost"))
-    return cost_record(report)
-
-
-def estimate(estimate_input: Any, model_path: Optional[str] = None, *, engine=None) -> _Record:
-    """The ADR's ``estimate``: memory, time, tokens and cost together."""
-    report, num_gpus = _report(estimate_input, engine, ("memory", "time", "tokens", "cost"))
-    return adr_estimate_from_report(report, num_gpus)
-
-
-def adr_output(args, engine, *, job_layers=None) -> _Record:
-    """What ``fmest estimate ... --format fm-training-estimator`` prints: the ADR's
-    ``Estimate`` of the first job the command line describes (flags, ``-f``, ``--config``).
-    A job that names no GPU count (EstimateInput ``numGpusPerPod`` 0, no ``--gpus-per-node``
-    or ``--dp``) is estimated at its fewest fitting GPUs, which ``num_gpus`` reports."""
-    from fmest.cli import jobs_from_args
-
-    pairs = jobs_from_args(args, job_layers=job_layers) if job_layers is not None \
-        else jobs_from_args(args)
-    job = pairs[0][0]
+def adr_output(job, engine) -> _Record:
+    """What ``fmest estimate ... --format fm-training-estimator`` prints for ``job`` (the first
+    job the command line describes): the ADR's ``Estimate``. A job that names no GPU count
+    (EstimateInput ``numGpusPerPod`` 0, no ``--gpus-per-node`` or ``--dp``) is estimated at its
+    fewest fitting GPUs, which ``num_gpus`` reports."""
     given = 0
     if job.hardware.gpus_per_node is not None or job.parallelism.dp is not None:
         from fmest.job import resolve_layout
 
         given = resolve_layout(job).world_size
     job, num_gpus = _sized_job(job, given, engine)
-    report = engine.estimate(job, search_batch=False)
-    return adr_estimate_from_report(report, num_gpus)
+    return adr_estimate_from_report(engine.estimate(job, search_batch=False), num_gpus)

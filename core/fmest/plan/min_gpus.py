@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
-from fmest.engine import sharding_name
 from fmest.errors import InfeasibleError, InputError
 from fmest.job import Job
 
@@ -68,7 +67,7 @@ def min_gpus(engine, job: Job) -> MinGpus:
     par = job.parallelism
     cap = engine.registries.gpus.get(job.hardware.gpu).memory_bytes
     gpn = job.hardware.gpus_per_node or DEFAULT_GPUS_PER_NODE
-    strategy = engine.registries.parallelism.get(sharding_name(job))
+    strategy = engine.context(job).sharding     # raises InputError naming a bad field
     mp = par.tp * par.pp * par.cp
     if strategy.shards:
         candidates = [d for d in range(1, MAX_GPUS // mp + 1) if _runnable(d * mp, gpn)]
