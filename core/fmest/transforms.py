@@ -182,8 +182,9 @@ def _one_of(values):
 class Collective:
     """One data-parallel collective of a training step.
 
-    ``kind``: ``all_reduce``/``reduce_scatter``/``all_gather``. ``payload_bytes``: the full
-    (unsharded) buffer per rank it reduces or produces. ``group_size`` ranks ``group_stride``
+    ``kind``: one of :data:`COLLECTIVE_KINDS`. ``what``: what it carries (``gradients``,
+    ``parameters``). ``payload_bytes``: the full (unsharded) buffer per rank it reduces or
+    produces. ``group_size`` ranks ``group_stride``
     apart (ranks are laid out tp fastest). ``phase``: ``forward``/``backward`` (per micro-batch
     when ``per_micro_batch``) or ``step`` (once, after the update). ``overlappable``: it may
     hide behind the compute of its phase (bucketed/prefetched); otherwise it is exposed.
