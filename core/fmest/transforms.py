@@ -387,9 +387,11 @@ def _param_totals(model, technique: str, targets: tuple, rank: int) -> tuple[int
 
 
 def resolve_transforms(job, *, model, layout, optimizer: OptimizerSpec,
-                       sharding: ShardingStrategy) -> Transforms:
+                       sharding: ShardingStrategy, stack: Any = None) -> Transforms:
     """Apply the transforms in order: optimizer sizing (under the precision policy), then
-    sharding, then communication (this module's doc)."""
+    sharding, then communication (this module's doc). ``stack``: the resolved training-stack
+    profile once that axis exists (issue 12); it will be applied first (it sets the default
+    precision and the framework's overlap and buffers) and is carried on the result."""
     from fmest.precision import resolve_precision
 
     training, par = job.training, job.parallelism
@@ -408,7 +410,7 @@ def resolve_transforms(job, *, model, layout, optimizer: OptimizerSpec,
             plan=plan, stride=layout.tp, prefetch=par.fsdp_backward_prefetch),
         grad_bytes_per_element=reduce_bytes)
     return Transforms(precision=precision, optimizer=sizing, sharding=plan, communication=comm,
-                      job_key=_job_key(job))
+                      stack=stack, job_key=_job_key(job))
 
 
 def transforms_of(job, ctx) -> Transforms:
