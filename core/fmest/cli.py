@@ -354,20 +354,31 @@ def cmd_export(args: argparse.Namespace, engine_factory) -> int:
     return 0
 
 
+def models_rows(registries) -> list[dict]:
+    """The model registry as ``fmest models --format json`` prints it: every plugin's presets
+    (not a built-in table), sorted by name."""
+    def model_type(name: str) -> str:
+        known = registries.model_info.get(name, {}).get("model_type")
+        return known if known is not None else registries.models.find(name)().model_type
+
+    return [{"name": name, "model_type": model_type(name),
+             "aliases": _display_aliases(registries, name),
+             "source": registries.model_sources.get(name, ""),
+             "retrieved": registries.model_info.get(name, {}).get("retrieved", ""),
+             "plugin": registries.models.source_of(name)}
+            for name in sorted(registries.models.names(), key=str.lower)]
+
+
+def gpus_rows(registries) -> list[dict]:
+    """The GPU registry as ``fmest gpus --format json`` prints it."""
+    from fmest.convert import unstructure
+
+    return [unstructure(g) for g in registries.gpus.values()]
+
+
 def cmd_models(args, engine_factory) -> int:
     """The model registry: every plugin's presets (not a built-in table)."""
-    reg = engine_factory().registries
-
-    def model_type(name: str) -> str:
-        known = reg.model_info.get(name, {}).get("model_type")
-        return known if known is not None else reg.models.find(name)().model_type
-
-    rows = [{"name": name, "model_type": model_type(name),
-             "aliases": _display_aliases(reg, name),
-             "source": reg.model_sources.get(name, ""),
-             "retrieved": reg.model_info.get(name, {}).get("retrieved", ""),
-             "plugin": reg.models.source_of(name)}
-            for name in sorted(reg.models.names(), key=str.lower)]
+    rows = models_rows(engine_factory().registries)
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return 0
@@ -394,9 +405,7 @@ def cmd_gpus(args, engine_factory) -> int:
     engine = engine_factory()
     gpus = engine.registries.gpus.values()
     if args.format == "json":
-        from fmest.convert import unstructure
-
-        print(json.dumps([unstructure(g) for g in gpus], indent=2))
+        print(json.dumps(gpus_rows(engine.registries), indent=2))
         return 0
 
     def tf(x):
