@@ -81,7 +81,7 @@ class Training:
     weights/grads/states and computes in ``dtype`` under autocast (torch AMP, HF Trainer);
     ``master`` keeps ``dtype`` weights and grads plus an fp32 master copy and fp32 states
     (Megatron, DeepSpeed); ``auto`` lets the memory plugin choose by the documented rule in
-    docs/formulas.md.
+    docs/memory_model.md ("Precision rule").
     """
 
     dtype: str = field(default="bf16", validator=_choice(DTYPES))
