@@ -179,3 +179,84 @@ def usd_per_million_tokens(*, usd_per_gpu_hour: float, gpus: int,
     if tokens_per_s <= 0:
         return None
     return usd_per_gpu_hour * gpus / 3600.0 / tokens_per_s * 1e6
+
+
+# ---------------------------------------------------------------------------------------------
+# job -> estimates (the plugin's time/tokens hooks call these when job.mode is inference)
+# ---------------------------------------------------------------------------------------------
+
+#: generated tokens the run-time (and so the cost) is quoted for
+TOKENS_PRICED = 1_000_000
+
+
+def rates_of(gpu, dtype: str) -> GpuRates:
+    """The GPU table's numbers the roofline needs (fp8 peak when the weights are fp8)."""
+    peak = (gpu.fp8_flops_per_s if dtype == "fp8" and gpu.fp8_flops_per_s
+            else gpu.bf16_flops_per_s or gpu.fp16_flops_per_s or gpu.fp32_flops_per_s)
+    return GpuRates(name=gpu.name, peak_flops_per_s=float(peak),
+                    hbm_bytes_per_s=float(gpu.hbm_bytes_per_s),
+                    link_bytes_per_s=float(gpu.intra_node_bytes_per_s or 0.0))
+
+
+def job_inference_time(job, ctx, memory) -> InferenceTime:
+    """The :class:`InferenceTime` of a job in inference mode (one replica of tp x pp GPUs).
+
+    Weight and KV-cache bytes per GPU come from the memory answer the engine passes
+    (components ``weights`` and ``kv_cache``, the cache at the full context), so the time model
+    reads what the memory model sized instead of re-deriving storage formats."""
+    inf = job.inference
+    layout = ctx.layout
+    output = max(1, min(inf.output_tokens, inf.context - 1))
+    prompt = max(1, inf.context - output)
+    dtype = "fp8" if job.training.dtype == "fp8" else "bf16"
+    weights = float(memory.components.get("weights", 0)) if memory else 0.0
+    kv_full = float(memory.components.get("kv_cache", 0)) if memory else 0.0
+    kv_per_token = kv_full / (inf.batch * inf.context) if inf.context else 0.0
+    return inference_time(ctx.model, batch=inf.batch, prompt_tokens=prompt,
+                          output_tokens=output, weights_bytes_per_gpu=weights,
+                          kv_bytes_per_token_per_gpu=kv_per_token, tp=layout.tp, pp=layout.pp,
+                          gpus=layout.tp * layout.pp, rates=rates_of(ctx.gpu, dtype),
+                          dtype=dtype, runtime=inf.runtime)
+
+
+def estimate_inference_time(job, ctx, memory):
+    """A :class:`fmest.estimates.TimeEstimate` for serving. ``step_seconds`` is one batch from
+    prompt to last token (prefill + output decode steps); ``total_seconds`` is the time the job
+    (all replicas) takes to generate ``TOKENS_PRICED`` tokens, so the cost plugin's ``usd`` is
+    the cost per million generated tokens."""
+    from fmest.estimates import Provenance, TimeEstimate
+
+    timing = job_inference_time(job, ctx, memory)
+    replicas = max(1, ctx.layout.world_size // timing.gpus)
+    steps = timing.output_tokens
+    parts = {"compute": timing.prefill_seconds}
+    for name, seconds in timing.decode_breakdown.items():
+        parts[name] = parts.get(name, 0.0) + seconds * steps
+    job_tokens_per_s = timing.output_tokens_per_s * replicas
+    notes = (f"prefill (time to first token) {timing.prefill_seconds * 1e3:.1f} ms for "
+             f"{timing.batch} x {timing.prompt_tokens} prompt tokens",
+             f"decode step {timing.decode_step_seconds * 1e3:.2f} ms at batch {timing.batch}: "
+             f"{timing.decode_tokens_per_s * replicas:.0f} tokens/s while decoding",
+             f"total_seconds = time to generate {TOKENS_PRICED:,} tokens; the cost is per "
+             f"million generated tokens")
+    return TimeEstimate(step_seconds=timing.request_seconds, breakdown=parts,
+                        provenance=Provenance(basis="analytic", detail="inference roofline: "
+                                              "compute-bound prefill, bandwidth-bound decode"),
+                        total_seconds=TOKENS_PRICED / job_tokens_per_s,
+                        total_steps=TOKENS_PRICED / (timing.batch * steps * replicas),
+                        notes=notes)
+
+
+def estimate_inference_tokens(job, ctx, time, memory=None):
+    """A :class:`fmest.estimates.TokensEstimate`: generated tokens/s of the job (prefill
+    included) and per GPU; the notes carry the decode-only rate."""
+    from fmest.estimates import Provenance, TokensEstimate
+
+    if time is None or not time.total_seconds:
+        return None
+    per_s = TOKENS_PRICED / time.total_seconds
+    return TokensEstimate(tokens_per_second=per_s,
+                          tokens_per_second_per_gpu=per_s / ctx.layout.world_size,
+                          provenance=Provenance(basis="analytic",
+                                                detail="generated tokens/s, prefill included"),
+                          notes=tuple(n for n in time.notes if n.startswith("decode step")))

@@ -330,3 +330,64 @@ def _transformers_memory(model, setup: ServingSetup, kv_bytes: float,
         activation_bytes=activations, cuda_graph_bytes=0.0, non_torch_bytes=NON_TORCH_BYTES,
         capacity_bytes=capacity_bytes,
         usable_bytes=capacity_bytes * setup.gpu_memory_utilization)
+
+
+# ---------------------------------------------------------------------------------------------
+# job -> estimate (the plugin's ``fmest_estimate_memory`` calls this when job.mode is inference)
+# ---------------------------------------------------------------------------------------------
+
+#: ``--dtype`` -> weight storage format; ``inference.quantization`` (gptq/awq/int4) overrides it
+_DTYPE_FORMAT = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "int8",
+                 "nf4": "nf4"}
+
+
+def serving_setup(job, ctx) -> ServingSetup:
+    """The :class:`ServingSetup` of a job in inference mode (fields documented in
+    docs/inference.md and :class:`fmest.job.Inference`)."""
+    inf = job.inference
+    dtype = job.training.dtype
+    weight_format = inf.quantization if inf.quantization != "none" else _DTYPE_FORMAT[dtype]
+    act_bytes = 4.0 if dtype == "fp32" else 2.0
+    kv_format = inf.kv_dtype if inf.kv_dtype != "auto" else (
+        "fp32" if dtype == "fp32" else "fp16" if dtype == "fp16" else "bf16")
+    layout = ctx.layout
+    return ServingSetup(
+        batch=inf.batch, context=inf.context,
+        prompt_tokens=max(1, inf.context - inf.output_tokens), weight_format=weight_format,
+        kv_format=kv_format, act_bytes=act_bytes,
+        shard=ShardPlan(tp=layout.tp, pp=layout.pp, ep=layout.ep),
+        block_tokens=inf.kv_block_size, chunk_tokens=inf.max_num_batched_tokens,
+        max_seqs=inf.max_num_seqs, group_size=inf.group_size, cuda_graphs=inf.cuda_graphs,
+        source_len=job.training.source_len, runtime=inf.runtime,
+        gpu_memory_utilization=inf.gpu_memory_utilization)
+
+
+def estimate_inference_memory(job, ctx):
+    """A :class:`fmest.estimates.MemoryEstimate` for serving: components ``weights``,
+    ``kv_cache``, ``activations``, ``cuda_graphs``, ``cuda_context``; the notes give the
+    largest batch at the job's context and the largest context at its batch."""
+    from fmest.estimates import MemoryEstimate, Provenance
+
+    model, setup = ctx.model, serving_setup(job, ctx)
+    capacity = float(ctx.gpu.memory_bytes)
+    mem = inference_memory(model, setup, capacity_bytes=capacity)
+    components = {"weights": int(mem.weights_bytes), "kv_cache": int(mem.kv_cache_bytes),
+                  "activations": int(mem.activation_bytes),
+                  "cuda_graphs": int(mem.cuda_graph_bytes),
+                  "cuda_context": int(mem.non_torch_bytes)}
+    batch = max_batch(model, setup, capacity_bytes=capacity)
+    context = max_context(model, setup, capacity_bytes=capacity)
+    notes = [f"inference ({setup.runtime}): weights as {setup.weight_format}, KV cache as "
+             f"{setup.kv_format}, {setup.batch} sequence(s) x {setup.context} tokens",
+             f"usable memory = {setup.gpu_memory_utilization:g} x capacity "
+             f"({mem.usable_bytes / GIB:.1f} GiB; gpu_memory_utilization)",
+             f"largest batch at {setup.context} tokens: {batch}",
+             f"largest context at batch {setup.batch}: {context} tokens"
+             + (f" (beyond the model's {model.max_position_embeddings} positions)"
+                if context > model.max_position_embeddings else "")]
+    return MemoryEstimate(
+        total_bytes=int(sum(components.values())), components=components,
+        provenance=Provenance(basis="analytic", detail="inference memory: weights in storage "
+                              "format + paged KV cache + prefill working set + runtime reserve"),
+        phase="decode", phase_peaks_bytes={"decode": int(sum(components.values()))},
+        notes=tuple(notes))
