@@ -93,6 +93,7 @@ def test_estimate_input_reports_ignored_fields(client):
     ({"model": "Llama-2-7b-hf", "training": {"seq_len": "long"}}, 422, "training.seq_len", []),
     ({"model": "Llama-2-7b-hf", "trainig": {}}, 422, "trainig", None),
     ({"model": "Llama-2-7b-hf", "input_file": "/etc/passwd"}, 422, "input_file", None),
+    ({"model": "Llama-2-7b-hf", "lora_target_modules": []}, 422, "lora_target_modules", []),
     ({"per_device_batch": 2}, 422, "--model", []),
     ({"input": [1, 2]}, 422, "input", []),
     ([1, 2], 422, "body", []),
@@ -114,6 +115,9 @@ def test_malformed_and_oversized_bodies():
     assert response.status_code == 422
     assert response.json()["error"]["field"] == "body"
     assert "malformed JSON at line 1" in response.json()["error"]["message"]
+    response = small.post("/v1/estimate", content=b'{"model": "Llama-2-7b-hf", "mfu": NaN}')
+    assert response.status_code == 422
+    assert response.json()["error"]["message"].startswith("NaN is not a JSON number")
     response = small.post("/v1/estimate", json={"model": "Llama-2-7b-hf", "dataset": "x" * 300})
     assert response.status_code == 413
     assert response.json()["error"] == {"field": "body", "message":

@@ -147,7 +147,7 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         if not raw.strip():
             raise InputError("body", "empty; send a JSON object (schema: /openapi.json)")
         try:
-            return json.loads(raw)
+            return json.loads(raw, parse_constant=_no_constant)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             where = (f" at line {exc.lineno} column {exc.colno}: {exc.msg}"
                      if isinstance(exc, json.JSONDecodeError) else ": not UTF-8")
@@ -243,6 +243,11 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 
     app.mount("/static", StaticFiles(directory=static_dir), name="static")
     return app
+
+
+def _no_constant(name: str):
+    """Python's json reads NaN and Infinity; JSON has no such numbers."""
+    raise InputError("body", f"{name} is not a JSON number", accepted=["finite numbers"])
 
 
 class _TooLarge(Exception):

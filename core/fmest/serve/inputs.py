@@ -87,6 +87,8 @@ def convert_flag(name: str, action: argparse.Action, value: Any) -> Any:
         return None
     if action.nargs in ("+", "*"):
         items = value if isinstance(value, list) else [value]
+        if action.nargs == "+" and not items:
+            raise InputError(name, "expected at least one value", value=value)
         return [convert_flag(name, _Single(action), v) for v in items]
     if isinstance(value, (dict, list)):
         raise InputError(name, "expected a single value", value=value,
