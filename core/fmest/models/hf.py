@@ -593,3 +593,35 @@ def spec_from_hf_config(config: dict, *, name: str, source: str) -> ModelSpec:
 def model_types() -> tuple[str, ...]:
     """The ``model_type`` values converted exactly (others fall back to a Llama-style guess)."""
     return SUPPORTED_MODEL_TYPES
+
+
+#: ``--hidden-size`` ... flags -> Llama-style config keys (the LLMGPUMemEstimator's raw inputs)
+DIMENSION_KEYS = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers",
+                  "num_heads": "num_attention_heads", "num_kv_heads": "num_key_value_heads",
+                  "intermediate_size": "intermediate_size", "vocab_size": "vocab_size"}
+
+
+def config_from_dimensions(**dims) -> dict:
+    """A Llama-style ``config.json`` dict from raw dimensions (``hidden_size``, ``num_layers``,
+    ``num_heads``, optional ``num_kv_heads`` (default: ``num_heads``), ``intermediate_size``
+    (default: the Llama rule 8/3 x hidden rounded up to 256), ``vocab_size`` (default 32000,
+    Llama 2's)). Raises :class:`InputError` naming the missing flag."""
+    for need in ("hidden_size", "num_layers", "num_heads"):
+        if dims.get(need) is None:
+            raise InputError(need, "raw model dimensions need --hidden-size, --num-layers and "
+                                   "--num-heads (and optionally --num-kv-heads, "
+                                   "--intermediate-size, --vocab-size)")
+    hidden = dims["hidden_size"]
+    if dims.get("intermediate_size") is None:
+        # LLaMA (Touvron et al. 2023, section 2.2): 2/3 x 4h, rounded up to a multiple of 256
+        dims["intermediate_size"] = -(-int(8 * hidden / 3) // 256) * 256
+    dims.setdefault("vocab_size", None)
+    if dims["vocab_size"] is None:
+        dims["vocab_size"] = 32000
+    if dims.get("num_kv_heads") is None:
+        dims["num_kv_heads"] = dims["num_heads"]
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+              "_fmest_source": "raw dimensions"}
+    for flag, key in DIMENSION_KEYS.items():
+        config[key] = dims[flag]
+    return config
