@@ -94,7 +94,9 @@ def test_estimate_input_reports_ignored_fields(client):
     ({"model": "Llama-2-7b-hf", "trainig": {}}, 422, "trainig", None),
     ({"model": "Llama-2-7b-hf", "input_file": "/etc/passwd"}, 422, "input_file", None),
     ({"model": "Llama-2-7b-hf", "lora_target_modules": []}, 422, "lora_target_modules", []),
-    ({"per_device_batch": 2}, 422, "--model", []),
+    ({"per_device_batch": 2}, 422, "model", []),
+    ({"model": "Llama-2-7b-hf", "grad_checkpoint": "partly"}, 422, "grad_checkpoint",
+     ["none", "full", "selective", "true", "false"]),
     ({"input": [1, 2]}, 422, "input", []),
     ([1, 2], 422, "body", []),
 ])

@@ -51,10 +51,18 @@ def error_body(field: str | None, message: str, accepted: Any = None) -> dict:
                       "accepted": list(accepted) if accepted else []}}
 
 
+def _json_field(field: str) -> str:
+    """The body's name of a field the CLI's door names by its flag (``--model`` -> ``model``)."""
+    if field == "--input-file":
+        return "input"
+    return field[2:].replace("-", "_") if field.startswith("--") else field
+
+
 def _input_error_body(exc: InputError) -> dict:
     text = str(exc)
     prefix = f"{exc.field}: "
-    return error_body(exc.field, text[len(prefix):] if text.startswith(prefix) else text,
+    return error_body(_json_field(exc.field),
+                      text[len(prefix):] if text.startswith(prefix) else text,
                       [a if isinstance(a, (str, int, float, bool)) else str(a)
                        for a in exc.accepted or []])
 
