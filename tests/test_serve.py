@@ -294,3 +294,11 @@ def test_openapi_schema_holds_for_generated_requests():
             case.call_and_validate(checks=these)
 
         run()
+
+
+def test_serve_is_a_cli_command(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["serve", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "--host" in out and "--port" in out and "--max-body-bytes" in out
