@@ -14,6 +14,9 @@ Setups (sources):
   seq 8192, selective (op) activation checkpointing.
 * torchtitan Llama 3 70B: ``llama3_70b.toml`` (@ 038d5fd, 64 A100): FSDP 8 x TP 8, local batch
   8, seq 8192, full activation checkpointing.
+* torchtitan Llama 3 405B: ``llama3_405b.toml`` (@ 01424cb, "a preset for 128 H100 GPUs"):
+  FSDP 16 x TP 8 (async TP), local batch 2, seq 8192, float8 linears, torch.compile, full
+  activation checkpointing.
 * Megatron GPT-3 175B: Narayanan et al. 2021 (arXiv:2104.04473), Table 2 (PTD-P vs ZeRO-3):
   model-parallel size 96 (t = 8, p = 12) on 384 A100s, batch 1536, micro-batch 1, seq 2048,
   fp16 with fp32 master weights, full recomputation.
@@ -54,6 +57,13 @@ SETUPS = [
          gpu="A100-80GB", gpus=64, global_batch_tokens=8 * 8 * 8192,
          published=dict(dp=8, tp=8, pp=1, cp=1, vstages=1, sp=True, sharding="fsdp_full_shard",
                         offload=False, ckpt="full", mb=8)),
+    dict(name="torchtitan Llama 3 405B, 128x H100 FSDP16 x TP8",
+         job={"model": "meta-llama/Llama-3.1-405B",
+              "training": {"seq_len": 8192, "dtype": "fp8", "compile": True},
+              "workload": {"dataset_tokens": 1e10}},
+         gpu="H100-SXM", gpus=128, global_batch_tokens=16 * 2 * 8192,
+         published=dict(dp=16, tp=8, pp=1, cp=1, vstages=1, sp=True, sharding="fsdp_full_shard",
+                        offload=False, ckpt="full", mb=2)),
     dict(name="Megatron GPT-3 175B, 384x A100 t8 p12",
          job={"model": "gpt3-175b", "model_config": GPT3_175B,
               "training": {"seq_len": 2048, "dtype": "fp16", "precision": "master"},
