@@ -23,3 +23,11 @@ def test_defaults_and_missing():
     with pytest.raises(InputError) as err:
         config_from_dimensions(hidden_size=4096, num_layers=2)
     assert err.value.field == "num_heads"
+
+
+def test_weights_only_from_param_count():
+    spec = spec_from_hf_config({"_fmest_params": 7e9}, name="7b", source="--params")
+    assert spec.param_counts().total == 7_000_000_000
+    assert any("weights-only" in w for w in spec.warnings)
+    with pytest.raises(InputError):
+        spec_from_hf_config({"_fmest_params": "lots"}, name="x", source="--params")

@@ -539,6 +539,8 @@ def spec_from_hf_config(config: dict, *, name: str, source: str) -> ModelSpec:
     if not isinstance(config, dict):
         raise InputError("model.config", "must be a JSON object (a config.json dict)",
                          value=type(config).__name__)
+    if isinstance(config, dict) and WEIGHTS_ONLY_KEY in config:
+        return spec_from_param_count(config[WEIGHTS_ONLY_KEY], name=name, source=source)
     # dimensions that are not whole numbers >= 1 would divide by zero below (fmest.bounds)
     check_hf_config(config, field="model.config")
     if isinstance(config.get("vision_config"), dict):
@@ -625,3 +627,30 @@ def config_from_dimensions(**dims) -> dict:
     for flag, key in DIMENSION_KEYS.items():
         config[key] = dims[flag]
     return config
+
+
+#: ``model_config`` key of a weights-only model (``--params N``)
+WEIGHTS_ONLY_KEY = "_fmest_params"
+
+
+def spec_from_param_count(params, *, name: str = "params", source: str = "--params") -> ModelSpec:
+    """A weights-only model of ``params`` parameters (``--params N``, as the LLMGPUMemEstimator
+    accepts): one parameter group and unit dimensions, so weights, gradients and optimizer
+    states are exact while activations, the KV cache and FLOPs (which need the shape) come out
+    as nothing; the warning says so."""
+    try:
+        count = int(float(params))
+    except (TypeError, ValueError):
+        raise InputError("--params", "must be a parameter count such as 7e9", value=params) \
+            from None
+    if count < 1:
+        raise InputError("--params", "must be at least 1", value=params)
+    return ModelSpec(name=name, model_type="weights_only", source=source, hidden_size=1,
+                     num_layers=1, num_attention_heads=1, num_kv_heads=1, head_dim=1,
+                     intermediate_size=1, vocab_size=1, max_position_embeddings=1 << 24,
+                     groups=(ParamGroup(name="parameters", params=count, kind="other"),),
+                     hf_config={WEIGHTS_ONLY_KEY: count},
+                     warnings=(f"weights-only model ({count:,} parameters from --params): "
+                               f"weights, gradients and optimizer states are counted; "
+                               f"activations, KV cache and time need the model's dimensions "
+                               f"(--hidden-size ... or a config)",))
