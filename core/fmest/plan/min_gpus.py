@@ -130,3 +130,17 @@ def min_gpus(engine, job: Job) -> MinGpus:
     fewer = make(candidates[hi - 1]) if hi > 0 else None
     return MinGpus(n, f"fewest {job.hardware.gpu} GPUs that fit, growing {what}", step, best,
                    fewer)
+
+
+class LazyMinGpus:
+    """``min_gpus(engine, job)`` computed on first use and kept: a report carries one, and only
+    the outputs that show ``memory.min_gpus`` (JSON, the table) pay for the search."""
+
+    def __init__(self, engine, job: Job) -> None:
+        self._engine, self._job = engine, job
+        self._result: Optional[MinGpus] = None
+
+    def get(self) -> MinGpus:
+        if self._result is None:
+            self._result = min_gpus(self._engine, self._job)
+        return self._result
