@@ -82,17 +82,23 @@ def flag_name(action: argparse.Action) -> str:
 
 def convert_flag(name: str, action: argparse.Action, value: Any) -> Any:
     """One JSON value through the flag's argparse type and choices (what the CLI would do with
-    ``--flag VALUE``); errors name the JSON field and, where known, the accepted values."""
+    ``--flag VALUE``; a list for flags taking one or more values); errors name the JSON field
+    and, where known, the accepted values."""
     if value is None:
         return None
     if action.nargs in ("+", "*"):
         items = value if isinstance(value, list) else [value]
         if action.nargs == "+" and not items:
             raise InputError(name, "expected at least one value", value=value)
-        return [convert_flag(name, _Single(action), v) for v in items]
+        return [_convert_value(name, action, item) for item in items]
+    return _convert_value(name, action, value)
+
+
+def _convert_value(name: str, action: argparse.Action, value: Any) -> Any:
+    accepted = [True, False] if is_bool_flag(action) else (
+        list(action.choices) if action.choices else None)
     if isinstance(value, (dict, list)):
-        raise InputError(name, "expected a single value", value=value,
-                         accepted=list(action.choices) if action.choices else None)
+        raise InputError(name, "expected a single value", value=value, accepted=accepted)
     text = ("true" if value else "false") if isinstance(value, bool) else str(value)
     converted: Any = text
     if action.type is not None:
@@ -101,19 +107,12 @@ def convert_flag(name: str, action: argparse.Action, value: Any) -> Any:
         except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
             message = str(exc) if isinstance(exc, argparse.ArgumentTypeError) else (
                 f"expected {getattr(action.type, '__name__', 'a value')}")
-            raise InputError(name, message, value=None if "got" in message else value, accepted=(
-                [True, False] if is_bool_flag(action) else
-                list(action.choices) if action.choices else None)) from None
+            # argparse type errors already quote the value ("got '0'")
+            raise InputError(name, message, value=None if "got" in message else value,
+                             accepted=accepted) from None
     if action.choices is not None and converted not in action.choices:
         raise InputError(name, "not an accepted value", value=value, accepted=action.choices)
     return converted
-
-
-class _Single:
-    """An nargs='+' action seen as one item (for converting list elements)."""
-
-    def __init__(self, action: argparse.Action) -> None:
-        self.type, self.choices, self.nargs, self.const = action.type, action.choices, None, None
 
 
 def split_body(body: Any) -> tuple[Any, dict[str, Any]]:
