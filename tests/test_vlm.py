@@ -56,3 +56,13 @@ def test_frozen_tower_saves_less_and_trains_nothing():
     assert vision_trainable_params(vision, train_tower=False) == vision.projector_params
     assert vision_forward_flops(vision, tokens, images=2) == 2 * vision_forward_flops(
         vision, tokens, images=1)
+
+
+def test_sequence_adds_image_tokens_except_cross_attention():
+    from fmest_memory_theory.vision import vlm_sequence_len
+
+    llava = load_preset("llava-hf/llava-1.5-7b-hf").vision
+    assert vlm_sequence_len(1024, llava, images=2) == 1024 + 2 * 576
+    mllama = load_preset("meta-llama/Llama-3.2-11B-Vision").vision
+    assert vlm_sequence_len(1024, mllama, images=2) == 1024
+    assert vlm_sequence_len(1024, None) == 1024

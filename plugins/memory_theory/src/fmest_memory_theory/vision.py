@@ -115,3 +115,14 @@ def vision_trainable_params(vision, *, train_tower: bool, train_projector: bool 
     """Parameters of the image side that get gradients and optimizer states."""
     return (vision.tower_params if train_tower else 0) + \
         (vision.projector_params if train_projector else 0)
+
+
+def vlm_sequence_len(seq_len: int, vision, *, image_size: Optional[int] = None,
+                     images: int = 1) -> int:
+    """Tokens per sample the language model processes: ``seq_len`` text tokens plus the image
+    tokens of ``images`` images (LLaVA-style models insert them into the sequence; Llama-3.2-
+    Vision cross-attends to them instead, so its text sequence is unchanged)."""
+    if vision is None:
+        return seq_len
+    tokens = image_tokens(vision, image_size)
+    return seq_len if tokens.cross_attention else seq_len + images * tokens.lm_tokens
