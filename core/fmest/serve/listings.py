@@ -9,26 +9,17 @@ from fmest.convert import unstructure
 
 
 def models_listing(engine) -> list[dict[str, Any]]:
-    """The model registry as ``fmest models --format json`` lists it (the rows of
-    ``fmest.cli.cmd_models``; ``tests/test_serve.py`` checks the two agree)."""
-    from fmest import cli
+    """The model registry as ``fmest models --format json`` prints it."""
+    from fmest.cli import models_rows
 
-    reg = engine.registries
-
-    def model_type(name: str) -> str:
-        known = reg.model_info.get(name, {}).get("model_type")
-        return known if known is not None else reg.models.find(name)().model_type
-
-    return [{"name": name, "model_type": model_type(name),
-             "aliases": cli._display_aliases(reg, name),
-             "source": reg.model_sources.get(name, ""),
-             "retrieved": reg.model_info.get(name, {}).get("retrieved", ""),
-             "plugin": reg.models.source_of(name)}
-            for name in sorted(reg.models.names(), key=str.lower)]
+    return models_rows(engine.registries)
 
 
 def gpus_listing(engine) -> list[dict[str, Any]]:
-    return [unstructure(g) for g in engine.registries.gpus.values()]
+    """The GPU registry as ``fmest gpus --format json`` prints it."""
+    from fmest.cli import gpus_rows
+
+    return gpus_rows(engine.registries)
 
 
 def prices_listing(engine) -> list[dict[str, Any]]:
