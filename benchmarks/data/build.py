@@ -99,13 +99,27 @@ def row_errors(row: dict, sources_text: str) -> list[str]:
     return errs
 
 
+#: Row kinds of other benchmarks that share ``parts/`` (``benchmarks/inference_accuracy.py``
+#: reads ``parts/inference.csv`` itself); left out of the training evidence set.
+OTHER_KIND_PREFIXES = ("inference_",)
+
+
 def gather() -> tuple[list[dict], str, list[str]]:
-    """All input rows, the concatenated SOURCES text and the problems found (header mismatches)."""
+    """All training rows, the concatenated SOURCES text (of the parts that contribute rows) and
+    the problems found (header mismatches)."""
     problems: list[str] = []
     inputs = [HERE / "dev" / "measured_dev.csv"] + sorted((HERE / "parts").glob("*.csv"))
     rows: list[dict] = []
+    contributing: set[str] = set()
+    skipped = 0
     for path in inputs:
         header, part_rows = read_csv(path)
+        other_kinds = [r for r in part_rows if r.get("kind", "").startswith(OTHER_KIND_PREFIXES)]
+        skipped += len(other_kinds)
+        part_rows = [r for r in part_rows if not r.get("kind", "").startswith(OTHER_KIND_PREFIXES)]
+        if not part_rows:
+            continue
+        contributing.add(path.stem)
         if header != COLUMNS:
             missing = [c for c in COLUMNS if c not in header]
             extra = [c for c in header if c not in COLUMNS]
@@ -119,7 +133,12 @@ def gather() -> tuple[list[dict], str, list[str]]:
         rows += [r for r in part_rows if not r.get("kind", "").startswith("inference_")]
     texts = [("dev/SOURCES.md", (HERE / "dev" / "SOURCES.md").read_text(encoding="utf-8"))]
     for path in sorted((HERE / "parts").glob("*_SOURCES.md")):
-        texts.append((f"parts/{path.name}", path.read_text(encoding="utf-8")))
+        if path.name[: -len("_SOURCES.md")] in contributing:
+            texts.append((f"parts/{path.name}", path.read_text(encoding="utf-8")))
+    if skipped:
+        kinds = ", ".join(f"{prefix}*" for prefix in OTHER_KIND_PREFIXES)
+        print(f"left out {skipped} rows of other benchmarks' kinds ({kinds}: "
+              "benchmarks/inference_accuracy.py reads them)")
     body = "\n\n".join(f"<!-- from benchmarks/data/{name} -->\n\n{text.strip()}\n"
                        for name, text in texts)
     return rows, body, problems
