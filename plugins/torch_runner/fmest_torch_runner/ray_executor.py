@@ -92,6 +92,23 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
 
 
+def _check_reachable(address: Optional[str]) -> None:
+    """Fail fast on a ``host:port`` nobody listens on (``ray.init`` retries it for minutes)."""
+    if not address or address == "auto" or address.startswith("local"):
+        return
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError("--address", "expected auto, HOST:PORT or ray://HOST:PORT",
+                         value=address)
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise InputError("--address", f"no Ray cluster answers at {host}:{port} "
+                         f"({exc.strerror or exc})", value=address) from None
+
+
 def _check_cluster(ray, device: str, resources: dict[str, float]) -> None:
     """A task no node can hold would wait forever; say so before submitting any."""
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
@@ -120,10 +137,20 @@ def run_sweep(todo: list[dict], device: str, *, on_row: Callable[[dict], Any],
     if started:
         import logging
 
+        _check_reachable(address)
+        options: dict[str, Any] = {"logging_level": logging.WARNING}
+        if address is None and not os.environ.get("RAY_ADDRESS"):  # a new local instance
+            options["include_dashboard"] = False
         try:
-            ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+            ray.init(address=address, **options)
         except (ConnectionError, ValueError, RuntimeError) as exc:
-            raise InputError("--address", f"cannot reach a Ray cluster: {exc}",
+            root = exc
+            while root.__cause__ is not None:  # ray wraps the reason (auth, version)
+                root = root.__cause__
+            # ... and may carry it as the last line of a formatted traceback
+            reason = (str(root).strip().splitlines() or [""])[-1].strip()
+            cause = f" ({reason[:300]})" if root is not exc and reason else ""
+            raise InputError("--address", f"cannot reach a Ray cluster: {exc}{cause}",
                              value=address) from None
     try:
         resources = task_resources(device, threads)
