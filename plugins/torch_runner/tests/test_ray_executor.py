@@ -12,6 +12,7 @@ import csv
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,21 @@ def test_cuda_needs_a_gpu_in_the_cluster(local_ray, sweep_dir, capsys):
     assert main(["probe", "--model", "llama-2-7b", "--device", "fake", "-o", "rows.csv",
                  "--address", "auto"]) == 2
     assert "needs --executor ray" in capsys.readouterr().err
+
+
+def test_unreachable_address_and_missing_ray_are_input_errors(monkeypatch):
+    from fmest.errors import InputError
+
+    from fmest_torch_runner import ray_executor
+
+    with pytest.raises(InputError, match="no Ray cluster answers at 127.0.0.1:1"):
+        ray_executor._check_reachable("127.0.0.1:1")
+    with pytest.raises(InputError, match="expected auto, HOST:PORT"):
+        ray_executor._check_reachable("nonsense")
+    ray_executor._check_reachable("auto")
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(InputError, match=r"pip install 'fmest-torch-runner\[ray\]'"):
+        ray_executor.import_ray()
 
 
 def test_probing_doc_cites_real_flags_and_paths():
