@@ -156,8 +156,9 @@ def _fetch_with_deadline(model_id: str, revision: str,
 
 def resolve_model(name_or_path: str, *, hub: bool = True, timeout_s: float = 3.0,
                   presets=None) -> ModelSpec:
-    """Preset first, then a local path, then the Hub (its local cache only when
-    ``HF_HUB_OFFLINE`` is set; ``hub=False`` skips it).
+    """Preset first, then a local path, then the alias table (fine-tunes -> their base preset,
+    with a warning), then the Hub (its local cache only when ``HF_HUB_OFFLINE`` is set;
+    ``hub=False`` skips it).
 
     ``presets`` is the registry to look names up in (``find(name) -> loader``,
     ``all_keys()``): the engine passes its model registry, so presets registered by any plugin
@@ -182,6 +183,12 @@ def resolve_model(name_or_path: str, *, hub: bool = True, timeout_s: float = 3.0
     if s.startswith((".", "/", "~")) or s.endswith(".json"):
         raise InputError("model", "no such file or folder (a local config.json or a model "
                          "folder holding one)", value=s)
+    # a well-known fine-tune or renamed repo: its base preset, with a warning (aliases.json)
+    from fmest.models.aliases import alias_loader
+
+    alias = alias_loader(s, presets)
+    if alias is not None:
+        return alias()
     near = near_names(s, presets.all_keys())
     if hub and _looks_like_hub_id(s):
         try:
