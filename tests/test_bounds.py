@@ -102,12 +102,14 @@ def test_conflict_refused_with_its_reason_and_neighbour_accepted(name):
     bounds.check_conflicts(job(**good))
 
 
-def test_given_catches_a_default_value_set_explicitly():
-    """``--fsdp-backward-prefetch pre`` without FSDP: the value is the default, but the user
-    gave it."""
+def test_a_field_at_its_default_contradicts_nothing():
+    """A job exported with every field (job_to_dict) reads back: default LoRA settings on a
+    full fine-tune are not a conflict."""
+    from fmest.convert import job_from_dict, job_to_dict
+
     plain = job()
-    bounds.check_conflicts(plain)
-    refused(bounds.check_conflicts, plain, {"parallelism.fsdp_backward_prefetch"},
+    bounds.check_conflicts(job_from_dict(job_to_dict(plain)))
+    refused(bounds.check_conflicts, job(parallelism={"fsdp_backward_prefetch": "none"}),
             field="parallelism.fsdp_backward_prefetch")
 
 
@@ -184,7 +186,11 @@ def test_learned_position_table(engine):
                   field="training.seq_len")
     assert "1024" in str(err)
     ok = Job(model="gpt2").evolve(training={"seq_len": 1024})
-    bounds.check_model_job(ok, gpt2, resolve_layout(ok))
+    assert bounds.check_model_job(ok, gpt2, resolve_layout(ok)) == ()
+    # the default length the user did not choose: answered, with a warning naming the field
+    default = Job(model="gpt2")
+    (warning,) = bounds.check_model_job(default, gpt2, resolve_layout(default))
+    assert warning.startswith("training.seq_len:") and "1024" in warning
     llama = engine.resolve_model(Job(model="llama-2-7b-hf"))  # rotary: no table to run off
     long = job(training={"seq_len": 65536})
     bounds.check_model_job(long, llama, resolve_layout(long))

@@ -62,10 +62,12 @@ def test_flags_override_input_file(tmp_path, capsys):
     (["--flashattn"], "training", "attention", "flash"),
     (["--fused-loss", "true"], "training", "loss", "fused"),
     (["--sequence-parallel", "false"], "parallelism", "sequence_parallel", False),
-    (["--lora-target-modules", "q_proj", "k_proj,v_proj"], "training", "lora_target_modules",
+    # LoRA settings need LoRA, offload needs ZeRO/FSDP (fmest.bounds.CONFLICTS)
+    (["--lora", "--lora-target-modules", "q_proj", "k_proj,v_proj"], "training",
+     "lora_target_modules",
      ["q_proj", "k_proj", "v_proj"]),
     (["--dataset-tokens", "2e10"], "workload", "dataset_tokens", 2e10),
-    (["--cpu-offload", "optimizer"], "parallelism", "cpu_offload", "optimizer"),
+    (["--zero", "2", "--cpu-offload", "optimizer"], "parallelism", "cpu_offload", "optimizer"),
 ])
 def test_seed_compatible_flags(flag, section, key, value, capsys):
     rc = main(["estimate", "--model", "meta-llama/Llama-2-7b-hf", *flag, "--format", "json"],

@@ -113,7 +113,8 @@ def check_bounds(job) -> None:
 class Conflict:
     """Settings that contradict each other. ``fields`` are the paths involved (the first is
     the one the error names), ``applies(job, given)`` says whether the job breaks the rule
-    (``given(path)``: the user set that field), ``message`` what is wrong, ``reason`` why."""
+    (``given(path)``: the field differs from its default), ``message`` what is wrong,
+    ``reason`` why."""
 
     name: str
     fields: tuple[str, ...]
@@ -222,14 +223,12 @@ CONFLICTS: tuple[Conflict, ...] = (
 )
 
 
-def _given_fn(job, given: Optional[Iterable[str]]) -> Callable[[str], bool]:
-    """``given(path)``: the user set ``path`` (it is in ``given``) or it differs from the
-    field's default (so a job built in Python is checked as well)."""
-    named = frozenset(given or ())
+def _given_fn(job) -> Callable[[str], bool]:
+    """``given(path)``: the field differs from its default. A field left at (or set to) its
+    default changes nothing, so it contradicts nothing; a job exported with every field
+    (``job_to_dict``) reads back the same."""
 
     def check(path: str) -> bool:
-        if path in named:
-            return True
         section, _, name = path.partition(".")
         obj = getattr(job, section)
         default = attrs.fields_dict(type(obj))[name].default
@@ -239,20 +238,22 @@ def _given_fn(job, given: Optional[Iterable[str]]) -> Callable[[str], bool]:
     return check
 
 
-def check_conflicts(job, given: Optional[Iterable[str]] = None) -> None:
+def check_conflicts(job) -> None:
     """Refuse a job breaking a rule of :data:`CONFLICTS`."""
-    is_given = _given_fn(job, given)
+    is_given = _given_fn(job)
     for rule in CONFLICTS:
         if rule.applies(job, is_given):
-            others = ", ".join(f"{p} = {_get(job, p)!r}" for p in rule.fields[1:])
-            raise InputError(rule.fields[0], f"{rule.message} ({others}): {rule.reason}",
-                             value=_get(job, rule.fields[0]))
+            # name the first field of the rule the user actually set
+            named = next((p for p in rule.fields if is_given(p)), rule.fields[0])
+            others = ", ".join(f"{p} = {_get(job, p)!r}" for p in rule.fields if p != named)
+            raise InputError(named, f"{rule.message} ({others}): {rule.reason}",
+                             value=_get(job, named))
 
 
-def check_job(job, given: Optional[Iterable[str]] = None) -> None:
+def check_job(job) -> None:
     """Every check that needs only the job: bounds, then conflicts."""
     check_bounds(job)
-    check_conflicts(job, given)
+    check_conflicts(job)
 
 
 # -- flags that set one field two ways ---------------------------------------------------------
@@ -420,16 +421,28 @@ def _learned_positions(model) -> bool:
     return any(getattr(g, "kind", "") == "position" for g in getattr(model, "groups", ()))
 
 
-def check_model_job(job, model, layout) -> None:
+def _position_table(job, model) -> tuple[str, ...]:
+    """A sequence past a learned position table: refused when the user chose the length; the
+    default length (``Training.seq_len``'s 2048, which the user did not choose) is answered
+    with a warning naming the field."""
+    seq_len, table = job.training.seq_len, model.max_position_embeddings
+    if not _learned_positions(model) or seq_len <= table:
+        return ()
+    why = (f"{model.name} has a learned position table of {table} positions; longer sequences "
+           "have no position embedding (rotary/ALiBi models extrapolate, learned tables cannot)")
+    default = attrs.fields_dict(type(job.training))["seq_len"].default
+    if seq_len == default:
+        return (f"training.seq_len: the default {default} is beyond what the model can run: "
+                f"{why}; give --seq-len {table} or less",)
+    raise InputError("training.seq_len", why, value=seq_len, accepted=[f"1 .. {table}"])
+
+
+def check_model_job(job, model, layout) -> tuple[str, ...]:
     """Rules between the job and its model/layout: the learned position table's length,
-    pipeline chunks dividing the layers, HSDP groups dividing the GPUs, LoRA rank."""
-    seq_len, par = job.training.seq_len, job.parallelism
-    if _learned_positions(model) and seq_len > model.max_position_embeddings:
-        raise InputError("training.seq_len", f"{model.name} has a learned position table of "
-                         f"{model.max_position_embeddings} positions; longer sequences have no "
-                         "position embedding (rotary/ALiBi models extrapolate, learned tables "
-                         "cannot)", value=seq_len,
-                         accepted=[f"1 .. {model.max_position_embeddings}"])
+    pipeline chunks dividing the layers, HSDP groups dividing the GPUs, LoRA rank. Returns the
+    warnings of rules answered rather than refused."""
+    par = job.parallelism
+    warnings = _position_table(job, model)
     chunks = par.pp * par.pp_virtual_stages
     if par.pp_virtual_stages > 1 and model.num_layers % chunks:
         raise InputError("parallelism.pp_virtual_stages", f"pp x pp_virtual_stages = {chunks} "
@@ -446,16 +459,18 @@ def check_model_job(job, model, layout) -> None:
         raise InputError("training.lora_rank", f"above the model's hidden size "
                          f"{model.hidden_size} (a rank-r adapter of a d-wide layer has r <= d)",
                          value=job.training.lora_rank)
+    return warnings
 
 
-def check_context(job, *, model, gpu, layout) -> None:
-    """Every check that needs the resolved model, GPU and layout."""
+def check_context(job, *, model, gpu, layout) -> tuple[str, ...]:
+    """Every check that needs the resolved model, GPU and layout; returns the warnings of the
+    rules answered with a warning instead of a refusal."""
     check_model(model)
     check_hardware(job, gpu)
-    check_model_job(job, model, layout)
     if layout.world_size > 2**20:
         raise InputError("hardware", f"{layout.world_size} GPUs is above the bound 2^20 "
                          f"({_GPUS})", value=layout.world_size)
+    return check_model_job(job, model, layout)
 
 
 # -- plugin answers -----------------------------------------------------------------------------

@@ -201,8 +201,10 @@ def add_estimate_arguments(p: argparse.ArgumentParser) -> None:
 
 def read_flags(args: argparse.Namespace) -> Any:
     """The flags actually given, as an input layer (origin: the flag)."""
+    from fmest.bounds import check_flags
     from fmest.inputs import Layer
 
+    check_flags(args)  # flags that set one field two ways (--lora --qlora)
     values: dict = {}
 
     def put(path: str, value: Any, flag: str) -> None:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 import attrs
 from attrs import field, frozen
 
+from fmest.bounds import answer_problem, check_context, check_job, check_model
 from fmest.errors import FmestError, InfeasibleError, InputError, PluginError, UnknownNameError
 from fmest.estimates import (BASES, CostEstimate, MemoryEstimate, TimeEstimate, TokensEstimate,
                              with_plugin)
@@ -248,8 +249,16 @@ class Engine:
                                       reraise=_PROPAGATE, only=only)
         if not answers and not failures:
             return [], []
-        return ([with_plugin(result, plugin) for plugin, result in answers],
-                [Failure(plugin=f.plugin, error=f.error) for f in failures])
+        sound, broken = [], [Failure(plugin=f.plugin, error=f.error) for f in failures]
+        for plugin, result in answers:
+            # the answer contract (finite, non-negative, components summing to the total): a
+            # bad number is this plugin's failure, never a winning answer
+            problem = answer_problem(result)
+            if problem:
+                broken.append(Failure(plugin=plugin, error=f"{hook} answered {problem}"))
+            else:
+                sound.append(with_plugin(result, plugin))
+        return sound, broken
 
     def ask_memory(self, job: Job, ctx: EstimateContext, *, only=None):
         """Every ``fmest_estimate_memory`` answer: ``(answers, failures)``."""
@@ -319,6 +328,7 @@ class Engine:
     def context(self, job: Job) -> EstimateContext:
         """Resolve and cross-check a job; raises :class:`InputError` naming the field."""
         model = self.resolve_model(job)
+        check_model(model)  # before any rule below divides by its dimensions
         gpu = self.registries.gpus.get(job.hardware.gpu)
         layout = resolve_layout(job)
         optimizer = self.registries.optimizers.get(job.training.optimizer)
@@ -354,11 +364,14 @@ class Engine:
             pass  # allowed (QLoRA + ZeRO-3 is supported by DeepSpeed with bnb >= 0.43)
         if job.options.method not in self.registries.policies:
             self.registries.policies.get(job.options.method)  # raises with the accepted names
+        check_job(job)  # a job built in Python did not come through the input door
+        answered = check_context(job, model=model, gpu=gpu, layout=layout)
         transforms = resolve_transforms(job, model=model, layout=layout, optimizer=optimizer,
                                         sharding=sharding)
         return EstimateContext(model=model, gpu=gpu, layout=layout, optimizer=optimizer,
                                sharding=sharding, registries=self.registries,
-                               warnings=tuple(model.warnings), transforms=transforms)
+                               warnings=tuple(model.warnings) + answered,
+                               transforms=transforms)
 
     # -- deciding -------------------------------------------------------------------------
     def decide(self, quantity: str, job: Job, *, ctx: EstimateContext, memory=None, time=None,
@@ -456,9 +469,23 @@ class Engine:
         if "memory" in quantities and memory is None:
             warnings.append("no installed plugin answered memory for this job with policy "
                             f"{job.options.method!r} ({mem_d.rule})")
+        warnings += _unanswered_time(job, ctx, quantities, time)
         return Report(job=job, context=ctx, memory=memory, time=time, tokens=tokens, cost=cost,
                       fits=fits, headroom_bytes=headroom, max_micro_batch=max_mb,
                       decisions=decisions, warnings=tuple(dict.fromkeys(warnings)))
+
+
+def _unanswered_time(job: Job, ctx: EstimateContext, quantities, time) -> list[str]:
+    """Say why time (and so cost) is missing when the GPU table has no FLOP figure to time the
+    job with, naming the table column (never drop time and cost silently)."""
+    wanted = any(q in quantities for q in ("time", "tokens", "cost"))
+    dtype = job.training.dtype
+    if not wanted or time is not None or ctx.gpu.peak_flops_per_s(dtype) is not None:
+        return []
+    return [f"hardware.gpu: {ctx.gpu.name} has no {dtype} FLOP/s figure in the GPU table "
+            f"(column {dtype}_tflops, empty: see the row's notes in fmest gpus), so time, "
+            "throughput and cost are not estimated; pick a GPU with published figures or "
+            "register one with them"]
 
 
 @functools.lru_cache(maxsize=1)

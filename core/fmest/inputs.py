@@ -26,6 +26,7 @@ from typing import Any, Optional, Sequence
 
 from attrs import field, frozen
 
+from fmest.bounds import check_job
 from fmest.convert import SECTIONS, job_from_dict, job_to_dict
 from fmest.errors import InputError
 from fmest.job import Job
@@ -259,6 +260,8 @@ def build_job(layers: Sequence[Layer], *, job_index: int = 0, job_count: int = 1
         raise require_model
     try:
         job = job_from_dict(_nest(values))
+        # the documented bounds and conflict rules, here so a refusal names the source key
+        check_job(job)
     except InputError as exc:
         hit = values.get(exc.field)
         if hit is None or not named.get(exc.field):

@@ -8,6 +8,7 @@ model is resolved. Build jobs from dicts/JSON with :func:`fmest.convert.job_from
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import attrs
@@ -37,9 +38,17 @@ def _choice(values):
     return check
 
 
+def _finite(attribute, value) -> None:
+    # the one finiteness check of every numeric job field: NaN passes `value <= 0` and
+    # inf every upper comparison, and both would flow into every formula
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(attribute.name, "must be a finite number", value=str(value))
+
+
 def _positive(inst, attribute, value):
     if value is None:
         return
+    _finite(attribute, value)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise InputError(attribute.name, "must be a positive number", value=value)
 
@@ -60,8 +69,16 @@ def _positive_int(inst, attribute, value):
 def _non_negative(inst, attribute, value):
     if value is None:
         return
+    _finite(attribute, value)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise InputError(attribute.name, "must be a number >= 0", value=value)
+
+
+def _hf_config(inst, attribute, value):
+    if value is not None:
+        from fmest.bounds import check_hf_config
+
+        check_hf_config(value, attribute.name)
 
 
 def _tuple_of_str(value: Any) -> tuple[str, ...]:
@@ -193,7 +210,7 @@ class Job:
     """
 
     model: str
-    model_config: Optional[dict] = None
+    model_config: Optional[dict] = field(default=None, validator=_hf_config)
     training: Training = field(factory=Training)
     parallelism: Parallelism = field(factory=Parallelism)
     hardware: Hardware = field(factory=Hardware)
@@ -232,11 +249,39 @@ class Layout:
         return self.dp
 
 
+#: GPUs per node when the job gives none: the 8-GPU server of DGX/HGX A100, H100, H200 and
+#: B200 (NVIDIA DGX user guides) and of the clouds' 8-GPU instances (AWS p4d/p5, GCP a3)
+DEFAULT_GPUS_PER_NODE = 8
+
+
+def _default_world(dp: Optional[int], mp: int, nodes: int) -> tuple[int, int]:
+    """``(world size, nodes)`` when ``gpus_per_node`` is not given.
+
+    With ``dp``, the world is ``dp x mp`` over the given ``nodes``; a single-node default that
+    would exceed :data:`DEFAULT_GPUS_PER_NODE` spreads over the fewest nodes that divide it
+    evenly (``--dp 16`` is 2 nodes of 8). Without ``dp``, ``nodes`` > 1 means nodes of the
+    default size (``--nodes 2`` is 16 GPUs) when the model-parallel size divides that world;
+    otherwise one model-parallel group spread over the nodes."""
+    if dp is None:
+        full = DEFAULT_GPUS_PER_NODE * nodes
+        world = full if nodes > 1 and full % mp == 0 else mp
+    else:
+        world = dp * mp
+    if nodes == 1 and world > DEFAULT_GPUS_PER_NODE:
+        nodes = next(n for n in range(-(-world // DEFAULT_GPUS_PER_NODE), world + 1)
+                     if world % n == 0)
+    if world % nodes:
+        raise InputError("hardware.nodes", f"the {world} GPUs (dp*tp*pp*cp) do not split "
+                         "evenly over the nodes; give hardware.gpus_per_node", value=nodes)
+    return world, nodes
+
+
 def resolve_layout(job: Job) -> Layout:
     """Derive world size and ``dp`` from the job, checking they agree.
 
     The world is ``gpus_per_node x nodes`` when ``gpus_per_node`` is given, else
-    ``dp x tp x pp x cp`` (dp defaulting to 1) spread over ``nodes``.
+    ``dp x tp x pp x cp`` (dp defaulting to what fills the nodes, see :func:`_default_world`)
+    on nodes of at most :data:`DEFAULT_GPUS_PER_NODE` GPUs.
     """
     par, hw = job.parallelism, job.hardware
     mp = par.tp * par.pp * par.cp
@@ -251,12 +296,13 @@ def resolve_layout(job: Job) -> Layout:
                              f"(gpus_per_node x nodes); that needs dp = {dp}", value=par.dp)
         gpn = hw.gpus_per_node
     else:
-        dp = par.dp if par.dp is not None else 1
-        world = dp * mp
-        if world % hw.nodes:
-            raise InputError("hardware.nodes", f"the {world} GPUs (dp*tp*pp*cp) do not split "
-                             "evenly over the nodes", value=hw.nodes)
-        gpn = world // hw.nodes
+        world, nodes = _default_world(par.dp, mp, hw.nodes)
+        dp = world // mp
+        gpn = world // nodes
+        if par.ep > 1 and (dp * par.cp) % par.ep and dp % par.ep:
+            raise InputError("parallelism.ep", f"ep must divide dp ({dp})", value=par.ep)
+        return Layout(world_size=world, gpus_per_node=gpn, nodes=nodes, dp=dp, tp=par.tp,
+                      pp=par.pp, cp=par.cp, ep=par.ep)
     if par.ep > 1 and (dp * par.cp) % par.ep and dp % par.ep:
         raise InputError("parallelism.ep", f"ep must divide dp ({dp})", value=par.ep)
     return Layout(world_size=world, gpus_per_node=gpn, nodes=hw.nodes, dp=dp, tp=par.tp,
