@@ -99,6 +99,7 @@ def _check_reachable(address: Optional[str]) -> None:
     import socket
 
     host, _, port = address.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")  # [::1]:6379
     if not host or not port.isdigit():
         raise InputError("--address", "expected auto, HOST:PORT or ray://HOST:PORT",
                          value=address)
@@ -131,7 +132,7 @@ def run_sweep(todo: list[dict], device: str, *, on_row: Callable[[dict], Any],
     Returns the rows in completion order, one per configuration.
     """
     ray = import_ray()
-    from ray.exceptions import RayError, RayTaskError, TaskCancelledError
+    from ray.exceptions import OutOfMemoryError, RayError, RayTaskError, TaskCancelledError
 
     started = not ray.is_initialized()
     if started:
@@ -183,7 +184,7 @@ def run_sweep(todo: list[dict], device: str, *, on_row: Callable[[dict], Any],
                                          f"({_first_line(exc)[:120]}); retrying\n")
                         submit(job_dict, attempt + 1)
                         continue
-                    status = "oom" if type(exc).__name__ == "OutOfMemoryError" else "failed"
+                    status = "oom" if isinstance(exc, OutOfMemoryError) else "failed"
                     row = _failed_row(job_dict, device, status,
                                       f"worker died on all {attempt} attempts: "
                                       f"{_first_line(exc)}")
