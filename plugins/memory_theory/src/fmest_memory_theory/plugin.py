@@ -408,9 +408,11 @@ def _gathered_param_buffers(setup: JobSetup, params: StageParams, state: ModelSt
         else state.base_bytes
     if lora or not setup.accumulating:
         return Buffers(fwd_bwd=fwd_bwd)
+    # FSDP2 upcasts every unsharded gradient it accumulates without sync to ``reduce_dtype``,
+    # whatever ``reshard_after_forward`` says: under PP FULL_SHARD and SHARD_GRAD_OP run the
+    # same (torchtitan sets reshard_after_forward=False for both)
     acc_b = F.FSDP_PP_ACCUMULATED_GRAD_BYTES if (
-        lay.pp > 1 and strategy.fp32_grad_accum and setup.sizing.precision == "amp"
-        and strategy.param_gather) else act
+        lay.pp > 1 and strategy.fp32_grad_accum and setup.sizing.precision == "amp") else act
     acc_buf = params.total * acc_b
     return Buffers(fwd_bwd=fwd_bwd + acc_buf, accumulated=acc_buf, unsharded_accumulation=True)
 
