@@ -40,6 +40,16 @@ def _scaled(parts: dict, factor: float, total, cast):
     return out
 
 
+def _same_device_kind(model, values) -> bool:
+    """A ratio measured/theory carries the device it was measured on: a model trained only on
+    CPU steps predicts the CPU's slowness relative to the GPU formulas (x1e4 for time), not a
+    correction. Such a model does not answer for a GPU job (the policy falls back to theory)."""
+    for feature in model.features:
+        if feature["name"] == "device" and feature["kind"] == "categorical":
+            return values.get("device") in feature["levels"]
+    return True
+
+
 def _predict(target, job, ctx, baseline):
     bundle = _bundle_for(job)
     model = bundle.targets.get(target)
@@ -52,6 +62,8 @@ def _predict(target, job, ctx, baseline):
     if not theory or theory <= 0:
         return None
     values = feature_values(model.names, job, ctx, theory=float(theory), device="cuda")
+    if not _same_device_kind(model, values):
+        return None
     outside = model.domain(values)
     lo, point, hi = model.predict_log_ratio(values)
     notes = [f"learned correction x{math.exp(point):.3f} of the analytic baseline "

@@ -167,14 +167,17 @@ def test_out_of_domain_falls_back_to_theory_with_reason(bundle):
     assert report.memory.provenance.basis == "learned"
 
 
-def test_cpu_trained_time_model_is_out_of_domain_for_gpu_jobs(bundle, probes):
-    job = _job(probes, method="hybrid", learned_model=str(bundle))
-    report = engine().estimate(job, quantities=("memory", "time"), search_batch=False)
-    cands = report.decisions["time"].candidates
-    learned = [c for c in cands if c.provenance.basis == "learned"][0]
-    assert learned.provenance.in_domain is False
-    assert any("device='cuda' not seen" in n for n in learned.notes)
-    assert report.time.provenance.basis == "analytic"
+def test_cpu_trained_time_model_does_not_answer_gpu_jobs(bundle, probes):
+    """A time ratio measured on CPUs is the CPU's slowness against the GPU formulas (the
+    shipped bundle turned a 0.28 s H100 step into 7109 s under --method learned), not a
+    correction: such a model gives no answer for a GPU job, under any policy."""
+    for method in ("hybrid", "learned"):
+        job = _job(probes, method=method, learned_model=str(bundle))
+        report = engine().estimate(job, quantities=("memory", "time"), search_batch=False)
+        cands = report.decisions["time"].candidates
+        assert [c.provenance.basis for c in cands] == ["analytic"]
+        assert report.time.provenance.basis == "analytic"
+        assert report.memory.provenance.basis == "learned" or method == "hybrid"
 
 
 @pytest.mark.parametrize("damage, needle", [
