@@ -22,13 +22,15 @@ import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
 from fmest.errors import InputError
-from fmest.job import Hardware, Job, Options, Parallelism, Pricing, Training, Workload
+from fmest.job import (Calibration, Hardware, Inference, Job, Options, Parallelism, Pricing,
+                       Training, Workload)
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
 
 SECTIONS = {"training": Training, "parallelism": Parallelism, "hardware": Hardware,
-            "workload": Workload, "pricing": Pricing, "options": Options}
-TOP_FIELDS = ("model", "model_config")
+            "workload": Workload, "pricing": Pricing, "options": Options,
+            "inference": Inference, "calibration": Calibration}
+TOP_FIELDS = ("model", "model_config", "mode")
 
 TRUE_STRINGS = ("true", "1", "yes", "on")
 FALSE_STRINGS = ("false", "0", "no", "off", "")
@@ -192,7 +194,9 @@ def job_from_dict(data: Any) -> Job:
     if config is not None and not isinstance(config, dict):
         raise InputError("model_config", "expected a Hugging Face config object", value=config)
     sections = {name: _section(cls, data.get(name, {}), name) for name, cls in SECTIONS.items()}
-    return Job(model=model.strip(), model_config=config, **sections)
+    mode = data.get("mode", "training")
+    return Job(model=model.strip(), model_config=config,
+               mode=mode.strip().lower() if isinstance(mode, str) else mode, **sections)
 
 
 def structure_field(path: str, value: Any) -> Any:

@@ -120,6 +120,15 @@ class Training:
     activation_offload: bool = False
     optimizer_in_backward: bool = False
     compile: bool = False
+    #: vision-language models (issue 14): image side in pixels (None: the model's default
+    #: image), images per sample, and whether the vision tower is trained (frozen by default,
+    #: as in the LLaVA / Qwen2-VL recipes; the projector is trained with the language model)
+    image_size: Optional[int] = field(default=None, validator=_positive_int)
+    images_per_sample: int = field(default=1, validator=_positive_int)
+    train_vision_tower: bool = False
+    #: encoder-decoder models: encoder (source) and decoder (target) tokens; None = seq_len
+    source_len: Optional[int] = field(default=None, validator=_positive_int)
+    target_len: Optional[int] = field(default=None, validator=_positive_int)
 
 
 @frozen(kw_only=True)
@@ -200,6 +209,62 @@ class Options:
     explain: bool = False
 
 
+MODES = ("training", "inference")
+KV_DTYPES = ("auto", "bf16", "fp16", "fp8", "int8")
+#: weight storage formats of served models beside ``training.dtype`` (docs/inference.md)
+QUANTIZATIONS = ("none", "gptq", "awq", "int4", "int8", "nf4", "fp8")
+RUNTIMES = ("vllm", "transformers")
+
+
+def _fraction(inst, attribute, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise InputError(attribute.name, "must be a fraction in (0, 1]", value=value)
+
+
+def _margin(inst, attribute, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise InputError(attribute.name, "must be a fraction in [0, 1)", value=value)
+
+
+@frozen(kw_only=True)
+class Inference:
+    """How a model is served (``mode: inference``; docs/inference.md).
+
+    ``batch`` concurrent sequences of ``context`` tokens each (prompt + ``output_tokens``);
+    ``kv_dtype`` of the KV cache (``auto``: the compute dtype); ``kv_block_size`` tokens per
+    paged block; ``quantization`` of the weights (``none``: ``training.dtype``), GPTQ/AWQ with
+    ``group_size``; the serving ``runtime`` and its ``gpu_memory_utilization`` (the share of
+    GPU memory it may use), ``max_num_batched_tokens`` (largest prefill chunk),
+    ``max_num_seqs`` and ``cuda_graphs`` (vLLM's engine arguments and defaults).
+    """
+
+    batch: int = field(default=1, validator=_positive_int)
+    context: int = field(default=4096, validator=_positive_int)
+    output_tokens: int = field(default=256, validator=_positive_int)
+    kv_dtype: str = field(default="auto", validator=_choice(KV_DTYPES))
+    kv_block_size: int = field(default=16, validator=_positive_int)
+    quantization: str = field(default="none", validator=_choice(QUANTIZATIONS))
+    group_size: int = field(default=128, validator=_positive_int)
+    runtime: str = field(default="vllm", validator=_choice(RUNTIMES))
+    gpu_memory_utilization: float = field(default=0.9, validator=_fraction)
+    max_num_batched_tokens: int = field(default=8192, validator=_positive_int)
+    max_num_seqs: int = field(default=256, validator=_positive_int)
+    cuda_graphs: bool = True
+
+
+@frozen(kw_only=True)
+class Calibration:
+    """The LLM/VLM memory estimator's calibration knobs, applied to any memory answer
+    (fmest.calibration): ``activation_factor`` scales activations, ``fragmentation_gib`` and
+    ``misc_overhead_gib`` add components, ``safety_margin`` is the share of GPU memory the fits
+    verdict keeps free (inference: ``1 - gpu_memory_utilization`` when 0)."""
+
+    activation_factor: float = field(default=1.0, validator=_positive)
+    fragmentation_gib: float = field(default=0.0, validator=_non_negative)
+    misc_overhead_gib: float = field(default=0.0, validator=_non_negative)
+    safety_margin: float = field(default=0.0, validator=_margin)
+
+
 @frozen(kw_only=True)
 class Job:
     """A training run to estimate.
@@ -217,6 +282,10 @@ class Job:
     workload: Workload = field(factory=Workload)
     pricing: Pricing = field(factory=Pricing)
     options: Options = field(factory=Options)
+    #: ``training`` (a training step) or ``inference`` (serving: the ``inference`` section)
+    mode: str = field(default="training", validator=_choice(MODES))
+    inference: Inference = field(factory=Inference)
+    calibration: Calibration = field(factory=Calibration)
 
     def evolve(self, **sections: Any) -> "Job":
         """A copy with some fields replaced; ``sections`` maps a section name to a dict of its
