@@ -47,6 +47,12 @@ MEMORY_COMPONENTS: dict[str, tuple[str, str]] = {
                               "estimate has no separate nccl_buffers)"),
     "nccl_buffers": (OUTSIDE, "NCCL communicator buffers"),
     "allocator_reserve": (RESERVE, "caching-allocator reserve above the allocated peak"),
+    # inference (issue 14)
+    "kv_cache": (ALLOCATED, "KV cache of the served sequences (inference)"),
+    "cuda_graphs": (OUTSIDE, "captured CUDA graphs' private memory pools (inference)"),
+    # calibration knobs (fmest.calibration)
+    "fragmentation": (RESERVE, "allocator fragmentation added by --fragmentation-gib"),
+    "misc_overhead": (OUTSIDE, "other memory added by --misc-overhead-gib"),
 }
 
 #: Components counted by ``max_memory_allocated`` / by ``max_memory_reserved`` / by neither.
@@ -117,6 +123,10 @@ class MemoryEstimate:
     phase: str = ""
     phase_peaks_bytes: dict[str, int] = field(factory=dict)
     notes: tuple[str, ...] = ()
+    #: host (CPU) RAM per node: model loading, offloaded optimizer state and parameters
+    host_bytes: Optional[int] = None
+    #: named numbers beside the breakdown (inference: max_batch, max_context, usable_bytes)
+    metrics: dict[str, float] = field(factory=dict)
 
 
 @frozen(kw_only=True)
@@ -134,6 +144,9 @@ class TimeEstimate:
     total_seconds: Optional[float] = None
     total_steps: Optional[float] = None
     notes: tuple[str, ...] = ()
+    #: named numbers beside the breakdown (inference: prefill_seconds, decode_step_seconds,
+    #: decode_tokens_per_second, tokens_priced)
+    metrics: dict[str, float] = field(factory=dict)
 
 
 @frozen(kw_only=True)
