@@ -106,6 +106,25 @@ _FLAG_MAP: list[tuple[str, str, str, Callable[[Any], Any] | None]] = [
     ("region", "pricing", "region", None),
     ("price_type", "pricing", "price_type", None),
     ("price_per_gpu_hour", "pricing", "price_per_gpu_hour", None),
+    ("batch", "inference", "batch", None),
+    ("context", "inference", "context", None),
+    ("output_tokens", "inference", "output_tokens", None),
+    ("kv_dtype", "inference", "kv_dtype", None),
+    ("kv_block_size", "inference", "kv_block_size", None),
+    ("quantization", "inference", "quantization", None),
+    ("group_size", "inference", "group_size", None),
+    ("runtime", "inference", "runtime", None),
+    ("gpu_memory_utilization", "inference", "gpu_memory_utilization", None),
+    ("max_num_batched_tokens", "inference", "max_num_batched_tokens", None),
+    ("image_size", "training", "image_size", None),
+    ("images_per_sample", "training", "images_per_sample", None),
+    ("train_vision_tower", "training", "train_vision_tower", None),
+    ("source_len", "training", "source_len", None),
+    ("target_len", "training", "target_len", None),
+    ("activation_factor", "calibration", "activation_factor", None),
+    ("fragmentation_gib", "calibration", "fragmentation_gib", None),
+    ("misc_overhead_gib", "calibration", "misc_overhead_gib", None),
+    ("safety_margin", "calibration", "safety_margin", None),
     ("method", "options", "method", None),
     ("mfu", "options", "mfu", None),
     ("explain", "options", "explain", None),
@@ -127,7 +146,9 @@ def add_estimate_arguments(p: argparse.ArgumentParser) -> None:
                    "deepspeed, accelerate, axolotl, torchtune, llama-factory, "
                    "fm-training-estimator")
     g = p.add_argument_group("training")
-    g.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "fp8"), help="compute dtype")
+    g.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "fp8", "int8", "nf4"),
+                   help="compute dtype; int8/nf4 = quantized base weights (QLoRA training with "
+                        "bf16 compute, or quantized serving with --mode inference)")
     g.add_argument("--precision", choices=("auto", "pure", "amp", "master"),
                    help="precision policy for stored weights/grads/states (default auto)")
     g.add_argument("--seq-len", type=parse_positive_int, help="tokens per sample")
@@ -188,6 +209,53 @@ def add_estimate_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--region", metavar="R", help="provider region")
     g.add_argument("--price-type", choices=("on_demand", "spot", "reserved_1y", "reserved_3y"), help="price type (default on_demand)")
     g.add_argument("--price-per-gpu-hour", type=float, metavar="USD", help="flat price that overrides the price table")
+    g = p.add_argument_group("inference (--mode inference; docs/inference.md)")
+    g.add_argument("--mode", choices=("training", "inference"), help="estimate a training step "
+                   "(default) or serving")
+    g.add_argument("--batch", type=parse_positive_int, help="concurrent sequences served")
+    g.add_argument("--context", type=parse_positive_int, help="tokens per sequence (prompt + "
+                   "output; default 4096)")
+    g.add_argument("--output-tokens", type=parse_positive_int, help="generated tokens per "
+                   "sequence (default 256)")
+    g.add_argument("--kv-dtype", choices=("auto", "bf16", "fp16", "fp8", "int8"),
+                   help="KV cache dtype (auto: the compute dtype)")
+    g.add_argument("--kv-block-size", type=parse_positive_int, help="paged KV block in tokens "
+                   "(default 16, vLLM's)")
+    g.add_argument("--quantization", choices=("none", "gptq", "awq", "int4", "int8", "nf4",
+                                              "fp8"), help="weight storage format of the "
+                   "served model (default: --dtype)")
+    g.add_argument("--group-size", type=parse_positive_int, help="GPTQ/AWQ group size (128)")
+    g.add_argument("--runtime", choices=("vllm", "transformers"), help="serving runtime "
+                   "(default vllm)")
+    g.add_argument("--gpu-memory-utilization", type=float, help="share of GPU memory the "
+                   "runtime may use (default 0.9)")
+    g.add_argument("--max-num-batched-tokens", type=parse_positive_int, help="largest prefill "
+                   "chunk (default 8192)")
+    g = p.add_argument_group("vision-language and encoder-decoder models (docs/models.md)")
+    g.add_argument("--image-size", type=parse_positive_int, help="image side in pixels "
+                   "(default: the model's)")
+    g.add_argument("--images-per-sample", type=parse_positive_int, help="images per sample "
+                   "(default 1)")
+    _bool_flag(g, "--train-vision-tower", help="train the vision tower too (default frozen)")
+    g.add_argument("--source-len", type=parse_positive_int, help="encoder tokens (default "
+                   "--seq-len)")
+    g.add_argument("--target-len", type=parse_positive_int, help="decoder tokens (default "
+                   "--seq-len)")
+    g = p.add_argument_group("raw model dimensions (instead of --model; docs/models.md)")
+    g.add_argument("--hidden-size", type=parse_positive_int, help="hidden size")
+    g.add_argument("--num-layers", type=parse_positive_int, help="transformer layers")
+    g.add_argument("--num-heads", type=parse_positive_int, help="attention heads")
+    g.add_argument("--num-kv-heads", type=parse_positive_int, help="key/value heads (GQA)")
+    g.add_argument("--intermediate-size", type=parse_positive_int, help="MLP width")
+    g.add_argument("--vocab-size", type=parse_positive_int, help="vocabulary size")
+    g.add_argument("--params", type=parse_count, metavar="N", help="parameter count for a "
+                   "weights-only answer (e.g. 7e9)")
+    g = p.add_argument_group("calibration knobs (docs/inference.md)")
+    g.add_argument("--activation-factor", type=float, help="multiply activations (default 1)")
+    g.add_argument("--fragmentation-gib", type=float, help="add GiB for allocator fragmentation")
+    g.add_argument("--misc-overhead-gib", type=float, help="add GiB of other memory")
+    g.add_argument("--safety-margin", type=float, help="share of GPU memory the fits verdict "
+                   "keeps free (0-1)")
     g = p.add_argument_group("answer")
     g.add_argument("--method", metavar="theory|traced|learned|hybrid",
                    help="policy that chooses among plugin answers")
@@ -234,7 +302,35 @@ def read_flags(args: argparse.Namespace) -> Any:
         if dest == "lora_target_modules":
             value = [v for item in value for v in item.split(",") if v]
         put(f"{section}.{key}", fn(value) if fn else value, "--" + dest.replace("_", "-"))
+    _model_flags(args, put)
     return Layer(source="flags", values=values)
+
+
+def _model_flags(args: argparse.Namespace, put) -> None:
+    """Issue 14's flags: ``--mode``, ``--dtype int8|nf4`` (quantized base weights: QLoRA
+    training with bf16 compute, or quantized serving), raw dimensions (a Llama-style
+    ``model_config``) and ``--params N`` (a weights-only model)."""
+    from fmest.models.hf import DIMENSION_KEYS, WEIGHTS_ONLY_KEY, config_from_dimensions
+
+    mode = getattr(args, "mode", None)
+    if mode:
+        put("mode", mode, "--mode")
+    if getattr(args, "dtype", None) in ("int8", "nf4"):
+        put("training.dtype", "bf16", "--dtype")
+        if mode == "inference":
+            put("inference.quantization", args.dtype, "--dtype")
+        else:
+            put("training.technique", "qlora", "--dtype")
+            put("training.quantization_bits", 8 if args.dtype == "int8" else 4, "--dtype")
+    dims = {flag: getattr(args, flag, None) for flag in DIMENSION_KEYS}
+    if any(v is not None for v in dims.values()):
+        put("model_config", config_from_dimensions(**dims), "--hidden-size ...")
+        if not args.model:
+            put("model", "custom-dimensions", "--hidden-size ...")
+    elif getattr(args, "params", None) is not None:
+        put("model_config", {WEIGHTS_ONLY_KEY: int(args.params)}, "--params")
+        if not args.model:
+            put("model", f"params-{args.params:g}", "--params")
 
 
 def jobs_from_args(args: argparse.Namespace, *, job_layers=None):
