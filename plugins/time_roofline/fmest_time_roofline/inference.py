@@ -244,7 +244,12 @@ def estimate_inference_time(job, ctx, memory):
                                               "compute-bound prefill, bandwidth-bound decode"),
                         total_seconds=TOKENS_PRICED / job_tokens_per_s,
                         total_steps=TOKENS_PRICED / (timing.batch * steps * replicas),
-                        notes=notes)
+                        notes=notes,
+                        metrics={"prefill_seconds": timing.prefill_seconds,
+                                 "decode_step_seconds": timing.decode_step_seconds,
+                                 "decode_tokens_per_second":
+                                     timing.decode_tokens_per_s * replicas,
+                                 "tokens_priced": float(TOKENS_PRICED)})
 
 
 def estimate_inference_tokens(job, ctx, time, memory=None):

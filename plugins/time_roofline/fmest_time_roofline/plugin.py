@@ -29,6 +29,7 @@ from fmest.hookspecs import hookimpl
 from fmest.transforms import CommunicationPlan, Transforms, transforms_of
 
 from fmest_time_roofline import formulas as F
+from fmest_time_roofline.inference import estimate_inference_time, estimate_inference_tokens
 
 BASIS = "analytic"
 _COLLECTIVE_SECONDS = {"all_reduce": F.all_reduce_seconds,
@@ -525,7 +526,10 @@ def workload_tokens(job, model) -> tuple[Optional[float], str]:
 
 @hookimpl
 def fmest_estimate_time(job, ctx, memory):
-    """Roofline step time (see module doc); total time from the job's workload."""
+    """Roofline step time (see module doc); total time from the job's workload. Inference
+    jobs: prefill + decode (fmest_time_roofline.inference)."""
+    if job.mode == "inference":
+        return estimate_inference_time(job, ctx, memory)
     res = step_breakdown(job, ctx, memory)
     if res is None:
         return None
@@ -554,9 +558,12 @@ def fmest_estimate_time(job, ctx, memory):
 
 @hookimpl
 def fmest_estimate_tokens(job, ctx, time):
-    """Throughput implied by the chosen time estimate: tokens per step / step seconds."""
+    """Throughput implied by the chosen time estimate: tokens per step / step seconds
+    (inference: generated tokens per second)."""
     if time is None or not time.step_seconds:
         return None
+    if job.mode == "inference":
+        return estimate_inference_tokens(job, ctx, time)
     tr, lay = job.training, ctx.layout
     samples = tr.micro_batch_size * tr.grad_accum_steps * lay.dp
     tokens = samples * tr.seq_len

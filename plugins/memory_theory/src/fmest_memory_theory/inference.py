@@ -390,4 +390,7 @@ def estimate_inference_memory(job, ctx):
         provenance=Provenance(basis="analytic", detail="inference memory: weights in storage "
                               "format + paged KV cache + prefill working set + runtime reserve"),
         phase="decode", phase_peaks_bytes={"decode": int(sum(components.values()))},
-        notes=tuple(notes))
+        notes=tuple(notes),
+        metrics={"max_batch": batch, "max_context": context,
+                 "usable_bytes": mem.usable_bytes,
+                 "free_for_kv_bytes": mem.free_for_kv_bytes})

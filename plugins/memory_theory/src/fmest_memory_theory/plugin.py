@@ -32,6 +32,7 @@ from fmest.hookspecs import hookimpl
 from fmest.transforms import OptimizerSizing, ShardingPlan, ShardingStrategy, transforms_of
 
 from fmest_memory_theory import formulas as F
+from fmest_memory_theory.inference import estimate_inference_memory
 from fmest_memory_theory.layer import LayerInputs, layer_activation_bytes
 
 COMPONENTS = ("weights", "master_weights", "lora_adapters", "gradients", "optimizer_states",
@@ -653,5 +654,8 @@ def estimate_bytes(job, ctx) -> MemoryEstimate:
 
 @hookimpl
 def fmest_estimate_memory(job, ctx):
-    """Analytic per-GPU peak memory (basis ``analytic``); answers every job."""
+    """Analytic per-GPU peak memory (basis ``analytic``); answers every job (serving memory
+    for ``mode: inference``, fmest_memory_theory.inference)."""
+    if job.mode == "inference":
+        return estimate_inference_memory(job, ctx)
     return estimate_bytes(job, ctx)
