@@ -77,9 +77,10 @@ def start_server() -> tuple[str, subprocess.Popen]:
 
 async def load(url: str, items: list[dict], expected: list, total: int,
                connections: int) -> tuple[list[float], int, int, float]:
-    """``(latencies in s, failed requests, wrong answers, wall seconds)``."""
+    """``(latencies in s, failed requests, wrong answers, wall seconds, failure samples)``."""
     latencies: list[float] = []
     failed = wrong = 0
+    samples: list[str] = []  # the first few failures, to say what went wrong
     counter = itertools.count()
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
 
@@ -91,19 +92,22 @@ async def load(url: str, items: list[dict], expected: list, total: int,
                 t0 = time.perf_counter()
                 try:
                     response = await client.post("/v1/estimate", json=items[k])
-                except httpx.HTTPError:
+                except httpx.HTTPError as exc:
                     failed += 1
+                    samples.append(f"{type(exc).__name__}: {exc} ({items[k]})")
                     continue
                 latencies.append(time.perf_counter() - t0)
                 if response.status_code != 200:
                     failed += 1
+                    samples.append(f"HTTP {response.status_code}: {response.text[:300]}")
                 elif response.json() != expected[k]:
                     wrong += 1
+                    samples.append(f"wrong answer for {items[k]}")
 
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(connections)))
         wall = time.perf_counter() - t0
-    return latencies, failed, wrong, wall
+    return latencies, failed, wrong, wall, samples
 
 
 def main(argv=None) -> int:
@@ -122,7 +126,7 @@ def main(argv=None) -> int:
     else:
         url, proc = start_server()
     try:
-        latencies, failed, wrong, wall = asyncio.run(
+        latencies, failed, wrong, wall, samples = asyncio.run(
             load(url, items, expected, args.requests, args.connections))
     finally:
         if proc is not None:
@@ -144,6 +148,8 @@ def main(argv=None) -> int:
     print(f"fmest serve load: POST /v1/estimate on {url}")
     for key, value in rows:
         print(f"  {key:<{width}}  {value}")
+    for sample in samples[:5]:
+        print(f"  failure: {sample}")
     return 0 if failed == 0 and wrong == 0 else 1
 
 
