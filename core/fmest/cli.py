@@ -97,7 +97,7 @@ _FLAG_MAP: list[tuple[str, str, str, Callable[[Any], Any] | None]] = [
     ("gpus_per_node", "hardware", "gpus_per_node", None),
     ("nodes", "hardware", "nodes", None),
     ("dataset_tokens", "workload", "dataset_tokens", None),
-    ("num_samples", "workload", "num_samples", lambda v: int(v)),
+    ("num_samples", "workload", "num_samples", None),  # the converter makes it whole
     ("avg_seq_len", "workload", "avg_seq_len", None),
     ("epochs", "workload", "epochs", None),
     ("max_steps", "workload", "max_steps", None),
@@ -438,11 +438,15 @@ def cmd_export(args: argparse.Namespace, engine_factory) -> int:
                          "config (split the EstimateInput)")
     files = export_job(pairs[0][0], args.to, registries=engine_factory().registries)
     if args.output_dir:
-        os.makedirs(args.output_dir, exist_ok=True)
         for name, text in files.items():
             path = os.path.join(args.output_dir, name)
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(text)
+            try:  # a path under a file, no permission, a full disk: the flag's problem
+                os.makedirs(args.output_dir, exist_ok=True)
+                with open(path, "w", encoding="utf-8") as fh:
+                    fh.write(text)
+            except OSError as exc:
+                raise InputError("--output-dir", f"cannot write {path}: {exc.strerror}",
+                                 value=args.output_dir) from None
             print(f"wrote {path}")
     elif len(files) == 1:
         sys.stdout.write(next(iter(files.values())))
