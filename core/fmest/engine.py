@@ -194,6 +194,27 @@ def sharding_name(job: Job) -> str:
     return par.sharding
 
 
+def calibrated(job: Job, memory: MemoryEstimate) -> MemoryEstimate:
+    """``memory`` with the job's calibration knobs applied (fmest.calibration)."""
+    from fmest.calibration import calibrate_memory
+
+    cal = job.calibration
+    return calibrate_memory(memory, activation_factor=cal.activation_factor,
+                            fragmentation_gib=cal.fragmentation_gib,
+                            misc_overhead_gib=cal.misc_overhead_gib)
+
+
+def usable_memory_bytes(job: Job, ctx: "EstimateContext") -> float:
+    """GPU memory the fits verdict may use: capacity less the safety margin (inference with no
+    margin given: ``1 - gpu_memory_utilization``, what the serving runtime leaves free)."""
+    from fmest.calibration import usable_bytes
+
+    margin = job.calibration.safety_margin
+    if not margin and job.mode == "inference":
+        margin = 1.0 - job.inference.gpu_memory_utilization
+    return usable_bytes(ctx.gpu.memory_bytes, margin)
+
+
 class Engine:
     """Estimates jobs with the plugins of one plugin manager.
 
@@ -405,12 +426,12 @@ class Engine:
 
         Each candidate batch is decided by the job's policy over the plugins that declared
         themselves searchable (a trace per candidate would take minutes)."""
-        cap = ctx.gpu.memory_bytes
+        cap = usable_memory_bytes(job, ctx)
 
         def fits(b: int) -> bool:
             j = job.evolve(training={"micro_batch_size": b})
             chosen = self.decide("memory", j, ctx=ctx, searching=True).chosen
-            return chosen is not None and chosen.total_bytes <= cap
+            return chosen is not None and calibrated(job, chosen).total_bytes <= cap
 
         if not fits(1):
             return 0
@@ -444,13 +465,16 @@ class Engine:
         decisions: dict[str, Decision] = {}
         warnings = list(ctx.warnings) + [str(e) for e in self.load_errors]
         mem_d = self.decide("memory", job, ctx=ctx)
+        if mem_d.chosen is not None:  # the calibration knobs apply to whichever plugin answered
+            mem_d = attrs.evolve(mem_d, chosen=calibrated(job, mem_d.chosen))
         decisions["memory"] = mem_d
         memory = mem_d.chosen
         fits = headroom = max_mb = None
         if memory is not None:
-            headroom = ctx.gpu.memory_bytes - memory.total_bytes
+            headroom = int(usable_memory_bytes(job, ctx) - memory.total_bytes)
             fits = headroom >= 0
-            if search_batch:
+            # serving answers its largest batch/context itself (memory.metrics)
+            if search_batch and job.mode == "training":
                 warnings += self._search_note(memory)
                 max_mb = self.max_micro_batch(job, ctx)
         time = tokens = cost = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fmest.serving import inference_lines, inference_summary
 from fmest.convert import job_to_dict, unstructure
 from fmest.counting import total_params, trainable_params
 from fmest.engine import Report
@@ -67,13 +68,16 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "max_micro_batch": report.max_micro_batch,
             "notes": list(m.notes),
             "provenance": _prov(m),
+            "host_bytes": m.host_bytes,
+            "metrics": dict(m.metrics),
         }
     t = report.time
     if t is not None:
         out["time"] = {"step_seconds": t.step_seconds, "total_seconds": t.total_seconds,
                        "total_steps": t.total_steps, "breakdown": dict(t.breakdown),
                        "mfu": t.mfu, "hfu": t.hfu, "flops_per_step": t.flops_per_step,
-                       "notes": list(t.notes), "provenance": _prov(t)}
+                       "notes": list(t.notes), "provenance": _prov(t),
+                       "metrics": dict(t.metrics)}
     k = report.tokens
     if k is not None:
         out["tokens"] = {"tokens_per_second": k.tokens_per_second,
@@ -88,6 +92,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
                        "price_type": c.price_type, "price_observed": c.price_observed,
                        "price_source": c.price_source, "stale": c.stale,
                        "gpu_hours": c.gpu_hours, "notes": list(c.notes), "provenance": _prov(c)}
+    summary = inference_summary(report)
+    if summary is not None:
+        out["inference"] = summary
     for q in ("memory", "time", "tokens", "cost"):
         est = getattr(report, q)
         if est is not None:
@@ -148,11 +155,18 @@ def render_table(report: Report, *, explain: bool = False) -> str:
     lines.append(f"model    {ctx.model.name}  ({counts.total / 1e9:.2f} B params"
                  + (f", {counts.active / 1e9:.2f} B active" if ctx.model.is_moe else "")
                  + f", {tr / 1e6:,.1f} M trainable)")
-    lines.append(f"job      {job.training.technique}, {job.training.dtype}, seq {job.training.seq_len}"
-                 f", micro-batch {job.training.micro_batch_size} x accum "
-                 f"{job.training.grad_accum_steps}, optimizer {ctx.optimizer.name}, "
-                 f"checkpointing {job.training.activation_checkpointing}, "
-                 f"attention {job.training.attention}")
+    if job.mode == "inference":
+        inf = job.inference
+        weights = inf.quantization if inf.quantization != "none" else job.training.dtype
+        lines.append(f"job      inference ({inf.runtime}), weights {weights}, KV cache "
+                     f"{inf.kv_dtype}, batch {inf.batch} x context {inf.context} "
+                     f"({inf.output_tokens} generated)")
+    else:
+        lines.append(f"job      {job.training.technique}, {job.training.dtype}, seq "
+                     f"{job.training.seq_len}, micro-batch {job.training.micro_batch_size} x "
+                     f"accum {job.training.grad_accum_steps}, optimizer {ctx.optimizer.name}, "
+                     f"checkpointing {job.training.activation_checkpointing}, "
+                     f"attention {job.training.attention}")
     lines.append(f"layout   {lay.world_size} x {ctx.gpu.name} ({lay.nodes} node(s) x "
                  f"{lay.gpus_per_node}); dp {lay.dp} tp {lay.tp} pp {lay.pp} cp {lay.cp} "
                  f"ep {lay.ep}; sharding {ctx.sharding.name}")
@@ -170,8 +184,14 @@ def render_table(report: Report, *, explain: bool = False) -> str:
         lines.append(f"  {'total':<{width}}  {_fmt_bytes(m.total_bytes)}")
         lines.append(f"  {'GPU memory':<{width}}  {_fmt_bytes(ctx.gpu.memory_bytes)}")
         verdict = "FITS" if report.fits else "DOES NOT FIT"
-        lines.append(f"  verdict: {verdict}, headroom {report.headroom_bytes / GIB:+.2f} GiB; "
-                     f"largest micro-batch that fits: {report.max_micro_batch}")
+        kept_free = ctx.gpu.memory_bytes - report.headroom_bytes - m.total_bytes
+        margin = f" keeping {kept_free / GIB:.2f} GiB free" if kept_free > (1 << 20) else ""
+        largest = (f"; largest micro-batch that fits: {report.max_micro_batch}"
+                   if report.max_micro_batch is not None else "")
+        lines.append(f"  verdict: {verdict}{margin}, headroom "
+                     f"{report.headroom_bytes / GIB:+.2f} GiB{largest}")
+        if m.host_bytes is not None:
+            lines.append(f"  host RAM per node  {_fmt_bytes(m.host_bytes)}")
         if m.provenance.interval:
             lo, hi = m.provenance.interval
             lines.append(f"  interval: {lo / GIB:.2f} - {hi / GIB:.2f} GiB")
@@ -187,16 +207,23 @@ def render_table(report: Report, *, explain: bool = False) -> str:
             lines.append(f"  {'MFU':<{width}}  {t.mfu * 100:11.1f} %")
         if t.total_seconds is not None:
             steps = f"  ({t.total_steps:,.0f} steps)" if t.total_steps is not None else ""
-            lines.append(f"  {'total run':<{width}}  {_fmt_seconds(t.total_seconds):>12}{steps}")
+            label = "1M tokens" if job.mode == "inference" else "total run"
+            lines.append(f"  {label:<{width}}  {_fmt_seconds(t.total_seconds):>12}{steps}")
     k = report.tokens
     if k is not None:
         lines.append("")
         lines.append(f"Throughput: {k.tokens_per_second:,.0f} tokens/s "
                      f"({k.tokens_per_second_per_gpu:,.0f} tokens/s per GPU)")
+    summary = inference_summary(report)
+    if summary is not None:
+        lines.append("")
+        lines.extend(inference_lines(summary))
     c = report.cost
     if c is not None:
         lines.append("")
         total = f"${c.usd:,.2f}" if c.usd is not None else "- (no workload given)"
+        if summary is not None and c.usd is not None:
+            total += " per million generated tokens"
         stale = " [STALE PRICE]" if c.stale else ""
         lines.append(f"Cost: {total} at ${c.usd_per_hour:,.2f}/h; {c.instances} x {c.instance} "
                      f"({c.provider}, {c.region or 'any region'}, {c.price_type}, price of "
