@@ -36,7 +36,10 @@ def lora_adapter_params(model: ModelSpec, training: Training) -> int:
 def trainable_params(model: ModelSpec, training: Training) -> int:
     """Parameters that receive gradients and optimizer state."""
     if training.technique == "full":
-        return model.param_counts().total
+        vision = model.vision
+        frozen = 0 if vision is None or getattr(training, "train_vision_tower", False) \
+            else vision.tower_params  # a VLM's frozen tower (its projector trains)
+        return model.param_counts().total - frozen
     return lora_adapter_params(model, training)
 
 

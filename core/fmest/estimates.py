@@ -47,6 +47,9 @@ MEMORY_COMPONENTS: dict[str, tuple[str, str]] = {
                               "estimate has no separate nccl_buffers)"),
     "nccl_buffers": (OUTSIDE, "NCCL communicator buffers"),
     "allocator_reserve": (RESERVE, "caching-allocator reserve above the allocated peak"),
+    # vision-language models (issue 14)
+    "vision_weights": (ALLOCATED, "vision tower and projector weights (VLMs)"),
+    "vision_activations": (ALLOCATED, "vision tower activations (VLMs)"),
     # inference (issue 14)
     "kv_cache": (ALLOCATED, "KV cache of the served sequences (inference)"),
     "cuda_graphs": (OUTSIDE, "captured CUDA graphs' private memory pools (inference)"),
@@ -60,7 +63,7 @@ ALLOCATED_COMPONENTS = tuple(k for k, (cls, _) in MEMORY_COMPONENTS.items() if c
 RESERVE_COMPONENTS = tuple(k for k, (cls, _) in MEMORY_COMPONENTS.items() if cls == RESERVE)
 OUTSIDE_COMPONENTS = tuple(k for k, (cls, _) in MEMORY_COMPONENTS.items() if cls == OUTSIDE)
 #: Components holding saved activations (what a time model reads as activation traffic).
-ACTIVATION_COMPONENTS = ("activations",)
+ACTIVATION_COMPONENTS = ("activations", "vision_activations")
 
 #: Time breakdown part name -> meaning. ``communication_<group>`` parts are exposed
 #: (non-overlapped) collective time of that parallel group.

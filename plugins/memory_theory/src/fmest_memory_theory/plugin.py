@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 from typing import Optional
 
+import attrs
 from attrs import frozen
 
 from fmest.counting import lora_modules
@@ -32,7 +33,10 @@ from fmest.hookspecs import hookimpl
 from fmest.transforms import OptimizerSizing, ShardingPlan, ShardingStrategy, transforms_of
 
 from fmest_memory_theory import formulas as F
+from fmest_memory_theory.encdec import encdec_activation_bytes, stack_lengths
 from fmest_memory_theory.inference import estimate_inference_memory
+from fmest_memory_theory.vision import (image_tokens, vision_activation_bytes,
+                                        vision_trainable_params, vlm_sequence_len)
 from fmest_memory_theory.layer import LayerInputs, layer_activation_bytes
 
 COMPONENTS = ("weights", "master_weights", "lora_adapters", "gradients", "optimizer_states",
@@ -202,7 +206,9 @@ def job_setup(job, ctx) -> JobSetup:
     # PyTorch-native TP (DTensor) is what composes with FSDP (torchtitan): loss_parallel and
     # separately all-gathered SP inputs (ShardingStrategy.native_tensor_parallel)
     dtensor_tp = lay.tp > 1 and plan.strategy.native_tensor_parallel
-    seq_local = training.seq_len / lay.cp
+    # VLMs: image tokens join the text sequence (fmest_memory_theory.vision)
+    seq_local = vlm_sequence_len(training.seq_len, model.vision, image_size=training.image_size,
+                                 images=training.images_per_sample) / lay.cp
     return JobSetup(
         training=training, parallelism=par, layout=lay, model=model, dims=model_numbers(model),
         lora=(lora_numbers(model, tuple(training.lora_target_modules), training.lora_rank)
@@ -331,12 +337,22 @@ def _step_temporaries(setup: JobSetup, trainable: float, opt_div: int) -> float:
     return temps
 
 
+def _frozen_vision_params(setup: JobSetup) -> float:
+    """A VLM's vision tower is frozen unless ``train_vision_tower`` (its projector trains)."""
+    vision = setup.model.vision
+    if vision is None:
+        return 0.0
+    return vision.tower_params + vision.projector_params - vision_trainable_params(
+        vision, train_tower=setup.training.train_vision_tower)
+
+
 def model_state_terms(setup: JobSetup, params: StageParams) -> ModelState:
     """Weights, adapters, master copies, gradients, optimizer states and temporaries of one
     stage, divided by the sharding plan (ZeRO paper section 5; ``OptimizerSizing`` bytes)."""
     sizing, plan, lora = setup.sizing, setup.plan, setup.lora
     base_bytes, quant = _base_weight_bytes(setup, params)
-    trainable = lora.adapter_params * params.fraction / setup.layout.tp if lora else params.total
+    trainable = lora.adapter_params * params.fraction / setup.layout.tp if lora else \
+        params.total - _frozen_vision_params(setup) * params.fraction / setup.layout.tp
     weights = 0.0 if setup.offload_params else base_bytes / plan.params_divisor
     adapters = trainable * sizing.trainable_bytes / plan.params_divisor if lora else 0.0
     if lora and setup.offload_params:
@@ -499,6 +515,34 @@ def _logits(tokens, vocab, act_bytes, loss, compiled, vocab_parallel=False):
     return held, fwd_extra, bwd_extra
 
 
+def _encdec_saved_bytes(setup: JobSetup, stage: Stage) -> float:
+    """Both stacks of an encoder-decoder at their own lengths (fmest_memory_theory.encdec),
+    with this plugin's per-layer formula, for the layers of ``stage``."""
+    training, model, cp = setup.training, setup.model, setup.layout.cp
+    base = _layer_inputs(setup)
+
+    def per_layer(seq: int) -> float:
+        inputs = attrs.evolve(base, tokens=training.micro_batch_size * seq / cp, seq=seq / cp)
+        return layer_activation_bytes(model, setup.dims, setup.lora, inputs)[0]
+
+    lengths = stack_lengths(model, seq_len=training.seq_len, source_len=training.source_len,
+                            target_len=training.target_len)
+    whole = encdec_activation_bytes(model, per_layer, lengths=lengths,
+                                    batch=training.micro_batch_size, act_bytes=setup.act_bytes,
+                                    tp=setup.layout.tp)
+    return whole * stage.layers / model.num_layers * stage.inflight
+
+
+def _vision_saved_bytes(setup: JobSetup) -> float:
+    """The vision tower's activations for one micro-batch (trained or frozen)."""
+    training, vision = setup.training, setup.model.vision
+    tokens = image_tokens(vision, training.image_size)
+    return vision_activation_bytes(
+        vision, tokens, images=training.micro_batch_size * training.images_per_sample,
+        act_bytes=setup.act_bytes, trained=training.train_vision_tower,
+        checkpointing=training.activation_checkpointing == "full") / setup.layout.tp
+
+
 def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
                      buffers: Buffers, stage: Stage) -> Activations:
     """Saved activations of the in-flight micro-batches (Korthikanti et al. 2022 section 4,
@@ -510,6 +554,10 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
                                              _layer_inputs(setup))
     resident_layers = 1 if training.activation_offload else stage.layers * stage.inflight
     saved_all = saved_l * resident_layers
+    if model.is_encoder_decoder and not training.activation_offload:
+        saved_all = _encdec_saved_bytes(setup, stage)
+    if model.vision is not None and stage.has_embedding:
+        saved_all += _vision_saved_bytes(setup) * stage.inflight
     if lay.pp > 1 and not stage.has_head:
         # the pipeline runtime keeps each in-flight chunk's stage output until its backward
         # (``PipelineStage.fwd_cache``); no layer of the stage saves it
@@ -617,11 +665,30 @@ def stage_peak(setup: JobSetup, stage: Stage) -> StagePeak:
                      phase_allocated=totals, stage=stage.name)
 
 
+def _split_vision(setup: JobSetup, peak: StagePeak, components: dict) -> None:
+    """Show a VLM's tower and projector weights and the tower's activations as their own
+    components (moved out of ``weights`` / ``activations``; the total is unchanged)."""
+    vision = setup.model.vision
+    if vision is None:
+        return
+    share = (vision.tower_params + vision.projector_params) / max(
+        1.0, setup.model.param_counts().total)
+    moved = int(round(components.get("weights", 0) * share))
+    components["weights"] -= moved
+    components["vision_weights"] = moved
+    if peak.phase != "optimizer":
+        acts = min(components.get("activations", 0),
+                   int(round(_vision_saved_bytes(setup))))
+        components["activations"] -= acts
+        components["vision_activations"] = acts
+
+
 def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
     """Round the peak's components and add the GPU-side terms (:mod:`fmest.device_terms`)."""
     ctx_bytes = F.cuda_context_bytes(setup.layout.world_size)
     components = {name: int(round(peak.components.get(name, 0.0)))
                   for name in _TENSOR_COMPONENTS}
+    _split_vision(setup, peak, components)
     components["cuda_context"] = int(round(ctx_bytes))
     components["allocator_reserve"] = int(round(F.allocator_reserve_bytes(peak.allocated)))
     total = sum(components.values())
