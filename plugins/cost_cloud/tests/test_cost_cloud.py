@@ -24,7 +24,7 @@ from fmest.cli import main  # noqa: E402
 from fmest.errors import DuplicateRegistrationError, InputError  # noqa: E402
 from fmest.estimates import Provenance, TimeEstimate  # noqa: E402
 from fmest.hookspecs import hookimpl  # noqa: E402
-from fmest.job import PRICE_TYPES, Hardware, Job, Pricing  # noqa: E402
+from fmest.job import PRICE_TYPES, Hardware, Job, Pricing, Training  # noqa: E402
 from fmest.prices import PriceQuote  # noqa: E402
 from fmest.testing import new_engine  # noqa: E402
 from fmest_cost_cloud.command import gpu_names_matching  # noqa: E402
@@ -55,8 +55,11 @@ def time_of(total_seconds=TEN_HOURS):
 
 def job_on(gpu="H100", gpus=8, **pricing):
     nodes = 1 if gpus <= 8 else 2
+    # T4 (Turing) has no bf16 matrix units: its jobs run fp16
+    training = Training(dtype="fp16") if gpu == "T4" else Training()
     return Job(model="llama-3.1-8b", hardware=Hardware(gpu=gpu, gpus_per_node=gpus // nodes,
-                                                       nodes=nodes), pricing=Pricing(**pricing))
+                                                       nodes=nodes), pricing=Pricing(**pricing),
+               training=training)
 
 
 def cost(engine, job, total_seconds=TEN_HOURS, **kw):
