@@ -71,15 +71,20 @@ def _alloc(total_bytes: float, world: int) -> float:
 
 def _single(**extra):
     base = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "sequence_parallel": False,
-            "pp_virtual_stages": 1, "pp_schedule": "1f1b", "hsdp_shard_size": None}
+            "pp_virtual_stages": 1, "pp_schedule": "1f1b", "hsdp_shard_size": None,
+            "sharding": None}
     base.update(extra)
     return base
 
 
 def _sharding_fields(name: str) -> dict:
+    """Job fields naming a registered strategy: the ``zero_stage``/``fsdp`` spelling for the
+    built-in names (what the exporters read), ``parallelism.sharding`` for any other."""
     if name.startswith("fsdp_"):
-        return {"fsdp": name[len("fsdp_"):], "zero_stage": 0}
-    return {"fsdp": "none", "zero_stage": int(name[len("zero"):])}
+        return {"fsdp": name[len("fsdp_"):], "zero_stage": 0, "sharding": None}
+    if name in ("zero0", "zero1", "zero2", "zero3"):
+        return {"fsdp": "none", "zero_stage": int(name[len("zero"):]), "sharding": None}
+    return {"fsdp": "none", "zero_stage": 0, "sharding": name}
 
 
 def state_bytes(engine, job, sharding: str, offload: str) -> StateBytes:
@@ -120,14 +125,14 @@ def _act_slope(engine, job, par: dict, ckpt: str, accum: int = 2) -> float:
     return max(0.0, (peaks[1] - peaks[0]) / ((high - low) * seq))
 
 
-def activation_slope(engine, job, framework_sharding: str, ckpt: str, *, tp: int, sp: bool,
+def activation_slope(engine, job, strategy: str, ckpt: str, *, tp: int, sp: bool,
                      pp: int, vstages: int, ep: int = 1) -> float:
     """Bytes one more token of micro-batch adds to the per-GPU backward peak of the busiest
     stage of a layout (tp, sequence parallel, pp stages of ``vstages`` chunks, the pipeline
     full: ``pp x vstages`` micro-batches in flight under 1F1B/interleaved).
-    ``framework_sharding`` picks DDP/DeepSpeed vs FSDP behaviour (PyTorch-native TP composes
-    with FSDP and saves differently)."""
-    par = dict(_single(**_sharding_fields(framework_sharding)), tp=tp, sequence_parallel=sp,
+    ``strategy`` names the registered sharding strategy to probe with (one standing for every
+    strategy with the same ``native_tensor_parallel``: PyTorch-native TP saves differently)."""
+    par = dict(_single(**_sharding_fields(strategy)), tp=tp, sequence_parallel=sp,
                pp=pp, pp_virtual_stages=vstages, ep=ep, dp=ep,
                pp_schedule="interleaved" if vstages > 1 else "1f1b")
     return _act_slope(engine, job, par, ckpt, accum=max(2, pp * vstages))

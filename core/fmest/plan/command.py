@@ -245,12 +245,26 @@ def render_csv(result: PlanResult) -> str:
 
 
 def _export(result: PlanResult, args, engine) -> None:
+    """Write the configs of the best plan the exporter can express (DeepSpeed cannot express
+    FSDP, accelerate cannot express pipeline stages, ...), saying so when it is not the first."""
     if not result.plans:
         print("fmest plan: nothing to export (no plan)", file=sys.stderr)
         return
     from fmest.configs.export import export_job
 
-    files = export_job(result.plans[0].job, args.export, registries=engine.registries)
+    first_error = None
+    for rank, p in enumerate(result.plans, 1):
+        try:
+            files = export_job(p.job, args.export, registries=engine.registries)
+        except InputError as exc:
+            first_error = first_error or exc
+            continue
+        if rank > 1:
+            print(f"fmest plan: {args.export} cannot express plan 1 ({first_error}); exported "
+                  f"plan {rank}", file=sys.stderr)
+        break
+    else:
+        raise first_error
     os.makedirs(args.export_dir, exist_ok=True)
     for name, text in files.items():
         path = os.path.join(args.export_dir, name)

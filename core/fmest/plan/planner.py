@@ -227,14 +227,19 @@ def _total_tokens(engine, job: Job) -> tuple[Optional[float], Optional[int]]:
     return None, None
 
 
-SHARDING_NAMES = ("zero0", "zero1", "zero2", "zero3", "fsdp_full_shard", "fsdp_shard_grad_op",
-                  "fsdp_hybrid_shard")
-
-
 def _shardings(engine) -> list[tuple[str, Any]]:
-    """Registered strategies a job can name (``zero_stage`` 0-3, ``fsdp`` strategies)."""
+    """Every registered sharding strategy (third-party ones included: a job names them with
+    ``parallelism.sharding``), in name order so answers never depend on install order."""
     reg = engine.registries.parallelism
-    return [(n, reg.get(n)) for n in SHARDING_NAMES if n in reg]
+    return sorted(reg.items(), key=lambda item: item[0])
+
+
+def probe_strategy(shardings, strategy) -> str:
+    """The strategy whose activation probes stand for ``strategy``: activations depend on the
+    strategy only through PyTorch-native tensor parallelism (it composes with FSDP and saves
+    differently), so one representative per value of ``native_tensor_parallel``."""
+    return min(name for name, other in shardings
+               if other.native_tensor_parallel == strategy.native_tensor_parallel)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,9 +270,9 @@ class _Calibration:
             self._states[key] = cal.state_bytes(self.engine, self.job, sharding, offload)
         return self._states[key]
 
-    def slope(self, sharding: str, ckpt: str, tp: int, sp: bool, pp: int,
+    def slope(self, rep: str, ckpt: str, tp: int, sp: bool, pp: int,
               vstages: int, ep: int = 1) -> float:
-        rep = "fsdp_full_shard" if sharding.startswith("fsdp") else "zero0"
+        """Activation bytes per token of a layout, probed with strategy ``rep``."""
         key = (rep, ckpt, tp, sp, pp, vstages, ep)
         if key not in self._slopes:
             self._slopes[key] = cal.activation_slope(self.engine, self.job, rep, ckpt, tp=tp,
@@ -380,8 +385,9 @@ def _prune_structure(arrays: dict, ctx: dict, gpn: int, pruner: _Pruner) -> dict
     group = arrays["dp"] * arrays["cp"]
     hybrid = per_sharding(lambda st: bool(st.hybrid))[arrays["hidx"]]
     arrays = pruner.apply(arrays, sp.RULES[9], hybrid & (group <= gpn))
-    zero23 = per_sharding(lambda st: st.framework == "deepspeed"
-                          and "gradients" in st.shards)[arrays["hidx"]]
+    # DeepSpeed's pipeline engine runs ZeRO-1 only (its docs: "ZeRO-2 and ZeRO-3 are
+    # incompatible with pipeline parallelism")
+    zero23 = np.array([name in ("zero2", "zero3") for name, _ in shardings])[arrays["hidx"]]
     arrays = pruner.apply(arrays, sp.RULES[10], zero23 & (arrays["pp"] > 1))
     opt_sharded = per_sharding(lambda st: "optimizer" in st.shards)[arrays["hidx"]]
     return pruner.apply(arrays, sp.RULES[11], (arrays["off"] == 1) & ~opt_sharded)
@@ -475,15 +481,16 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
 
 def _activation_slopes(sel: dict, ctx: dict) -> np.ndarray:
     """Probed activation bytes per token for each configuration's layout (one probe per
-    distinct framework x checkpointing x tp x sp x pp x virtual stages)."""
+    distinct probe strategy x checkpointing x tp x sp x pp x virtual stages x ep)."""
     calib, shardings, ckpts = ctx["calib"], ctx["shardings"], sp.CHECKPOINTING
-    is_fsdp = np.array([name.startswith("fsdp") for name, _ in shardings])[sel["hidx"]]
-    shape_key = np.stack([is_fsdp, sel["ckidx"], sel["tp"], sel["sp"], sel["pp"],
+    reps = [probe_strategy(shardings, strategy) for _, strategy in shardings]
+    rep_index = np.array([sorted(set(reps)).index(r) for r in reps])[sel["hidx"]]
+    shape_key = np.stack([rep_index, sel["ckidx"], sel["tp"], sel["sp"], sel["pp"],
                           sel["vstages"], sel["ep"]], axis=1).astype(np.int64)
     keys, inverse = np.unique(shape_key, axis=0, return_inverse=True)
-    slopes = np.array([calib.slope("fsdp_full_shard" if fsdp else "zero0", ckpts[ck], int(tp),
-                                   bool(seq_par), int(pp), int(vst), int(ep))
-                       for fsdp, ck, tp, seq_par, pp, vst, ep in keys])
+    slopes = np.array([calib.slope(sorted(set(reps))[r], ckpts[ck], int(tp), bool(seq_par),
+                                   int(pp), int(vst), int(ep))
+                       for r, ck, tp, seq_par, pp, vst, ep in keys])
     return slopes[inverse.ravel()]
 
 
@@ -511,15 +518,20 @@ def _sharding_arrays(sel: dict, gpn: int, ctx: dict) -> dict:
     size = sel["tp"].size
     out = {name: np.ones(size) for name in ("s_shard_group", "s_params", "s_grads", "s_opt")}
     out.update({name: np.zeros(size, dtype=bool) for name in (
-        "fsdp", "deepspeed", "amp", "param_gather", "params_sharded", "grads_sharded",
-        "opt_sharded")})
+        "pp_unsharded", "fp32_acc", "ddp_bucket", "amp", "param_gather", "params_sharded",
+        "grads_sharded", "opt_sharded")})
+    out["bucket_elements"] = np.zeros(size)
     group = sel["dp"] * sel["cp"]
     for h_idx, (_, strategy) in enumerate(ctx["shardings"]):
         rows = sel["hidx"] == h_idx
         if not rows.any():
             continue
-        out["fsdp"][rows] = strategy.framework == "fsdp"
-        out["deepspeed"][rows] = strategy.framework == "deepspeed"
+        # the strategy's behaviour, never its framework label (issue 10)
+        out["pp_unsharded"][rows] = strategy.pp_unsharded_params
+        out["fp32_acc"][rows] = strategy.fp32_grad_accum
+        out["ddp_bucket"][rows] = strategy.ddp_bucket
+        out["bucket_elements"][rows] = (strategy.reduce_bucket_elements
+                                        + strategy.allgather_bucket_elements)
         out["amp"][rows] = resolve_precision(ctx["job"].training, strategy) == "amp"
         if not strategy.shards:
             continue
@@ -624,8 +636,7 @@ def _order(res: dict, objective: str, want: int) -> np.ndarray:
 def config_job(job: Job, res: dict, i: int, shardings, *, method: str) -> Job:
     """The job of configuration ``i`` of ``res``."""
     name, _ = shardings[int(res["hidx"][i])]
-    zero = int(name[4:]) if name.startswith("zero") else 0
-    fsdp = name[len("fsdp_"):] if name.startswith("fsdp_") else "none"
+    fields = cal._sharding_fields(name)
     vst = int(res["vstages"][i])
     quote = res["quote"][i]
     count, gpn = int(res["count"][i]), int(res["gpn"][i])
@@ -638,8 +649,7 @@ def config_job(job: Job, res: dict, i: int, shardings, *, method: str) -> Job:
                      "cp": int(res["cp"][i]), "ep": int(res["ep"][i]),
                      "sequence_parallel": bool(res["sp"][i]),
                      "pp_schedule": "interleaved" if vst > 1 else "1f1b",
-                     "pp_virtual_stages": vst, "zero_stage": zero, "fsdp": fsdp,
-                     "hsdp_shard_size": None,
+                     "pp_virtual_stages": vst, **fields, "hsdp_shard_size": None,
                      "cpu_offload": "optimizer" if res["off"][i] else "none"},
         hardware={"gpu": res["gpu_name"][i], "gpus_per_node": gpn, "nodes": count // gpn},
         pricing=pricing, options={"method": method})
@@ -651,7 +661,8 @@ def _describe(job: Job) -> tuple[str, str]:
         + (f" ep{par.ep}" if par.ep > 1 else "") \
         + (" sp" if par.sequence_parallel else "") \
         + (f" v{par.pp_virtual_stages}" if par.pp_virtual_stages > 1 else "")
-    strategy = (f"fsdp {par.fsdp}" if par.fsdp != "none" else f"zero{par.zero_stage}") \
+    strategy = (par.sharding or (f"fsdp {par.fsdp}" if par.fsdp != "none"
+                                 else f"zero{par.zero_stage}")) \
         + (" +offload" if par.cpu_offload != "none" else "")
     return layout, strategy
 

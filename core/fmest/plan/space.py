@@ -31,7 +31,7 @@ RULES = (
     "fewer micro-batches than pipeline stages x virtual stages (the pipeline never fills)",
     "sharding without data parallelism (same as zero0)",
     "hybrid shard within one node (same as full shard)",
-    "ZeRO-2/3 with pipeline parallelism (DeepSpeed supports ZeRO-1 only)",
+    "ZeRO-2/3 with pipeline parallelism (DeepSpeed's pipeline engine runs ZeRO-1 only)",
     "optimizer offload needs a sharded optimizer",
     "does not fit",
     "over max nodes",

@@ -115,35 +115,35 @@ def expert_share(cfg: dict):
 
 def framework_buffer_bytes(cfg: dict):
     """(buffers held through forward and backward, unsharded gradients accumulated in them)
-    per GPU: DDP/DeepSpeed buckets, ZeRO-3/FSDP gathered layers and root, a stage kept
-    unsharded (SHARD_GRAD_OP, or FSDP under pipeline parallelism) with its unsharded gradient
-    accumulators, and torch.autocast's weight copies when nothing is sharded."""
+    per GPU, by the strategy's declared behaviour as the memory plugin counts them: DDP's
+    gradient bucket copy, reduce/all-gather buckets, ZeRO-3/FSDP gathered layers and root, a
+    stage kept unsharded (no per-layer gather, or ``pp_unsharded_params`` under pipeline
+    parallelism) with its unsharded gradient accumulators (fp32 under amp with
+    ``fp32_grad_accum``), and torch.autocast's weight copies when parameters are not sharded."""
     mp = cfg["tp"] * cfg["pp"] / expert_share(cfg)
     act_b = cfg["act_bytes"]
-    replicas = cfg["dp"] * cfg["cp"] > 1
     grads = cfg["grad_bytes"] / (mp * cfg["s_grads"])
-    ddp = (~cfg["params_sharded"] & ~cfg["grads_sharded"] & ~cfg["opt_sharded"]
-           & ~cfg["deepspeed"] & (cfg["dp"] > 1))
-    buckets = np.where(ddp, grads * DDP_BUCKET_COPIES_OF_GRADS, 0.0) + np.where(
-        cfg["deepspeed"] & ~cfg["param_gather"] & (cfg["dp"] > 1),
-        np.minimum(2 * DEEPSPEED_BUCKET_ELEMENTS, cfg["trainable"] / mp) * act_b, 0.0)
+    no_shards = ~cfg["params_sharded"] & ~cfg["grads_sharded"] & ~cfg["opt_sharded"]
+    many = cfg["dp"] > 1
+    buckets = np.where(cfg["ddp_bucket"] & no_shards & many,
+                       grads * DDP_BUCKET_COPIES_OF_GRADS, 0.0) \
+        + np.where((cfg["bucket_elements"] > 0) & many,
+                   np.minimum(cfg["bucket_elements"], cfg["trainable"] / mp) * act_b, 0.0)
     layer = cfg["layer_params"] / cfg["tp"] * act_b   # a whole layer: ep does not split it
     gathered = FSDP_UNSHARDED_LAYERS * layer + cfg["root_params"] / cfg["tp"] * act_b \
         + np.where(cfg["lora"], 0.0, layer / act_b * (act_b + np.where(cfg["amp"], 4.0, 0.0)))
     stage_params = cfg["params"] / mp
-    whole_stage = cfg["params_sharded"] & ((cfg["fsdp"] & (cfg["pp"] > 1))
-                                           | ~cfg["param_gather"])
+    whole_stage = ~cfg["param_gather"] | ((cfg["pp"] > 1) & cfg["pp_unsharded"])
     accumulating = (cfg["accum"] > 1) | (cfg["pp"] > 1)
-    acc_b = np.where(cfg["fsdp"] & (cfg["pp"] > 1) & cfg["amp"] & cfg["param_gather"], 4.0,
-                     act_b)
+    acc_b = np.where((cfg["pp"] > 1) & cfg["fp32_acc"] & cfg["amp"], 4.0, act_b)
     acc = np.where(whole_stage & accumulating & ~cfg["lora"], stage_params * acc_b, 0.0)
     unsharded = np.where(cfg["lora"], cfg["w_bytes"] / mp, stage_params * act_b) + acc
-    sharded = np.where(cfg["params_sharded"] & replicas,
-                       np.where(whole_stage, unsharded, gathered), 0.0)
-    autocast = np.where(cfg["amp"] & ~cfg["lora"] & (act_b < 4.0) & ~cfg["params_sharded"],
+    gathering = cfg["params_sharded"] & (cfg["s_params"] > 1)
+    sharded = np.where(gathering, np.where(whole_stage, unsharded, gathered), 0.0)
+    autocast = np.where(cfg["amp"] & ~cfg["lora"] & (act_b < 4.0) & ~gathering,
                         np.where(cfg["ckpt_full"], cfg["head_params"] / cfg["tp"] * act_b
                                  + layer, stage_params * act_b), 0.0)
-    return buckets + sharded + autocast, np.where(replicas, acc, 0.0)
+    return buckets + sharded + autocast, np.where(gathering, acc, 0.0)
 
 
 def memory_bytes(cfg: dict) -> np.ndarray:
