@@ -127,21 +127,18 @@ def test_malformed_and_oversized_bodies():
                                         "accepted": []}
 
 
-class _SlowMemory:
-    """A memory plugin that takes longer than the test's time limit."""
-
-    @staticmethod
-    def fmest_estimate_memory(job, ctx):
-        time.sleep(1.0)
-
-
 def test_time_limit_answers_504():
     from fmest.hookspecs import hookimpl
     from fmest.testing import new_engine
 
-    slow = type("Slow", (), {"fmest_estimate_memory": staticmethod(
-        hookimpl(_SlowMemory.fmest_estimate_memory))})
-    app = create_app(new_engine((slow, "slow")), timeout_seconds=0.2)
+    class SlowMemory:
+        """A memory plugin that takes longer than the service's time limit."""
+
+        @hookimpl
+        def fmest_estimate_memory(self, job, ctx):
+            time.sleep(1.0)
+
+    app = create_app(new_engine((SlowMemory(), "slow")), timeout_seconds=0.2)
     response = TestClient(app).post("/v1/estimate", json={"model": "Llama-2-7b-hf"})
     assert response.status_code == 504
     assert response.json()["error"]["field"] == "request"

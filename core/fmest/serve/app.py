@@ -71,7 +71,8 @@ class _ServiceEngine:
     """The engine shared by the worker threads.
 
     Model resolution fills the engine's model cache and may read files or reach the Hub; it
-    runs under a lock so concurrent first requests for a model load it once. Policies outside
+    runs under a lock (the engine's ``resolve_model`` is wrapped on this instance) so
+    concurrent first requests for a model load it once. Policies outside
     :data:`CONCURRENT_METHODS` run one at a time (see there).
     """
 
