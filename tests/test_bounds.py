@@ -152,14 +152,21 @@ def test_gpu_table_capabilities_match_the_architectures():
 @pytest.mark.parametrize("gpu,training,field", [
     ("A100-SXM-80GB", {"dtype": "fp8"}, "training.dtype"),
     ("RTX3090-24GB", {"dtype": "fp8"}, "training.dtype"),
-    ("V100-SXM2-16GB", {"dtype": "bf16"}, "training.dtype"),
-    ("T4-16GB", {"dtype": "bf16"}, "training.dtype"),
+    ("V100-SXM2-16GB", {"dtype": "fp8"}, "training.dtype"),
     ("T4-16GB", {"dtype": "fp16", "attention": "flash"}, "training.attention"),
     ("V100-SXM2-32GB", {"dtype": "fp16", "attention": "flash"}, "training.attention"),
 ])
 def test_hardware_refusals(gpu, training, field):
     err = refused(bounds.check_hardware, job(training=training), GPUS[gpu], field=field)
     assert gpu in str(err) and "https://" in str(err)
+
+
+def test_default_dtype_on_a_gpu_without_bf16_is_answered_with_a_warning():
+    """bf16 is the default dtype: a user who names a T4 and no dtype gets an answer (the fp16
+    figures) and a warning naming the field (bf16 and fp16 store the same bytes; the time
+    plugins read the fp16 peak, GpuSpec.peak_flops_per_s)."""
+    (warning,) = bounds.check_hardware(job(), GPUS["T4-16GB"])
+    assert warning.startswith("training.dtype:") and "T4" in warning
 
 
 @pytest.mark.parametrize("gpu,training", [

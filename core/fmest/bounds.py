@@ -314,14 +314,26 @@ HARDWARE_RULES: tuple[tuple[str, str, str, str, str], ...] = (
 )
 
 
-def check_hardware(job, gpu) -> None:
+def _is_default(job, path: str) -> bool:
+    section, _, name = path.partition(".")
+    return _get(job, path) == attrs.fields_dict(type(getattr(job, section)))[name].default
+
+
+def check_hardware(job, gpu) -> tuple[str, ...]:
     """Refuse what the GPU cannot run, by the capability columns of the GPU table (a ``None``
-    capability, not verified, is let through)."""
+    capability, not verified, is let through). A field left at its default (bf16 on a T4 the
+    user named without a dtype) is answered with a warning naming the field instead."""
+    warnings = []
     for path, value, capability, missing, instead in HARDWARE_RULES:
         if _get(job, path) == value and getattr(gpu, capability, None) is False:
             source = getattr(gpu, "capability_source", "") or "the GPU table"
-            raise InputError(path, f"{gpu.name} has no {missing}; use {instead} (source: "
-                             f"{source.split(' | ')[0]})", value=value)
+            why = (f"{gpu.name} has no {missing}; use {instead} (source: "
+                   f"{source.split(' | ')[0]})")
+            if not _is_default(job, path):
+                raise InputError(path, why, value=value)
+            warnings.append(f"{path}: the default {value} cannot run as such: {why}; the "
+                            "estimate takes the GPU table's fallback figures")
+    return tuple(warnings)
 
 
 # -- the model ----------------------------------------------------------------------------------
@@ -466,11 +478,11 @@ def check_context(job, *, model, gpu, layout) -> tuple[str, ...]:
     """Every check that needs the resolved model, GPU and layout; returns the warnings of the
     rules answered with a warning instead of a refusal."""
     check_model(model)
-    check_hardware(job, gpu)
+    warnings = check_hardware(job, gpu)
     if layout.world_size > 2**20:
         raise InputError("hardware", f"{layout.world_size} GPUs is above the bound 2^20 "
                          f"({_GPUS})", value=layout.world_size)
-    return check_model_job(job, model, layout)
+    return warnings + check_model_job(job, model, layout)
 
 
 # -- plugin answers -----------------------------------------------------------------------------
@@ -518,6 +530,32 @@ def answer_problem(result) -> Optional[str]:
         if abs(total - result.total_bytes) > max(1, len(result.components)):
             return (f"components sum to {total} bytes, not total_bytes = "
                     f"{result.total_bytes}")
+    return None
+
+
+def registered_problem(item) -> Optional[str]:
+    """Why a registered GPU or price holds a number no formula can use (None: it does not):
+    a GPU's memory must be a positive whole number of bytes and its rates finite and positive
+    (or absent); a price finite and >= 0 for at least one GPU per instance."""
+    kind = type(item).__name__
+    if kind == "GpuSpec":
+        memory = item.memory_bytes
+        if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
+            return f"memory_bytes = {memory!r} is not a positive whole number of bytes"
+        for name in ("hbm_bytes_per_s", "fp32_flops_per_s", "tf32_flops_per_s",
+                     "fp16_flops_per_s", "bf16_flops_per_s", "fp8_flops_per_s",
+                     "int8_ops_per_s", "intra_node_bytes_per_s", "inter_node_bytes_per_s",
+                     "pcie_bytes_per_s", "tdp_watts"):
+            value = getattr(item, name, None)
+            if value is not None and (_bad_number(value) or value == 0):
+                return f"{name} = {value!r} is not a finite number > 0"
+    elif kind == "PriceQuote":
+        if _bad_number(item.usd_per_instance_hour):
+            return f"usd_per_instance_hour = {item.usd_per_instance_hour!r} is not a finite " \
+                   "number >= 0"
+        count = item.gpus_per_instance
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            return f"gpus_per_instance = {count!r} is not a whole number >= 1"
     return None
 
 

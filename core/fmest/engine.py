@@ -13,7 +13,8 @@ from typing import Any, Callable, Optional
 import attrs
 from attrs import field, frozen
 
-from fmest.bounds import answer_problem, check_context, check_job, check_model
+from fmest.bounds import (answer_problem, check_context, check_job, check_model,
+                          registered_problem)
 from fmest.errors import FmestError, InfeasibleError, InputError, PluginError, UnknownNameError
 from fmest.estimates import (BASES, CostEstimate, MemoryEstimate, TimeEstimate, TokensEstimate,
                              with_plugin)
@@ -48,6 +49,9 @@ def _checked(kind: str, item, cls):
     if not isinstance(item, cls):
         raise TypeError(f"registered a {type(item).__name__} as a {kind}; expected "
                         f"{cls.__module__}.{cls.__name__}")
+    problem = registered_problem(item)  # right type, unusable numbers (negative memory, NaN)
+    if problem:
+        raise ValueError(f"registered {kind} {getattr(item, 'name', '')!r}: {problem}")
     return item
 
 
