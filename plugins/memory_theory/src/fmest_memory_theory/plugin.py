@@ -34,6 +34,7 @@ from fmest.transforms import OptimizerSizing, ShardingPlan, ShardingStrategy, tr
 
 from fmest_memory_theory import formulas as F
 from fmest_memory_theory.encdec import encdec_activation_bytes, stack_lengths
+from fmest_memory_theory.host import host_memory_per_node
 from fmest_memory_theory.inference import estimate_inference_memory
 from fmest_memory_theory.vision import (image_tokens, vision_activation_bytes,
                                         vision_trainable_params, vlm_sequence_len)
@@ -683,6 +684,20 @@ def _split_vision(setup: JobSetup, peak: StagePeak, components: dict) -> None:
         components["vision_activations"] = acts
 
 
+def _host_bytes(setup: JobSetup) -> float:
+    """Host RAM per node (fmest_memory_theory.host): model loading, offloaded state."""
+    lay, dims, training = setup.layout, setup.dims, setup.training
+    total = setup.model.param_counts().total
+    lora = setup.lora
+    trainable = lora.adapter_params if lora else total - _frozen_vision_params(setup)
+    sharded_init = setup.plan.params_divisor > 1  # ZeRO-3 / FSDP full shard materialize sharded
+    return host_memory_per_node(
+        total_params=total, trainable_params=trainable,
+        largest_layer_params=dims.largest_layer_params, gpus_per_node=lay.gpus_per_node,
+        nodes=lay.nodes, cpu_offload=setup.parallelism.cpu_offload, sharded_init=sharded_init,
+        load_bytes_per_param=setup.sizing.weight_bytes).total_bytes
+
+
 def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
     """Round the peak's components and add the GPU-side terms (:mod:`fmest.device_terms`)."""
     ctx_bytes = F.cuda_context_bytes(setup.layout.world_size)
@@ -699,7 +714,7 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
              f"stage={peak.stage}", f"shard_group={setup.plan.group_size}")
     return MemoryEstimate(
         total_bytes=total, components=components, phase=peak.phase,
-        phase_peaks_bytes=phase_peaks,
+        phase_peaks_bytes=phase_peaks, host_bytes=int(_host_bytes(setup)),
         provenance=Provenance(basis="analytic", detail=(
             "step-2 phase peak; Korthikanti 2022 activations, ZeRO 2020 states, QLoRA 2023 "
             "NF4; allocator reserve %.0f%% of allocated" % (100 * F.ALLOCATOR_RESERVE_FRACTION))),
