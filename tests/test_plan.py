@@ -298,3 +298,33 @@ def test_pareto_layers_property():
         assert (layers >= 0).all() and ((layers == 0) == front).all()
 
     check()
+
+
+def test_a_registered_strategy_is_searched_by_its_behaviour():
+    """A third party's strategy (registered through the hook, named by
+    ``parallelism.sharding``) is planned with the sharding it declares."""
+    import attrs
+
+    from fmest import to_job
+    from fmest.engine import Engine
+    from fmest.hookspecs import hookimpl
+    from fmest.plan.planner import config_job, evaluate_space
+
+    class Acme:
+        @hookimpl
+        def fmest_register_parallelism(self, register):
+            zero3 = Engine(new_pm()).registries.parallelism.get("zero3")
+            register(attrs.evolve(zero3, name="acme_shard", aliases=(), framework="acme"))
+
+    eng = Engine(new_pm((Acme(), "acme"), entrypoints=True))
+    job = to_job({"model": "meta-llama/Llama-3.1-8B", "workload": {"dataset_tokens": 1e9}})
+    res, _, _, _, ctx = evaluate_space(job, Constraints(gpus="H100-SXM", max_gpus=8,
+                                                        objective="time"), engine=eng)
+    names = [name for name, _ in ctx["shardings"]]
+    rows = [i for i in range(len(res["mb"])) if names[int(res["hidx"][i])] == "acme_shard"]
+    assert rows
+    j = config_job(job, res, rows[0], ctx["shardings"], method="theory")
+    assert j.parallelism.sharding == "acme_shard"
+    report = eng.estimate(j, search_batch=False)
+    assert report.fits and report.context.sharding.name == "acme_shard"
+    assert res["memory"][rows[0]] == pytest.approx(report.memory.total_bytes, rel=0.15)

@@ -261,13 +261,20 @@ class _Calibration:
         self._states: dict = {}
         self._slopes: dict = {}
         self._cp: dict = {}
+        self.refused: dict = {}
         self._times: dict = {}
         self._opt: dict = {}
 
-    def states(self, sharding: str, offload: str) -> cal.StateBytes:
+    def states(self, sharding: str, offload: str) -> Optional[cal.StateBytes]:
+        """State bytes, or None when the engine refuses the strategy with this offload (a
+        conflict rule of the job input, e.g. offload on a strategy without ZeRO/FSDP)."""
         key = (sharding, offload)
         if key not in self._states:
-            self._states[key] = cal.state_bytes(self.engine, self.job, sharding, offload)
+            try:
+                self._states[key] = cal.state_bytes(self.engine, self.job, sharding, offload)
+            except InputError as exc:
+                self._states[key] = None
+                self.refused[key] = str(exc)
         return self._states[key]
 
     def slope(self, rep: str, ckpt: str, tp: int, sp: bool, pp: int,
@@ -374,23 +381,27 @@ def _prune_structure(arrays: dict, ctx: dict, gpn: int, pruner: _Pruner) -> dict
 
     accum = ctx["samples"] / (arrays["mb"] * arrays["dp"])
     arrays["accum"] = accum
-    arrays = pruner.apply(arrays, sp.RULES[6], (accum < 1) | (np.abs(accum - np.round(accum))
+    arrays = pruner.apply(arrays, sp.RULE["batch"], (accum < 1) | (np.abs(accum - np.round(accum))
                                                               > 1e-9))
     arrays["accum"] = np.round(arrays["accum"])
-    arrays = pruner.apply(arrays, sp.RULES[7], (arrays["pp"] > 1)
+    arrays = pruner.apply(arrays, sp.RULE["pipeline_fill"], (arrays["pp"] > 1)
                           & (arrays["accum"] < arrays["pp"] * arrays["vstages"]))
     group = arrays["dp"] * arrays["cp"]
     sharded = per_sharding(lambda st: bool(st.shards))[arrays["hidx"]]
-    arrays = pruner.apply(arrays, sp.RULES[8], sharded & (group <= 1))
+    arrays = pruner.apply(arrays, sp.RULE["no_dp"], sharded & (group <= 1))
     group = arrays["dp"] * arrays["cp"]
     hybrid = per_sharding(lambda st: bool(st.hybrid))[arrays["hidx"]]
-    arrays = pruner.apply(arrays, sp.RULES[9], hybrid & (group <= gpn))
+    arrays = pruner.apply(arrays, sp.RULE["hybrid_node"], hybrid & (group <= gpn))
     # DeepSpeed's pipeline engine runs ZeRO-1 only (its docs: "ZeRO-2 and ZeRO-3 are
     # incompatible with pipeline parallelism")
     zero23 = np.array([name in ("zero2", "zero3") for name, _ in shardings])[arrays["hidx"]]
-    arrays = pruner.apply(arrays, sp.RULES[10], zero23 & (arrays["pp"] > 1))
+    arrays = pruner.apply(arrays, sp.RULE["zero_pp"], zero23 & (arrays["pp"] > 1))
     opt_sharded = per_sharding(lambda st: "optimizer" in st.shards)[arrays["hidx"]]
-    return pruner.apply(arrays, sp.RULES[11], (arrays["off"] == 1) & ~opt_sharded)
+    arrays = pruner.apply(arrays, sp.RULE["offload"], (arrays["off"] == 1) & ~opt_sharded)
+    calib = ctx["calib"]
+    refused = np.array([[calib.states(name, off) is None for off in ("none", "optimizer")]
+                        for name, _ in shardings])
+    return pruner.apply(arrays, sp.RULE["refused"], refused[arrays["hidx"], arrays["off"]])
 
 
 def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
@@ -417,17 +428,17 @@ def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
     # model state alone (no activations) is a lower bound: what cannot fit without
     # activations is pruned before the per-layout activation probes are asked
     cfg["act_per_token"] = np.zeros(cfg["tp"].size)
-    cfg = pruner.apply(cfg, sp.RULES[12], vec.memory_bytes(cfg) > opt.spec.memory_bytes)
+    cfg = pruner.apply(cfg, sp.RULE["fit"], vec.memory_bytes(cfg) > opt.spec.memory_bytes)
     if cfg["tp"].size == 0:
         return None, total
     cfg["act_per_token"] = _activation_slopes(cfg, ctx)
     cfg["memory"] = vec.memory_bytes(cfg)
-    cfg = pruner.apply(cfg, sp.RULES[12], cfg["memory"] > opt.spec.memory_bytes)
-    cfg = pruner.apply(cfg, sp.RULES[13], cons.max_nodes is not None
+    cfg = pruner.apply(cfg, sp.RULE["fit"], cfg["memory"] > opt.spec.memory_bytes)
+    cfg = pruner.apply(cfg, sp.RULE["nodes"], cons.max_nodes is not None
                        and count / gpn > cons.max_nodes)
     usd_per_hour, quote = _bill(opt.quotes, count, gpn)
     needs_price = cons.objective in ("cost", "pareto") or cons.budget_usd is not None
-    cfg = pruner.apply(cfg, sp.RULES[14], needs_price and math.isnan(usd_per_hour))
+    cfg = pruner.apply(cfg, sp.RULE["price"], needs_price and math.isnan(usd_per_hour))
     if cfg["tp"].size == 0:
         return None, total
     cfg["step"] = vec.step_seconds(cfg)
@@ -436,9 +447,9 @@ def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
                                                                             np.nan)
     cfg["usd"] = cfg["total_s"] / 3600.0 * usd_per_hour
     if cons.budget_usd is not None:
-        cfg = pruner.apply(cfg, sp.RULES[15], ~(cfg["usd"] <= cons.budget_usd))
+        cfg = pruner.apply(cfg, sp.RULE["budget"], ~(cfg["usd"] <= cons.budget_usd))
     if cons.deadline_hours is not None:
-        cfg = pruner.apply(cfg, sp.RULES[16], ~(cfg["total_s"] <= cons.deadline_hours * 3600))
+        cfg = pruner.apply(cfg, sp.RULE["deadline"], ~(cfg["total_s"] <= cons.deadline_hours * 3600))
     size = cfg["tp"].size
     out = {name: cfg[name] for name in (*arrays, "memory", "step", "total_s", "usd")}
     out.update(count=np.full(size, count), gpn=np.full(size, gpn),
@@ -668,7 +679,10 @@ def _describe(job: Job) -> tuple[str, str]:
 
 
 def _to_plan(engine, job: Job, predicted_mem: float, predicted_step: float) -> Optional[Plan]:
-    report = engine.estimate(job, search_batch=False)
+    try:
+        report = engine.estimate(job, search_batch=False)
+    except InputError:      # an input rule the array formulas do not know refuses the job
+        return None
     if report.memory is None or report.time is None or not report.fits:
         return None
     layout, strategy = _describe(job)
@@ -745,6 +759,8 @@ def evaluate_space(job: Job, cons: Constraints, *, engine=None,
     res = {k: (np.concatenate(v) if isinstance(v[0], np.ndarray) else sum(v, []))
            for k, v in merged.items()}
     seconds = _time.perf_counter() - started
+    ctx["warnings"] = [f"{name} with offload {off}: {msg}"
+                       for (name, off), msg in ctx["calib"].refused.items()]
     return res, evaluated, seconds, rejected, ctx
 
 
@@ -757,7 +773,7 @@ def plan(job: Job, cons: Constraints = Constraints(), *, engine=None,
         engine = default_engine()
     res, evaluated, seconds, rejected, ctx = evaluate_space(job, cons, engine=engine,
                                                             progress=progress)
-    warnings = []
+    warnings = list(ctx.get("warnings", ()))
     if ctx["steps"] is None:
         warnings.append("no workload (--dataset-tokens, --num-samples, --max-steps): plans are "
                         "ranked by step time and cost per hour")

@@ -19,26 +19,30 @@ from typing import Iterator, Optional
 
 from attrs import frozen
 
-#: Rejection reasons, in the order they are applied.
-RULES = (
-    "tp does not divide the attention heads",
-    "tp spans nodes",
-    "more pipeline stages than layers",
-    "virtual stages do not divide the layers per stage",
-    "cp does not divide the sequence",
-    "ep does not divide the experts or dp x cp",
-    "global batch not divisible by micro-batch x dp",
-    "fewer micro-batches than pipeline stages x virtual stages (the pipeline never fills)",
-    "sharding without data parallelism (same as zero0)",
-    "hybrid shard within one node (same as full shard)",
-    "ZeRO-2/3 with pipeline parallelism (DeepSpeed's pipeline engine runs ZeRO-1 only)",
-    "optimizer offload needs a sharded optimizer",
-    "does not fit",
-    "over max nodes",
-    "no price for this GPU count",
-    "over budget",
-    "over deadline",
-)
+#: Rejection reasons by key, in the order they are applied.
+RULE = {
+    "heads": "tp does not divide the attention heads",
+    "tp_nodes": "tp spans nodes",
+    "pp_layers": "more pipeline stages than layers",
+    "vstages": "virtual stages do not divide the layers per stage",
+    "cp_seq": "cp does not divide the sequence",
+    "ep": "ep does not divide the experts or dp x cp",
+    "batch": "global batch not divisible by micro-batch x dp",
+    "pipeline_fill": "fewer micro-batches than pipeline stages x virtual stages "
+                     "(the pipeline never fills)",
+    "no_dp": "sharding without data parallelism (same as zero0)",
+    "hybrid_node": "hybrid shard within one node (same as full shard)",
+    "zero_pp": "ZeRO-2/3 with pipeline parallelism (DeepSpeed's pipeline engine runs ZeRO-1 "
+               "only)",
+    "offload": "optimizer offload needs a sharded optimizer",
+    "refused": "refused by the engine's input rules (the probe job was refused)",
+    "fit": "does not fit",
+    "nodes": "over max nodes",
+    "price": "no price for this GPU count",
+    "budget": "over budget",
+    "deadline": "over deadline",
+}
+RULES = tuple(RULE.values())
 
 #: Counted when the installed time estimators cannot time a GPU (no peak FLOP/s or HBM
 #: bandwidth in its table row).
@@ -139,17 +143,17 @@ def _broken_rule(*, tp, pp, cp, ep, dp, vstages, gpn, heads, kv_heads, layers, s
                  experts) -> Optional[str]:
     """The first structural rule a layout breaks (None when it is valid)."""
     if heads % tp or (kv_heads % tp and tp % kv_heads):
-        return RULES[0]
+        return RULE["heads"]
     if tp > gpn:
-        return RULES[1]
+        return RULE["tp_nodes"]
     if pp > layers:
-        return RULES[2]
+        return RULE["pp_layers"]
     if vstages > 1 and layers % (pp * vstages):
-        return RULES[3]
+        return RULE["vstages"]
     if seq_len % cp:
-        return RULES[4]
+        return RULE["cp_seq"]
     if ep > 1 and (experts % ep or (dp * cp) % ep):
-        return RULES[5]
+        return RULE["ep"]
     return None
 
 
