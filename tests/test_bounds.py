@@ -215,11 +215,12 @@ def test_model_ranges(engine):
 
 def test_pipeline_chunks_and_hsdp_groups(engine):
     llama = engine.resolve_model(Job(model="llama-2-7b-hf"))  # 32 layers
-    bad = job(parallelism={"pp": 4, "pp_virtual_stages": 3, "pp_schedule": "interleaved"})
+    bad = job(parallelism={"pp": 4, "pp_virtual_stages": 9, "pp_schedule": "interleaved"})  # 36 > 34
     refused(bounds.check_model_job, bad, llama, resolve_layout(bad),
             field="parallelism.pp_virtual_stages")
-    ok = job(parallelism={"pp": 4, "pp_virtual_stages": 2, "pp_schedule": "interleaved"})
-    bounds.check_model_job(ok, llama, resolve_layout(ok))
+    for v in (2, 3):  # 8 even chunks; 12 uneven ones (Llama 3 405B style) are real too
+        ok = job(parallelism={"pp": 4, "pp_virtual_stages": v, "pp_schedule": "interleaved"})
+        bounds.check_model_job(ok, llama, resolve_layout(ok))
     hsdp = job(parallelism={"fsdp": "hybrid_shard", "hsdp_shard_size": 3, "dp": 8})
     refused(bounds.check_model_job, hsdp, llama, resolve_layout(hsdp),
             field="parallelism.hsdp_shard_size")

@@ -456,11 +456,15 @@ def check_model_job(job, model, layout) -> tuple[str, ...]:
     par = job.parallelism
     warnings = _position_table(job, model)
     chunks = par.pp * par.pp_virtual_stages
-    if par.pp_virtual_stages > 1 and model.num_layers % chunks:
+    if par.pp_virtual_stages > 1 and chunks > model.num_layers + 2:
+        # uneven chunks are real (Megatron-LM --decoder-first/last-pipeline-num-layers; Llama 3
+        # 405B trains 126 layers over 16 stages, arXiv:2407.21783 sec. 3.3.2) and the embedding
+        # and the loss may each take a chunk of their own (--account-for-embedding/loss-in-
+        # pipeline-split: 126 layers in 16 x 8 chunks); a chunk with nothing in it is not
         raise InputError("parallelism.pp_virtual_stages", f"pp x pp_virtual_stages = {chunks} "
-                         f"model chunks must divide the model's {model.num_layers} layers "
-                         "(Megatron-LM: 'number of layers should be divisible by the pipeline "
-                         "parallel size x virtual stages')", value=par.pp_virtual_stages)
+                         f"model chunks for the model's {model.num_layers} layers plus the "
+                         "embedding and the loss: a chunk needs at least one of them",
+                         value=par.pp_virtual_stages)
     shard = par.hsdp_shard_size
     if shard is not None and (shard > layout.dp or layout.dp % shard):
         raise InputError("parallelism.hsdp_shard_size", f"must divide the {layout.dp} "
@@ -588,10 +592,14 @@ def markdown() -> str:
               "|---|---|---|"]
     lines += [f"| `model.{n}` | {lo} .. {hi} | {why} |" for n, (lo, hi, why) in
               MODEL_RANGES.items()]
-    lines += ["| `training.seq_len` | at most the learned position table | GPT-2, OPT, BLOOM-"
-              "style learned tables have no row past their length |",
-              "| `parallelism.pp_virtual_stages` | pp x chunks divides the layers | "
-              "Megatron-LM interleaved schedule |",
+    lines += ["| `training.seq_len` | at most the learned position table | GPT-2- and OPT-"
+              "style learned tables have no row past their length (the untouched default "
+              "2048 is answered with a warning) |",
+              "| `parallelism.pp_virtual_stages` | pp x chunks at most the layers + 2 | a "
+              "chunk holds at least a layer, the embedding or the loss (Megatron-LM "
+              "--account-for-embedding/loss-in-pipeline-split); uneven chunks are allowed "
+              "(--decoder-first/last-pipeline-num-layers; Llama 3 405B: 126 layers over 16 "
+              "stages, arXiv:2407.21783) |",
               "| `parallelism.hsdp_shard_size` | divides the data-parallel GPUs | HYBRID_SHARD "
               "replicates whole shard groups |",
               "| `training.lora_rank` | at most the hidden size | a rank-r adapter of a d-wide "
