@@ -26,6 +26,7 @@ from fmest.counting import lora_modules, total_params, trainable_params
 from fmest.errors import InputError
 from fmest.estimates import ACTIVATION_COMPONENTS, Provenance, TimeEstimate, TokensEstimate
 from fmest.hookspecs import hookimpl
+from fmest.models.images import vlm_sequence_len
 from fmest.transforms import CommunicationPlan, Transforms, transforms_of
 
 from fmest_time_roofline import formulas as F
@@ -122,11 +123,14 @@ class StepShape:
 def step_shape(job, model, layout) -> StepShape:
     training = job.training
     info = F.dtype_info(training.dtype)
+    # VLMs: the language model also runs over the image tokens (fmest.models.images)
+    seq_len = vlm_sequence_len(training.seq_len, model.vision, image_size=training.image_size,
+                               images=training.images_per_sample)
     return StepShape(
         tp=layout.tp, pp=layout.pp, cp=layout.cp, ep=layout.ep, dp=layout.dp,
-        micro_batch=training.micro_batch_size, seq_len=training.seq_len,
+        micro_batch=training.micro_batch_size, seq_len=seq_len,
         grad_accum=training.grad_accum_steps,
-        tokens=training.micro_batch_size * training.seq_len / layout.cp,
+        tokens=training.micro_batch_size * seq_len / layout.cp,
         act_bytes=float(info.storage_bytes), linear_bytes=float(info.operand_bytes),
         linear_dtype=training.dtype, full=training.technique == "full",
         checkpointing=training.activation_checkpointing,
