@@ -108,7 +108,10 @@ def fmest_register_estimators(register):
 @hookimpl
 def fmest_correct_memory(job, ctx, candidates):
     """Learned per-GPU peak memory (see module doc); ``None`` when no analytic answer is
-    among the candidates or the bundle has no memory model."""
+    among the candidates or the bundle has no memory model (or the job is a serving job: the
+    bundles learned training steps)."""
+    if job.mode == "inference":
+        return None
     got = _correct("memory", candidates, job, ctx)
     if got is None:
         return None
@@ -131,7 +134,10 @@ def fmest_correct_memory(job, ctx, candidates):
 
 @hookimpl
 def fmest_correct_time(job, ctx, candidates):
-    """Learned step time when the bundle has a time model; ``None`` otherwise."""
+    """Learned step time when the bundle has a time model; ``None`` otherwise (and for
+    serving jobs)."""
+    if job.mode == "inference":
+        return None
     got = _correct("time", candidates, job, ctx)
     if got is None:
         return None

@@ -291,7 +291,10 @@ def fmest_register_estimators(register):
 @hookimpl
 def fmest_estimate_memory(job, ctx):
     """The traced answer (basis ``traced``; the engine asks only when the job's policy can
-    choose it); None for jobs the runner cannot execute."""
+    choose it); None for jobs the runner cannot execute (serving jobs: the runner traces a
+    training step)."""
+    if job.mode == "inference":
+        return None
     return traced_memory(job, ctx)
 
 
