@@ -254,3 +254,31 @@ def test_sound_answer_passes():
 def test_docs_list_every_bound_and_rule():
     text = (ROOT / "docs" / "cli.md").read_text()
     assert bounds.markdown() in text
+
+
+# -- layout defaults and unanswerable GPUs -----------------------------------------------------
+@pytest.mark.parametrize("parallelism,hardware,world,nodes,per_node", [
+    ({"dp": 16}, {}, 16, 2, 8),          # docs: "up to 8 per node"
+    ({}, {"nodes": 2}, 16, 2, 8),        # nodes without a GPU count: nodes of 8
+    ({"dp": 12}, {}, 12, 2, 6),
+    ({"tp": 8, "pp": 2}, {}, 16, 2, 8),
+    ({"dp": 4}, {}, 4, 1, 4),
+    ({"dp": 4}, {"gpus_per_node": 2, "nodes": 2}, 4, 2, 2),
+])
+def test_layout_defaults(parallelism, hardware, world, nodes, per_node):
+    layout = resolve_layout(job(parallelism=parallelism, hardware=hardware))
+    assert (layout.world_size, layout.nodes, layout.gpus_per_node) == (world, nodes, per_node)
+
+
+def test_a_gpu_without_flop_figures_says_why_time_is_missing():
+    import fmest
+    import fmest_memory_theory.plugin as memory_theory
+    import fmest_time_roofline.plugin as time_roofline
+    from fmest.testing import new_engine
+
+    engine = new_engine((memory_theory, "memory_theory"), (time_roofline, "time_roofline"))
+    report = fmest.estimate({"model": "llama-2-7b-hf", "training": {"seq_len": 512},
+                             "hardware": {"gpu": "A10G"}}, engine=engine)
+    assert report.memory is not None and report.time is None
+    assert any(w.startswith("hardware.gpu: A10G-24GB has no bf16 FLOP/s figure")
+               for w in report.warnings), report.warnings
