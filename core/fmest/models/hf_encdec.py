@@ -55,6 +55,8 @@ def t5_inventory(c, b) -> dict:
                     "n_positions", default=512),
                 is_encoder_decoder=True, num_encoder_layers=enc_layers,
                 relative_attention_num_buckets=buckets,
+                # T5Attention adds the position bias to explicit scores: eager attention only
+                eager_only=True,
                 dropout=float(c.get("dropout_rate", default=0.1) or 0.0))
 
 

@@ -68,6 +68,12 @@ class RunSpec:
     #: > 1: trace FSDP2 ``fully_shard`` on a fake process group of this many ranks (fake mode
     #: only; per-rank memory of rank 0). 1 = single process, sharding left to the caller.
     fsdp_world_size: int = 1
+    #: encoder-decoders: encoder (source) and decoder (target) tokens; None = seq_len
+    source_len: Optional[int] = None
+    target_len: Optional[int] = None
+    #: LLaVA-style VLMs: images per sample, and whether the vision tower trains
+    images_per_sample: int = 1
+    train_vision_tower: bool = False
 
     def key(self) -> dict:
         """A JSON-able dict identifying the run (for cache hashes)."""
@@ -202,7 +208,9 @@ def run_spec_from_job(job, spec, *, optimizer_name: Optional[str] = None,
         gradient_checkpointing=tr.activation_checkpointing == "full", attention=attention,
         optimizer=opt, optimizer_impl=impl, seq_len=tr.seq_len,
         micro_batch_size=tr.micro_batch_size, micro_batches=min(tr.grad_accum_steps, 2),
-        fsdp_world_size=_check_fsdp(fsdp_world_size, device, precision, tr.technique))
+        fsdp_world_size=_check_fsdp(fsdp_world_size, device, precision, tr.technique),
+        source_len=tr.source_len, target_len=tr.target_len,
+        images_per_sample=tr.images_per_sample, train_vision_tower=tr.train_vision_tower)
 
 
 def fsdp_traceable(job, sharding, world_size: int, *, device: str = "fake") -> Optional[str]:
@@ -356,12 +364,41 @@ def _enable_gc(model, gc_kwargs) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gc_kwargs)
 
 
+#: Vision-language model types the runner feeds images to (pixel_values of the tower's fixed
+#: image size, image tokens in input_ids); other VLMs need per-model image inputs.
+TRACED_VLM_TYPES = ("llava",)
+
+
+def _auto_class(cfg):
+    """The transformers Auto class that builds ``cfg``: seq2seq for encoder-decoders,
+    image-text-to-text for vision-language configs, causal LM otherwise."""
+    import transformers
+
+    if getattr(cfg, "is_encoder_decoder", False):
+        return transformers.AutoModelForSeq2SeqLM
+    if getattr(cfg, "vision_config", None) is not None:
+        if cfg.model_type not in TRACED_VLM_TYPES:
+            raise Unsupported(f"vision-language model type {cfg.model_type!r} (traced: "
+                              f"{', '.join(TRACED_VLM_TYPES)})")
+        return transformers.AutoModelForImageTextToText
+    return transformers.AutoModelForCausalLM
+
+
+def _freeze_vision_tower(model, run: RunSpec) -> None:
+    """LLaVA-style fine-tuning freezes the vision tower (the projector trains)."""
+    if run.train_vision_tower or run.technique != "full":
+        return
+    for name, param in model.named_parameters():
+        if "vision_tower" in name:
+            param.requires_grad_(False)
+
+
 def build_model(run: RunSpec, mode: str, fake_mode=None):
     """The training model (peft-wrapped for LoRA/QLoRA), in train mode, on the device."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     cfg = build_config(run)
+    auto_class = _auto_class(cfg)
     kwargs = dict(dtype=_dtype(run.param_dtype), attn_implementation=_attn_impl(run.attention,
                                                                                   mode))
     gc_kwargs = {"use_reentrant": False}
@@ -369,7 +406,7 @@ def build_model(run: RunSpec, mode: str, fake_mode=None):
         # build on meta (milliseconds, no init kernels), wrap with peft there, then swap in
         # fake CPU tensors (pitfall a: fake params cannot be moved or cast)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(cfg, **kwargs)
+            model = auto_class.from_config(cfg, **kwargs)
             if run.gradient_checkpointing:
                 _enable_gc(model, gc_kwargs)
             if run.technique == "lora":
@@ -382,7 +419,7 @@ def build_model(run: RunSpec, mode: str, fake_mode=None):
         if run.technique == "qlora":
             if mode != "cuda":
                 raise Unsupported("QLoRA needs CUDA (bitsandbytes)")
-            model = AutoModelForCausalLM.from_config(cfg, **kwargs)
+            model = auto_class.from_config(cfg, **kwargs)
             model = _quantize_4bit(model, run).to(device)
             from peft import get_peft_model, prepare_model_for_kbit_training
 
@@ -392,13 +429,14 @@ def build_model(run: RunSpec, mode: str, fake_mode=None):
             model = get_peft_model(model, _lora_config(run), **_peft_kwargs(run))
         else:
             with torch.device(device):
-                model = AutoModelForCausalLM.from_config(cfg, **kwargs)
+                model = auto_class.from_config(cfg, **kwargs)
             if run.gradient_checkpointing:
                 _enable_gc(model, gc_kwargs)
             if run.technique == "lora":
                 from peft import get_peft_model
 
                 model = get_peft_model(model, _lora_config(run), **_peft_kwargs(run))
+    _freeze_vision_tower(model, run)
     model.train()
     return model
 
@@ -431,10 +469,33 @@ def _patched_mask_helper():
         yield
         return
     mu.find_packed_sequence_indices = lambda *a, **k: None
+    vlm_checks = _disabled_vlm_checks()
+    try:
+        with vlm_checks:
+            yield
+    finally:
+        mu.find_packed_sequence_indices = orig
+
+
+@contextlib.contextmanager
+def _disabled_vlm_checks():
+    """Under fake tensors LLaVA's check that image tokens and image features agree
+    (``torch_compilable_check`` on a token count) would read values; the runner builds the
+    batch so that they agree, so skip the check -- only inside the trace."""
+    try:
+        import transformers.models.llava.modeling_llava as llava
+    except ImportError:
+        yield
+        return
+    orig = getattr(llava, "torch_compilable_check", None)
+    if orig is None:
+        yield
+        return
+    llava.torch_compilable_check = lambda *a, **k: None
     try:
         yield
     finally:
-        mu.find_packed_sequence_indices = orig
+        llava.torch_compilable_check = orig
 
 
 # -- the steps -----------------------------------------------------------------------------
@@ -455,7 +516,7 @@ class _StepState:
     copies (``master`` precision) and the autocast context."""
 
     params: list
-    ids: Any
+    inputs: dict
     optimizer: Any
     masters: Optional[list]
     amp: Any
@@ -469,11 +530,10 @@ def _prepare_steps(model, run: RunSpec, mode: str, tracker) -> _StepState:
 
     device = "cuda" if mode == "cuda" else "cpu"
     params = [param for param in model.parameters() if param.requires_grad]
-    vocab = model.config.vocab_size if hasattr(model, "config") else run.hf_config["vocab_size"]
-    ids = torch.randint(0, vocab, (run.micro_batch_size, run.seq_len), device=device)
+    inputs = _batch(model, run, device)
     tracker.register(list(model.parameters()), "params")
     tracker.register(list(model.buffers()), "params")
-    tracker.register([ids], "activations")
+    tracker.register(list(inputs.values()), "activations")
     tracker.start_bytes = tracker.total
     masters = None
     if run.precision == "master":
@@ -483,14 +543,45 @@ def _prepare_steps(model, run: RunSpec, mode: str, tracker) -> _StepState:
     # under FSDP2 the MixedPrecisionPolicy casts the gathered weights (no autocast)
     amp = (torch.autocast(device, dtype=_dtype(run.autocast_dtype))
            if run.autocast_dtype and run.fsdp_world_size <= 1 else contextlib.nullcontext())
-    return _StepState(params=params, ids=ids, optimizer=opt, masters=masters, amp=amp)
+    return _StepState(params=params, inputs=inputs, optimizer=opt, masters=masters, amp=amp)
+
+
+def _batch(model, run: RunSpec, device: str) -> dict:
+    """One micro-batch of model inputs: token ids (labels = ids) for causal LMs; encoder ids of
+    ``source_len`` and labels of ``target_len`` for encoder-decoders; for LLaVA, pixel_values at
+    the tower's image size and that many image tokens in front of the text."""
+    import torch
+
+    cfg = model.config
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    vocab = getattr(text, "vocab_size", None) or run.hf_config["vocab_size"]
+    batch = run.micro_batch_size
+    if getattr(cfg, "is_encoder_decoder", False):
+        src = torch.randint(0, vocab, (batch, run.source_len or run.seq_len), device=device)
+        tgt = torch.randint(0, vocab, (batch, run.target_len or run.seq_len), device=device)
+        # decoder inputs given (not shifted from labels): no decoder_start_token_id needed
+        return {"input_ids": src, "decoder_input_ids": tgt, "labels": tgt}
+    vision = getattr(cfg, "vision_config", None)
+    if vision is None:
+        ids = torch.randint(0, vocab, (batch, run.seq_len), device=device)
+        return {"input_ids": ids, "labels": ids}
+    image_token = getattr(cfg, "image_token_id", None) or getattr(cfg, "image_token_index")
+    side = vision.image_size
+    per_image = (side // vision.patch_size) ** 2  # CLS dropped ("default" feature select)
+    image_ids = run.images_per_sample * per_image
+    ids = torch.randint(0, min(vocab, image_token), (batch, run.seq_len + image_ids),
+                        device=device)
+    ids[:, :image_ids] = image_token
+    pixels = torch.randn(batch * run.images_per_sample, vision.num_channels, side, side,
+                         device=device, dtype=_dtype(run.param_dtype))
+    return {"input_ids": ids, "labels": ids, "pixel_values": pixels}
 
 
 def _micro_batch(model, run: RunSpec, state: _StepState, tracker, phase, end, step: int):
     """Forward and backward of one micro-batch, each its own phase window."""
     phase(f"s{step}_forward", "forward")
     with state.amp:
-        loss = model(input_ids=state.ids, labels=state.ids, use_cache=False).loss
+        loss = model(**state.inputs, use_cache=False).loss
     if run.micro_batches > 1:
         loss = loss / run.micro_batches
     end()

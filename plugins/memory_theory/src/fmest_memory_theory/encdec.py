@@ -22,6 +22,10 @@ from attrs import frozen
 #: T5's position bias is computed in fp32 (``relative_attention_bias`` embedding output, added
 #: to fp32 scores); one [1, heads, q, k] tensor per stack is saved for backward.
 POSITION_BIAS_BYTES = 4.0
+#: Eager attention keeps the fp32 softmax output and its compute-dtype copy per score element
+#: (about 6 bytes for bf16: docs/research/trace_feasibility.md section 2a, eager vs sdpa), plus a
+#: 1-byte dropout mask when attention dropout is on (Korthikanti et al. 2022 eq. 1).
+EAGER_SCORE_BYTES = 6.0
 
 
 @frozen(kw_only=True)
@@ -55,7 +59,11 @@ def cross_attention_extra_bytes(model, *, batch: int, target_len: int, source_le
     q_width = model.num_attention_heads * model.head_dim / tp
     target = batch * target_len * (3 * model.hidden_size + 2 * q_width)
     source = batch * source_len * kv_width
-    return (target + source) * act_bytes
+    scores = 0.0
+    if model.eager_only:  # T5: explicit [b, heads, tgt, src] scores (softmax in fp32)
+        per_score = EAGER_SCORE_BYTES + (1.0 if model.dropout > 0 else 0.0)
+        scores = batch * model.num_attention_heads / tp * target_len * source_len * per_score
+    return (target + source) * act_bytes + scores
 
 
 def relative_bias_bytes(model, *, batch: int, source_len: int, target_len: int,

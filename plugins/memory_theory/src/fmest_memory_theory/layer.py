@@ -101,7 +101,10 @@ def _activation_function(model) -> str | None:
     """The MLP activation's name from the raw HF config (GPT-2 ``activation_function``,
     most others ``hidden_act``); None when unknown."""
     cfg = getattr(model, "hf_config", None) or {}
-    act = cfg.get("activation_function") or cfg.get("hidden_act")
+    act = cfg.get("activation_function") or cfg.get("hidden_act") or cfg.get("dense_act_fn")
+    proj = cfg.get("feed_forward_proj")
+    if act is None and isinstance(proj, str):  # T5: "gated-gelu" runs gelu_new (T5Config)
+        act = "gelu_new" if proj == "gated-gelu" else proj.split("-")[-1]
     return act if isinstance(act, str) else None
 
 

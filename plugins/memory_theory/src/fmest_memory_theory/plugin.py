@@ -521,6 +521,8 @@ def _encdec_saved_bytes(setup: JobSetup, stage: Stage) -> float:
     with this plugin's per-layer formula, for the layers of ``stage``."""
     training, model, cp = setup.training, setup.model, setup.layout.cp
     base = _layer_inputs(setup)
+    if model.eager_only and base.attention == "sdpa":  # T5's position bias: eager attention
+        base = attrs.evolve(base, attention="eager")
 
     def per_layer(seq: int) -> float:
         inputs = attrs.evolve(base, tokens=training.micro_batch_size * seq / cp, seq=seq / cp)
