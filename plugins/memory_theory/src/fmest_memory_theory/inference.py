@@ -43,9 +43,11 @@ DEFAULT_KV_BLOCK_TOKENS = 16
 DEFAULT_MAX_NUM_SEQS = 256
 DEFAULT_PREFILL_CHUNK_TOKENS = 8192
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
-#: CUDA graphs captured for decode batch sizes: vLLM logs "Graph capturing finished in N secs,
-#: took 0.2-1.5 GiB" for 7B-70B models (issue logs quoted in benchmarks/data/parts/inference_SOURCES.md);
-#: 0.5 GiB typical, plus per layer a small pool. Set to 0 for eager mode.
+#: CUDA graphs captured for decode batch sizes: vLLM logs "Graph capturing finished in 14 secs,
+#: took 0.21 GiB" for Llama-3.2-1B-Instruct (vllm-project/vllm PR #11349, 2024-12-19) and
+#: "Estimated CUDA graph memory: 0.36 GiB total" (gpustack/runner PR #251, vLLM 0.27); graphs
+#: grow with the layers captured, so 0.5 GiB is assumed for the 7B-70B models this is used for.
+#: Set to 0 in eager mode (``cuda_graphs`` false).
 CUDA_GRAPH_BYTES = 0.5 * GIB
 #: CUDA context + cuBLAS workspaces + NCCL buffers: nvidia-smi memory outside PyTorch's allocator
 #: (the same terms as training, fmest.device_terms).
