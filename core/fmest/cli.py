@@ -79,6 +79,11 @@ _FLAG_MAP: list[tuple[str, str, str, Callable[[Any], Any] | None]] = [
     ("loss", "training", "loss", None),
     ("activation_offload", "training", "activation_offload", None),
     ("compile", "training", "compile", None),
+    ("stack", "training", "stack", None),
+    ("liger", "training", "liger", None),
+    ("tp_comm_overlap", "parallelism", "tp_comm_overlap", None),
+    ("async_tp", "parallelism", "async_tp", None),
+    ("distributed_optimizer", "parallelism", "distributed_optimizer", None),
     ("dp", "parallelism", "dp", None),
     ("tp", "parallelism", "tp", None),
     ("pp", "parallelism", "pp", None),
@@ -174,6 +179,11 @@ def add_estimate_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--loss", choices=("standard", "fused", "chunked"), help="cross-entropy implementation")
     _bool_flag(g, "--activation-offload", help="offload saved activations to CPU")
     _bool_flag(g, "--compile", help="torch.compile the model")
+    g.add_argument("--stack", metavar="NAME", help="training stack (fmest stacks): pytorch, "
+                   "hf-trainer, deepspeed, megatron-core, megatron-deepspeed, torchtitan, "
+                   "torchtune, llm-foundry, unsloth; aliases such as nemo, megatron; any case")
+    _bool_flag(g, "--liger", help="Liger kernels: fused RMSNorm, SwiGLU, RoPE, linear "
+               "cross-entropy")
     g = p.add_argument_group("parallelism")
     for name in ("dp", "tp", "pp", "cp", "ep"):
         g.add_argument(f"--{name}", type=parse_positive_int, help={
@@ -191,6 +201,11 @@ def add_estimate_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sharding", metavar="NAME", help="a registered sharding strategy by name "
                    "(zero0..zero3, fsdp_full_shard, ..., or a plugin's); zero/fsdp may only "
                    "repeat it")
+    _bool_flag(g, "--tp-comm-overlap", help="overlap tensor-parallel communication with "
+               "GEMMs (Megatron --tp-comm-overlap; default: the stack's)")
+    _bool_flag(g, "--async-tp", help="torchtitan async tensor parallelism")
+    _bool_flag(g, "--distributed-optimizer", help="Megatron distributed optimizer (optimizer "
+               "states sharded over DP, overlapped grad reduce-scatter / param all-gather)")
     g.add_argument("--hsdp-shard-size", type=parse_positive_int, help="shard group size for hybrid_shard (default: GPUs per node)")
     g.add_argument("--cpu-offload", choices=("none", "optimizer", "params"), help="offload optimizer states (and master weights) or also parameters to CPU")
     g = p.add_argument_group("hardware")

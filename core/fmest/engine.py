@@ -26,6 +26,7 @@ from fmest.policies import Decision, Failure
 from fmest.prices import PriceQuote
 from fmest.registry import ListRegistry, Registry
 from fmest.transforms import OptimizerSpec, ShardingStrategy, Transforms, resolve_transforms
+from fmest.stacks import StackProfile, resolve_job_stack
 
 QUANTITIES = ("memory", "time", "tokens", "cost")
 #: raised by a plugin, these reach the user (a bad value; a configuration that cannot run)
@@ -69,6 +70,7 @@ class Registries:
         self.parallelism: Registry[ShardingStrategy] = Registry("sharding strategy",
                                                                 "parallelism.fsdp")
         self.policies: Registry[Any] = Registry("policy", "options.method")
+        self.stacks: Registry[StackProfile] = Registry("training stack", "training.stack")
         self.prices: ListRegistry[PriceQuote] = ListRegistry(
             "price", key=lambda q: (q.provider.lower(), q.instance.lower(), q.region.lower(),
                                     q.price_type))
@@ -134,6 +136,7 @@ class Registries:
                            ("fmest_register_optimizers", named(self.optimizers, OptimizerSpec)),
                            ("fmest_register_parallelism",
                             named(self.parallelism, ShardingStrategy)),
+                           ("fmest_register_stacks", named(self.stacks, StackProfile)),
                            ("fmest_register_policies", policies),
                            ("fmest_register_prices", prices),
                            ("fmest_register_estimators", estimators)):
@@ -190,6 +193,8 @@ def sharding_name(job: Job) -> str:
         raise InputError("parallelism", "give either zero_stage (DeepSpeed) or fsdp (PyTorch "
                          f"FSDP), not both (got zero_stage={par.zero_stage}, fsdp={par.fsdp!r})")
     implied = f"fsdp_{par.fsdp}" if par.fsdp != "none" else f"zero{par.zero_stage}"
+    if implied == "zero0" and getattr(par, "distributed_optimizer", False):
+        implied = "zero1"   # Megatron's distributed optimizer shards optimizer states over DP
     if par.sharding is None:
         return implied
     if (par.fsdp != "none" or par.zero_stage) and implied.lower() != par.sharding.lower():
@@ -391,8 +396,9 @@ class Engine:
             self.registries.policies.get(job.options.method)  # raises with the accepted names
         check_job(job)  # a job built in Python did not come through the input door
         answered = check_context(job, model=model, gpu=gpu, layout=layout)
+        stack = resolve_job_stack(job, self.registries.stacks)
         transforms = resolve_transforms(job, model=model, layout=layout, optimizer=optimizer,
-                                        sharding=sharding)
+                                        sharding=sharding, stack=stack)
         return EstimateContext(model=model, gpu=gpu, layout=layout, optimizer=optimizer,
                                sharding=sharding, registries=self.registries,
                                warnings=tuple(model.warnings) + answered,

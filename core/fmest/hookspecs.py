@@ -79,6 +79,18 @@ def fmest_register_parallelism(register):
 
 
 @hookspec
+def fmest_register_stacks(register):
+    """Register training-stack profiles (the stack transform, issue 12).
+
+    Fires once per engine. Call ``register(profile)`` with a
+    :class:`fmest.stacks.StackProfile` (what the framework fuses, overlaps, keeps and
+    allocates, with a source per value). A job selects one with ``training.stack`` by name or
+    alias, case-insensitively; a duplicate name fails loudly naming both plugins. Returns
+    nothing.
+    """
+
+
+@hookspec
 def fmest_register_policies(register):
     """Register policies that choose among estimation answers.
 

@@ -120,6 +120,11 @@ class Training:
     activation_offload: bool = False
     optimizer_in_backward: bool = False
     compile: bool = False
+    #: training stack (issue 12): a registered profile name or alias, case-insensitive
+    #: (``fmest stacks``); None = ``pytorch`` (eager PyTorch) unless an importer inferred one
+    stack: Optional[str] = None
+    #: Liger kernels: fused RMSNorm, SwiGLU, RoPE and fused linear cross-entropy
+    liger: bool = False
     #: vision-language models (issue 14): image side in pixels (None: the model's default
     #: image), images per sample, and whether the vision tower is trained (frozen by default,
     #: as in the LLaVA / Qwen2-VL recipes; the projector is trained with the language model)
@@ -156,6 +161,13 @@ class Parallelism:
     cpu_offload: str = field(default="none", validator=_choice(CPU_OFFLOAD))
     fsdp_backward_prefetch: str = field(default="pre", validator=_choice(FSDP_PREFETCH))
     sharding: Optional[str] = None
+    #: tensor-parallel communication overlapped with GEMMs (Megatron ``--tp-comm-overlap``);
+    #: None = the stack's default
+    tp_comm_overlap: Optional[bool] = None
+    #: torchtitan async tensor parallelism (micro-pipelined TP collectives)
+    async_tp: bool = False
+    #: Megatron's distributed optimizer (ZeRO-1 with overlapped grad reduce / param gather)
+    distributed_optimizer: bool = False
 
     @property
     def model_parallel_size(self) -> int:

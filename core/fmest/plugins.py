@@ -33,6 +33,7 @@ DEFAULT_PLUGINS = {
     "parallelism": "fmest.default_plugins.parallelism",
     "policies": "fmest.default_plugins.policies",
     "serve": "fmest.default_plugins.serve",
+    "stacks": "fmest.default_plugins.stacks",
 }
 
 

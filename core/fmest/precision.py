@@ -9,7 +9,7 @@ weights and grads + fp32 master weights and states). ``auto`` resolves by
 from __future__ import annotations
 
 
-def resolve_precision(training, sharding) -> str:
+def resolve_precision(training, sharding, stack=None) -> str:
     """The precision policy for ``precision="auto"`` (documented in docs/memory_model.md).
 
     * LoRA/QLoRA -> ``amp``: frozen base in ``dtype``, adapters, their grads and states in fp32
@@ -25,6 +25,9 @@ def resolve_precision(training, sharding) -> str:
       the measured rows of the evidence set, measured_dev.csv, are pure bf16).
 
     ``sharding`` is the job's :class:`fmest.transforms.ShardingStrategy` (``ctx.sharding``).
+    ``stack`` (a :class:`fmest.stacks.ResolvedStack`): a stack's ``auto_precision`` decides
+    full half-precision training before the sharding strategy does (torchtune: ``pure``;
+    Megatron-Core and DeepSpeed: ``master``; llm-foundry: ``amp``; core/fmest/data/stacks.toml).
     """
     if training.precision != "auto":
         return training.precision
@@ -32,6 +35,9 @@ def resolve_precision(training, sharding) -> str:
         return "amp"
     if training.dtype == "fp32":
         return "pure"
+    auto = getattr(getattr(stack, "profile", None), "auto_precision", None)
+    if auto is not None:
+        return auto
     if sharding.auto_precision is not None:
         return sharding.auto_precision
     if training.dtype == "fp16":

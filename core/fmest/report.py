@@ -232,6 +232,13 @@ def render_table(report: Report, *, explain: bool = False) -> str:
         lines.append("")
         lines.extend(f"warning: {w}" for w in report.warnings)
     if explain:
+        stack = getattr(getattr(report.context, "transforms", None), "stack", None)
+        if stack is not None:   # issue 12: which stack and why, what it fused and overlapped
+            lines.append("")
+            lines.append(f"Training stack: {stack.summary()}")
+            if report.time is not None:
+                lines.extend(f"  {note}" for note in report.time.notes
+                             if note.startswith(stack.name))
         lines.append("")
         lines.append("How each answer was chosen:")
         for q, d in report.decisions.items():

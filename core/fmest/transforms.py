@@ -15,8 +15,9 @@ estimation context (``ctx.transforms``), so every estimator (analytic memory, ro
 traced memory) reads the same answer instead of re-deriving it. A third party registers an
 optimizer or a sharding strategy through ``fmest_register_optimizers`` /
 ``fmest_register_parallelism`` (or subclasses these classes to override a method) and is
-modelled everywhere. A fourth slot, ``stack`` (the training-stack profile), is reserved for
-the same resolution (issue 12); it is ``None`` until that axis exists.
+modelled everywhere. The training stack (:mod:`fmest.stacks`, issue 12) is applied first:
+it sets the default precision, the optimizer's ``auto`` implementation, fp32 gradient
+buffers and the overlap of the collectives; it rides on the result as ``stack``.
 
 The element-size rule is :data:`DTYPES`, the only dtype table of the product.
 """
@@ -356,7 +357,7 @@ class Transforms:
     optimizer: OptimizerSizing
     sharding: ShardingPlan
     communication: CommunicationPlan
-    stack: Any = None   # the training-stack axis (issue 12) resolves here
+    stack: Any = None   # the fmest.stacks.ResolvedStack (None: eager PyTorch)
     #: the job fields the transforms depend on (micro-batch and sequence length are not)
     job_key: tuple = field(default=(), eq=False, repr=False)
 
@@ -365,7 +366,8 @@ def _job_key(job) -> tuple:
     training = job.training
     return (training.dtype, training.precision, training.technique, training.optimizer,
             training.optimizer_impl, tuple(training.lora_target_modules), training.lora_rank,
-            job.parallelism, job.hardware)
+            job.parallelism, job.hardware, getattr(training, "stack", None),
+            getattr(training, "liger", False))
 
 
 def grad_reduce_bytes_per_element(sizing: OptimizerSizing) -> float:
@@ -388,15 +390,19 @@ def _param_totals(model, technique: str, targets: tuple, rank: int) -> tuple[int
 
 def resolve_transforms(job, *, model, layout, optimizer: OptimizerSpec,
                        sharding: ShardingStrategy, stack: Any = None) -> Transforms:
-    """Apply the transforms in order: optimizer sizing (under the precision policy), then
-    sharding, then communication (this module's doc). ``stack``: the resolved training-stack
-    profile once that axis exists (issue 12); it will be applied first (it sets the default
-    precision and the framework's overlap and buffers) and is carried on the result."""
+    """Apply the transforms in order: the stack (its default precision policy), optimizer
+    sizing (under that policy; the stack's ``auto`` optimizer implementation and fp32
+    gradient buffer), then sharding, then communication (this module's doc; the stack's
+    overlap of data-parallel collectives, :func:`fmest.stacks.apply_to_collectives`).
+    ``stack``: the job's :class:`fmest.stacks.ResolvedStack` (``None``: eager PyTorch),
+    carried on the result."""
     from fmest.precision import resolve_precision
+    from fmest.stacks import apply_to_collectives, apply_to_sizing
 
     training, par = job.training, job.parallelism
-    precision = resolve_precision(training, sharding)
-    sizing = optimizer.sizing(training, precision)
+    precision = resolve_precision(training, sharding, stack)
+    sizing = apply_to_sizing(stack, optimizer.sizing(training, precision), training, sharding,
+                             optimizer)
     plan = sharding.plan(layout, par)
     model_parallel = layout.tp * layout.pp
     reduce_bytes = grad_reduce_bytes_per_element(sizing)
@@ -405,9 +411,9 @@ def resolve_transforms(job, *, model, layout, optimizer: OptimizerSpec,
     grad_bytes = reduce_bytes * (trainable / model_parallel)
     param_bytes = sizing.compute_bytes * (total / model_parallel)
     comm = CommunicationPlan(
-        collectives=sharding.collectives(
+        collectives=apply_to_collectives(stack, sharding.collectives(
             grad_bytes=grad_bytes, param_bytes=param_bytes, group=layout.dp * layout.cp,
-            plan=plan, stride=layout.tp, prefetch=par.fsdp_backward_prefetch),
+            plan=plan, stride=layout.tp, prefetch=par.fsdp_backward_prefetch)),
         grad_bytes_per_element=reduce_bytes)
     return Transforms(precision=precision, optimizer=sizing, sharding=plan, communication=comm,
                       stack=stack, job_key=_job_key(job))
@@ -417,8 +423,13 @@ def transforms_of(job, ctx) -> Transforms:
     """``ctx.transforms`` (filled by the engine), resolved here for a context built without
     them (a hand-made context) or for a job that differs from the context's in a field the
     transforms depend on (the batch search varies only the micro-batch, which they do not)."""
+    from fmest.stacks import resolve_builtin_stack, resolve_job_stack
+
     resolved = getattr(ctx, "transforms", None)
     if resolved is not None and resolved.job_key == _job_key(job):
         return resolved
+    registries = getattr(ctx, "registries", None)
+    stack = (resolve_job_stack(job, registries.stacks) if registries is not None
+             and hasattr(registries, "stacks") else resolve_builtin_stack(job))
     return resolve_transforms(job, model=ctx.model, layout=ctx.layout, optimizer=ctx.optimizer,
-                              sharding=ctx.sharding)
+                              sharding=ctx.sharding, stack=stack)

@@ -69,6 +69,15 @@ ATTENTION_EFFICIENCY_DEFAULT = 0.45
 #: Backwards-compatible alias (forward table).
 ATTENTION_EFFICIENCY = ATTENTION_FWD_EFFICIENCY
 
+#: Hopper attention kernels written for it (cuDNN fused attention behind Transformer Engine's
+#: DotProductAttention, FlashAttention-3): Shah et al. 2024 (arXiv:2407.08608) abstract "up to
+#: 740 TFLOP/s (75 % utilization)" in FP16; causal head-dim-128 forward ~640 TFLOP/s at 16k
+#: (Fig. 5) and backward 1.5-1.75x FA2's 322 TFLOP/s (Fig. 6). Taken below those peaks for
+#: the 2k-8k sequences of training runs: 0.60 forward, 0.50 backward. Used for stacks whose
+#: attention kernel is ``te-fused`` (core/fmest/data/stacks.toml); other GPUs keep the FA2 table.
+FUSED_ATTENTION_FWD_EFFICIENCY = {"H100": 0.60, "H800": 0.60, "H200": 0.60, "H20": 0.60}
+FUSED_ATTENTION_BWD_EFFICIENCY = {"H100": 0.50, "H800": 0.50, "H200": 0.50, "H20": 0.50}
+
 #: The flash-attention backward pass executes 2.5x the forward FLOPs (it recomputes Q K^T:
 #: 5 matmuls vs 2; Dao 2023, Algorithm 2; torch.utils.flop_counter sdpa_backward_flop_count).
 FLASH_BACKWARD_FLOPS_FACTOR = 2.5
@@ -198,12 +207,19 @@ def power_cap_derate(gpu_name: str) -> float:
     return POWER_CAP_DERATE.get(gpu_name, 1.0)
 
 
-def attention_efficiency(gpu_name: str, direction: str = "fwd") -> float:
+def attention_efficiency(gpu_name: str, direction: str = "fwd", kernel: str = "sdpa") -> float:
     """Fraction of bf16 peak reached by fused attention, ``direction`` ``fwd`` or ``bwd``
     (``ATTENTION_FWD_EFFICIENCY`` / ``ATTENTION_BWD_EFFICIENCY``: FA3 paper figures for FA2
-    on H100, FA2 paper range on A100)."""
-    table = ATTENTION_BWD_EFFICIENCY if direction == "bwd" else ATTENTION_FWD_EFFICIENCY
-    return _lookup_prefix(table, gpu_name, ATTENTION_EFFICIENCY_DEFAULT)
+    on H100, FA2 paper range on A100); ``kernel`` ``te-fused`` (a stack's cuDNN/FA3-class
+    kernel) uses ``FUSED_ATTENTION_*_EFFICIENCY`` where the GPU has a figure."""
+    default = _lookup_prefix(ATTENTION_BWD_EFFICIENCY if direction == "bwd"
+                             else ATTENTION_FWD_EFFICIENCY, gpu_name,
+                             ATTENTION_EFFICIENCY_DEFAULT)
+    if kernel == "te-fused":
+        fused = FUSED_ATTENTION_BWD_EFFICIENCY if direction == "bwd" \
+            else FUSED_ATTENTION_FWD_EFFICIENCY
+        return _lookup_prefix(fused, gpu_name, default)
+    return default
 
 
 def gemm_shape_efficiency(m: float, k: float, n: float,
@@ -342,13 +358,19 @@ def training_flops_per_token(model, *, seq_len: int, technique: str = "full",
 
 def elementwise_bytes_per_token_per_layer(model, *, act_bytes: float = 2.0,
                                           gated: Optional[bool] = None, tp: int = 1,
-                                          sequence_parallel: bool = False) -> float:
+                                          sequence_parallel: bool = False,
+                                          per_element=None) -> float:
     """HBM bytes of the unfused (eager) elementwise ops of one transformer layer, forward plus
     backward, per token: two norms, two residual adds, RoPE on q/k, head layout copies and the
     MLP activation (op-by-op traffic in the constants above; backward = 2x forward). Scales
     with ``act_bytes / 2`` (the constants are for bf16 activations). Under tensor parallelism
     the head/intermediate terms split over ``tp``; norms and residual adds are replicated on
-    every rank unless sequence parallelism splits them too (Korthikanti et al. 2022, §4.2.2)."""
+    every rank unless sequence parallelism splits them too (Korthikanti et al. 2022, §4.2.2).
+    ``per_element(op, eager_bytes)`` gives a training stack's bytes per element of ``op``
+    (``norm``, ``residual``, ``rope``, ``layout``, ``activation``) when it fuses the chain
+    (fmest.stacks.ResolvedStack.bytes_per_element); default: the eager figures."""
+    def each(op, eager):
+        return eager if per_element is None else per_element(op, eager)
     hidden = model.hidden_size
     q_dim = model.num_attention_heads * (model.qk_head_dim or model.head_dim)
     kv_dim = model.num_kv_heads * (model.qk_head_dim or model.head_dim)
@@ -360,10 +382,12 @@ def elementwise_bytes_per_token_per_layer(model, *, act_bytes: float = 2.0,
         inter += max((lin.out_features for lin in shared), default=0)
     else:
         inter = model.intermediate_size
-    replicated = 2 * NORM_BYTES_PER_ELEMENT * hidden + 2 * RESIDUAL_BYTES_PER_ELEMENT * hidden
-    split = (ROPE_BYTES_PER_ELEMENT * (q_dim + kv_dim)
-             + LAYOUT_BYTES_PER_ELEMENT * (2 * q_dim + 2 * kv_dim)
-             + (GATED_ACT_BYTES_PER_ELEMENT if gated else ACT_BYTES_PER_ELEMENT) * inter)
+    replicated = (2 * each("norm", NORM_BYTES_PER_ELEMENT) * hidden
+                  + 2 * each("residual", RESIDUAL_BYTES_PER_ELEMENT) * hidden)
+    split = (each("rope", ROPE_BYTES_PER_ELEMENT) * (q_dim + kv_dim)
+             + each("layout", LAYOUT_BYTES_PER_ELEMENT) * (2 * q_dim + 2 * kv_dim)
+             + each("activation", GATED_ACT_BYTES_PER_ELEMENT if gated
+                    else ACT_BYTES_PER_ELEMENT) * inter)
     fwd = replicated / (tp if sequence_parallel else 1) + split / tp
     return fwd * (1.0 + ELEMENTWISE_BACKWARD_FACTOR) * act_bytes / 2.0
 

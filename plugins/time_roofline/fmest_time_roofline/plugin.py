@@ -69,7 +69,7 @@ class Rates:
     notes: tuple = ()
 
 
-def device_rates(job, gpu) -> Optional[Rates]:
+def device_rates(job, gpu, stack=None) -> Optional[Rates]:
     """Phase 1: peaks (power-cap derated) and efficiencies; ``None`` when the GPU table lacks
     a needed peak. ``options.mfu`` replaces the matmul and attention efficiencies."""
     training, notes = job.training, []
@@ -91,8 +91,9 @@ def device_rates(job, gpu) -> Optional[Rates]:
     else:
         fraction = F.mamf_fraction(gpu.name, training.dtype)
         half_dim = F.GEMM_HALF_SATURATION_DIM
-        fwd_eff = F.attention_efficiency(gpu.name, "fwd")
-        bwd_eff = F.attention_efficiency(gpu.name, "bwd")
+        kernel = stack.profile.attention_kernel if stack is not None else "sdpa"
+        fwd_eff = F.attention_efficiency(gpu.name, "fwd", kernel)
+        bwd_eff = F.attention_efficiency(gpu.name, "bwd", kernel)
     return Rates(linear_peak=lin_peak * derate, attention_peak=attn_peak * derate,
                  hbm_bytes_per_s=gpu.hbm_bytes_per_s, linear_fraction=fraction,
                  half_dim=half_dim, attention_fwd_eff=fwd_eff, attention_bwd_eff=bwd_eff,
@@ -179,12 +180,14 @@ def _lora_module_seconds(training, model, shape: StepShape, gemm) -> tuple[tuple
     return mods, out
 
 
-def matmul_times(job, model, shape: StepShape, rates: Rates) -> MatmulTimes:
+def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> MatmulTimes:
     """Phase 2: every linear through the GEMM roofline (formulas.gemm_seconds), the output head
     (last stage, vocab split over tp, never recomputed) and the LoRA adapters. Backward is 2x
     forward for full training (input + weight gradients), 1x for a frozen base."""
     training, gemm = job.training, _gemm(shape, rates)
     fwd = bwd = rec = dequant = fp8_cast = 0.0
+    cast_bytes = F.FP8_CAST_BYTES_PER_ELEMENT if stack is None \
+        else stack.fp8_cast_bytes(F.FP8_CAST_BYTES_PER_ELEMENT)
     bwd_factor = 2.0 if shape.full else 1.0
     last = _last_matmul_names(model)
     for lin in model.linears:
@@ -209,7 +212,7 @@ def matmul_times(job, model, shape: StepShape, rates: Rates) -> MatmulTimes:
             rec += seconds
         elements = (rows * inner + inner * cols + rows * cols) * count
         if shape.linear_dtype == "fp8":
-            fp8_cast += F.FP8_CAST_BYTES_PER_ELEMENT * elements * (3 if shape.full else 2)
+            fp8_cast += cast_bytes * elements * (3 if shape.full else 2)
         if training.technique == "qlora":
             uses = 2 + (1 if shape.checkpointing == "full" else 0)
             dequant += F.QLORA_DEQUANT_BYTES_PER_PARAM * inner * cols * count * uses
@@ -257,19 +260,29 @@ def attention_times(job, model, shape: StepShape, rates: Rates, gpu) -> Attentio
     return AttentionTimes(forward=fwd, backward=bwd, recompute=rec)
 
 
+def stack_loss(training, stack) -> str:
+    """The cross-entropy implementation that runs: a stack (or Liger) that fuses the loss
+    turns the standard eager loss into a fused one (fmest.stacks)."""
+    if stack is not None and stack.fuses("loss") and training.loss == "standard":
+        return "fused"
+    return training.loss
+
+
 def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: MatmulTimes,
-                         comm: CommunicationPlan) -> float:
+                         comm: CommunicationPlan, stack=None) -> float:
     """Phase 4: elementwise traffic (norms, activations, RoPE, layouts; recomputed under full
     checkpointing), the loss, eager attention scores, gradient accumulation read-add-write,
     QLoRA dequantization and fp8 casts, at HBM speed (formulas.memory_bound_seconds)."""
     training, par = job.training, job.parallelism
     per_token = F.elementwise_bytes_per_token_per_layer(
-        model, act_bytes=shape.act_bytes, tp=shape.tp, sequence_parallel=par.sequence_parallel)
+        model, act_bytes=shape.act_bytes, tp=shape.tp, sequence_parallel=par.sequence_parallel,
+        per_element=None if stack is None else stack.bytes_per_element)
     moved = per_token * shape.tokens * shape.stage_layers
     if shape.checkpointing == "full":
         moved += per_token * shape.tokens * shape.stage_layers / (
             1.0 + F.ELEMENTWISE_BACKWARD_FACTOR)
-    moved += F.loss_bytes_per_token(model.vocab_size, training.loss) * shape.tokens / shape.tp
+    moved += F.loss_bytes_per_token(model.vocab_size, stack_loss(training, stack)) \
+        * shape.tokens / shape.tp
     if training.attention == "eager":
         scores = F.eager_attention_bytes_per_token_per_layer(
             model.num_attention_heads / shape.tp, shape.seq_len)
@@ -323,11 +336,18 @@ def _tp_seconds(job, model, shape: StepShape, link) -> float:
 
 
 def model_parallel_comm(job, model, shape: StepShape, attention: AttentionTimes, gpu,
-                        layout, rates: Rates) -> ModelParallelComm:
+                        layout, rates: Rates, stack=None,
+                        matmul_seconds: float = 0.0) -> ModelParallelComm:
     """Phase 5: TP, EP all-to-all (GShard), PP point-to-point and CP ring attention
-    (formulas.ring_attention_costs) per micro-batch."""
+    (formulas.ring_attention_costs) per micro-batch. A stack that overlaps TP communication
+    with the GEMMs (Megatron ``--tp-comm-overlap`` userbuffers, torchtitan async TP) hides it
+    behind ``matmul_seconds`` (formulas.exposed_comm_seconds: the part that does not fit plus
+    the interference share); one that overlaps pipeline p2p (Megatron ``overlap_p2p_comm``)
+    hides the sends behind the micro-batch's compute."""
     gpn, link = layout.gpus_per_node, _links(gpu, layout.gpus_per_node)
     tp_t = _tp_seconds(job, model, shape, link) if shape.tp > 1 else 0.0
+    if tp_t and stack is not None and stack.overlaps("tp"):
+        tp_t = F.exposed_comm_seconds(tp_t, matmul_seconds)
     ep_t = pp_t = cp_t = cp_mem = 0.0
     if shape.ep > 1 and model.is_moe:
         moe_layers = (model.num_moe_layers or model.num_layers) / shape.pp
@@ -341,6 +361,8 @@ def model_parallel_comm(job, model, shape: StepShape, attention: AttentionTimes,
         bandwidth = F.link_bytes_per_s(gpu, inter_node=inter, size=2, nodes=2)  # one hop
         pp_t = 2 * F.p2p_seconds(shape.tokens * model.hidden_size * shape.act_bytes / shape.tp,
                                  bandwidth, inter)
+        if stack is not None and stack.overlaps("pp_p2p"):
+            pp_t = F.exposed_comm_seconds(pp_t, matmul_seconds)
     if shape.cp > 1:  # ring attention (PyTorch context_parallel)
         g_inter, g_bw = link(shape.cp, shape.tp)
         p_inter = F.group_is_inter_node(2, shape.tp, gpn)
@@ -471,18 +493,21 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     Returns ``None`` when the GPU table lacks the peak FLOP/s or HBM bandwidth needed.
     """
     model, gpu, layout = ctx.model, ctx.gpu, ctx.layout
-    rates = device_rates(job, gpu)
+    transforms = transforms_of(job, ctx)
+    stack = transforms.stack
+    rates = device_rates(job, gpu, stack)
     if rates is None:
         return None
-    transforms = transforms_of(job, ctx)
     shape = step_shape(job, model, layout)
-    matmuls = matmul_times(job, model, shape, rates)
+    matmuls = matmul_times(job, model, shape, rates, stack)
     attention = attention_times(job, model, shape, rates, gpu)
-    mem_t = memory_bound_seconds(job, model, shape, rates, matmuls, transforms.communication)
+    mem_t = memory_bound_seconds(job, model, shape, rates, matmuls, transforms.communication,
+                                 stack)
     compute_mb = matmuls.forward + matmuls.backward + matmuls.recompute + attention.forward \
         + attention.backward + attention.recompute
     fwd_share = (matmuls.forward + attention.forward) / max(compute_mb, 1e-30)
-    mp = model_parallel_comm(job, model, shape, attention, gpu, layout, rates)
+    mp = model_parallel_comm(job, model, shape, attention, gpu, layout, rates, stack,
+                             matmuls.forward + matmuls.backward + matmuls.recompute)
     if shape.cp > 1:
         mem_t += mp.cp_memory_seconds
     per_mb = compute_mb + mem_t + mp.tp + mp.ep + mp.pp + mp.cp
@@ -503,10 +528,52 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     busy = sum(parts.values())
     parts["framework_overhead"] = busy * F.FRAMEWORK_OVERHEAD_FRACTION \
         / (1.0 - F.FRAMEWORK_OVERHEAD_FRACTION)
+    stack_notes = []
+    if stack is not None:
+        parts, stack_notes = apply_stack_time(job, model, shape, rates, matmuls, attention,
+                                              transforms, stack, parts, gpu, layout)
     step = sum(parts.values())
     return {"breakdown": parts, "step_seconds": step,
             **_flops_figures(model, job.training, shape, matmuls.lora_modules, step, gpu, layout),
-            "notes": list(rates.notes) + opt_notes}
+            "notes": list(rates.notes) + opt_notes + stack_notes}
+
+
+def apply_stack_time(job, model, shape: StepShape, rates: Rates, matmuls: MatmulTimes,
+                     attention: AttentionTimes, transforms: Transforms, stack, parts: dict,
+                     gpu, layout) -> tuple[dict, list]:
+    """Phase 8: the stack's fitted step-time factor (``stacks_fitted.json``; 1 = physics only)
+    scales every part, and notes name what the stack fused and overlapped, each with the eager
+    figure it replaced (the same phase functions run without the stack)."""
+    factor = stack.fitted.time_factor
+    scaled = {name: value * factor for name, value in parts.items()}
+    notes = [stack.summary()]
+    accum = shape.grad_accum
+    eager_rates = device_rates(job, gpu)
+    eager_mm = matmul_times(job, model, shape, eager_rates)
+    eager_mem = memory_bound_seconds(job, model, shape, eager_rates, eager_mm,
+                                     transforms.communication)
+    fused = [op for op in ("norm", "activation", "rope", "residual", "layout", "loss",
+                           "fp8_cast") if stack.fuses(op)]
+    if fused:
+        notes.append(f"{stack.name} fused {', '.join(fused)}: memory_bound "
+                     f"{parts['memory_bound'] * 1e3:.1f} ms (eager kernels: "
+                     f"{accum * eager_mem * 1e3:.1f} ms)")
+    if stack.profile.attention_kernel != "sdpa" and job.training.attention != "eager":
+        eager_att = attention_times(job, model, shape, eager_rates, gpu)
+        notes.append(f"{stack.name} attention kernel {stack.profile.attention_kernel}: "
+                     f"{accum * (attention.forward + attention.backward) * 1e3:.1f} ms "
+                     f"(FlashAttention-2 figures: "
+                     f"{accum * (eager_att.forward + eager_att.backward) * 1e3:.1f} ms)")
+    hidden = [kind for kind in ("tp", "pp_p2p") if stack.overlaps(kind)
+              and parts.get("communication_" + kind.split("_")[0], 0.0) > 0]
+    dp_overlap = [kind for kind in ("dp_reduce", "dp_gather") if stack.overlaps(kind)]
+    if hidden or dp_overlap:
+        notes.append(f"{stack.name} overlapped with compute: "
+                     f"{', '.join(hidden + dp_overlap)} (exposed share in communication_*)")
+    if factor != 1.0:
+        notes.append(f"every part x{factor:.3f}: {stack.name}'s fitted step-time factor "
+                     f"({stack.fitted.origin}; docs/time_model.md 'Training stacks')")
+    return scaled, notes
 
 
 def workload_tokens(job, model) -> tuple[Optional[float], str]:

@@ -196,13 +196,18 @@ class JobSetup:
     dtensor_sp: bool
     offload_optimizer: bool
     offload_params: bool
+    stack: object = None          # fmest.stacks.ResolvedStack (None: eager PyTorch)
 
 
 def job_setup(job, ctx) -> JobSetup:
     """Phase 1: the job and the core's transforms (``ctx.transforms``) as one record."""
     training, par, lay, model = job.training, job.parallelism, ctx.layout, ctx.model
     transforms = transforms_of(job, ctx)
-    sizing, plan = transforms.optimizer, transforms.sharding
+    sizing, plan, stack = transforms.optimizer, transforms.sharding, transforms.stack
+    if stack is not None and stack.fuses("loss") and training.loss == "standard":
+        # the stack's fused cross-entropy never holds the fp32 logits (Megatron
+        # cross_entropy_loss_fusion, Liger fused linear CE, Unsloth chunked CE)
+        training = attrs.evolve(training, loss="fused")
     lora = training.technique in ("lora", "qlora")
     # PyTorch-native TP (DTensor) is what composes with FSDP (torchtitan): loss_parallel and
     # separately all-gathered SP inputs (ShardingStrategy.native_tensor_parallel)
@@ -220,7 +225,7 @@ def job_setup(job, ctx) -> JobSetup:
         accumulating=training.grad_accum_steps > 1 or lay.pp > 1, dtensor_tp=dtensor_tp,
         dtensor_sp=dtensor_tp and par.sequence_parallel,
         offload_optimizer=par.cpu_offload in ("optimizer", "params"),
-        offload_params=par.cpu_offload == "params")
+        offload_params=par.cpu_offload == "params", stack=stack)
 
 
 @frozen(kw_only=True)
@@ -394,7 +399,13 @@ def _bucket_bytes(setup: JobSetup, state: ModelState) -> float:
     """Persistent flat buckets: DDP's gradient bucket copy (``ShardingStrategy.ddp_bucket``)
     or DeepSpeed-style reduce/all-gather buckets (``*_bucket_elements``)."""
     strategy, dp = setup.strategy, setup.layout.dp
-    out = 0.0
+    stack = setup.stack
+    out = float(stack.profile.workspace_bytes) if stack is not None else 0.0
+    if stack is not None and stack.profile.contiguous_grad_buffer \
+            and "gradients" not in strategy.shards:
+        # gradients accumulate in the framework's flat buffer, which is what is reduced
+        # (Megatron param_and_grad_buffer, DeepSpeed BF16_Optimizer): no bucket copies
+        return out
     if strategy.ddp_bucket and not strategy.shards and dp > 1 and state.trainable_params:
         out += state.grads_full * F.DDP_BUCKET_COPIES_OF_GRADS
     buckets = strategy.reduce_bucket_elements + strategy.allgather_bucket_elements
@@ -707,13 +718,18 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
                   for name in _TENSOR_COMPONENTS}
     _split_vision(setup, peak, components)
     components["cuda_context"] = int(round(ctx_bytes))
-    components["allocator_reserve"] = int(round(F.allocator_reserve_bytes(peak.allocated)))
+    fitted = setup.stack.fitted.reserve_fraction if setup.stack is not None else None
+    components["allocator_reserve"] = int(round(
+        F.allocator_reserve_bytes(peak.allocated) if fitted is None
+        else fitted * peak.allocated))
     total = sum(components.values())
     phase_peaks = {name: int(round(value * (1 + F.ALLOCATOR_RESERVE_FRACTION) + ctx_bytes))
                    for name, value in peak.phase_allocated.items()}
     phase_peaks[peak.phase] = total
     notes = (f"precision={setup.sizing.precision}", f"optimizer_impl={setup.sizing.impl}",
              f"stage={peak.stage}", f"shard_group={setup.plan.group_size}")
+    if setup.stack is not None:
+        notes += (setup.stack.summary(),) + _stack_memory_notes(setup, fitted)
     return MemoryEstimate(
         total_bytes=total, components=components, phase=peak.phase,
         phase_peaks_bytes=phase_peaks, host_bytes=int(_host_bytes(setup)),
@@ -721,6 +737,24 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
             "step-2 phase peak; Korthikanti 2022 activations, ZeRO 2020 states, QLoRA 2023 "
             "NF4; allocator reserve %.0f%% of allocated" % (100 * F.ALLOCATOR_RESERVE_FRACTION))),
         notes=notes)
+
+
+def _stack_memory_notes(setup: JobSetup, fitted) -> tuple:
+    """What the stack changed in memory, by name (issue 12)."""
+    stack, sizing, out = setup.stack, setup.sizing, []
+    if sizing.grad_bytes == F.FP32_BYTES and sizing.precision == "master":
+        out.append(f"{stack.name}: gradients accumulate in an fp32 buffer (4 B/param)")
+    if stack.profile.contiguous_grad_buffer and "gradients" not in setup.strategy.shards:
+        out.append(f"{stack.name}: contiguous gradient buffer, no bucket copies")
+    if stack.profile.workspace_bytes:
+        out.append(f"{stack.name}: framework workspaces "
+                   f"{stack.profile.workspace_bytes / 2**20:.0f} MiB")
+    if setup.training.loss == "fused" and stack.fuses("loss"):
+        out.append(f"{stack.name}: fused cross-entropy (no fp32 logits)")
+    if fitted is not None:
+        out.append(f"{stack.name}: allocator reserve {fitted:.3f} x allocated "
+                   f"({stack.fitted.origin})")
+    return tuple(out)
 
 
 def estimate_bytes(job, ctx) -> MemoryEstimate:

@@ -1,0 +1,317 @@
+"""Training stacks: the third transform axis (issue 12).
+
+The same model, batch and layout costs different memory and time under different software.
+A :class:`StackProfile` states what one framework does, with a source per value
+(``core/fmest/data/stacks.toml``): which elementwise chains it fuses and what they then move
+per element, its attention kernel, which collectives it overlaps with compute, what the
+optimizer's ``auto`` implementation is, its default precision policy, whether gradients
+accumulate in an fp32 buffer, its persistent workspaces and its fp8 recipe.
+
+Profiles are registered through ``fmest_register_stacks`` (built-ins: the ``stacks`` default
+plugin) and looked up case-insensitively by name or alias. The engine resolves the job's stack
+(``training.stack``; default ``pytorch``) with the job's feature flags into a
+:class:`ResolvedStack` and puts it on ``ctx.transforms.stack``; the stack is applied first (it
+sets the default precision), then the optimizer, sharding and communication transforms
+(:mod:`fmest.transforms`). Estimators ask the resolved stack (``bytes_per_element(op)``,
+``overlaps(kind)``, ...) and never compare stack names.
+
+Fitted constants (a small number, each fitted by a stated procedure and refitted per held-out
+source by ``benchmarks/stack_fitting.py``) live in ``core/fmest/data/stacks_fitted.json``;
+``$FMEST_FITTED_CONSTANTS`` (a JSON file whose ``stacks`` entry has the same shape) replaces
+them, which is how the benchmark scores a source with constants fitted without it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Mapping, Optional
+
+from attrs import evolve, field, frozen
+
+from fmest.errors import InputError
+
+DATA = Path(__file__).resolve().parent / "data"
+PROFILES_FILE = DATA / "stacks.toml"
+FITTED_FILE = DATA / "stacks_fitted.json"
+FITTED_ENV = "FMEST_FITTED_CONSTANTS"
+DEFAULT_STACK = "pytorch"
+
+#: Elementwise chains a stack may fuse.
+FUSIBLE = ("norm", "activation", "rope", "residual", "loss", "fp8_cast", "layout")
+#: Collectives a stack may overlap with compute.
+OVERLAPS = ("tp", "dp_reduce", "dp_gather", "fsdp_prefetch", "pp_p2p")
+ATTENTION_KERNELS = ("sdpa", "flash", "te-fused", "eager")
+FP8_RECIPES = ("none", "te-delayed", "te-current", "torchao-tensorwise", "torchao-rowwise")
+
+#: Liger kernels (``training.liger``): fused RMSNorm, SwiGLU, RoPE and fused linear
+#: cross-entropy, one read + one write per kernel (linkedin/Liger-Kernel
+#: src/liger_kernel/ops/rms_norm.py, swiglu.py, rope.py, fused_linear_cross_entropy.py).
+LIGER_FUSED = ("norm", "activation", "rope", "loss")
+LIGER_BYTES = {"norm": 6.0, "activation": 6.0, "rope": 4.0}
+
+
+def _subset(allowed):
+    def check(inst, attribute, value):
+        bad = sorted(set(value) - set(allowed))
+        if bad:
+            raise ValueError(f"StackProfile.{attribute.name}: {bad} not in {allowed}")
+    return check
+
+
+@frozen(kw_only=True)
+class StackProfile:
+    """What one training framework does (module doc). ``sources`` maps a field name to the
+    public file or document its value comes from."""
+
+    name: str
+    title: str = ""
+    aliases: tuple[str, ...] = ()
+    fused: frozenset[str] = field(default=frozenset(), converter=frozenset,
+                                  validator=_subset(FUSIBLE))
+    elementwise_bytes: Mapping[str, float] = field(factory=dict)
+    fp8_cast_bytes_per_element: Optional[float] = None
+    attention_kernel: str = "sdpa"
+    overlap: frozenset[str] = field(default=frozenset(), converter=frozenset,
+                                    validator=_subset(OVERLAPS))
+    overlap_needs_flag: frozenset[str] = field(default=frozenset(), converter=frozenset,
+                                               validator=_subset(OVERLAPS))
+    tp_comm_overlap_default: bool = False
+    optimizer_impl: str = "foreach"
+    auto_precision: Optional[str] = None
+    fp32_grads: Optional[str] = None
+    contiguous_grad_buffer: bool = False
+    workspace_bytes: float = 0.0
+    fp8_recipe: str = "none"
+    sources: Mapping[str, str] = field(factory=dict)
+    plugin: str = ""
+
+    @classmethod
+    def from_table(cls, name: str, table: dict) -> "StackProfile":
+        """A profile from one ``[name]`` table of ``stacks.toml``."""
+        return cls(name=name, **{key: tuple(value) if key == "aliases" else value
+                                 for key, value in table.items()})
+
+
+@functools.lru_cache(maxsize=4)
+def load_profiles(path: Path = PROFILES_FILE) -> tuple[StackProfile, ...]:
+    """The built-in profiles of ``stacks.toml`` (a bad file names the profile and field)."""
+    with open(path, "rb") as fh:
+        data = tomllib.load(fh)
+    out = []
+    for name, table in data.items():
+        try:
+            out.append(StackProfile.from_table(name, table))
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{path.name}: [{name}]", str(exc)) from None
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# fitted constants
+# ---------------------------------------------------------------------------------------------
+
+@frozen(kw_only=True)
+class FittedConstants:
+    """The per-stack constants fitted on the evidence set (``stacks_fitted.json``):
+    ``time_factor`` (step-time multiplier of the stack over the roofline; 1 = physics only)
+    and ``reserve_fraction`` (allocator reserve over allocated bytes; ``None`` = the physics
+    default of memory_theory)."""
+
+    time_factor: float = 1.0
+    reserve_fraction: Optional[float] = None
+    origin: str = "physics only (no fitted constant)"
+
+
+@functools.lru_cache(maxsize=8)
+def _fitted_table(path: str, mtime: float) -> dict:
+    with open(path) as fh:
+        data = json.load(fh)
+    return data.get("stacks", data) if isinstance(data, dict) else {}
+
+
+def fitted_constants(stack: str) -> FittedConstants:
+    """The fitted constants of ``stack``: from ``$FMEST_FITTED_CONSTANTS`` when set (its
+    ``stacks`` entry, or a fitter's overrides under any key holding ``time_factor`` /
+    ``reserve_fraction`` maps), else the shipped ``stacks_fitted.json``."""
+    path = os.environ.get(FITTED_ENV) or str(FITTED_FILE)
+    if not os.path.exists(path):
+        return FittedConstants()
+    table = _fitted_table(path, os.path.getmtime(path))
+    merged: dict = {}
+    if "time_factor" in table or "reserve_fraction" in table:
+        merged = table
+    else:   # the benchmark's overrides file: {fitter name: {...}}
+        for value in table.values():
+            if isinstance(value, dict):
+                for key in ("time_factor", "reserve_fraction"):
+                    if key in value:
+                        merged.setdefault(key, {}).update(value[key])
+    time_factor = (merged.get("time_factor") or {}).get(stack, 1.0)
+    reserve = (merged.get("reserve_fraction") or {}).get(stack)
+    return FittedConstants(time_factor=float(time_factor),
+                           reserve_fraction=None if reserve is None else float(reserve),
+                           origin=f"fitted ({os.path.basename(path)})")
+
+
+# ---------------------------------------------------------------------------------------------
+# resolution
+# ---------------------------------------------------------------------------------------------
+
+@frozen(kw_only=True)
+class ResolvedStack:
+    """A profile applied to one job (``ctx.transforms.stack``): the profile, the feature
+    flags in force, the fitted constants and why this stack was chosen (``reason``)."""
+
+    profile: StackProfile
+    reason: str
+    fused: frozenset[str]
+    elementwise_bytes: Mapping[str, float]
+    overlap: frozenset[str]
+    liger: bool = False
+    distributed_optimizer: bool = False
+    fitted: FittedConstants = FittedConstants()
+
+    @property
+    def name(self) -> str:
+        return self.profile.name
+
+    def fuses(self, op: str) -> bool:
+        """Whether elementwise chain ``op`` (one of :data:`FUSIBLE`) is fused."""
+        return op in self.fused
+
+    def overlaps(self, kind: str) -> bool:
+        """Whether collectives of ``kind`` (one of :data:`OVERLAPS`) overlap compute."""
+        return kind in self.overlap
+
+    def bytes_per_element(self, op: str, eager: float) -> float:
+        """HBM bytes per element of ``op`` under this stack (``eager`` when not fused)."""
+        if op in self.fused and op in self.elementwise_bytes:
+            return float(self.elementwise_bytes[op])
+        return eager
+
+    def fp8_cast_bytes(self, eager: float) -> float:
+        """Bytes per GEMM operand element of the fp8 amax + cast (fused into the producing
+        kernel by Transformer Engine: only the fp8 copy is written)."""
+        if "fp8_cast" in self.fused and self.profile.fp8_cast_bytes_per_element is not None:
+            return float(self.profile.fp8_cast_bytes_per_element)
+        return eager
+
+    def optimizer_impl(self, requested: str) -> str:
+        """``training.optimizer_impl``; ``auto`` becomes the stack's implementation."""
+        return requested if requested != "auto" else self.profile.optimizer_impl
+
+    def summary(self) -> str:
+        """One line for notes and ``--explain``."""
+        fused = ", ".join(op for op in FUSIBLE if op in self.fused) or "none"
+        overlap = ", ".join(kind for kind in OVERLAPS if kind in self.overlap) or "none"
+        return (f"stack {self.name} ({self.reason}): fused {fused}; overlapped {overlap}; "
+                f"attention {self.profile.attention_kernel}; time x{self.fitted.time_factor:.3f}"
+                f" ({self.fitted.origin})")
+
+
+def resolve_stack(profile: StackProfile, job, *, reason: str) -> ResolvedStack:
+    """``profile`` with the job's feature flags: ``parallelism.tp_comm_overlap`` /
+    ``async_tp`` switch on the TP overlap the profile can do (``overlap_needs_flag``; None
+    = the profile's default), ``training.liger`` adds Liger's fused kernels,
+    ``parallelism.distributed_optimizer`` adds overlapped gradient reduce-scatter and
+    parameter all-gather (Megatron's distributed optimizer)."""
+    training, par = job.training, job.parallelism
+    overlap = set(profile.overlap - profile.overlap_needs_flag)
+    tp_flag = getattr(par, "tp_comm_overlap", None)
+    async_tp = bool(getattr(par, "async_tp", False))
+    if "tp" in profile.overlap_needs_flag:
+        wanted = tp_flag if tp_flag is not None else profile.tp_comm_overlap_default
+        if wanted or async_tp:
+            overlap.add("tp")
+    elif "tp" in profile.overlap and tp_flag is False:
+        overlap.discard("tp")
+    dist_opt = bool(getattr(par, "distributed_optimizer", False))
+    if dist_opt:
+        overlap |= {"dp_reduce", "dp_gather"}
+    fused, per_element = set(profile.fused), dict(profile.elementwise_bytes)
+    liger = bool(getattr(training, "liger", False))
+    if liger:
+        fused |= set(LIGER_FUSED)
+        for op, value in LIGER_BYTES.items():
+            per_element[op] = min(per_element.get(op, value), value)
+    return ResolvedStack(profile=profile, reason=reason, fused=frozenset(fused),
+                         elementwise_bytes=per_element, overlap=frozenset(overlap),
+                         liger=liger, distributed_optimizer=dist_opt,
+                         fitted=fitted_constants(profile.name))
+
+
+def stack_name(job) -> tuple[str, str]:
+    """(the job's stack name, why): ``training.stack`` when set, else the default."""
+    stated = getattr(job.training, "stack", None)
+    if stated:
+        return stated, "stated (training.stack)"
+    return DEFAULT_STACK, "default: no stack stated (eager PyTorch)"
+
+
+def apply_to_sizing(stack: Optional[ResolvedStack], sizing, training, strategy, optimizer):
+    """The stack's effect on the optimizer transform: ``auto`` implementation, and fp32
+    gradients where the framework accumulates unsharded gradients in an fp32 buffer (Megatron
+    main_grad, DeepSpeed BF16_Optimizer) under bf16 compute with fp32 master weights."""
+    if stack is None:
+        return sizing
+    impl = stack.optimizer_impl(training.optimizer_impl)
+    changes = {}
+    if (impl != sizing.impl and training.optimizer_impl == "auto"
+            and impl in optimizer.step_temp_states):   # an implementation this optimizer has
+        changes.update(impl=impl, temp_states=optimizer.step_temp_states[impl])
+    profile = stack.profile
+    if (profile.fp32_grads == training.dtype and sizing.precision == "master"
+            and training.technique == "full" and "gradients" not in strategy.shards):
+        changes["grad_bytes"] = 4
+    return evolve(sizing, **changes) if changes else sizing
+
+
+def apply_to_collectives(stack: Optional[ResolvedStack], collectives: tuple) -> tuple:
+    """The stack's overlap of data-parallel collectives: with ``dp_gather`` the parameter
+    all-gather after the step overlaps the next forward (Megatron ``overlap_param_gather``);
+    with ``dp_reduce`` gradient reductions overlap backward (as bucketed DDP does)."""
+    if stack is None:
+        return collectives
+    out = []
+    for coll in collectives:
+        if coll.what == "parameters" and coll.phase == "step" and stack.overlaps("dp_gather"):
+            coll = evolve(coll, phase="forward", overlappable=True)
+        elif coll.what == "gradients" and not stack.overlaps("dp_reduce"):
+            coll = evolve(coll, overlappable=False)
+        out.append(coll)
+    return tuple(out)
+
+
+def resolve_job_stack(job, registry) -> Optional[ResolvedStack]:
+    """The job's stack looked up in ``registry`` (the engine's stack registry) and resolved;
+    an unknown name is an :class:`fmest.errors.UnknownNameError` on ``training.stack`` listing
+    the registered profiles. ``None`` when no profile is registered at all (the ``stacks``
+    default plugin disabled): the estimators then model eager PyTorch."""
+    name, reason = stack_name(job)
+    if not len(registry.names()):
+        return None
+    profile = registry.get(name)   # case-insensitive, aliases; raises naming the field
+    if profile.name != name and name.lower() != profile.name:
+        reason = f"{reason}: {name!r} is an alias of {profile.name}"
+    return resolve_stack(profile, job, reason=reason)
+
+
+@functools.lru_cache(maxsize=1)
+def _builtin_by_key() -> dict:
+    out = {}
+    for profile in load_profiles():
+        for key in (profile.name, *profile.aliases):
+            out[key.lower()] = profile
+    return out
+
+
+def resolve_builtin_stack(job) -> Optional[ResolvedStack]:
+    """The job's stack from the built-in profiles only (for a context built without the
+    engine, e.g. :func:`fmest.transforms.transforms_of` on a hand-made context)."""
+    name, reason = stack_name(job)
+    profile = _builtin_by_key().get(name.strip().lower())
+    return None if profile is None else resolve_stack(profile, job, reason=reason)
