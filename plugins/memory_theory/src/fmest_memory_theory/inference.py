@@ -36,9 +36,10 @@ DEFAULT_GROUP_SIZE = 128
 #: 256 blocks (Dettmers et al. 2023, QLoRA, section 3: "8/64 + 32/(64*256) = 0.127 bits").
 NF4_OVERHEAD_BITS = 8 / 64 + 32 / (64 * 256)
 KV_FORMAT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}
-#: vLLM defaults (engine arguments docs): paged KV block of 16 tokens, 256 sequences at most per
-#: step; prefill chunk (max_num_batched_tokens) 8192 for the V1 engine's offline/online default on
-#: large GPUs.
+#: vLLM defaults: paged KV block of 16 tokens (engine arguments docs); the prefill chunk
+#: ``max_num_batched_tokens`` and ``max_num_seqs`` of its OpenAI server are 8192 / 1024 on GPUs
+#: with >= 70 GiB other than A100 and 2048 / 256 elsewhere (vllm/engine/arg_utils.py,
+#: ``EngineArgs.get_batch_defaults``); fmest takes 8192 and 256 (the job can set both).
 DEFAULT_KV_BLOCK_TOKENS = 16
 DEFAULT_MAX_NUM_SEQS = 256
 DEFAULT_PREFILL_CHUNK_TOKENS = 8192
