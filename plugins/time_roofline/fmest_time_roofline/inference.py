@@ -23,10 +23,12 @@ from fmest_time_roofline.formulas import (HBM_EFFICIENCY, INTRA_NODE_COLLECTIVE_
                                           INTRA_NODE_LATENCY_S, attention_efficiency,
                                           linear_forward_flops_per_token, mamf_fraction)
 
-#: Decode steps are chains of small kernels: per layer about a dozen launches even under CUDA
-#: graphs, each with a few microseconds of fixed cost (NVIDIA Nsight timelines of vLLM decode;
-#: Databricks, "LLM Inference Performance Engineering: Best Practices", 2023: batch-1 decode
-#: reaches ~60-70 % of HBM bandwidth, "MBU"). Modelled as a fixed time per layer per step.
+#: Decode steps are chains of small kernels, about a dozen per layer (norms, QKV, rotary,
+#: attention, output, MLP, residuals), each with a fixed launch/tail cost of about a microsecond
+#: even under CUDA graphs. Assumed, not measured: 12 us per layer; the fitted per-step overhead
+#: below absorbs what this misses (its leave-one-source-out error is what
+#: benchmarks/inference_accuracy.py reports). The "memory-bandwidth utilization" view of decode
+#: is Databricks/MosaicML's ("LLM Inference Performance Engineering: Best Practices", 2023).
 DECODE_SECONDS_PER_LAYER = 12e-6
 #: Fixed time of one decode step outside the GPU kernels (scheduler, sampler, detokenizer,
 #: Python), per serving runtime. Fitted (median residual step time) by
