@@ -115,7 +115,10 @@ def run_cli(argv: list[str], extra: tuple[str, ...] = ()) -> tuple[int, str, str
         assert names_a_field(lines[0], extra), f"refusal names no field: {lines[0]} ({argv})"
     elif "--format" in argv and argv[argv.index("--format") + 1] == "json" \
             and argv[0] == "estimate":
-        check_answer_json(json.loads(out.getvalue()))
+        try:
+            check_answer_json(json.loads(out.getvalue()))
+        except AssertionError as exc:
+            raise AssertionError(f"{exc} for {argv}") from None
     return rc, out.getvalue(), stderr
 
 
@@ -436,3 +439,48 @@ def test_nan_and_inf_are_refused_at_every_numeric_field():
             built = fmest.to_job(job)
             got = getattr(getattr(built, section), name)
             assert not (isinstance(got, float) and not math.isfinite(got)), (path, value, got)
+
+
+# -- booleans are never truthiness; nulls and unknown keys are reported ------------------------
+BOOLEAN_KEYS = [
+    ("axolotl.yaml", "base_model: llama-2-7b-hf\nadapter: lora\nsequence_len: 512\n",
+     "load_in_4bit", ("training", "technique"), "lora"),
+    ("axolotl.yaml", "base_model: llama-2-7b-hf\nsequence_len: 512\n",
+     "gradient_checkpointing", ("training", "activation_checkpointing"), "none"),
+    ("training_args.json", None, "gradient_checkpointing",
+     ("training", "activation_checkpointing"), "none"),
+    ("torchtune_single_device.yaml", "model:\n  _component_: torchtune.models.llama2.llama2_7b\n"
+     "batch_size: 1\n", "enable_activation_checkpointing",
+     ("training", "activation_checkpointing"), "none"),
+    ("llama_factory.yaml", "model_name_or_path: llama-2-7b-hf\nfinetuning_type: full\n"
+     "cutoff_len: 512\n", "pure_bf16", ("training", "precision"), "auto"),
+]
+
+
+@pytest.mark.parametrize("name,base,key,field,false_value", BOOLEAN_KEYS)
+def test_string_booleans_are_read_never_coerced(tmp_path, name, base, key, field, false_value):
+    def run(value):
+        path = tmp_path / name
+        if base is None:
+            path.write_text(json.dumps({"per_device_train_batch_size": 1, key: value}))
+        else:
+            path.write_text(base + f"{key}: {json.dumps(value)}\n")
+        return run_cli(["estimate", "--model", "llama-2-7b-hf", "--seq-len", "512",
+                        "--config", str(path), "--format", "json"], extra=(str(tmp_path),))
+    rc, _out, err = run("maybe")
+    assert rc == 2 and key in err, err
+    for text in ("false", "no", "0"):
+        rc, out, err = run(text)
+        assert rc == 0, err
+        assert json.loads(out)["job"][field[0]][field[1]] == false_value, (text, key)
+
+
+def test_nulls_and_unknown_keys_are_reported(tmp_path):
+    axolotl = tmp_path / "axolotl.yaml"
+    axolotl.write_text("base_model: llama-2-7b-hf\nadapter: null\nsequence_len: 512\n")
+    rc, out, _err = run_cli(["estimate", "--config", str(axolotl), "--format", "json"])
+    doc = json.loads(out)
+    assert doc["job"]["training"]["technique"] == "full"
+    assert any("adapter: null: no adapter" in w for w in doc["warnings"]), doc["warnings"]
+    report = fmest.estimate({**BASE_EI, "bogus_top": 1}, engine=ENGINE)
+    assert any("bogus_top: not a key of an EstimateInput" in w for w in report.warnings)

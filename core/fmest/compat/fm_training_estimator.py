@@ -116,7 +116,7 @@ def training_arguments_fields(hf: dict, path: str) -> tuple[dict, list[str]]:
             if value is not None and _whole(value, p) > 0:
                 out["workload"]["max_steps"] = value
         elif k == "fsdp":
-            text = " ".join(value) if isinstance(value, list) else str(value or "")
+            text = " ".join(map(str, value)) if isinstance(value, list) else str(value or "")
             for strat in ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard"):
                 if strat in text:
                     out["parallelism"]["fsdp"] = strat
@@ -255,6 +255,10 @@ def estimate_input_jobs(data: Any) -> tuple[list[dict], list[str]]:
                              accepted=("theory", "learned", "hybrid"))
     ignored = [f"estimator.{k}: fmest's learned models are chosen with --learned-model"
                for k in meta if k != "method"]
+    known = {"estimator_metadata", "estimator", "estimatorMetadata", "job_configs",
+             "jobConfigs"}
+    ignored += [f"{k}: not a key of an EstimateInput (estimator_metadata, job_configs)"
+                for k in data if k not in known]
     configs = _get(data, "job_configs", "jobConfigs")
     if not isinstance(configs, list) or not configs:
         raise InputError("job_configs", "expected a non-empty list of job configs")

@@ -68,10 +68,16 @@ _IGNORED = {
 def _adapter(doc: dict, sink: Sink) -> None:
     """``adapter`` + ``load_in_4bit``/``load_in_8bit`` -> technique and base-weight bits."""
     adapter = doc.get("adapter")
-    k4, k8 = bool(doc.get("load_in_4bit")), bool(doc.get("load_in_8bit"))
+    # never truthiness: "false" / "no" are false, "maybe" is refused naming the key
+    k4, k8 = (doc.get(key) is not None and sink.bool_(key, doc[key])
+              for key in ("load_in_4bit", "load_in_8bit"))
     if adapter in (None, "", False):
         if "adapter" in doc:
             sink.set("training.technique", "full", "adapter")
+            # reported like every other null: the user may have meant an adapter
+            shown = "null" if adapter is None else repr(adapter)
+            sink.ignore("adapter", f"{shown}: no adapter, so full fine-tuning (set "
+                        "adapter: lora or qlora for LoRA)")
         if k4 or k8:
             raise sink.error("load_in_4bit" if k4 else "load_in_8bit",
                              "a quantised base needs adapter: lora or qlora", value=True)
@@ -94,7 +100,7 @@ def map_config(doc: dict, sink: Sink) -> None:
             sink.ignore(key, "null: not set (axolotl's default)")
             continue
         if name in ("adapter", "load_in_4bit", "load_in_8bit"):
-            if name != "adapter" and not value:
+            if name != "adapter" and not sink.bool_(key, value):
                 sink.ignore(key, "false: base weights not quantised")
             continue
         if name == "base_model":

@@ -14,6 +14,7 @@ from typing import Any
 
 from fmest.compat.fm_training_estimator import training_arguments_fields
 from fmest.configs._base import Sink, join
+from fmest.errors import InputError
 
 FORMAT = "training-args"
 
@@ -86,6 +87,8 @@ def map_keys(doc: dict, sink: Sink, prefix: str = "", skip: frozenset = frozense
             continue
         try:
             mapped, ignored = training_arguments_fields({name: value}, "")
+        except InputError as exc:  # a boolean key's "maybe": keep the reader's own message
+            raise sink.error(key, str(exc).split(": ", 1)[-1]) from None
         except (TypeError, ValueError):
             raise sink.error(key, "expected a number", value=value) from None
         for section, fields in mapped.items():
