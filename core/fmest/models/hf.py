@@ -652,5 +652,6 @@ def spec_from_param_count(params, *, name: str = "params", source: str = "--para
                      hf_config={WEIGHTS_ONLY_KEY: count},
                      warnings=(f"weights-only model ({count:,} parameters from --params): "
                                f"weights, gradients and optimizer states are counted; "
-                               f"activations, KV cache and time need the model's dimensions "
-                               f"(--hidden-size ... or a config)",))
+                               f"activations, the KV cache (and the largest batch/context) "
+                               f"and compute time need the model's dimensions (--hidden-size "
+                               f"... or a config); decode time counts weight streaming only",))

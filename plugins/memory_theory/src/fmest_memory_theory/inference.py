@@ -378,22 +378,25 @@ def estimate_inference_memory(job, ctx):
                   "activations": int(mem.activation_bytes),
                   "cuda_graphs": int(mem.cuda_graph_bytes),
                   "cuda_context": int(mem.non_torch_bytes)}
-    batch = max_batch(model, setup, capacity_bytes=capacity)
-    context = max_context(model, setup, capacity_bytes=capacity)
     notes = [f"inference ({setup.runtime}): weights as {setup.weight_format}, KV cache as "
              f"{setup.kv_format}, {setup.batch} sequence(s) x {setup.context} tokens",
              f"usable memory = {setup.gpu_memory_utilization:g} x capacity "
-             f"({mem.usable_bytes / GIB:.1f} GiB; gpu_memory_utilization)",
-             f"largest batch at {setup.context} tokens: {batch}",
-             f"largest context at batch {setup.batch}: {context} tokens"
-             + (f" (beyond the model's {model.max_position_embeddings} positions)"
-                if context > model.max_position_embeddings else "")]
+             f"({mem.usable_bytes / GIB:.1f} GiB; gpu_memory_utilization)"]
+    batch = context = None
+    if model.model_type != "weights_only":  # a weights-only model has no KV cache to size
+        batch = max_batch(model, setup, capacity_bytes=capacity)
+        context = max_context(model, setup, capacity_bytes=capacity)
+        notes += [f"largest batch at {setup.context} tokens: {batch}",
+                  f"largest context at batch {setup.batch}: {context} tokens"
+                  + (f" (beyond the model's {model.max_position_embeddings} positions)"
+                     if context > model.max_position_embeddings else "")]
     return MemoryEstimate(
         total_bytes=int(sum(components.values())), components=components,
         provenance=Provenance(basis="analytic", detail="inference memory: weights in storage "
                               "format + paged KV cache + prefill working set + runtime reserve"),
         phase="decode", phase_peaks_bytes={"decode": int(sum(components.values()))},
         notes=tuple(notes),
-        metrics={"max_batch": batch, "max_context": context,
+        metrics={**({"max_batch": batch, "max_context": context} if batch is not None
+                    else {}),
                  "usable_bytes": mem.usable_bytes,
                  "free_for_kv_bytes": mem.free_for_kv_bytes})
