@@ -2,7 +2,9 @@
 
 Loading validates everything before a prediction is made and names the offending file:
 a missing or unparsable ``metadata.json``, a missing model file, a SHA-256 mismatch (a model
-file changed after training), a model file LightGBM cannot parse, a feature this plugin cannot
+file changed after training), a model file that is not whole (checked before LightGBM sees it:
+LightGBM aborts the process on some truncated files, :func:`model_text_problem`), a model file
+LightGBM cannot parse, a feature this plugin cannot
 compute or a format/library version it cannot read. Each is a
 :class:`fmest.errors.PluginError`; the plugin lets it propagate from its hook, so the engine
 reports it as this plugin's failure (a warning) and the policy falls back to theory.
@@ -44,6 +46,94 @@ def sha256_file(path: Path) -> str:
 
 def _err(path: Path, message: str) -> PluginError:
     return PluginError(PLUGIN, f"learned bundle file {str(path)!r}: {message}")
+
+
+#: per-tree arrays and their length relative to num_leaves (LightGBM's Tree::ToString)
+_TREE_ARRAYS = {"split_feature": -1, "split_gain": -1, "threshold": -1, "decision_type": -1,
+                "left_child": -1, "right_child": -1, "internal_value": -1, "internal_weight": -1,
+                "internal_count": -1, "leaf_value": 0, "leaf_weight": 0, "leaf_count": 0}
+
+
+def _fields(block: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+
+
+def _tree_problem(index: int, block: str, features: int) -> Optional[str]:
+    """What is wrong with one ``Tree=`` block (None: nothing LightGBM would abort on)."""
+    fields = _fields(block)
+    try:
+        leaves = int(fields["num_leaves"])
+        cats = int(fields["num_cat"])
+        # every array LightGBM writes is required (a dropped line aborts LightGBM)
+        arrays = {k: fields[k].split() for k in _TREE_ARRAYS if leaves > 1 or k == "leaf_value"}
+        values = [float(v) for key in arrays for v in arrays[key]]
+        values += [float(v) for key in ("cat_threshold", "shrinkage") for v in
+                   fields.get(key, "").split()]
+        splits = [int(v) for v in arrays.get("split_feature", [])]
+        children = [int(v) for k in ("left_child", "right_child") for v in arrays.get(k, [])]
+        bounds = [int(v) for v in fields.get("cat_boundaries", "0").split()]
+    except (KeyError, ValueError) as exc:
+        return f"tree {index}: missing or malformed field ({exc})"
+    if leaves < 1 or cats < 0:
+        return f"tree {index}: num_leaves {leaves}, num_cat {cats}"
+    for key, offset in _TREE_ARRAYS.items():
+        if key in arrays and len(arrays[key]) != leaves + offset:
+            return f"tree {index}: {key} has {len(arrays[key])} values, expected {leaves + offset}"
+    if not all(math.isfinite(v) for v in values):
+        return f"tree {index}: a leaf value or threshold is not finite"
+    if any(not 0 <= s < features for s in splits):
+        return f"tree {index}: split_feature outside 0..{features - 1}"
+    if any(not -leaves <= c <= leaves - 2 for c in children):
+        return f"tree {index}: a child index points outside the tree"
+    if cats and (len(bounds) != cats + 1 or "cat_threshold" not in fields
+                 or bounds[-1] != len(fields["cat_threshold"].split())):
+        return f"tree {index}: cat_boundaries/cat_threshold do not match num_cat {cats}"
+    return None
+
+
+def model_text_problem(data: bytes) -> Optional[str]:
+    """Why LightGBM's text model ``data`` is incomplete or inconsistent (None: it is whole).
+
+    LightGBM aborts the process (``[LightGBM] [Fatal]`` + ``terminate``) on some malformed
+    model strings instead of raising, so a truncated file whose checksum was recomputed would
+    kill fmest; this checks the structure LightGBM's ``GBDT::LoadModelFromString`` relies on
+    first: the ``tree`` header, ``tree_sizes`` (the byte length of each ``Tree=i`` block, which
+    LightGBM seeks by), each tree's arrays against ``num_leaves``, and ``end of trees``."""
+    if not data.startswith(b"tree\n"):
+        return "does not start with LightGBM's 'tree' header"
+    head, sep, _ = data.partition(b"\nTree=0\n")
+    if not sep:
+        return "holds no trees (no 'Tree=0' block)"
+    try:
+        header = _fields(head.decode("ascii"))
+        sizes = [int(s) for s in header["tree_sizes"].split()]
+        features = int(header["max_feature_idx"]) + 1
+    except (KeyError, ValueError, UnicodeDecodeError) as exc:
+        return f"header incomplete or malformed ({exc})"
+    pos = len(head) + 1
+    for index, size in enumerate(sizes):
+        block = data[pos:pos + size]
+        if len(block) != size or not block.startswith(f"Tree={index}\n".encode()):
+            return f"truncated or altered: tree {index} of {len(sizes)} is not where tree_sizes says"
+        try:
+            problem = _tree_problem(index, block.decode("ascii"), features)
+        except UnicodeDecodeError:
+            problem = f"tree {index}: not ASCII"
+        if problem:
+            return problem
+        pos += size
+    tail = data[pos:].lstrip(b"\n")
+    if not tail.startswith(b"end of trees"):
+        return "truncated: no 'end of trees' after the last tree"
+    # a cut in the parameters section crashes LightGBM (segmentation fault): it must be whole
+    _, found, params = tail.partition(b"\nparameters:\n")
+    params, end, rest = params.partition(b"\nend of parameters\n")
+    if not (found and end and rest.lstrip(b"\n").startswith(b"pandas_categorical:")):
+        return "truncated: the parameters section or pandas_categorical line is incomplete"
+    if not all(line.startswith(b"[") and line.endswith(b"]") and b": " in line
+               for line in params.split(b"\n") if line):
+        return "the parameters section is malformed"
+    return None
 
 
 class TargetModel:
@@ -170,8 +260,12 @@ def load_bundle(path: os.PathLike | str) -> Bundle:
                 raise _err(fpath, f"SHA-256 {digest[:12]}... does not match metadata.json "
                            f"({str(info.get('sha256'))[:12]}...): the file changed after "
                            "training (tampered or corrupt)")
+            data = fpath.read_bytes()
+            problem = model_text_problem(data)
+            if problem:  # LightGBM would abort or crash the process on it
+                raise _err(fpath, f"not a whole LightGBM model: {problem}")
             try:
-                booster = lightgbm.Booster(model_str=fpath.read_text(encoding="utf-8"))
+                booster = lightgbm.Booster(model_str=data.decode("utf-8"))
             except Exception as exc:  # lightgbm raises its own LightGBMError
                 raise _err(fpath, f"LightGBM cannot parse it: {exc}") from None
             if booster.num_feature() != len(names):
