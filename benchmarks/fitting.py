@@ -97,6 +97,17 @@ class RatioFitter:
 #: this benchmark yet (issue 12/13 register theirs here).
 FITTERS: list = []
 
+
+def _stack_fitters() -> list:
+    """Issue 12's per-stack constants (``stack_fitting.py``: time factor and allocator
+    reserve per training stack), refitted per held-out source."""
+    import stack_fitting
+
+    return stack_fitting.stack_fitters()
+
+
+FITTERS.extend(_stack_fitters())
+
 #: Named fitters ``accuracy.py --fitters`` can add for a what-if run.
 AVAILABLE = {
     "ratio-memory": lambda: RatioFitter(quantity="memory"),
