@@ -114,7 +114,7 @@ def test_communication_plan_per_strategy(parallelism, expected):
 def test_single_gpu_has_no_collectives():
     job, ctx = _ctx({}, hardware={"gpu": "H100-SXM-80GB", "gpus_per_node": 1})
     assert ctx.transforms.communication.collectives == ()
-    assert ctx.transforms.stack is None   # the stack axis (issue 12) resolves here later
+    assert ctx.transforms.stack.name == "pytorch"   # no stack stated: eager PyTorch (issue 12)
 
 
 # -- a third-party strategy through the registration hook ------------------------------------
