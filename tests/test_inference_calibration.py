@@ -11,9 +11,9 @@ from fmest.estimates import MemoryEstimate, Provenance
 
 def _estimate():
     comps = {"weights": 10 * GIB, "activations": 4 * GIB}
-    return MemoryEstimate(total_bytes=14 * GIB, components=comps,
+    return MemoryEstimate(total_bytes=14 * GIB, components=comps, phase="backward",
                           provenance=Provenance(basis="analytic", detail="theory"),
-                          phase_peaks_bytes={"backward": 14 * GIB})
+                          phase_peaks_bytes={"backward": 14 * GIB, "optimizer": 11 * GIB})
 
 
 def test_knobs_change_breakdown_total_and_provenance():
@@ -24,6 +24,10 @@ def test_knobs_change_breakdown_total_and_provenance():
     assert est.components["misc_overhead"] == GIB // 2
     assert est.total_bytes == sum(est.components.values()) == int(18.5 * GIB)
     assert est.phase_peaks_bytes["backward"] == est.total_bytes
+    # the optimizer phase holds no activations: only the added GiB move it
+    assert est.phase_peaks_bytes["optimizer"] == 11 * GIB + 2 * GIB + GIB // 2
+    small = calibrate_memory(_estimate(), activation_factor=0.5)
+    assert small.phase_peaks_bytes["optimizer"] == 11 * GIB   # never below zero, never shifted
     assert "activations x 1.5" in est.provenance.detail and "theory" in est.provenance.detail
 
 

@@ -53,12 +53,15 @@ def calibrate_memory(estimate, *, activation_factor: float = 1.0,
     text = "calibration knobs: " + ", ".join(applied)
     detail = f"{estimate.provenance.detail}; {text}" if estimate.provenance.detail else text
     total = int(sum(components.values()))
-    delta = total - estimate.total_bytes
+    added = components.get("fragmentation", 0) + components.get("misc_overhead", 0)
+    activation_delta = total - estimate.total_bytes - added
+    # the added GiB are in every phase; the activation change is known for the peak phase only
+    peaks = {k: max(0, v + added + (activation_delta if k == estimate.phase else 0))
+             for k, v in estimate.phase_peaks_bytes.items()}
     return attrs.evolve(
         estimate, components=components, total_bytes=total,
         provenance=attrs.evolve(estimate.provenance, detail=detail),
-        phase_peaks_bytes={k: v + delta for k, v in estimate.phase_peaks_bytes.items()},
-        notes=(*estimate.notes, text))
+        phase_peaks_bytes=peaks, notes=(*estimate.notes, text))
 
 
 def usable_bytes(capacity_bytes: float, safety_margin: float = 0.0) -> float:
