@@ -417,6 +417,9 @@ def test_hostile_inputs(tmp_path):
                 {"model": "gpt2", "training": {"attention": {"a": 1}}},
                 {"model": "gpt2", "hardware": {"gpu": ["H100"]}},
                 {"model": "gpt2", "options": {"method": {"x": 1}}},
+                {**BASE_EI, "job_configs": [{**BASE_EI["job_configs"][0],
+                                             "infra": {"numPods": 0}}]},  # was silently 1
+                {**BASE_EI, "estimator_metadata": [1]}, {**BASE_EI, "job_configs": "abc"},
                 "[" * 100_000 + "]" * 100_000, b"\xff\xfe{", 12, None, [1, 2]):
         with pytest.raises(InputError) as info:
             fmest.estimate(obj, engine=ENGINE)
