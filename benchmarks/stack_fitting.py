@@ -14,6 +14,10 @@ Two constants per training stack, no more, each by a stated procedure:
   over sources, shrunk toward memory_theory's physics default by ``S / (S + 1)``, clamped to
   [0, 0.5].
 
+A constant is kept for a stack only when a nested leave-one-source-out on the training rows
+(fit without each training source, score it) beats the physics value on that stack's rows;
+otherwise the stack stays physics-only.
+
 Keys are the fmest stack the row's job runs (``training.stack`` of the mapped job; rows
 without one run ``pytorch``). The product ships the constants fitted on every row
 (``core/fmest/data/stacks_fitted.json``, written by ``python benchmarks/stack_fitting.py

@@ -54,7 +54,8 @@ def test_detect_falls_back_to_the_name_and_errors_without_either():
 def test_forced_format_skips_detection(tmp_path):
     f = tmp_path / "x.yaml"
     f.write_text("batch_size: 3\n")
-    assert load_configs([str(f)], "torchtune").data == {"training": {"micro_batch_size": 3}}
+    assert load_configs([str(f)], "torchtune").data == {"training": {"micro_batch_size": 3,
+                                                                     "stack": "torchtune"}}
     with pytest.raises(InputError, match="--config-format.*accepted: training-args"):
         load_configs([str(f)], "nope")
 
@@ -88,7 +89,8 @@ def test_training_args_mapping():
     m = load_configs([_d("training-args", "training_args.json")])
     assert m.data["training"] == {
         "micro_batch_size": 4, "grad_accum_steps": 8, "dtype": "bf16", "precision": "amp",
-        "optimizer": "adamw_torch_fused", "activation_checkpointing": "full", "compile": False}
+        "optimizer": "adamw_torch_fused", "activation_checkpointing": "full", "compile": False,
+        "stack": "hf-trainer"}
     assert m.data["parallelism"] == {"fsdp": "full_shard", "cpu_offload": "params",
                                      "fsdp_backward_prefetch": "pre"}
     assert m.data["workload"] == {"epochs": 2.0}
@@ -118,7 +120,7 @@ def test_deepspeed_mapping_and_batch_arithmetic_derives_dp():
     m = load_configs([_d("deepspeed", "ds_zero2_offload.json")])
     assert m.data["parallelism"] == {"zero_stage": 2, "cpu_offload": "optimizer", "dp": 8}
     assert m.data["training"] == {"micro_batch_size": 4, "grad_accum_steps": 2, "dtype": "bf16",
-                                  "precision": "master"}
+                                  "precision": "master", "stack": "deepspeed"}
     assert "train_batch_size" in m.origins["parallelism.dp"]
     assert any("reduce_bucket_size" in i and "no field" in i for i in m.ignored)
     assert any("offload_optimizer.device: nvme" in i for i in m.ignored)
@@ -165,7 +167,7 @@ def test_accelerate_fsdp_mapping():
                                      "fsdp_backward_prefetch": "pre"}
     assert m.data["hardware"] == {"nodes": 2, "gpus_per_node": 8}
     assert m.data["training"] == {"activation_checkpointing": "full", "dtype": "bf16",
-                                  "precision": "amp"}
+                                  "precision": "amp", "stack": "hf-trainer"}
     assert any("fsdp_state_dict_type: checkpoint format only" in i for i in m.ignored)
 
 
@@ -181,7 +183,8 @@ def test_accelerate_sharding_names_and_numbers(tmp_path, value, expected):
 def test_accelerate_deepspeed_plugin_and_file():
     m = load_configs([_d("accelerate", "deepspeed_plugin.yaml")])
     assert m.data["parallelism"] == {"fsdp": "none", "zero_stage": 3, "cpu_offload": "optimizer"}
-    assert m.data["training"] == {"grad_accum_steps": 4, "dtype": "bf16", "precision": "master"}
+    assert m.data["training"] == {"grad_accum_steps": 4, "dtype": "bf16", "precision": "master",
+                                  "stack": "deepspeed"}
     m = load_configs([_d("accelerate", "deepspeed_config.yaml")])
     assert [f for _, f in m.files] == ["accelerate", "deepspeed"]
     assert m.data["parallelism"]["zero_stage"] == 2 and m.data["hardware"]["gpus_per_node"] == 8

@@ -165,6 +165,9 @@ def _megatron(cfg: dict, sink: Sink, prefix: str) -> None:
 
 
 def map_config(doc: dict, sink: Sink) -> None:
+    sink.set("training.stack", "deepspeed" if doc.get("deepspeed_config") or str(
+        doc.get("distributed_type", "")).upper() == "DEEPSPEED" else "hf-trainer",
+        "(accelerate config)")
     world = nodes = None
     dist = None
     for name, value in doc.items():

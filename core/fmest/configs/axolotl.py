@@ -92,6 +92,10 @@ def _adapter(doc: dict, sink: Sink) -> None:
 
 
 def map_config(doc: dict, sink: Sink) -> None:
+    sink.set("training.stack", "hf-trainer", "(axolotl config: transformers Trainer)")
+    if doc.get("unsloth_lora_mlp") or doc.get("unsloth_cross_entropy_loss") \
+            or doc.get("unsloth_rms_norm"):
+        sink.set("training.stack", "unsloth", "unsloth_*")
     _adapter(doc, sink)
     plugins = doc.get("plugins") or []
     for name, value in doc.items():

@@ -173,6 +173,8 @@ def _optimizer(block: Any, sink: Sink, prefix: str) -> None:
 
 
 def map_config(doc: dict, sink: Sink, prefix: str = "") -> None:
+    # a DeepSpeed config means the DeepSpeed engine runs the step (issue 12 stack inference)
+    sink.set("training.stack", "deepspeed", prefix or "(DeepSpeed config)")
     for name, value in doc.items():
         key = join(prefix, name)
         if name == "train_batch_size":

@@ -61,6 +61,8 @@ _IGNORED = {
 
 
 def map_config(doc: dict, sink: Sink) -> None:
+    sink.set("training.stack", "unsloth" if str(doc.get("use_unsloth", "")).lower()
+             in ("true", "1", "yes") else "hf-trainer", "(LLaMA-Factory config)")
     tech_key = "finetuning_type"
     ftype = str(doc.get("finetuning_type", "lora")).strip().lower()
     if "finetuning_type" not in doc:

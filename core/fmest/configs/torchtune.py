@@ -154,6 +154,7 @@ def _component(block: Any, sink: Sink, key: str) -> tuple[str, dict]:
 
 
 def map_config(doc: dict, sink: Sink) -> None:
+    sink.set("training.stack", "torchtune", "(torchtune recipe config)")   # issue 12
     sharded = None
     for name, value in doc.items():
         key = name

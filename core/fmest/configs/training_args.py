@@ -102,4 +102,6 @@ def map_keys(doc: dict, sink: Sink, prefix: str = "", skip: frozenset = frozense
 
 
 def map_config(doc: dict, sink: Sink) -> None:
+    # the transformers Trainer runs the step; a ``deepspeed`` key below switches to deepspeed
+    sink.set("training.stack", "hf-trainer", "(TrainingArguments)")
     map_keys(doc, sink)
