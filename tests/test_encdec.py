@@ -69,3 +69,22 @@ def test_traced_t5_agrees_with_analytic():
         report = engine.estimate(job, quantities=("memory",), search_batch=False)
         answers[method] = allocated_bytes(report.memory)
     assert answers["traced"] == pytest.approx(answers["theory"], rel=0.15)
+
+
+def test_step_time_follows_the_source_length():
+    import json
+
+    from fmest.cli import main
+    from fmest.testing import new_engine
+
+    def step(src):
+        import io
+        import contextlib
+
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert main(["estimate", "--model", "google/flan-t5-xl", "--gpu", "A100-SXM-80GB",
+                         "--source-len", str(src), "--target-len", "128", "--format", "json"],
+                        engine=new_engine(entrypoints=True)) == 0
+        return json.loads(buf.getvalue())["time"]["step_seconds"]
+    assert step(1024) > step(128)

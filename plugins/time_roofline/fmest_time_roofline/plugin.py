@@ -127,6 +127,13 @@ def step_shape(job, model, layout) -> StepShape:
     # VLMs: the language model also runs over the image tokens (fmest.models.images)
     seq_len = vlm_sequence_len(training.seq_len, model.vision, image_size=training.image_size,
                                images=training.images_per_sample)
+    if model.is_encoder_decoder and (training.source_len or training.target_len):
+        # encoder layers run over the source, decoder layers over the target: the step's
+        # per-layer work is that of their layer-weighted mean length
+        source = training.source_len or training.seq_len
+        target = training.target_len or training.seq_len
+        seq_len = round((model.num_encoder_layers * source + model.num_decoder_layers * target)
+                        / model.num_layers)
     return StepShape(
         tp=layout.tp, pp=layout.pp, cp=layout.cp, ep=layout.ep, dp=layout.dp,
         micro_batch=training.micro_batch_size, seq_len=seq_len,
