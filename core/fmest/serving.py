@@ -25,7 +25,9 @@ def inference_summary(report) -> Optional[dict[str, Any]]:
     mem_metrics = dict(getattr(memory, "metrics", {}) or {}) if memory else {}
     time_metrics = dict(getattr(time, "metrics", {}) or {}) if time else {}
     out: dict[str, Any] = {
-        "batch": job.inference.batch, "context": job.inference.context,
+        "batch": job.inference.batch,
+        # a VLM's context also holds its image tokens (memory.metrics.context_tokens)
+        "context": int(mem_metrics.get("context_tokens", job.inference.context)),
         "output_tokens": job.inference.output_tokens, "runtime": job.inference.runtime,
         "fits": report.fits,
         "kv_cache_bytes": (memory.components.get("kv_cache") if memory else None),

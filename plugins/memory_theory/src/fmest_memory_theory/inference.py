@@ -20,6 +20,8 @@ from typing import Optional
 
 from attrs import frozen
 
+from fmest.models.images import vlm_sequence_len
+
 GIB = float(1 << 30)
 
 #: Storage bytes per element of the weight formats (fp8/int8: one byte plus per-channel or
@@ -354,9 +356,12 @@ def serving_setup(job, ctx) -> ServingSetup:
     kv_format = inf.kv_dtype if inf.kv_dtype != "auto" else (
         "fp32" if dtype == "fp32" else "fp16" if dtype == "fp16" else "bf16")
     layout = ctx.layout
+    # a VLM's prompt also holds the image tokens (``images_per_sample`` images per request)
+    context = vlm_sequence_len(inf.context, ctx.model.vision, image_size=job.training.image_size,
+                               images=job.training.images_per_sample)
     return ServingSetup(
-        batch=inf.batch, context=inf.context,
-        prompt_tokens=max(1, inf.context - inf.output_tokens), weight_format=weight_format,
+        batch=inf.batch, context=context,
+        prompt_tokens=max(1, context - inf.output_tokens), weight_format=weight_format,
         kv_format=kv_format, act_bytes=act_bytes,
         shard=ShardPlan(tp=layout.tp, pp=layout.pp, ep=layout.ep),
         block_tokens=inf.kv_block_size, chunk_tokens=inf.max_num_batched_tokens,
@@ -399,4 +404,5 @@ def estimate_inference_memory(job, ctx):
         metrics={**({"max_batch": batch, "max_context": context} if batch is not None
                     else {}),
                  "usable_bytes": mem.usable_bytes,
-                 "free_for_kv_bytes": mem.free_for_kv_bytes})
+                 "free_for_kv_bytes": mem.free_for_kv_bytes,
+                 "context_tokens": setup.context})
