@@ -253,60 +253,73 @@ class _Calibration:
     #: mirror the analytic plugins; ``--refine`` re-estimates the best with the job's method.
     PROBE_METHOD = "theory"
 
-    def __init__(self, engine, job: Job, model) -> None:
+    def __init__(self, engine, job: Job, model, gpus=()) -> None:
         self.engine, self.model = engine, model
-        self.job = job.evolve(options={"method": self.PROBE_METHOD})
+        self.refused: dict = {}
+        self.job = self._probe_job(job.evolve(options={"method": self.PROBE_METHOD}), gpus)
         self.tp_probe = 2 if model.num_attention_heads % 2 == 0 and (
             model.num_kv_heads % 2 == 0 or 2 % model.num_kv_heads == 0) else 1
         self._states: dict = {}
         self._slopes: dict = {}
         self._cp: dict = {}
-        self.refused: dict = {}
         self._times: dict = {}
         self._opt: dict = {}
+
+    def _probe_job(self, job: Job, gpus) -> Job:
+        """The job on a GPU the engine accepts it on (memory probes do not depend on the GPU,
+        but the engine refuses e.g. bf16 on a GPU without bf16 units): the job's own GPU,
+        else the first candidate that takes it."""
+        for name in (job.hardware.gpu, *gpus):
+            try:
+                probe = job.evolve(hardware={"gpu": name, "gpus_per_node": None, "nodes": 1},
+                                   parallelism={"dp": None})
+                self.engine.context(probe)
+                return probe
+            except InputError as exc:
+                self.refused[("gpu", name)] = str(exc)
+        return job
+
+    def _guarded(self, key, table: dict, fn, refused_value):
+        if key not in table:
+            try:
+                table[key] = fn()
+            except InputError as exc:
+                table[key] = refused_value
+                self.refused[key] = str(exc)
+        return table[key]
 
     def states(self, sharding: str, offload: str) -> Optional[cal.StateBytes]:
         """State bytes, or None when the engine refuses the strategy with this offload (a
         conflict rule of the job input, e.g. offload on a strategy without ZeRO/FSDP)."""
-        key = (sharding, offload)
-        if key not in self._states:
-            try:
-                self._states[key] = cal.state_bytes(self.engine, self.job, sharding, offload)
-            except InputError as exc:
-                self._states[key] = None
-                self.refused[key] = str(exc)
-        return self._states[key]
+        return self._guarded((sharding, offload), self._states, lambda: cal.state_bytes(
+            self.engine, self.job, sharding, offload), None)
 
     def slope(self, rep: str, ckpt: str, tp: int, sp: bool, pp: int,
               vstages: int, ep: int = 1) -> float:
-        """Activation bytes per token of a layout, probed with strategy ``rep``."""
-        key = (rep, ckpt, tp, sp, pp, vstages, ep)
-        if key not in self._slopes:
-            self._slopes[key] = cal.activation_slope(self.engine, self.job, rep, ckpt, tp=tp,
-                                                     sp=sp, pp=pp, vstages=vstages, ep=ep)
-        return self._slopes[key]
+        """Activation bytes per token of a layout, probed with strategy ``rep`` (infinite, so
+        the layout cannot fit, when the engine refuses the probe)."""
+        return self._guarded((rep, ckpt, tp, sp, pp, vstages, ep), self._slopes,
+                             lambda: cal.activation_slope(self.engine, self.job, rep, ckpt,
+                                                          tp=tp, sp=sp, pp=pp, vstages=vstages,
+                                                          ep=ep), float("inf"))
 
     def cp_core(self, gpu: str, ckpt: str, tp: int, cp: int, gpus_per_node: int,
                 sp: bool) -> tuple[float, float]:
-        key = (gpu, ckpt, tp, cp, gpus_per_node, sp)
-        if key not in self._cp:
-            self._cp[key] = cal.context_parallel_core(self.engine, self.job, gpu, ckpt, tp, cp,
-                                                      gpus_per_node, sp)
-        return self._cp[key]
+        return self._guarded((gpu, ckpt, tp, cp, gpus_per_node, sp), self._cp,
+                             lambda: cal.context_parallel_core(self.engine, self.job, gpu, ckpt,
+                                                               tp, cp, gpus_per_node, sp),
+                             (float("inf"), 0.0))
 
     def times(self, gpu: str, ckpt: str) -> Optional[cal.TimeCoefficients]:
-        key = (gpu, ckpt)
-        if key not in self._times:
-            self._times[key] = cal.time_coefficients(self.engine, self.job, gpu, ckpt,
-                                                     self.tp_probe)
-        return self._times[key]
+        """Time coefficients on ``gpu``, or None when it cannot be timed or the engine refuses
+        the job on it (a dtype the GPU lacks)."""
+        return self._guarded((gpu, ckpt), self._times, lambda: cal.time_coefficients(
+            self.engine, self.job, gpu, ckpt, self.tp_probe), None)
 
     def opt(self, gpu: str, sharding: str) -> float:
-        key = (gpu, sharding)
-        if key not in self._opt:
-            self._opt[key] = cal.optimizer_seconds_per_param(self.engine, self.job, gpu,
-                                                             sharding)
-        return self._opt[key]
+        return self._guarded((gpu, sharding), self._opt,
+                             lambda: cal.optimizer_seconds_per_param(self.engine, self.job, gpu,
+                                                                     sharding), float("inf"))
 
 
 def _inner_axes(shardings, ckpts, mbs):
@@ -399,8 +412,10 @@ def _prune_structure(arrays: dict, ctx: dict, gpn: int, pruner: _Pruner) -> dict
     opt_sharded = per_sharding(lambda st: "optimizer" in st.shards)[arrays["hidx"]]
     arrays = pruner.apply(arrays, sp.RULE["offload"], (arrays["off"] == 1) & ~opt_sharded)
     calib = ctx["calib"]
-    refused = np.array([[calib.states(name, off) is None for off in ("none", "optimizer")]
-                        for name, _ in shardings])
+    refused = np.zeros((len(shardings), 2), dtype=bool)
+    for h_idx, off in set(zip(arrays["hidx"].tolist(), arrays["off"].tolist())):
+        refused[h_idx, off] = calib.states(shardings[h_idx][0],
+                                           ("none", "optimizer")[off]) is None
     return pruner.apply(arrays, sp.RULE["refused"], refused[arrays["hidx"], arrays["off"]])
 
 
@@ -735,7 +750,9 @@ def evaluate_space(job: Job, cons: Constraints, *, engine=None,
     tokens, fixed_steps = _total_tokens(engine, job)
     steps = fixed_steps if fixed_steps is not None else (
         math.ceil(tokens / gbt) if tokens is not None else None)
-    ctx = dict(job=job, model=model, calib=_Calibration(engine, job, model), cons=cons,
+    ctx = dict(job=job, model=model,
+               calib=_Calibration(engine, job, model, [o.spec.name for o in options]),
+               cons=cons,
                shardings=shardings, samples=gbt // job.training.seq_len, steps=steps,
                inner=_inner_axes(shardings, sp.CHECKPOINTING, sp.MICRO_BATCHES),
                gpu_index={o.spec.name: i for i, o in enumerate(options)},
@@ -759,8 +776,8 @@ def evaluate_space(job: Job, cons: Constraints, *, engine=None,
     res = {k: (np.concatenate(v) if isinstance(v[0], np.ndarray) else sum(v, []))
            for k, v in merged.items()}
     seconds = _time.perf_counter() - started
-    ctx["warnings"] = [f"{name} with offload {off}: {msg}"
-                       for (name, off), msg in ctx["calib"].refused.items()]
+    ctx["warnings"] = [f"the engine refused a probe ({', '.join(map(str, key))}): {msg}"
+                       for key, msg in ctx["calib"].refused.items()]
     return res, evaluated, seconds, rejected, ctx
 
 

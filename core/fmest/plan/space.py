@@ -45,8 +45,9 @@ RULE = {
 RULES = tuple(RULE.values())
 
 #: Counted when the installed time estimators cannot time a GPU (no peak FLOP/s or HBM
-#: bandwidth in its table row).
-NO_TIME = "no step time for this GPU (its table row lacks peak FLOP/s or bandwidth)"
+#: bandwidth in its table row) or the engine refuses the job on it (a dtype it lacks).
+NO_TIME = ("no step time for this GPU (its table row lacks peak FLOP/s or bandwidth, or the "
+           "engine refuses the job on it, e.g. a dtype it lacks)")
 
 CHECKPOINTING = ("none", "selective", "full")
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
