@@ -15,6 +15,7 @@ import copy
 import io
 import json
 import math
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -49,8 +50,8 @@ SIGNED_FIELDS = frozenset({"headroom_bytes"})
 
 # -- what a named field looks like -----------------------------------------------------------
 _PARSER = build_parser()
-_FLAGS = sorted({o for a in _PARSER._subparsers._group_actions[0].choices["estimate"]._actions
-                 for o in a.option_strings})
+_FLAGS = sorted({o for sub in _PARSER._subparsers._group_actions[0].choices.values()
+                 for a in sub._actions for o in a.option_strings})
 _JOB_NAMES = {a.name for cls in SECTIONS.values() for a in cls.__attrs_attrs__}
 _DESTS = {a.dest for a in _PARSER._subparsers._group_actions[0].choices["estimate"]._actions}
 _TOKENS = ({*SECTIONS, "model", "model_config", "job_configs", "job", "input", "hardware",
@@ -67,7 +68,10 @@ def names_a_field(line: str, extra: tuple[str, ...] = ()) -> bool:
     head = text.split(": ", 1)[0]
     if not head or head == text:
         return False
-    return any(tok in head for tok in (*_TOKENS, *extra))
+    # whole identifiers (``tp`` must not match inside ``learned_lgbm``), or a file the test wrote
+    words = set(re.findall(r"--[a-z0-9-]+|[A-Za-z_][A-Za-z0-9_]*", head))
+    return bool(words & (_TOKENS | set(extra))) or any(
+        "/" in e and e in head for e in extra)
 
 
 def check_error(exc: InputError, extra: tuple[str, ...] = ()) -> None:

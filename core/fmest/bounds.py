@@ -97,8 +97,24 @@ def _get(job, path: str) -> Any:
     return obj
 
 
+#: the longest path component Linux accepts (NAME_MAX); a model name with a longer one can be
+#: neither a local path nor a Hub id (at most 96 characters, huggingface_hub validators)
+NAME_MAX = 255
+
+
+def check_model_name(name: str) -> None:
+    """Refuse a model name that cannot name a preset, a local path or a Hub id (a path
+    component longer than NAME_MAX: the file system would raise ``File name too long``)."""
+    longest = max((len(part.encode("utf-8", "replace")) for part in name.split("/")), default=0)
+    if longest > NAME_MAX or "\0" in name:
+        raise InputError("model", f"not a preset name, local path or Hub id: a path component "
+                         f"is at most {NAME_MAX} bytes (Linux NAME_MAX) and may not hold NUL",
+                         value=name[:60] + ("..." if len(name) > 60 else ""))
+
+
 def check_bounds(job) -> None:
     """Refuse a value above its documented bound (:data:`BOUNDS`)."""
+    check_model_name(job.model)
     for bound in BOUNDS:
         value = _get(job, bound.path)
         if value is not None and value > bound.maximum:
@@ -592,6 +608,8 @@ def markdown() -> str:
               "|---|---|---|"]
     lines += [f"| `model.{n}` | {lo} .. {hi} | {why} |" for n, (lo, hi, why) in
               MODEL_RANGES.items()]
+    lines += [f"| `model` | path components of at most {NAME_MAX} bytes, no NUL | longer "
+              "names are neither a local path (Linux NAME_MAX) nor a Hub id |"]
     lines += ["| `training.seq_len` | at most the learned position table | GPT-2- and OPT-"
               "style learned tables have no row past their length (the untouched default "
               "2048 is answered with a warning) |",

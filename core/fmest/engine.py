@@ -357,6 +357,7 @@ class Engine:
 
     def context(self, job: Job) -> EstimateContext:
         """Resolve and cross-check a job; raises :class:`InputError` naming the field."""
+        check_job(job)  # bounds and conflicts: a job built in Python skipped the input door
         model = self.resolve_model(job)
         check_model(model)  # before any rule below divides by its dimensions
         gpu = self.registries.gpus.get(job.hardware.gpu)
@@ -394,7 +395,6 @@ class Engine:
             pass  # allowed (QLoRA + ZeRO-3 is supported by DeepSpeed with bnb >= 0.43)
         if job.options.method not in self.registries.policies:
             self.registries.policies.get(job.options.method)  # raises with the accepted names
-        check_job(job)  # a job built in Python did not come through the input door
         answered = check_context(job, model=model, gpu=gpu, layout=layout)
         stack = resolve_job_stack(job, self.registries.stacks)
         transforms = resolve_transforms(job, model=model, layout=layout, optimizer=optimizer,
