@@ -21,7 +21,9 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    ``other``); ``GPT3-<size>`` -> the GPT-3 shape of Brown et al. 2020 Table 2.1 as GPT-2
    blocks with Megatron's padded vocab 51200; a family name followed by ``n_layers=..;
    hidden=..; n_heads=..`` (BigScience's custom GPTs) -> that family's preset architecture
-   (BLOOM) with those dimensions; a parenthetical ``(X shape)`` -> the preset X. Any other
+   (BLOOM) with those dimensions; a parenthetical ``(X shape)`` -> the preset X; a quantized
+   checkpoint's ``-GPTQ``/``-AWQ``/``-Int4``/``-Int8`` suffix is dropped (the quantized
+   release keeps its base model's architecture). Any other
    unknown model is unsupported: "no preset for model X".
 2. **GPU** -> the fmest GPU table by name or alias (also without a ``-NNGB`` suffix). Names
    stating only a capacity (``80GB GPU``, ``40GB``, ``48GB``, ``24GB``) map to a GPU of that
@@ -38,8 +40,13 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    upcasts low-precision parameters to fp32 when FSDP mixed precision is on: "Upcasted low
    precision parameters ... because mixed precision turned on in FSDP", accelerate
    ``Accelerator.prepare_model``).
-4. **Technique**: ``full``/``lora``/``qlora``; anything else (``gptq-lora``, ...) is
-   unsupported ("technique X"). LoRA rank from ``lora_rank`` (16 if empty). LoRA targets:
+4. **Technique**: ``full``/``lora``/``qlora``; ``gptq-lora`` (LoRA on a 4-bit GPTQ base) ->
+   ``qlora`` with 4-bit weights and double quantization: GPTQ packs 4-bit integers with an fp16
+   scale and a packed 4-bit zero per 128-weight group (AutoGPTQ ``QuantLinear``: ``qweight``
+   int32 x in/8, ``scales`` fp16 and ``qzeros`` int32/8 x in/128), 0.520 B/param, and NF4 with
+   double quantization stores 0.516 B/param (Dettmers et al. 2023 section 3): the same bytes
+   within 1 %; both dequantize the base to the compute dtype for each matmul. Anything else
+   (``adapter``, ...) is unsupported ("technique X"). LoRA rank from ``lora_rank`` (16 if empty). LoRA targets:
    ``targets=a+b+c`` in ``other`` (Lit-GPT's ``query``/``key``/``value``/``projection`` ->
    ``q_proj``/``k_proj``/``v_proj``/``o_proj``); else stack ``torchtune`` -> torchtune's default
    (q, v, o, gate, up, down), stack ``unsloth`` or "all linear" in ``other`` -> all seven
@@ -202,6 +209,7 @@ def _preset(name: str) -> Optional[str]:
     if paren:  # "llama2-arch-34b (CodeLlama-34B shape)"
         inner = re.sub(r"\s*shape$", "", paren.group(1).strip())
         cands += [inner, inner + "-hf"]
+    cands += [re.sub(r"-(gptq|awq|int4|int8)$", "", c, flags=re.I) for c in cands]
     cands += [re.sub(r"-(instruct|chat|hf|it)(-v[\d.]+)?$", "", c, flags=re.I) for c in cands]
     cands += [re.sub(r"-(instruct|chat|it)", "", c, flags=re.I) for c in cands]
     for cand in cands:
@@ -335,7 +343,7 @@ def features(row: dict) -> tuple[str, ...]:
     low = (row.get("other") or "").lower()
     if tech == "lora":
         tags.append("LoRA")
-    if tech == "qlora":
+    if tech in ("qlora", "gptq-lora"):
         tags.append("QLoRA")
     if zf in ("3", "fsdp", "fsdp-hybrid"):
         tags.append("ZeRO-3/FSDP")
@@ -375,6 +383,9 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     other = row.get("other", "")
     low = other.lower()
     tech = (row["technique"] or "full").strip().lower()
+    gptq = tech == "gptq-lora"
+    if gptq:  # rule 4: a 4-bit GPTQ base holds NF4-with-double-quantization's bytes
+        tech = "qlora"
     if tech not in ("full", "lora", "qlora"):  # rule 4 first: it names the missing feature
         return None, f"technique {tech!r}"
     model, model_config, why = _model(row, kv)
@@ -411,7 +422,7 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     if tech != "full":
         training["lora_rank"] = _int(row["lora_rank"], 16)
         quant = kv.get("quantization", "").lower()
-        if tech == "qlora" and re.search(r"nf4(?!-dq)\b", quant):
+        if tech == "qlora" and not gptq and re.search(r"nf4(?!-dq)\b", quant):
             training["double_quantization"] = False  # Lit-GPT's bnb.nf4 vs bnb.nf4-dq
         targets = kv.get("targets") or kv.get("lora_targets") or ""
         if targets and "all" not in targets.lower() and targets.lower() != "default":

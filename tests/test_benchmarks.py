@@ -101,7 +101,12 @@ def test_mapping_rules_precision_technique_and_unsupported():
     assert pure["training"]["precision"] == "pure"
     assert measured.map_row(_row(dtype="bf16+float8")).job["training"]["dtype"] == "fp8"
     gptq = measured.map_row(_row(technique="gptq-lora", model="TheBloke/Llama-2-7B-GPTQ"))
-    assert gptq.job is None and gptq.reason == "technique 'gptq-lora'"
+    # rule 4: a GPTQ base is 4-bit weights with double-quantized NF4's bytes; rule 1 drops -GPTQ
+    assert gptq.job["training"]["technique"] == "qlora" and "QLoRA" in gptq.features
+    assert gptq.job["training"].get("double_quantization", True) is True
+    assert gptq.job["model"] == "meta-llama/Llama-2-7b-hf"
+    adapter = measured.map_row(_row(technique="adapter"))
+    assert adapter.job is None and adapter.reason == "technique 'adapter'"
     unknown = measured.map_row(_row(model="acme/never-heard-of-it-9b"))
     assert unknown.job is None and "no preset" in unknown.reason
     assert measured.map_row(_row(micro_batch="")).reason == "micro-batch size not stated"
