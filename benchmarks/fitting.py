@@ -16,10 +16,10 @@ to fit it. ``accuracy.py`` therefore scores each source's rows with constants fi
   nothing to re-estimate.
 * ``applies(item) -> bool``: which rows the fitter concerns (default: its ``quantity``).
 
-With no fitter registered (``FITTERS`` empty: today's formulas have no constant fitted by this
-benchmark) LOSO equals in-sample; the benchmark prints both anyway, and an "unseen" column for
-rows from sources outside the original development set, on which the hand-set constants of the
-formulas were tuned.
+With no fitter registered LOSO equals in-sample. ``FITTERS`` holds issue 12's per-stack
+constants (``stack_fitting.py``), so the two columns differ by what those constants learn from
+the held-out source. The benchmark also prints an "unseen" column for rows from sources outside
+the original development set, on which the hand-set constants of the formulas were tuned.
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ class RatioFitter:
         return item.predicted * params.get(self._key(item), 1.0)
 
 
-#: Fitters the benchmark refits per fold. Empty: fmest's formulas carry no constant fitted by
-#: this benchmark yet (issue 12/13 register theirs here).
+#: Fitters the benchmark refits per fold (issue 12's per-stack constants below; issue 13's
+#: learned corrections register theirs here too).
 FITTERS: list = []
 
 
