@@ -46,8 +46,8 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    int32 x in/8, ``scales`` fp16 and ``qzeros`` int32/8 x in/128), 0.520 B/param, and NF4 with
    double quantization stores 0.516 B/param (Dettmers et al. 2023 section 3): the same bytes
    within 1 %; both dequantize the base to the compute dtype for each matmul. Anything else
-   (``adapter``, ...) is unsupported ("technique X"). LoRA rank from ``lora_rank`` (16 if empty). LoRA targets:
-   ``targets=a+b+c`` in ``other`` (Lit-GPT's ``query``/``key``/``value``/``projection`` ->
+   (``adapter``, ...) is unsupported ("technique X"). LoRA rank from ``lora_rank`` (16 if
+   empty). LoRA targets: ``targets=a+b+c`` in ``other`` (Lit-GPT's ``query``/``key``/``value``/``projection`` ->
    ``q_proj``/``k_proj``/``v_proj``/``o_proj``); else stack ``torchtune`` -> torchtune's default
    (q, v, o, gate, up, down), stack ``unsloth`` or "all linear" in ``other`` -> all seven
    linears; else fmest's default (q, v: PEFT's default for Llama-family models). On models
