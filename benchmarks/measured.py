@@ -47,8 +47,8 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    double quantization stores 0.516 B/param (Dettmers et al. 2023 section 3): the same bytes
    within 1 %; both dequantize the base to the compute dtype for each matmul. Anything else
    (``adapter``, ...) is unsupported ("technique X"). LoRA rank from ``lora_rank`` (16 if
-   empty). LoRA targets: ``targets=a+b+c`` in ``other`` (Lit-GPT's ``query``/``key``/``value``/``projection`` ->
-   ``q_proj``/``k_proj``/``v_proj``/``o_proj``); else stack ``torchtune`` -> torchtune's default
+   empty). LoRA targets: ``targets=a+b+c`` in ``other`` (Lit-GPT's ``query``/``key``/
+   ``value``/``projection`` -> ``q_proj``/``k_proj``/``v_proj``/``o_proj``); else stack ``torchtune`` -> torchtune's default
    (q, v, o, gate, up, down), stack ``unsloth`` or "all linear" in ``other`` -> all seven
    linears; else fmest's default (q, v: PEFT's default for Llama-family models). On models
    with one fused attention projection (Falcon, GPT-NeoX) q/k/v name ``query_key_value`` and
@@ -80,7 +80,8 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    stages per rank), so ``micro_batch = N / stages``; without PP ``micro_batch = N``;
    (b) ``megatron-core`` rows with ``global_batch`` -> micro-batch 1 and accumulation
    ``global_batch / dp`` (the PTD-P runs' micro-batch is unpublished: 1 is an assumption, the
-   smallest micro-batch, which the weak-scaling table's global batches always allow); (c) otherwise unsupported ("micro-batch size not stated").
+   smallest micro-batch, which the weak-scaling table's global batches always allow);
+   (c) otherwise unsupported ("micro-batch size not stated").
    PP schedule: ``virtual_pipeline_stages=N`` (N > 1) in ``other`` -> ``interleaved`` with N
    virtual stages; else "interleaved" -> ``interleaved`` with 2; "gpipe" -> ``gpipe``; else
    1F1B.
@@ -96,8 +97,8 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
     ``flash`` on ``megatron-core`` (Transformer Engine's fused attention is Megatron-Core's
     default backend), else ``sdpa``.
 11. **Kernels and loss**: ``compile`` stated on (``compile=true``, "compile on",
-    "torch.compile", torchtune ladder wording) -> ``compile``; "chunked CE" -> ``loss=chunked``; ``liger=true`` (Liger
-    fused linear cross-entropy) or a fused cross-entropy named in ``other`` -> ``loss=fused``;
+    "torch.compile", torchtune ladder wording) -> ``compile``; "chunked CE" ->
+    ``loss=chunked``; ``liger=true`` (Liger fused linear cross-entropy) or a fused cross-entropy named in ``other`` -> ``loss=fused``;
     "activation offloading" -> ``activation_offload``.
 12. **Stack**: the ``stack`` column is kept on the mapping (``Mapped.stack``, the breakdown's
     key) and passed as ``training.stack`` when fmest's job has that field (issue 12), detected
