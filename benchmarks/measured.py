@@ -49,8 +49,8 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    (``adapter``, ...) is unsupported ("technique X"). LoRA rank from ``lora_rank`` (16 if
    empty). LoRA targets: ``targets=a+b+c`` in ``other`` (Lit-GPT's ``query``/``key``/
    ``value``/``projection`` -> ``q_proj``/``k_proj``/``v_proj``/``o_proj``); else stack
-   ``torchtune`` -> torchtune's default (q, v, o, gate, up, down), stack ``unsloth`` or "all linear" in ``other`` -> all seven
-   linears; else fmest's default (q, v: PEFT's default for Llama-family models). On models
+   ``torchtune`` -> torchtune's default (q, v, o, gate, up, down), stack ``unsloth`` or
+   "all linear" in ``other`` -> all seven linears; else fmest's default (q, v: PEFT's default for Llama-family models). On models
    with one fused attention projection (Falcon, GPT-NeoX) q/k/v name ``query_key_value`` and
    o names ``dense`` (PEFT's default for them is ``query_key_value``); on Phi-3 q/k/v name
    ``qkv_proj`` and gate/up ``gate_up_proj``. QLoRA: ``quantization=bnb.nf4`` (Lit-GPT's name
@@ -99,7 +99,8 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
 11. **Kernels and loss**: ``compile`` stated on (``compile=true``, "compile on",
     "torch.compile", torchtune ladder wording) -> ``compile``; "chunked CE" ->
     ``loss=chunked``; ``liger=true`` (Liger fused linear cross-entropy) or a fused
-    cross-entropy named in ``other`` -> ``loss=fused``; "activation offloading" -> ``activation_offload``.
+    cross-entropy named in ``other`` -> ``loss=fused``; "activation offloading" ->
+    ``activation_offload``.
 12. **Stack**: the ``stack`` column is kept on the mapping (``Mapped.stack``, the breakdown's
     key) and passed as ``training.stack`` when fmest's job has that field (issue 12), detected
     at run time. Stacks outside issue 12's profiles pass as the profile they run on
