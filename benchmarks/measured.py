@@ -50,10 +50,10 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    empty). LoRA targets: ``targets=a+b+c`` in ``other`` (Lit-GPT's ``query``/``key``/
    ``value``/``projection`` -> ``q_proj``/``k_proj``/``v_proj``/``o_proj``); else stack
    ``torchtune`` -> torchtune's default (q, v, o, gate, up, down), stack ``unsloth`` or
-   "all linear" in ``other`` -> all seven linears; else fmest's default (q, v: PEFT's default for Llama-family models). On models
-   with one fused attention projection (Falcon, GPT-NeoX) q/k/v name ``query_key_value`` and
-   o names ``dense`` (PEFT's default for them is ``query_key_value``); on Phi-3 q/k/v name
-   ``qkv_proj`` and gate/up ``gate_up_proj``. QLoRA: ``quantization=bnb.nf4`` (Lit-GPT's name
+   "all linear" in ``other`` -> all seven linears; else fmest's default (q, v: PEFT's
+   default for Llama-family models). On models with one fused attention projection (Falcon,
+   GPT-NeoX) q/k/v name ``query_key_value`` and o names ``dense`` (PEFT's default for them is
+   ``query_key_value``); on Phi-3 q/k/v name ``qkv_proj`` and gate/up ``gate_up_proj``. QLoRA: ``quantization=bnb.nf4`` (Lit-GPT's name
    for NF4 without double quantization, beside ``bnb.nf4-dq``) -> ``double_quantization``
    false; else fmest's default (true: the QLoRA recipe).
 5. **Optimizer**: ``8bit``/``8-bit`` (not "non-8-bit") -> ``adamw_8bit`` (``paged`` ->
