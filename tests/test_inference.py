@@ -158,3 +158,12 @@ def test_kv_cache_matches_the_llama31_blog_table():
         got = kv_cache_bytes_per_gpu(model, batch=1, context=tokens, kv_bytes=2.0,
                                      shard=ShardPlan(), block_tokens=1) / GIB
         assert got == pytest.approx(published, abs=0.01), name
+
+
+def test_llama32_vision_cross_layers_cache_image_tokens():
+    model = load_preset("meta-llama/Llama-3.2-11B-Vision")
+    per_layer = kv_bytes_per_token_per_layer(model, 2.0)
+    got = kv_cache_bytes_per_gpu(model, batch=1, context=1000, kv_bytes=2.0, shard=ShardPlan(),
+                                 block_tokens=1)
+    # 32 self-attention layers over the text, 8 cross-attention layers over 4 x 1601 patches
+    assert got == per_layer * (32 * 1000 + 8 * 4 * 1601)

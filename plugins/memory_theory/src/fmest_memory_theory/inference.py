@@ -172,11 +172,23 @@ def kv_cache_bytes_per_gpu(model, *, batch: int, context: int, kv_bytes: float,
         tokens = dec * (paged_tokens(context, block_tokens) + paged_tokens(src, block_tokens))
         return batch * tokens * per_layer / shard.pp
     local = sliding_layers(model)
-    full_layers = model.num_layers - local
+    cross = cross_attention_layers(model)
+    full_layers = model.num_layers - local - cross
     window_tokens = min(context, model.sliding_window or context)
     tokens = full_layers * paged_tokens(context, block_tokens) \
         + local * paged_tokens(window_tokens, block_tokens)
+    if cross:  # Llama-3.2-Vision: cross-attention layers cache the image tokens, not the text
+        tokens += cross * paged_tokens(model.vision.tokens_per_image, block_tokens)
     return batch * tokens * per_layer / shard.pp
+
+
+def cross_attention_layers(model) -> int:
+    """Decoder-only VLM layers that cross-attend to image tokens instead of self-attending
+    (Llama-3.2-Vision's ``cross_attention_layers``); 0 for other models."""
+    if model.vision is None:
+        return 0
+    return sum(lin.layers for lin in model.linears
+               if lin.kind == "cross_attention" and lin.name == "q_proj")
 
 
 def prefill_activation_bytes(model, *, chunk_tokens: int, max_seqs: int, act_bytes: float,
