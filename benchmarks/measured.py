@@ -14,48 +14,46 @@ Mapping rules. Each inference is stated once here and applied to every row it ma
 tuned per row. ``other`` is read as ``key=value; key=value`` where the parts write that way.
 
 1. **Model** -> fmest preset by name (``find_preset``, also after dropping a `` (...)`` note and
-   an ``-Instruct``/``-chat``/``-hf`` suffix: fine-tunes share the base model's architecture).
-   Two published families without presets are built from their stated shapes: ``GPT-3-style
+   an ``-Instruct``/``-chat``/``-hf`` suffix: fine-tunes share the base model's architecture). Two
+   published families without presets are built from their stated shapes: ``GPT-3-style
    (Megatron-LM), h=H, L=L`` (GPT-2 blocks, vocab 51200, heads per Narayanan et al. 2021 Table 1)
    and ``MPT-<size>`` (the mosaicml/mpt-7b preset with ``d_model``/layers/heads/vocab from
-   ``other``); ``GPT3-<size>`` -> the GPT-3 shape of Brown et al. 2020 Table 2.1 as GPT-2
-   blocks with Megatron's padded vocab 51200; a family name followed by ``n_layers=..;
-   hidden=..; n_heads=..`` (BigScience's custom GPTs) -> that family's preset architecture
-   (BLOOM) with those dimensions; a parenthetical ``(X shape)`` -> the preset X; a quantized
-   checkpoint's ``-GPTQ``/``-AWQ``/``-Int4``/``-Int8`` suffix is dropped (the quantized
-   release keeps its base model's architecture). Any other
-   unknown model is unsupported: "no preset for model X".
+   ``other``); ``GPT3-<size>`` -> the GPT-3 shape of Brown et al. 2020 Table 2.1 as GPT-2 blocks
+   with Megatron's padded vocab 51200; a family name followed by ``n_layers=..; hidden=..;
+   n_heads=..`` (BigScience's custom GPTs) -> that family's preset architecture (BLOOM) with those
+   dimensions; a parenthetical ``(X shape)`` -> the preset X; a quantized checkpoint's
+   ``-GPTQ``/``-AWQ``/``-Int4``/``-Int8`` suffix is dropped (the quantized release keeps its base
+   model's architecture). Any other unknown model is unsupported: "no preset for model X".
 2. **GPU** -> the fmest GPU table by name or alias (also without a ``-NNGB`` suffix). Names
    stating only a capacity (``80GB GPU``, ``40GB``, ``48GB``, ``24GB``) map to a GPU of that
-   capacity (A100-SXM-80GB, A100-SXM-40GB, L40S-48GB, RTX4090-24GB); only capacity matters for
-   the memory rows that carry them.
+   capacity (A100-SXM-80GB, A100-SXM-40GB, L40S-48GB, RTX4090-24GB); only capacity matters for the
+   memory rows that carry them.
 3. **dtype**: ``bf16``/``fp16``/``fp32`` as written; ``fp8`` and ``bf16+float8`` -> ``fp8``.
-   **Precision**: ``precision=X`` in ``other`` wins; else "pure bf16" stated, or a full
-   fine-tune whose ``other`` states ``torch_dtype=bfloat16|float16`` (model loaded in half
-   precision: HF Trainer and accelerate keep the loaded dtype for weights, grads and optimizer
-   states; LoRA adapters are upcast by PEFT, so not for LoRA) or a ``torchtune`` row (pure bf16
-   recipes) -> ``pure``; the Megatron 2021 rows (``fp16`` on
-   ``megatron-core``) -> ``master``; else fmest's ``auto`` rule. Exception first:
-   ``hf-trainer`` + FSDP with the trainer's ``bf16``/``fp16`` flag on -> ``amp`` (accelerate
-   upcasts low-precision parameters to fp32 when FSDP mixed precision is on: "Upcasted low
-   precision parameters ... because mixed precision turned on in FSDP", accelerate
-   ``Accelerator.prepare_model``).
+   **Precision**: ``precision=X`` in ``other`` wins; else "pure bf16" stated, or a full fine-tune
+   whose ``other`` states ``torch_dtype=bfloat16|float16`` (model loaded in half precision: HF
+   Trainer and accelerate keep the loaded dtype for weights, grads and optimizer states; LoRA
+   adapters are upcast by PEFT, so not for LoRA) or a ``torchtune`` row (pure bf16 recipes) ->
+   ``pure``; the Megatron 2021 rows (``fp16`` on ``megatron-core``) -> ``master``; else fmest's
+   ``auto`` rule. Exception first: ``hf-trainer`` + FSDP with the trainer's ``bf16``/``fp16`` flag
+   on -> ``amp`` (accelerate upcasts low-precision parameters to fp32 when FSDP mixed precision is
+   on: "Upcasted low precision parameters ... because mixed precision turned on in FSDP",
+   accelerate ``Accelerator.prepare_model``).
 4. **Technique**: ``full``/``lora``/``qlora``; ``gptq-lora`` (LoRA on a 4-bit GPTQ base) ->
    ``qlora`` with 4-bit weights and double quantization: GPTQ packs 4-bit integers with an fp16
-   scale and a packed 4-bit zero per 128-weight group (AutoGPTQ ``QuantLinear``: ``qweight``
-   int32 x in/8, ``scales`` fp16 and ``qzeros`` int32/8 x in/128), 0.520 B/param, and NF4 with
-   double quantization stores 0.516 B/param (Dettmers et al. 2023 section 3): the same bytes
-   within 1 %; both dequantize the base to the compute dtype for each matmul. Anything else
-   (``adapter``, ...) is unsupported ("technique X"). LoRA rank from ``lora_rank`` (16 if
-   empty). LoRA targets: ``targets=a+b+c`` in ``other`` (Lit-GPT's ``query``/``key``/
-   ``value``/``projection`` -> ``q_proj``/``k_proj``/``v_proj``/``o_proj``); else stack
-   ``torchtune`` -> torchtune's default (q, v, o, gate, up, down), stack ``unsloth`` or
-   "all linear" in ``other`` -> all seven linears; else fmest's default (q, v: PEFT's
-   default for Llama-family models). On models with one fused attention projection (Falcon,
-   GPT-NeoX) q/k/v name ``query_key_value`` and o names ``dense`` (PEFT's default for them is
-   ``query_key_value``); on Phi-3 q/k/v name ``qkv_proj`` and gate/up ``gate_up_proj``. QLoRA: ``quantization=bnb.nf4`` (Lit-GPT's name
-   for NF4 without double quantization, beside ``bnb.nf4-dq``) -> ``double_quantization``
-   false; else fmest's default (true: the QLoRA recipe).
+   scale and a packed 4-bit zero per 128-weight group (AutoGPTQ ``QuantLinear``: ``qweight`` int32
+   x in/8, ``scales`` fp16 and ``qzeros`` int32/8 x in/128), 0.520 B/param, and NF4 with double
+   quantization stores 0.516 B/param (Dettmers et al. 2023 section 3): the same bytes within 1 %;
+   both dequantize the base to the compute dtype for each matmul. Anything else (``adapter``, ...)
+   is unsupported ("technique X"). LoRA rank from ``lora_rank`` (16 if empty). LoRA targets:
+   ``targets=a+b+c`` in ``other`` (Lit-GPT's ``query``/``key``/ ``value``/``projection`` ->
+   ``q_proj``/``k_proj``/``v_proj``/``o_proj``); else stack ``torchtune`` -> torchtune's default
+   (q, v, o, gate, up, down), stack ``unsloth`` or "all linear" in ``other`` -> all seven linears;
+   else fmest's default (q, v: PEFT's default for Llama-family models). On models with one fused
+   attention projection (Falcon, GPT-NeoX) q/k/v name ``query_key_value`` and o names ``dense``
+   (PEFT's default for them is ``query_key_value``); on Phi-3 q/k/v name ``qkv_proj`` and gate/up
+   ``gate_up_proj``. QLoRA: ``quantization=bnb.nf4`` (Lit-GPT's name for NF4 without double
+   quantization, beside ``bnb.nf4-dq``) -> ``double_quantization`` false; else fmest's default
+   (true: the QLoRA recipe).
 5. **Optimizer**: ``8bit``/``8-bit`` (not "non-8-bit") -> ``adamw_8bit`` (``paged`` ->
    ``paged_adamw_8bit``); ``adafactor``, ``lion``, ``sgd`` (``sgd_momentum`` when momentum is
    stated) by name; everything else -> ``adamw``; ``fused=true`` or stack ``torchtune`` ->
@@ -68,45 +66,43 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    "offload to CPU"; not when negated or false) -> ``cpu_offload=params`` when the text names
    parameters or the row is FSDP (FSDP's ``CPUOffload`` has only ``offload_params``: parameters,
    gradients and the optimizer step move to the host), else ``optimizer`` (ZeRO-Offload).
-7. **Layout**: ``tp``/``pp``/``cp``/``ep`` as given (1 if empty); ``dp`` as given, else
-   ``num_gpus / (tp*pp*cp)`` (expert parallelism lives inside DP, Megatron-Core's layout). A row
-   whose ``dp*tp*pp*cp`` differs from ``num_gpus`` is unsupported. GPUs per node = min(8, GPUs).
-   TP on ``torchtitan`` and ``megatron-core`` rows, or ``sequence_parallel=true``, is
-   sequence-parallel.
+7. **Layout**: ``tp``/``pp``/``cp``/``ep`` as given (1 if empty); ``dp`` as given, else ``num_gpus
+   / (tp*pp*cp)`` (expert parallelism lives inside DP, Megatron-Core's layout). A row whose
+   ``dp*tp*pp*cp`` differs from ``num_gpus`` is unsupported. GPUs per node = min(8, GPUs). TP on
+   ``torchtitan`` and ``megatron-core`` rows, or ``sequence_parallel=true``, is sequence-parallel.
 8. **Batch**: ``micro_batch`` and ``grad_accum`` as given; ``grad_accum`` empty with
    ``global_batch`` stated -> ``global_batch / (micro_batch * dp)``; else 1. ``micro_batch``
    empty: (a) ``local bs N`` in ``other`` (torchtitan PP tables) -> as many micro-batches as
    pipeline stages in total (torchtitan ``build_pipeline_schedule``; interleaved 1F1B builds 2
-   stages per rank), so ``micro_batch = N / stages``; without PP ``micro_batch = N``;
-   (b) ``megatron-core`` rows with ``global_batch`` -> micro-batch 1 and accumulation
-   ``global_batch / dp`` (the PTD-P runs' micro-batch is unpublished: 1 is an assumption, the
-   smallest micro-batch, which the weak-scaling table's global batches always allow);
-   (c) otherwise unsupported ("micro-batch size not stated").
-   PP schedule: ``virtual_pipeline_stages=N`` (N > 1) in ``other`` -> ``interleaved`` with N
-   virtual stages; else "interleaved" -> ``interleaved`` with 2; "gpipe" -> ``gpipe``; else
-   1F1B.
+   stages per rank), so ``micro_batch = N / stages``; without PP ``micro_batch = N``; (b)
+   ``megatron-core`` rows with ``global_batch`` -> micro-batch 1 and accumulation ``global_batch /
+   dp`` (the PTD-P runs' micro-batch is unpublished: 1 is an assumption, the smallest micro-batch,
+   which the weak-scaling table's global batches always allow); (c) otherwise unsupported
+   ("micro-batch size not stated"). PP schedule: ``virtual_pipeline_stages=N`` (N > 1) in
+   ``other`` -> ``interleaved`` with N virtual stages; else "interleaved" -> ``interleaved`` with
+   2; "gpipe" -> ``gpipe``; else 1F1B.
 9. **Activation checkpointing**: ``full``/``selective`` as given; ``offload`` -> ``full`` plus
-   ``activation_offload`` (Unsloth-style offloaded checkpoints); empty on ``unsloth`` rows
-   and on rows from Unsloth's documents (their Hugging Face baselines) -> ``full`` (without it
-   the published context lengths could not fit the stated GPUs); empty on
-   ``megatron-deepspeed`` rows -> ``full`` (BigScience's Megatron-DeepSpeed runs pass
-   ``--checkpoint-activations``, as the tr11 README states; the 72-80-layer test models of its
-   prequel tables could not hold uncheckpointed activations at their micro-batches);
-   ``gradient_checkpointing=true`` in ``other`` -> ``full``.
-10. **Attention**: ``flash_attention`` true -> ``flash``, false -> ``eager``; unknown ->
-    ``flash`` on ``megatron-core`` (Transformer Engine's fused attention is Megatron-Core's
-    default backend), else ``sdpa``.
-11. **Kernels and loss**: ``compile`` stated on (``compile=true``, "compile on",
-    "torch.compile", torchtune ladder wording) -> ``compile``; "chunked CE" ->
-    ``loss=chunked``; ``liger=true`` (Liger fused linear cross-entropy) or a fused
-    cross-entropy named in ``other`` -> ``loss=fused``; "activation offloading" ->
-    ``activation_offload``.
-12. **Stack**: the ``stack`` column is kept on the mapping (``Mapped.stack``, the breakdown's
-    key) and passed as ``training.stack`` when fmest's job has that field (issue 12), detected
-    at run time. Stacks outside issue 12's profiles pass as the profile they run on
-    (``STACK_PROFILES``: ms-swift -> hf-trainer, its trainer is transformers'; litgpt ->
-    pytorch, Lightning Fabric runs eager PyTorch; xtuner -> deepspeed, mmengine on DeepSpeed).
+   ``activation_offload`` (Unsloth-style offloaded checkpoints); empty on ``unsloth`` rows and on
+   rows from Unsloth's documents (their Hugging Face baselines) -> ``full`` (without it the
+   published context lengths could not fit the stated GPUs); empty on ``megatron-deepspeed`` rows
+   -> ``full`` (BigScience's Megatron-DeepSpeed runs pass ``--checkpoint-activations``, as the
+   tr11 README states; the 72-80-layer test models of its prequel tables could not hold
+   uncheckpointed activations at their micro-batches); ``gradient_checkpointing=true`` in
+   ``other`` -> ``full``.
+10. **Attention**: ``flash_attention`` true -> ``flash``, false -> ``eager``; unknown -> ``flash``
+    on ``megatron-core`` (Transformer Engine's fused attention is Megatron-Core's default
+    backend), else ``sdpa``.
+11. **Kernels and loss**: ``compile`` stated on (``compile=true``, "compile on", "torch.compile",
+    torchtune ladder wording) -> ``compile``; "chunked CE" -> ``loss=chunked``; ``liger=true``
+    (Liger fused linear cross-entropy) or a fused cross-entropy named in ``other`` ->
+    ``loss=fused``; "activation offloading" -> ``activation_offload``.
+12. **Stack**: the ``stack`` column is kept on the mapping (``Mapped.stack``, the breakdown's key)
+    and passed as ``training.stack`` when fmest's job has that field (issue 12), detected at run
+    time. Stacks outside issue 12's profiles pass as the profile they run on (``STACK_PROFILES``:
+    ms-swift -> hf-trainer, its trainer is transformers'; litgpt -> pytorch, Lightning Fabric runs
+    eager PyTorch; xtuner -> deepspeed, mmengine on DeepSpeed).
 13. Rows with ``seq_len`` empty are unsupported ("sequence length not stated").
+
 """
 
 from __future__ import annotations
