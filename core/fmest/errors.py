@@ -2,12 +2,14 @@
 
 Every error a user can cause is an :class:`FmestError` whose message names the field (as a path
 such as ``training.micro_batch_size`` or a CLI flag) and, where the values are enumerable, the
-accepted values. The CLI prints ``str(error)`` on one line and exits with code 2.
+accepted values. The CLI prints ``str(error)`` on one line and exits with code 2; with
+``--format json`` it prints :func:`error_object` on stdout instead, the same object the service
+(``fmest serve``) answers with.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 
 class FmestError(Exception):
@@ -69,3 +71,31 @@ def near_names(name: str, candidates: Iterable[str], n: int = 5) -> list[str]:
     hits = difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=0.4)
     subs = [c for c in cands if name.lower() in c.lower() and c not in hits]
     return [lowered[h] for h in hits] + subs[: max(0, n - len(hits))]
+
+
+def error_body(field: str | None, message: str, accepted: Any = None) -> dict:
+    """The JSON error shape every machine-facing door uses (``fmest ... --format json`` on
+    stdout, ``fmest serve`` with 422): ``{"error": {"field", "message", "accepted"}}``."""
+    return {"error": {"field": field, "message": message,
+                      "accepted": list(accepted) if accepted else []}}
+
+
+def json_field(field: str) -> str:
+    """A field by its JSON name: a flag without ``--`` and with ``_`` (``--seq-len`` ->
+    ``seq_len``, the name the service's body takes); ``-f/--input-file`` is ``input``."""
+    if field == "--input-file":
+        return "input"
+    return field[2:].replace("-", "_") if field.startswith("--") else field
+
+
+def error_object(exc: BaseException) -> dict:
+    """:func:`error_body` of an error: an :class:`InputError` keeps its field (JSON name),
+    message (without the field prefix) and accepted values; any other error has field null."""
+    if not isinstance(exc, InputError):
+        return error_body(None, str(exc))
+    text = str(exc)
+    prefix = f"{exc.field}: "
+    return error_body(json_field(exc.field),
+                      text[len(prefix):] if text.startswith(prefix) else text,
+                      [a if isinstance(a, (str, int, float, bool)) else str(a)
+                       for a in exc.accepted or []])

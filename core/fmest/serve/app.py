@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.staticfiles import StaticFiles
 
 from fmest import __version__
-from fmest.errors import FmestError, InputError
+from fmest.errors import FmestError, InputError, error_body, error_object
 from fmest.serve import schema
 from fmest.serve.inputs import INPUT_SOURCE, command_parser, estimate_args
 
@@ -46,25 +46,8 @@ CONCURRENT_METHODS = frozenset({"theory"})
 WORKER_THREADS = 4
 
 
-def error_body(field: str | None, message: str, accepted: Any = None) -> dict:
-    return {"error": {"field": field, "message": message,
-                      "accepted": list(accepted) if accepted else []}}
-
-
-def _json_field(field: str) -> str:
-    """The body's name of a field the CLI's door names by its flag (``--model`` -> ``model``)."""
-    if field == "--input-file":
-        return "input"
-    return field[2:].replace("-", "_") if field.startswith("--") else field
-
-
 def _input_error_body(exc: InputError) -> dict:
-    text = str(exc)
-    prefix = f"{exc.field}: "
-    return error_body(_json_field(exc.field),
-                      text[len(prefix):] if text.startswith(prefix) else text,
-                      [a if isinstance(a, (str, int, float, bool)) else str(a)
-                       for a in exc.accepted or []])
+    return error_object(exc)
 
 
 class _ServiceEngine:
