@@ -101,7 +101,12 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
     time. Stacks outside issue 12's profiles pass as the profile they run on (``STACK_PROFILES``:
     ms-swift -> hf-trainer, its trainer is transformers'; litgpt -> pytorch, Lightning Fabric runs
     eager PyTorch; xtuner -> deepspeed, mmengine on DeepSpeed).
-13. Rows with ``seq_len`` empty are unsupported ("sequence length not stated").
+13. Rows with ``seq_len`` empty are unsupported ("sequence length not stated"). A throughput
+    row whose ``other`` says its ``seq_len`` caps variable-length, unpacked samples ("seq_len is
+    the cap", "variable-length samples truncated") is unsupported ("tokens per sample not
+    stated"): its rate follows the mean truncated length, which the source does not give (on
+    ms-swift's table a 7B LoRA at the 2048 cap would run above the A100's dense peak). The
+    memory rows of such runs keep the cap: the longest samples reach it.
 
 """
 
@@ -142,6 +147,8 @@ GPT3_SHAPES = {"175B": (96, 12288, 96), "13B": (40, 5140, 40), "6.7B": (32, 4096
 _FAMILY_PRESETS = {"bigscience": "bigscience/bloom"}
 LONG_CONTEXT = 16384
 
+#: ``other`` wording of a seq_len that only caps variable-length, unpacked samples (rule 13)
+VARIABLE_LENGTH = re.compile(r"seq_len is the cap|variable-length samples truncated", re.I)
 #: Stacks outside issue 12's profile names -> the profile they run on (rule 12).
 STACK_PROFILES = {"ms-swift": "hf-trainer", "litgpt": "pytorch", "xtuner": "deepspeed",
                   "llama-factory": "hf-trainer", "axolotl": "hf-trainer",
@@ -386,6 +393,8 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         tech = "qlora"
     if tech not in ("full", "lora", "qlora"):  # rule 4 first: it names the missing feature
         return None, f"technique {tech!r}"
+    if row["kind"] == "throughput" and VARIABLE_LENGTH.search(other):  # rule 13
+        return None, "tokens per sample not stated (seq_len caps variable-length samples)"
     model, model_config, why = _model(row, kv)
     if model is None:
         return None, why
