@@ -31,6 +31,17 @@ def allocated_bytes(est) -> float:
     return float(_allocated_bytes(est))
 
 
+def comparable_bytes(est, counter: str = "allocated") -> float:
+    """The part of an analytic memory estimate a counter sees: ``allocated`` ->
+    :func:`allocated_bytes`; ``reserved`` (the caching allocator's pool) -> the total less the
+    outside-allocator components; ``whole`` (nvidia-smi) -> the total."""
+    if counter == "whole":
+        return float(est.total_bytes)
+    if counter == "reserved":
+        return float(est.total_bytes - sum(est.components.get(k, 0) for k in NOT_ALLOCATED))
+    return allocated_bytes(est)
+
+
 def analytic(candidates: Sequence) -> Optional[object]:
     """The baseline among ``candidates``: the ``analytic`` answer of the first plugin by name."""
     pool = sorted((c for c in candidates if c.provenance.basis == BASIS),

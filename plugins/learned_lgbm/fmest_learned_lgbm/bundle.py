@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 from fmest.errors import InputError, PluginError
 
-from fmest_learned_lgbm.features import check_names
+from fmest_learned_lgbm.features import check_names, domain_reasons
 
 PLUGIN = "learned_lgbm"
 FORMAT = "fmest-learned-lgbm/1"
@@ -136,6 +136,15 @@ def model_text_problem(data: bytes) -> Optional[str]:
     return None
 
 
+def gated_point(shrink: float, gate: bool, p10: float, p50: float, p90: float) -> float:
+    """The answer's log correction: ``shrink x P50``; with ``gate``, 0 (theory itself) unless
+    the model's own P10-P90 excludes theory (it is 80 % sure the formulas err one way). The
+    gate and the shrinkage are chosen by held-out (grouped) CV at training time."""
+    if gate and p10 <= 0.0 <= p90:
+        return 0.0
+    return shrink * p50
+
+
 class TargetModel:
     """The three quantile models of one target and what the bundle says about them."""
 
@@ -147,6 +156,7 @@ class TargetModel:
         self.names = [f["name"] for f in self.features]
         self.margin = float(meta.get("interval_margin", 0.0))
         self.shrinkage = float(meta.get("shrinkage", 1.0))
+        self.gate = bool(meta.get("gate", False))
 
     def encode(self, values: dict[str, Any]) -> list[float]:
         row = []
@@ -160,30 +170,20 @@ class TargetModel:
         return row
 
     def domain(self, values: dict[str, Any]) -> list[str]:
-        """Why ``values`` lie outside the training domain (empty: in domain)."""
-        out = []
-        for f in self.features:
-            v = values[f["name"]]
-            if f["kind"] == "categorical":
-                if v not in f["levels"]:
-                    out.append(f"{f['name']}={v!r} not seen in training (seen: "
-                               f"{', '.join(map(str, f['levels']))})")
-            else:
-                lo, hi = f["min"], f["max"]
-                tol = 1e-9 * max(1.0, abs(lo), abs(hi))
-                if v < lo - tol or v > hi + tol:
-                    out.append(f"{f['name']}={v:g} outside training range [{lo:g}, {hi:g}]")
-        return out
+        """Why ``values`` lie outside the training domain (empty: in domain); only features
+        some tree splits on count (:func:`fmest_learned_lgbm.features.domain_reasons`)."""
+        return domain_reasons(self.features, values)
 
     def predict_log_ratio(self, values: dict[str, Any]) -> tuple[float, float, float]:
         """(low, point, high) of log(measured / theory): the median model's correction times
-        the CV-chosen shrinkage, the P10/P90 models widened by the CV margin (and always
+        the CV-chosen shrinkage (0 when the gate is on and P10-P90 contains theory:
+        :func:`gated_point`), the P10/P90 models widened by the CV margin (and always
         containing the point)."""
         import numpy as np
 
         x = np.asarray([self.encode(values)], dtype=float)
         q = {k: float(self.boosters[k].predict(x, num_threads=1)[0]) for k in QUANTILES}
-        point = self.shrinkage * q["p50"]
+        point = gated_point(self.shrinkage, self.gate, q["p10"], q["p50"], q["p90"])
         lo = min(q["p10"] - self.margin, point)
         hi = max(q["p90"] + self.margin, point)
         return lo, point, hi

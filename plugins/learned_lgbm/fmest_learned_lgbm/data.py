@@ -4,7 +4,11 @@
 job dict as JSON, the source of truth for features), ``status`` (``ok``/``oom``/``error``/
 ``unsupported``), ``device`` (``cpu``/``cuda``/``fake``), ``measured_peak_bytes`` (allocated
 peak), ``measured_reserved_bytes`` and ``measured_step_seconds`` (may be empty), plus
-informational columns that are ignored.
+informational columns that are ignored. Two optional columns: ``source`` (the independent
+source a row comes from, e.g. the published document: cross-validation then leaves one source
+out at a time and training weighs sources equally; it is never a feature) and
+``memory_counter`` (``allocated``, the default, ``reserved`` or ``whole``: which counter
+``measured_peak_bytes`` read; the baseline is the comparable part of the analytic answer).
 
 **fm-training-estimator data** (foundation-model-stack/fm-training-estimator,
 ``fm_training_estimator/data/README.md``, formats ``v1`` and the xgboost test data):
@@ -40,6 +44,7 @@ from attrs import frozen
 from fmest.errors import InputError
 
 PROBE_COLUMNS = ("job_json", "status", "device", "measured_peak_bytes")
+MEMORY_COUNTERS = ("allocated", "reserved", "whole")
 FMTE_GPUS = {"a100": "A100-80GB", "h100": "H100-SXM", "l40s": "L40S", "v100": "V100-32GB"}
 _FMTE_DTYPES = {"float32": "fp32", "fp32": "fp32", "float16": "fp16", "fp16": "fp16",
                 "bfloat16": "bf16", "bf16": "bf16"}
@@ -56,6 +61,14 @@ class Sample:
     step_seconds: Optional[float]
     source: str
     row: int
+    #: the independent source the row comes from (a probe dataset's ``source`` column: the
+    #: published document); cross-validation leaves one out at a time and training weighs
+    #: sources equally. Empty: no grouping column.
+    group: str = ""
+    #: which counter ``memory_bytes`` read: ``allocated`` (max_memory_allocated, active
+    #: bytes, the CPU allocator's count), ``reserved`` (max_memory_reserved, the caching
+    #: allocator's pool) or ``whole`` (nvidia-smi: everything on the device)
+    memory_counter: str = "allocated"
 
 
 @frozen(kw_only=True)
@@ -111,10 +124,15 @@ def _probe_sample(r: dict, path: str, i: int) -> Sample:
         job = json.loads(r["job_json"]) if isinstance(r["job_json"], str) else dict(r["job_json"])
     except (TypeError, ValueError) as exc:
         raise InputError(f"{path}: row {i + 2}: job_json", f"malformed JSON: {exc}") from None
+    counter = str(r.get("memory_counter") or "allocated").strip().lower()
+    if counter not in MEMORY_COUNTERS:
+        raise InputError(f"{path}: row {i + 2}: memory_counter", "unknown counter",
+                         value=counter, accepted=MEMORY_COUNTERS)
     return Sample(job=job, status=str(r.get("status") or "ok").strip().lower(),
                   device=str(r.get("device") or "cuda").strip().lower(),
                   memory_bytes=_float(r.get("measured_peak_bytes")),
-                  step_seconds=_float(r.get("measured_step_seconds")), source=path, row=i)
+                  step_seconds=_float(r.get("measured_step_seconds")), source=path, row=i,
+                  group=str(r.get("source") or "").strip(), memory_counter=counter)
 
 
 def _fmte_sample(r: dict, path: str, i: int) -> Sample:

@@ -22,6 +22,20 @@ def _log2(x: float) -> float:
     return math.log2(x) if x and x > 0 else 0.0
 
 
+def _stack(job) -> str:
+    """The job's training stack (``training.stack``, issue 12); ``pytorch`` (the default
+    profile) on an fmest without the field or with it unset."""
+    return str(getattr(job.training, "stack", None) or "pytorch").lower()
+
+
+def _peak(job, ctx) -> float:
+    """The GPU's dense peak FLOP/s for the job's compute dtype (0 when the table has none)."""
+    try:
+        return float(ctx.gpu.peak_flops_per_s(job.training.dtype) or 0.0)
+    except Exception:  # a GPU row without the dtype's figure: no peak feature
+        return 0.0
+
+
 #: name -> (kind, function(job, ctx, extra) -> value); ``extra`` holds the baseline value
 #: and the measuring device.
 FEATURES: dict[str, tuple[str, Callable[..., Any]]] = {
@@ -68,6 +82,21 @@ FEATURES: dict[str, tuple[str, Callable[..., Any]]] = {
     "device": ("categorical", lambda j, c, e: e.get("device", "cuda")),
     # the analytic baseline itself
     "theory_log2": ("numeric", lambda j, c, e: _log2(e["theory"])),
+    # added for GPU evidence (issue 13): the software stack and what it runs
+    "stack": ("categorical", lambda j, c, e: _stack(j)),
+    "family": ("categorical", lambda j, c, e: c.model.model_type or "unknown"),
+    "ep": ("numeric", lambda j, c, e: float(c.layout.ep)),
+    "sequence_parallel": ("numeric", lambda j, c, e: float(bool(
+        j.parallelism.sequence_parallel))),
+    "activation_offload": ("numeric", lambda j, c, e: float(bool(j.training.activation_offload))),
+    "compile": ("numeric", lambda j, c, e: float(bool(j.training.compile))),
+    "fp8": ("numeric", lambda j, c, e: float(j.training.dtype == "fp8")),
+    "gpu_memory_log2": ("numeric", lambda j, c, e: _log2(c.gpu.memory_bytes)),
+    "gpu_peak_flops_log2": ("numeric", lambda j, c, e: _log2(_peak(j, c))),
+    # what the measurement counted (allocated / reserved / whole device): a property of the
+    # measurement, not of where it was published; estimates are asked as ``reserved`` (the
+    # part of the answer the learned factor scales)
+    "memory_counter": ("categorical", lambda j, c, e: e.get("counter", "reserved")),
 }
 
 _COMMON = ["params_log2", "trainable_params_log2", "hidden_log2", "intermediate_log2", "layers",
@@ -86,6 +115,26 @@ DEFAULT_FEATURES = {
 }
 
 
+#: Features of the GPU-evidence bundle (published runs, issue 13): what a user's job states
+#: (stack, GPU, model dims and family, technique, precision, sharding, tp/pp/cp/ep, micro-batch
+#: x sequence, checkpointing, attention, loss, fp8, offload) and nothing that identifies where a
+#: row was published. Memory leaves out the GPU's speed; time leaves out nothing it depends on.
+_EVIDENCE = ["params_log2", "trainable_params_log2", "hidden_log2", "layers", "vocab_log2",
+             "experts", "family", "seq_len_log2", "micro_batch_log2",
+             "tokens_per_micro_batch_log2", "technique", "lora_rank_log2", "dtype", "precision",
+             "fp8", "activation_checkpointing", "activation_offload", "attention", "loss",
+             "compile", "optimizer", "sharding", "cpu_offload", "world_size_log2", "dp_log2",
+             "tp", "pp", "cp", "ep", "sequence_parallel", "stack", "gpu_memory_log2",
+             "theory_log2"]
+EVIDENCE_FEATURES = {
+    "memory": _EVIDENCE + ["memory_counter"],
+    "time": _EVIDENCE + ["grad_accum_log2", "gpu", "gpu_peak_flops_log2", "device"],
+}
+
+#: Named feature sets (``fmest learn --features NAME``).
+FEATURE_SETS = {"probes": DEFAULT_FEATURES, "evidence": EVIDENCE_FEATURES}
+
+
 def kind(name: str) -> str:
     return FEATURES[name][0]
 
@@ -95,10 +144,36 @@ def check_names(names) -> list[str]:
     return [n for n in names if n not in FEATURES]
 
 
-def feature_values(names, job, ctx, *, theory: float, device: str = "cuda") -> dict[str, Any]:
-    """Feature name -> value for ``job`` (``theory`` is the analytic baseline value)."""
-    extra = {"theory": theory, "device": device}
+def feature_values(names, job, ctx, *, theory: float, device: str = "cuda",
+                   counter: str = "reserved") -> dict[str, Any]:
+    """Feature name -> value for ``job`` (``theory`` is the analytic baseline value,
+    ``counter`` the memory counter the measurement read)."""
+    extra = {"theory": theory, "device": device, "counter": counter}
     return {n: FEATURES[n][1](job, ctx, extra) for n in names}
+
+
+def domain_reasons(spec, values: dict[str, Any]) -> list[str]:
+    """Why ``values`` lie outside a model's training domain (empty: in domain).
+
+    ``spec`` lists the model's features (name, kind, training ``min``/``max`` or categorical
+    ``levels``, and ``used``: whether any tree splits on it). A feature no tree splits on
+    cannot move the prediction, so only used features (all, in bundles without the flag) are
+    checked: every numeric value inside its training range, every categorical value seen."""
+    out = []
+    for f in spec:
+        if f.get("used") is False:
+            continue
+        v = values[f["name"]]
+        if f["kind"] == "categorical":
+            if str(v) not in f["levels"]:
+                out.append(f"{f['name']}={v!r} not seen in training (seen: "
+                           f"{', '.join(map(str, f['levels']))})")
+        else:
+            lo, hi = f["min"], f["max"]
+            tol = 1e-9 * max(1.0, abs(lo), abs(hi))
+            if v < lo - tol or v > hi + tol:
+                out.append(f"{f['name']}={v:g} outside training range [{lo:g}, {hi:g}]")
+    return out
 
 
 def family(job, ctx) -> str:

@@ -22,8 +22,8 @@ from fmest.estimates import MemoryEstimate, Provenance, TimeEstimate
 from fmest.hookspecs import hookimpl
 
 # None of these import lightgbm at module level: a theory estimate never loads it.
-from fmest_learned_lgbm.baseline import (NOT_ALLOCATED, allocated_bytes, analytic,
-                                         baseline_version)
+from fmest_learned_lgbm.baseline import (NOT_ALLOCATED, analytic, baseline_version,
+                                         comparable_bytes)
 from fmest_learned_lgbm.bundle import cached_bundle, resolve_bundle_dir
 from fmest_learned_lgbm.features import feature_values
 
@@ -50,18 +50,41 @@ def _same_device_kind(model, values) -> bool:
     return True
 
 
+def _level(model) -> str:
+    level = model.meta.get("interval_level")
+    if level:
+        return f"{level} (80 % of held-out measurements inside, conformal on grouped CV)"
+    return "P10-P90 (conformal on grouped CV)"
+
+
+def _held_out_figures(model, target: str) -> str:
+    """The model's held-out median |error| against theory's, as the bundle measured it
+    (nested leave-one-source-out when stored, else the grouped CV)."""
+    ev = model.meta.get("loso") or model.meta.get("cv") or {}
+    theory, hybrid = ev.get("median_abs_error_theory"), ev.get("median_abs_error_hybrid",
+                                                                ev.get("median_abs_error_learned"))
+    if theory is None or hybrid is None:
+        return "no held-out evaluation stored"
+    how = "leave-one-source-out" if model.meta.get("loso") else f"CV ({ev.get('method', '?')})"
+    quantity = "memory" if target == "memory" else "throughput"
+    return (f"held-out {quantity} median |error| {how}: theory {theory:.1%}, "
+            f"hybrid {hybrid:.1%}")
+
+
 def _predict(target, job, ctx, baseline):
     bundle = _bundle_for(job)
     model = bundle.targets.get(target)
     if model is None:
         return None
+    counter = model.meta.get("predict_counter") or "allocated"
     if target == "memory":
-        theory = allocated_bytes(baseline)
+        theory = comparable_bytes(baseline, counter)
     else:
         theory = baseline.step_seconds
     if not theory or theory <= 0:
         return None
-    values = feature_values(model.names, job, ctx, theory=float(theory), device="cuda")
+    values = feature_values(model.names, job, ctx, theory=float(theory), device="cuda",
+                            counter=counter)
     if not _same_device_kind(model, values):
         return None
     outside = model.domain(values)
@@ -83,10 +106,9 @@ def _predict(target, job, ctx, baseline):
         interval = (fixed + scaled * math.exp(lo), fixed + scaled * math.exp(hi))
     else:
         interval = (float(theory) * math.exp(lo), float(theory) * math.exp(hi))
-    cv_error = model.meta.get("cv", {}).get("median_abs_error_learned", float("nan"))
     prov = Provenance(basis="learned", interval=interval, in_domain=not outside,
-                      detail=f"{bundle.describe()}; {target} model, CV median |error| "
-                      f"{cv_error:.1%} on held-out model families")
+                      detail=f"{bundle.describe()}; {target} model; interval "
+                      f"{_level(model)}; {_held_out_figures(model, target)}")
     return math.exp(point), prov, tuple(notes)
 
 
