@@ -112,13 +112,18 @@ def check_model_name(name: str) -> None:
                          value=name[:60] + ("..." if len(name) > 60 else ""))
 
 
+def _shown(number: float) -> str:
+    return f"{int(number):,}" if float(number).is_integer() and number < 1e12 else f"{number:g}"
+
+
 def check_bounds(job) -> None:
     """Refuse a value above its documented bound (:data:`BOUNDS`)."""
     check_model_name(job.model)
     for bound in BOUNDS:
         value = _get(job, bound.path)
         if value is not None and value > bound.maximum:
-            raise InputError(bound.path, f"above the bound {bound.maximum:g} ({bound.reason})",
+            raise InputError(bound.path, f"above the bound {_shown(bound.maximum)} "
+                             f"({bound.reason})",
                              value=value)
 
 
@@ -589,10 +594,13 @@ def markdown() -> str:
              "Generated from `fmest.bounds` (`scripts/gen_cli_docs.py`). Every door (flags, "
              "`-f`, `--config`, the Python API, the service) applies them; a refusal is one "
              "line naming the field, exit code 2 (`InputError` in Python). Numbers must be "
-             "finite everywhere (`nan`, `inf` are refused).", "",
+             "finite everywhere (`nan`, `inf` are refused). A field left at its default value "
+             "contradicts nothing; a hardware or position-table rule broken only by a default "
+             "the user did not choose (bf16 on a T4 named without a dtype, GPT-2 at the default "
+             "2048 tokens) is answered with a warning naming the field instead.", "",
              "**Bounds** (largest accepted value)", "", "| field | at most | why |",
              "|---|---|---|"]
-    lines += [f"| `{b.path}` | {b.maximum:g} | {b.reason} |" for b in BOUNDS]
+    lines += [f"| `{b.path}` | {_shown(b.maximum)} | {b.reason} |" for b in BOUNDS]
     lines += ["", "**Conflicts** (refused together)", "", "| fields | refused when | why |",
               "|---|---|---|"]
     lines += [f"| {', '.join(f'`{p}`' for p in c.fields)} | {c.message} | {c.reason} |"
