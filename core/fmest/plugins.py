@@ -31,6 +31,7 @@ DEFAULT_PLUGINS = {
     "model_resolver": "fmest.default_plugins.model_resolver",
     "optimizers": "fmest.default_plugins.optimizers",
     "parallelism": "fmest.default_plugins.parallelism",
+    "plan": "fmest.default_plugins.plan",
     "policies": "fmest.default_plugins.policies",
     "serve": "fmest.default_plugins.serve",
     "stacks": "fmest.default_plugins.stacks",

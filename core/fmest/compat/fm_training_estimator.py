@@ -276,3 +276,10 @@ def jobs_from_estimate_input(data: dict):
 
     dicts, ignored = estimate_input_jobs(data)
     return [job_from_dict(d) for d in dicts], ignored
+
+
+# The ADR's Python API (issue 17), built around the reader above; docs/plan.md
+from fmest.compat.fm_training_estimator_api import adr_api  # noqa: E402
+
+estimate_memory, estimate_time, estimate_tokens, estimate_cost, estimate = adr_api(
+    jobs_from_estimate_input)
