@@ -8,17 +8,64 @@ Flags override values from ``-f/--input-file`` (a job JSON or fm-training-estima
 from __future__ import annotations
 
 import argparse
+import contextvars
 import json
+import re
 import sys
 from typing import Any, Callable, Sequence
 
-from fmest.errors import FmestError, InputError
+from fmest.errors import FmestError, InputError, error_body, error_object
+
+#: Exit code of ``--fail-if-no-fit`` when the job does not fit (2 is a usage or input error).
+EXIT_NO_FIT = 3
+#: Set by :func:`main` when the command line asks for ``--format json``: errors are then also
+#: a JSON object on stdout (:func:`fmest.errors.error_object`, the service's shape).
+_JSON_ERRORS: contextvars.ContextVar[bool] = contextvars.ContextVar("fmest_json_errors",
+                                                                     default=False)
+
+
+def wants_json(argv: Sequence[str]) -> bool:
+    """True when ``argv`` asks for ``--format json`` (read before parsing, so that a flag
+    argparse refuses is answered in JSON too)."""
+    for i, arg in enumerate(argv):
+        if arg == "--format" and i + 1 < len(argv) and argv[i + 1] == "json":
+            return True
+        if arg == "--format=json":
+            return True
+    return False
+
+
+def argparse_error_object(message: str) -> dict:
+    """An argparse refusal (``argument --seq-len/--x: ...``, ``invalid choice: 'x' (choose
+    from 'a', 'b')``, ``the following arguments are required: --to``) as the JSON error."""
+    from fmest.errors import json_field
+
+    field = None
+    match = re.match(r"argument (\S+?)(?:/\S+)?: (.*)$", message, re.S)
+    if match:
+        field, message = match.group(1), match.group(2)
+    else:
+        flags = re.findall(r"(?<![\w-])--?[A-Za-z][\w-]*", message)
+        field = flags[0] if flags else None
+    accepted = []
+    choices = re.search(r"\(choose from (.*)\)", message)
+    if choices:
+        accepted = re.findall(r"'([^']*)'", choices.group(1)) or \
+            [int(c) if c.strip().isdigit() else c.strip() for c in choices.group(1).split(",")]
+    return error_body(json_field(field) if field else None, message, accepted)
+
+
+def print_json_error(obj: dict) -> None:
+    print(json.dumps(obj, indent=2, default=str))
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors and exit code 2 (no usage dump, no traceback)."""
+    """argparse with one-line errors and exit code 2 (no usage dump, no traceback); with
+    ``--format json`` the error is also a JSON object on stdout."""
 
     def error(self, message: str):  # type: ignore[override]
+        if _JSON_ERRORS.get():
+            print_json_error(argparse_error_object(message))
         self.exit(2, f"fmest: error: {message} (see 'fmest {self.prog.split()[-1]} --help')\n"
                   if " " in self.prog else f"fmest: error: {message}\n")
 
@@ -143,7 +190,7 @@ def add_estimate_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", help="preset name (fmest models), local config.json or folder, "
                    "or Hugging Face Hub id")
     g.add_argument("-f", "--input-file", metavar="FILE", help="job JSON (fmest layout or "
-                   "fm-training-estimator EstimateInput); flags override it")
+                   "fm-training-estimator EstimateInput); flags override it; - reads stdin")
     g.add_argument("--config", action="append", metavar="FILE", help="a training tool's config "
                    "(TrainingArguments, DeepSpeed, accelerate, axolotl, torchtune, LLaMA-Factory, "
                    "EstimateInput); repeatable, later files win, flags win over files")
@@ -416,16 +463,23 @@ def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
 
     if args.plot:
         plot_format(args.plot)  # a bad file name fails before any work
-    if args.format == "json":
+    if args.format in ("json", "csv"):
         out = estimate_output(args, engine_factory())
-        print(json.dumps(out, indent=2, default=str))
+        if args.format == "json":
+            print(json.dumps(out, indent=2, default=str))
+        else:
+            from fmest.report import estimate_csv
+
+            sys.stdout.write(estimate_csv(out))
         if args.plot:
             write_plot(out, args.plot)
-        return 0
+        jobs = out["jobs"] if "jobs" in out else [out]
+        return _fit_exit(args, [(j.get("memory") or {}).get("fits") for j in jobs])
     report = fmest.estimate_jobs(jobs_from_args(args), engine=engine_factory())
     if args.plot:
         write_plot(report, args.plot)
     reports = report.all_reports
+    from fmest.render import render_table as table
     from fmest.report import render_table
 
     for r in reports:
@@ -435,9 +489,15 @@ def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
         print(render_table(_summarised(r, args), explain=bool(r.job.options.explain)))
         if r.input is not None and r.input.files and r.job.options.explain:
             print("\nWhere each setting came from (flags override these):")
-            w = max((len(k) for k in r.input.origins), default=0)
-            for fld, origin in r.input.origins.items():
-                print(f"  {fld:<{w}}  {origin}")
+            print(table(["field", "origin"], r.input.origins.items(), indent="  "))
+    return _fit_exit(args, [r.fits for r in reports])
+
+
+def _fit_exit(args: argparse.Namespace, fits: list) -> int:
+    """``--fail-if-no-fit``: exit 3 when a job does not fit (for schedulers); else 0."""
+    if getattr(args, "fail_if_no_fit", False) and any(f is False for f in fits):
+        print("fmest: the job does not fit (--fail-if-no-fit)", file=sys.stderr)
+        return EXIT_NO_FIT
     return 0
 
 
@@ -495,20 +555,26 @@ def gpus_rows(registries) -> list[dict]:
 
 def cmd_models(args, engine_factory) -> int:
     """The model registry: every plugin's presets (not a built-in table)."""
+    from fmest.render import csv_text, render_table
+
     rows = models_rows(engine_factory().registries)
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return 0
+    if args.format == "csv":
+        sys.stdout.write(csv_text(MODELS_CSV_FIELDS, rows))
+        return 0
     if not rows:
         print("no model presets registered; a local config.json or model folder works.")
         return 0
-    w0 = max(len(r["name"]) for r in rows)
-    w1 = max(len(r["model_type"]) for r in rows)
-    print(f"{'name':<{w0}}  {'type':<{w1}}  aliases")
-    for r in rows:
-        print(f"{r['name']:<{w0}}  {r['model_type']:<{w1}}  {', '.join(r['aliases'][:3])}")
+    print(render_table(["name", "type", "aliases"],
+                       [(r["name"], r["model_type"], ", ".join(r["aliases"][:3])) for r in rows]))
     print(f"\n{len(rows)} presets; a local config.json or model folder also works.")
     return 0
+
+
+#: ``fmest models --format csv`` columns (the JSON rows' keys; aliases joined with ``;``).
+MODELS_CSV_FIELDS = ("name", "model_type", "aliases", "source", "retrieved", "plugin")
 
 
 def _display_aliases(reg, name: str) -> list[str]:
@@ -519,21 +585,30 @@ def _display_aliases(reg, name: str) -> list[str]:
 
 
 def cmd_gpus(args, engine_factory) -> int:
+    from fmest.render import Column, csv_text, render_table
+
     engine = engine_factory()
     gpus = engine.registries.gpus.values()
     if args.format == "json":
         print(json.dumps(gpus_rows(engine.registries), indent=2))
         return 0
+    if args.format == "csv":
+        rows = gpus_rows(engine.registries)
+        fields = list(dict.fromkeys(k for r in rows for k in r))  # the JSON keys, in order
+        sys.stdout.write(csv_text(fields, rows))
+        return 0
 
     def tf(x):
-        return f"{x / 1e12:8.1f}" if x else f"{'-':>8}"
+        return f"{x / 1e12:.1f}" if x else "-"
 
-    w = max(len(g.name) for g in gpus)
-    print(f"{'name':<{w}}  {'mem GiB':>7}  {'HBM TB/s':>8}  {'bf16 TF':>8}  {'fp8 TF':>8}  aliases")
-    for g in gpus:
-        hbm = f"{g.hbm_bytes_per_s / 1e12:8.2f}" if g.hbm_bytes_per_s else f"{'-':>8}"
-        print(f"{g.name:<{w}}  {g.memory_bytes / 1024**3:7.0f}  {hbm}  {tf(g.bf16_flops_per_s)}  "
-              f"{tf(g.fp8_flops_per_s)}  {', '.join(g.aliases[:4])}")
+    print(render_table(
+        [Column(name="name"), Column(name="mem GiB", align="right"),
+         Column(name="HBM TB/s", align="right"), Column(name="bf16 TF", align="right"),
+         Column(name="fp8 TF", align="right"), Column(name="aliases")],
+        [(g.name, f"{g.memory_bytes / 1024**3:.0f}",
+          f"{g.hbm_bytes_per_s / 1e12:.2f}" if g.hbm_bytes_per_s else "-",
+          tf(g.bf16_flops_per_s), tf(g.fp8_flops_per_s), ", ".join(g.aliases[:4]))
+         for g in gpus]))
     return 0
 
 
@@ -551,14 +626,14 @@ def cmd_plugins(args, engine_factory) -> int:
         print(json.dumps({"plugins": hooks, "learned_models": bundles,
                           "load_errors": [str(e) for e in engine.load_errors]}, indent=2))
         return 0
-    w = max(len(n) for n in hooks)
-    for name, hs in sorted(hooks.items()):
-        print(f"{name:<{w}}  {', '.join(h.removeprefix('fmest_') for h in hs)}")
+    from fmest.render import render_table
+
+    print(render_table(["plugin", "hooks"],
+                       [(name, ", ".join(h.removeprefix("fmest_") for h in hs))
+                        for name, hs in sorted(hooks.items())]))
     if bundles:
         print("\nlearned-model bundles (--learned-model NAME; details: fmest learned-models)")
-        wb = max(len(n) for n in bundles)
-        for name, value in sorted(bundles.items()):
-            print(f"{name:<{wb}}  {value}")
+        print(render_table(["bundle", "entry point"], sorted(bundles.items())))
     for err in engine.load_errors:
         print(f"error: {err}")
     return 0
@@ -575,6 +650,9 @@ def build_parser(commands: dict | None = None) -> argparse.ArgumentParser:
     add_estimate_arguments(p)
     p.add_argument("--plot", metavar="FILE", help="also draw the estimate to FILE (.png, .svg or "
                    ".pdf): memory components against the GPU, phase peaks (needs fmest[plot])")
+    p.add_argument("--fail-if-no-fit", action="store_true", help=f"exit {EXIT_NO_FIT} when a "
+                   "job does not fit in GPU memory (for schedulers; default: exit 0)")
+    _add_format_choice(p, "csv")
     p = sub.add_parser("export", help="write the job as a DeepSpeed, accelerate, axolotl or "
                        "TrainingArguments config")
     add_estimate_arguments(p)
@@ -585,11 +663,19 @@ def build_parser(commands: dict | None = None) -> argparse.ArgumentParser:
                         ("gpus", "list the known accelerators"),
                         ("plugins", "list the plugins and the hooks they implement")):
         q = sub.add_parser(name, help=help_)
-        q.add_argument("--format", choices=("table", "json"), default="table")
+        q.add_argument("--format", choices=("table", "json", "csv") if name != "plugins"
+                       else ("table", "json"), default="table")
     for name, (help_, add_args, _run) in (commands or {}).items():
         q = sub.add_parser(name, help=help_)
         add_args(q)
     return parser
+
+
+def _add_format_choice(p: argparse.ArgumentParser, fmt: str) -> None:
+    """Let ``--format`` of a command built by :func:`add_estimate_arguments` take ``fmt``."""
+    action = p._option_string_actions["--format"]
+    if fmt not in action.choices:
+        action.choices = (*action.choices, fmt)
 
 
 def _plugin_commands(engine) -> dict:
@@ -600,6 +686,14 @@ def _plugin_commands(engine) -> dict:
 
 def main(argv: Sequence[str] | None = None, *, engine=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    token = _JSON_ERRORS.set(wants_json(argv))
+    try:
+        return _main(argv, engine)
+    finally:
+        _JSON_ERRORS.reset(token)
+
+
+def _main(argv: list[str], engine) -> int:
     engine_box: dict = {"engine": engine}
 
     def engine_factory():
@@ -623,6 +717,8 @@ def main(argv: Sequence[str] | None = None, *, engine=None) -> int:
             return builtin[args.command](args, engine_factory)
         return commands[args.command][2](args, engine_factory())
     except FmestError as exc:
+        if _JSON_ERRORS.get():  # machines read the object; people still see the line
+            print_json_error(error_object(exc))
         print(f"fmest: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -158,9 +158,13 @@ class EstimateContext:
     transforms: Optional[Transforms] = None
 
 
-@frozen(kw_only=True)
+@frozen(kw_only=True, repr=False)
 class Report:
-    """The answer to a job: the chosen estimate per quantity plus every decision."""
+    """The answer to a job: the chosen estimate per quantity plus every decision.
+
+    ``to_dict()``/``to_json()`` give the ``fmest estimate --format json`` object; in a notebook
+    the report shows as an HTML table (``_repr_html_``); ``repr`` is one line.
+    """
 
     job: Job
     context: EstimateContext
@@ -183,6 +187,29 @@ class Report:
     @property
     def all_reports(self) -> tuple["Report", ...]:
         return (self, *self.others)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``fmest estimate --format json`` object (``{"jobs": [...]}`` for several)."""
+        from fmest.report import reports_to_dict
+
+        return reports_to_dict(self)
+
+    def to_json(self, **dumps_kwargs: Any) -> str:
+        """:meth:`to_dict` as JSON text (``indent=2`` unless given)."""
+        import json
+
+        dumps_kwargs.setdefault("indent", 2)
+        return json.dumps(self.to_dict(), default=str, **dumps_kwargs)
+
+    def __repr__(self) -> str:
+        from fmest.report import short_repr
+
+        return short_repr(self)
+
+    def _repr_html_(self) -> str:
+        from fmest.report import render_html
+
+        return render_html(self)
 
 
 def sharding_name(job: Job) -> str:

@@ -165,10 +165,15 @@ def read_document(data: Any, source: str = "input") -> list[Layer]:
 
 
 def read_file(path: str, flag: str = "--input-file") -> list[Layer]:
-    """A job JSON file (``-f``): fmest's layout or an EstimateInput."""
+    """A job JSON file (``-f``): fmest's layout or an EstimateInput; ``-`` reads stdin."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        if path == "-":
+            import sys
+
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
     except OSError as exc:
         raise InputError(flag, f"cannot read: {exc.strerror}", value=path) from None
     except UnicodeDecodeError as exc:

@@ -1,14 +1,19 @@
-"""Rendering a :class:`fmest.engine.Report`: a JSON-ready dict (a contract other tools read)
-and an aligned table for people."""
+"""Rendering a :class:`fmest.engine.Report`: a JSON-ready dict (a contract other tools read),
+its CSV row, an aligned table for people (through :mod:`fmest.render`), a one-line ``repr`` and
+HTML for notebooks."""
 
 from __future__ import annotations
 
-from typing import Any
+import html
+from typing import Any, Optional
 
 from fmest.serving import inference_lines, inference_summary
 from fmest.convert import job_to_dict, unstructure
 from fmest.counting import total_params, trainable_params
-from fmest.engine import Report
+from fmest.render import Column, csv_text, render_table as _table
+
+#: :class:`fmest.engine.Report`, not imported: its to_dict/_repr_html_ call this module
+Report = Any
 
 GIB = 1024**3
 
@@ -126,8 +131,115 @@ def reports_to_dict(report: Report) -> dict[str, Any]:
     return {"jobs": [report_to_dict(r) for r in reports]}
 
 
-def _fmt_bytes(n: float) -> str:
-    return f"{n / GIB:10.2f} GiB"
+#: ``fmest estimate --format csv`` columns, one row per job; every value is the number of the
+#: ``--format json`` object named in :func:`estimate_csv_rows` (units in the names), then one
+#: ``component_<name>_bytes`` column per memory component any job has.
+ESTIMATE_CSV_FIELDS = (
+    "job", "model", "model_type", "mode", "gpu", "gpus", "nodes", "dp", "tp", "pp", "cp", "ep",
+    "fits", "memory_bytes", "memory_gib", "gpu_memory_bytes", "headroom_bytes",
+    "max_micro_batch", "peak_phase", "step_seconds", "total_seconds", "total_steps", "mfu",
+    "tokens_per_second", "tokens_per_second_per_gpu", "usd", "usd_per_hour", "provider",
+    "instance", "region", "price_type", "memory_basis", "memory_plugin", "time_basis",
+    "time_plugin", "warnings")
+
+
+def estimate_csv_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """The CSV rows of a ``--format json`` object (one job's, or ``{"jobs": [...]}``)."""
+    rows = []
+    for i, job in enumerate(out["jobs"] if "jobs" in out else [out], 1):
+        mem, tim = job.get("memory") or {}, job.get("time") or {}
+        tok, cost = job.get("tokens") or {}, job.get("cost") or {}
+        lay = job.get("layout") or {}
+        row = {"job": i, "model": job["model"]["name"], "model_type": job["model"]["model_type"],
+               "mode": (job.get("job") or {}).get("mode"), "gpu": job["gpu"]["name"],
+               "gpus": lay.get("world_size"), "memory_bytes": mem.get("total_bytes"),
+               "memory_gib": mem.get("total_gib"), "peak_phase": mem.get("phase"),
+               "memory_basis": (mem.get("provenance") or {}).get("basis"),
+               "memory_plugin": (mem.get("provenance") or {}).get("plugin"),
+               "time_basis": (tim.get("provenance") or {}).get("basis"),
+               "time_plugin": (tim.get("provenance") or {}).get("plugin"),
+               "warnings": job.get("warnings") or []}
+        row.update({k: lay.get(k) for k in ("nodes", "dp", "tp", "pp", "cp", "ep")})
+        row.update({k: mem.get(k) for k in ("fits", "gpu_memory_bytes", "headroom_bytes",
+                                            "max_micro_batch")})
+        row.update({k: tim.get(k) for k in ("step_seconds", "total_seconds", "total_steps",
+                                            "mfu")})
+        row.update({k: tok.get(k) for k in ("tokens_per_second", "tokens_per_second_per_gpu")})
+        row.update({k: cost.get(k) for k in ("usd", "usd_per_hour", "provider", "instance",
+                                             "region", "price_type")})
+        row.update({f"component_{name}_bytes": b
+                    for name, b in (mem.get("components") or {}).items()})
+        rows.append(row)
+    return rows
+
+
+def estimate_csv(out: dict[str, Any]) -> str:
+    """``fmest estimate --format csv`` text of a ``--format json`` object."""
+    rows = estimate_csv_rows(out)
+    components = dict.fromkeys(k for r in rows for k in r if k.startswith("component_"))
+    return csv_text([*ESTIMATE_CSV_FIELDS, *components], rows)
+
+
+def short_repr(report: Report) -> str:
+    """One line: model, GPUs, per-GPU memory against capacity and verdict, step, tokens/s, cost."""
+    ctx = report.context
+    parts = [f"{ctx.model.name} on {ctx.layout.world_size} x {ctx.gpu.name}"]
+    if report.memory is not None:
+        verdict = {True: "fits", False: "does not fit", None: "fit unknown"}[report.fits]
+        parts.append(f"{report.memory.total_bytes / GIB:.2f} GiB/GPU of "
+                     f"{ctx.gpu.memory_bytes / GIB:.0f} ({verdict})")
+    if report.time is not None:
+        parts.append(f"step {_fmt_seconds(report.time.step_seconds)}")
+    if report.tokens is not None:
+        parts.append(f"{report.tokens.tokens_per_second:,.0f} tokens/s")
+    if report.cost is not None and report.cost.usd is not None:
+        parts.append(f"${report.cost.usd:,.2f}")
+    more = f" (+{len(report.others)} more jobs)" if report.others else ""
+    return f"<Report {', '.join(parts)}{more}>"
+
+
+def render_html(report: Report) -> str:
+    """HTML for notebooks (``Report._repr_html_``): the headline numbers and the memory
+    breakdown of each job."""
+    return "".join(_job_html(r) for r in report.all_reports)
+
+
+def _job_html(report: Report) -> str:
+    esc = html.escape
+    ctx, m = report.context, report.memory
+    head = [("model", ctx.model.name),
+            ("GPUs", f"{ctx.layout.world_size} x {ctx.gpu.name}")]
+    if m is not None:
+        verdict = {True: "FITS", False: "DOES NOT FIT", None: "-"}[report.fits]
+        head += [("per-GPU peak memory", f"{m.total_bytes / GIB:.2f} GiB of "
+                  f"{ctx.gpu.memory_bytes / GIB:.2f} GiB ({verdict})"),
+                 ("largest micro-batch that fits", report.max_micro_batch)]
+    if report.time is not None:
+        head.append(("step time", _fmt_seconds(report.time.step_seconds)))
+        if report.time.total_seconds is not None:
+            head.append(("total", _fmt_seconds(report.time.total_seconds)))
+    if report.tokens is not None:
+        head.append(("tokens/s", f"{report.tokens.tokens_per_second:,.0f}"))
+    c = report.cost
+    if c is not None and c.usd is not None:
+        head.append(("cost", f"${c.usd:,.2f} at ${c.usd_per_hour:,.2f}/h ({c.provider})"))
+    rows = "".join(f"<tr><th style='text-align:left'>{esc(str(k))}</th><td>"
+                   f"{esc('-' if v is None else str(v))}</td></tr>" for k, v in head)
+    out = f"<table class='fmest-report'>{rows}</table>"
+    if m is not None and m.components:
+        comp = "".join(f"<tr><td>{esc(name)}</td><td style='text-align:right'>"
+                       f"{b / GIB:.2f}</td></tr>"
+                       for name, b in sorted(m.components.items(), key=lambda kv: -kv[1]) if b)
+        out += (f"<table class='fmest-memory'><tr><th>component</th><th>GiB</th></tr>{comp}"
+                f"<tr><th>total</th><th style='text-align:right'>{m.total_bytes / GIB:.2f}"
+                "</th></tr></table>")
+    for w in report.warnings:
+        out += f"<p>warning: {esc(w)}</p>"
+    return f"<div>{out}</div>"
+
+
+def _fmt_gib(n: float) -> str:
+    return f"{n / GIB:.2f}"
 
 
 def _fmt_seconds(s: float | None) -> str:
@@ -144,9 +256,10 @@ def _fmt_seconds(s: float | None) -> str:
     return f"{s / 86400:.1f} days"
 
 
-def render_table(report: Report, *, explain: bool = False) -> str:
+def render_table(report: Report, *, explain: bool = False, tty: Optional[bool] = None) -> str:
     """The human-readable report: model, layout, memory breakdown and verdict, then time,
-    throughput and cost when present."""
+    throughput and cost when present (tables through :mod:`fmest.render`: rich when ``tty``,
+    default when stdout is a terminal)."""
     ctx, job = report.context, report.job
     lines: list[str] = []
     counts = ctx.model.param_counts()
@@ -175,14 +288,12 @@ def render_table(report: Report, *, explain: bool = False) -> str:
         lines.append("")
         lines.append(f"Per-GPU peak memory ({m.provenance.basis}, {m.provenance.plugin}; "
                      f"peak in {m.phase or '?'})")
-        width = max(len(k) for k in m.components) if m.components else 10
-        for name, b in sorted(m.components.items(), key=lambda kv: -kv[1]):
-            if b == 0:
-                continue
-            lines.append(f"  {name:<{width}}  {_fmt_bytes(b)}")
-        lines.append(f"  {'-' * width}  {'-' * 14}")
-        lines.append(f"  {'total':<{width}}  {_fmt_bytes(m.total_bytes)}")
-        lines.append(f"  {'GPU memory':<{width}}  {_fmt_bytes(ctx.gpu.memory_bytes)}")
+        rows = [(name, _fmt_gib(b))
+                for name, b in sorted(m.components.items(), key=lambda kv: -kv[1]) if b != 0]
+        rows += [("total", _fmt_gib(m.total_bytes)),
+                 ("GPU memory", _fmt_gib(ctx.gpu.memory_bytes))]
+        lines.append(_table([Column(name="component"), Column(name="GiB", align="right")],
+                            rows, indent="  ", tty=tty))
         verdict = "FITS" if report.fits else "DOES NOT FIT"
         kept_free = ctx.gpu.memory_bytes - report.headroom_bytes - m.total_bytes
         margin = f" keeping {kept_free / GIB:.2f} GiB free" if kept_free > (1 << 20) else ""
@@ -191,7 +302,7 @@ def render_table(report: Report, *, explain: bool = False) -> str:
         lines.append(f"  verdict: {verdict}{margin}, headroom "
                      f"{report.headroom_bytes / GIB:+.2f} GiB{largest}")
         if m.host_bytes is not None:
-            lines.append(f"  host RAM per node  {_fmt_bytes(m.host_bytes)}")
+            lines.append(f"  host RAM per node  {_fmt_gib(m.host_bytes)} GiB")
         if m.provenance.interval:
             lo, hi = m.provenance.interval
             lines.append(f"  interval: {lo / GIB:.2f} - {hi / GIB:.2f} GiB")
@@ -199,16 +310,16 @@ def render_table(report: Report, *, explain: bool = False) -> str:
     if t is not None:
         lines.append("")
         lines.append(f"Step time ({t.provenance.basis}, {t.provenance.plugin})")
-        width = max([len(k) for k in t.breakdown] + [10])
-        for name, s in t.breakdown.items():
-            lines.append(f"  {name:<{width}}  {_fmt_seconds(s):>12}")
-        lines.append(f"  {'step':<{width}}  {_fmt_seconds(t.step_seconds):>12}")
+        rows = [(name, _fmt_seconds(s), "") for name, s in t.breakdown.items()]
+        rows.append(("step", _fmt_seconds(t.step_seconds), ""))
         if t.mfu is not None:
-            lines.append(f"  {'MFU':<{width}}  {t.mfu * 100:11.1f} %")
+            rows.append(("MFU", f"{t.mfu * 100:.1f} %", ""))
         if t.total_seconds is not None:
-            steps = f"  ({t.total_steps:,.0f} steps)" if t.total_steps is not None else ""
+            steps = f"{t.total_steps:,.0f} steps" if t.total_steps is not None else ""
             label = "1M tokens" if job.mode == "inference" else "total run"
-            lines.append(f"  {label:<{width}}  {_fmt_seconds(t.total_seconds):>12}{steps}")
+            rows.append((label, _fmt_seconds(t.total_seconds), steps))
+        lines.append(_table([Column(name="part"), Column(name="time", align="right"),
+                             Column(name="")], rows, indent="  ", tty=tty))
     k = report.tokens
     if k is not None:
         lines.append("")

@@ -21,7 +21,8 @@ from fmest.errors import InputError
 INPUT_SOURCE = "request body"
 #: Flags the service does not take from a body: files on the server's disk and output format.
 SERVER_SIDE_FLAGS = frozenset({"input_file", "config", "config_format", "format", "plot",
-                               "export", "export_dir", "help"})
+                               "export", "export_dir", "help",
+                               "fail_if_no_fit"})
 #: Top-level keys that belong to the job itself (fmest layout or EstimateInput).
 JOB_KEYS = frozenset({"model_config", "training", "parallelism", "hardware", "workload",
                       "pricing", "options", "estimator", "estimator_metadata",
