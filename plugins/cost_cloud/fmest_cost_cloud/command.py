@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from datetime import date
 from typing import Optional
 
@@ -25,7 +26,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--price-type", metavar="|".join(PRICE_TYPES))
     parser.add_argument("--sort", choices=SORTS, default="provider",
                         help="provider (default: provider, GPU, instance) or price ($/GPU-h)")
-    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument("--format", choices=("table", "json", "csv"), default="table",
+                        help="table for people; json or csv (the JSON rows' fields) for machines")
 
 
 def _tokens(text: str) -> list[str]:
@@ -101,22 +103,26 @@ def row_dict(quote, plugin: str, gpu_name: Optional[str], on: date, max_age: int
             "notes": quote.notes, "plugin": plugin}
 
 
-def render_table(rows: list[dict], on: date, max_age: int) -> str:
-    """Aligned text table; prices with four decimals, STALE marks old prices."""
-    head = ("provider", "instance", "gpu", "GPUs", "region", "price type", "$/GPU-h",
-            "$/instance-h", "observed", "")
+#: ``fmest prices --format csv`` columns: the ``--format json`` row's fields, in its order.
+CSV_FIELDS = ("provider", "instance", "gpu", "gpu_name", "gpus_per_instance", "region",
+              "price_type", "usd_per_instance_hour", "usd_per_gpu_hour", "observed", "age_days",
+              "stale", "source_url", "notes", "plugin")
+
+
+def render_table(rows: list[dict], on: date, max_age: int, *, tty: Optional[bool] = None) -> str:
+    """The table (fmest.render: rich on a terminal, plain text when piped); prices with four
+    decimals, STALE marks old prices."""
+    from fmest.render import Column, render_table as table
+
+    right = {"GPUs", "$/GPU-h", "$/instance-h"}
+    head = [Column(name=n, align="right" if n in right else "left")
+            for n in ("provider", "instance", "gpu", "GPUs", "region", "price type", "$/GPU-h",
+                      "$/instance-h", "observed", "")]
     body = [(r["provider"], r["instance"], r["gpu_name"] or r["gpu"],
              str(r["gpus_per_instance"]), r["region"], r["price_type"],
              f"{r['usd_per_gpu_hour']:.4f}", f"{r['usd_per_instance_hour']:.4f}", r["observed"],
              "STALE" if r["stale"] else "") for r in rows]
-    widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    right = {3, 6, 7}
-
-    def line(cells):
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    out = [line(head)] + [line(b) for b in body]
+    out = [table(head, body, tty=tty)]
     n_stale = sum(r["stale"] for r in rows)
     out.append("")
     out.append(f"{len(rows)} row(s); USD per hour, excluding tax. STALE ({n_stale}): observed "
@@ -133,6 +139,10 @@ def run(args, engine) -> int:
     dicts = [row_dict(q, p, g, on, max_age) for q, p, g in _sort(rows, args.sort)]
     if args.format == "json":
         print(json.dumps(dicts, indent=2))
+    elif args.format == "csv":
+        from fmest.render import csv_text
+
+        sys.stdout.write(csv_text(CSV_FIELDS, dicts))
     elif not dicts:
         print("no price rows registered (is a price plugin installed? see 'fmest plugins')")
     else:
