@@ -51,7 +51,15 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    else fmest's default (q, v: PEFT's default for Llama-family models). On models with one fused
    attention projection (Falcon, GPT-NeoX) q/k/v name ``query_key_value`` and o names ``dense``
    (PEFT's default for them is ``query_key_value``); on Phi-3 q/k/v name ``qkv_proj`` and gate/up
-   ``gate_up_proj``. QLoRA: ``quantization=bnb.nf4`` (Lit-GPT's name for NF4 without double
+   ``gate_up_proj``. ``targets=`` is read wherever it stands in ``other`` (also inside a
+   ``lora r=.. targets=..`` part). Presets that restate a remote-code model
+   (``upstream_config``) take its module names: Qwen (v1) ``c_attn`` -> q/k/v, ``c_proj`` ->
+   o_proj and down_proj (PEFT matches the name suffix: ``attn.c_proj`` and ``mlp.c_proj``),
+   ``w1``/``w2`` -> up/gate; ChatGLM ``query_key_value`` -> q/k/v, ``dense`` -> o,
+   ``dense_h_to_4h`` -> gate/up, ``dense_4h_to_h`` -> down; Baichuan ``W_pack`` -> q/k/v. A
+   short name X that is no module of the model names ``X_proj`` (Answer.AI's ``q,k,v,up,down,
+   gate``); names the model lacks are dropped when others match (PEFT adapts the matching
+   modules and fails only when none matches: ``BaseTuner.inject_adapter``). QLoRA: ``quantization=bnb.nf4`` (Lit-GPT's name for NF4 without double
    quantization, beside ``bnb.nf4-dq``) -> ``double_quantization`` false; else fmest's default
    (true: the QLoRA recipe).
 5. **Optimizer**: ``8bit``/``8-bit`` (not "non-8-bit") -> ``adamw_8bit`` (``paged`` ->
@@ -139,6 +147,16 @@ _FUSED_NAMES = {
        for t in ("falcon", "gpt_neox", "RefinedWeb", "RefinedWebModel")},
     "phi3": {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
              "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj"},
+}
+#: Module names of remote-code models restated as Qwen2/Llama presets (rule 4), keyed by the
+#: preset's ``upstream_config.model_type`` (modeling_qwen.py, modeling_chatglm.py,
+#: modeling_baichuan.py).
+_UPSTREAM_NAMES = {
+    "qwen": {"c_attn": ("q_proj", "k_proj", "v_proj"), "c_proj": ("o_proj", "down_proj"),
+             "w1": ("up_proj",), "w2": ("gate_proj",)},
+    "chatglm": {"query_key_value": ("q_proj", "k_proj", "v_proj"), "dense": ("o_proj",),
+                "dense_h_to_4h": ("gate_proj", "up_proj"), "dense_4h_to_h": ("down_proj",)},
+    "baichuan": {"W_pack": ("q_proj", "k_proj", "v_proj")},
 }
 #: GPT-3 shapes (Brown et al. 2020, Table 2.1): name -> (layers, d_model, heads).
 GPT3_SHAPES = {"175B": (96, 12288, 96), "13B": (40, 5140, 40), "6.7B": (32, 4096, 32),
@@ -289,6 +307,29 @@ def _fused_names(model: str, model_config: Optional[dict]) -> dict[str, str]:
     return _FUSED_NAMES.get(cfg.get("model_type", ""), {})
 
 
+def _present(model: str, names: list) -> list:
+    """Rule 4: ``X`` -> ``X_proj`` when only that is a module of the preset; names the
+    preset lacks are dropped while others match (PEFT skips unmatched targets)."""
+    from fmest.models.presets import find_preset, load_preset
+
+    if not find_preset(model):
+        return names
+    known = set(load_preset(model).linear_names())
+    names = [n if n in known or n + "_proj" not in known else n + "_proj" for n in names]
+    kept = [n for n in names if n in known]
+    return kept or names
+
+
+def _upstream_names(model: str) -> dict:
+    """Rule 4: a restated remote-code preset's module names -> the preset's names."""
+    from fmest.models.presets import find_preset, preset_data
+
+    if not find_preset(model):
+        return {}
+    upstream = preset_data(model).get("upstream_config") or {}
+    return _UPSTREAM_NAMES.get(upstream.get("model_type", ""), {})
+
+
 @functools.lru_cache(maxsize=None)
 def _gpu_names() -> dict[str, str]:
     from fmest.gpus import shipped_gpus
@@ -431,10 +472,15 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         quant = kv.get("quantization", "").lower()
         if tech == "qlora" and not gptq and re.search(r"nf4(?!-dq)\b", quant):
             training["double_quantization"] = False  # Lit-GPT's bnb.nf4 vs bnb.nf4-dq
-        targets = kv.get("targets") or kv.get("lora_targets") or ""
+        inline = re.search(r"\btargets=([\w.+|,-]+)", other)
+        targets = kv.get("targets") or kv.get("lora_targets") or (
+            inline.group(1) if inline else "")
         if targets and "all" not in targets.lower() and targets.lower() != "default":
             names = [_LITGPT_NAMES.get(t.strip(), t.strip())
                      for t in re.split(r"[+,| ]", targets.split(" (")[0]) if t.strip()]
+            upstream = _upstream_names(model)
+            names = _present(model, list(dict.fromkeys(
+                n for t in names for n in upstream.get(t, (t,)))))
             fused = _fused_names(model, model_config)
             names = sorted({fused.get(n, n) for n in names}) if fused else names
             training["lora_target_modules"] = names
