@@ -479,11 +479,10 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
             names = [_LITGPT_NAMES.get(t.strip(), t.strip())
                      for t in re.split(r"[+,| ]", targets.split(" (")[0]) if t.strip()]
             upstream = _upstream_names(model)
-            names = _present(model, list(dict.fromkeys(
-                n for t in names for n in upstream.get(t, (t,)))))
+            names = list(dict.fromkeys(n for t in names for n in upstream.get(t, (t,))))
             fused = _fused_names(model, model_config)
             names = sorted({fused.get(n, n) for n in names}) if fused else names
-            training["lora_target_modules"] = names
+            training["lora_target_modules"] = _present(model, names)
         elif stack == "unsloth" or "all linear" in low or "all-linear" in low \
                 or row["id"].startswith("dev-unsloth") or "all" in targets.lower():
             training["lora_target_modules"] = list(_ALL_LINEAR)
