@@ -121,8 +121,10 @@ def csv_text(fields: Sequence[str], rows: Iterable[dict[str, Any]]) -> str:
 class Progress:
     """Progress of a long run on stderr: a rich bar on a terminal, plain lines otherwise.
 
-    ``enabled=None`` shows it on a terminal only; ``min_interval_s`` limits plain lines (the
-    last update always prints). Use as a context manager or call :meth:`close`.
+    ``enabled=None`` shows it on a terminal only. Plain lines (a log file, CI) come at most
+    one per ``min_interval_s``, the first after ``min_interval_s`` has passed, and the last
+    update prints only when an earlier one did: a quick run stays quiet, a slow one is
+    followed. Use as a context manager or call :meth:`close`.
     """
 
     def __init__(self, label: str, total: int, *, enabled: Optional[bool] = None,
@@ -132,7 +134,8 @@ class Progress:
         self.tty = is_tty(self.stream)
         self.enabled = self.tty if enabled is None else bool(enabled)
         self.min_interval_s = min_interval_s
-        self._last = float("-inf")
+        self._last = time.monotonic() if min_interval_s > 0 else float("-inf")
+        self._printed = False
         self._bar = None
         if self.enabled and self.tty:
             from rich.console import Console
@@ -155,9 +158,11 @@ class Progress:
             self._bar.update(self._task, completed=self.done, detail=detail)
             return
         now = time.monotonic()
-        if self.done < self.total and now - self._last < self.min_interval_s:
+        last = self.done >= self.total
+        if (not last and now - self._last < self.min_interval_s) or \
+                (last and self.min_interval_s > 0 and not self._printed):
             return
-        self._last = now
+        self._last, self._printed = now, True
         self.stream.write(f"{self.label}: {self.done}/{self.total}"
                           + (f" {detail}" if detail else "") + "\n")
         self.stream.flush()

@@ -76,20 +76,24 @@ def constraints_from_args(args) -> Constraints:
                        top=args.top, refine=max(0, args.refine))
 
 
-def _progress(stream):
-    state = {"shown": False}
+def _progress(stream=None):
+    """The planner's progress callback: a :class:`fmest.render.Progress` on stderr (a bar on
+    a terminal, a line every few seconds in a log), shown for searches of
+    ``PROGRESS_MIN_STEPS`` GPU counts or more."""
+    from fmest.render import Progress
+
+    state: dict = {}
 
     def report(done: int, total: int) -> None:
         if total < PROGRESS_MIN_STEPS:
             return
-        width = 30
-        filled = int(width * done / total)
-        stream.write(f"\rplanning [{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
-                     "GPU counts")
-        state["shown"] = True
-        if done == total:
-            stream.write("\n")
-        stream.flush()
+        bar = state.get("bar")
+        if bar is None:
+            bar = state["bar"] = Progress("planning (GPU counts)", total, stream=stream,
+                                          enabled=True, min_interval_s=2.0)
+        bar.update(done)
+        if done >= total:
+            bar.close()
     return report
 
 
@@ -116,7 +120,7 @@ def plan_output(args, engine, *, job_layers=None) -> dict[str, Any]:
 
 def run(args, engine) -> int:
     """``fmest plan``: see docs/plan.md."""
-    progress = _progress(sys.stderr) if sys.stderr.isatty() else None
+    progress = _progress()
     result, cons = plan_from_args(args, engine, progress=progress)
     fmt = args.format
     if fmt == "json":
@@ -204,16 +208,18 @@ def _rows(result: PlanResult) -> list[list[str]]:
 
 HEADER = ["#", "GPU x n", "layout", "strategy", "mb x accum", "ckpt", "GiB/GPU",
           "headroom", "step s", "tokens/s", "total", "USD", "provider"]
+#: numeric columns, right-aligned
+_RIGHT = {"GiB/GPU", "headroom", "step s", "tokens/s", "total", "USD"}
 
 
-def render_table(result: PlanResult) -> str:
+def render_table(result: PlanResult, *, tty: bool | None = None) -> str:
+    from fmest.render import Column, render_table as table
+
     rows = _rows(result)
     lines = []
     if rows:
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADER)]
-        lines.append("  ".join(h.ljust(w) for h, w in zip(HEADER, widths)))
-        for r in rows:
-            lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+        lines.append(table([Column(name=h, align="right" if h in _RIGHT else "left")
+                            for h in HEADER], rows, tty=tty))
         lines.append("* on the cost/time Pareto front of these plans")
     else:
         lines.append("No configuration fits within the constraints.")
