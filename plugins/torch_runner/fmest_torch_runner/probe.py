@@ -415,26 +415,26 @@ def add_arguments(parser) -> None:
 
 
 class _Progress:
+    """The sweep's progress on stderr (fmest.render: a bar on a terminal, one line per
+    finished configuration in a log) with the count of each status."""
+
     def __init__(self, total: int, skipped: int) -> None:
+        from fmest.render import Progress
+
         self.total, self.skipped, self.done = total, skipped, 0
         self.counts: dict[str, int] = {}
         self.t0 = time.perf_counter()
-        self.tty = sys.stderr.isatty()
+        self.bar = Progress(f"probing ({skipped} already done)", total, enabled=True)
 
     def update(self, status: str) -> None:
         self.done += 1
         self.counts[status] = self.counts.get(status, 0) + 1
         el = time.perf_counter() - self.t0
         eta = el / self.done * (self.total - self.done)
-        width = 24
-        fill = int(width * self.done / max(1, self.total))
         counts = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
-        line = (f"[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} "
-                f"({self.skipped} already done) {counts} {el:.0f}s eta {eta:.0f}s")
-        sys.stderr.write(("\r" + line) if self.tty else (line + "\n"))
-        if self.tty and self.done == self.total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
+        self.bar.update(self.done, detail=f"{counts} {el:.0f}s eta {eta:.0f}s")
+        if self.done >= self.total:
+            self.bar.close()
 
 
 def run_command(args, engine) -> int:
