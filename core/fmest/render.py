@@ -149,8 +149,10 @@ class Progress:
             self._task = self._bar.add_task(label, total=self.total or None, detail="")
             self._bar.start()
 
-    def update(self, done: Optional[int] = None, *, advance: int = 0, detail: str = "") -> None:
-        """Set ``done`` (or add ``advance``) and show ``detail`` beside the count."""
+    def update(self, done: Optional[int] = None, *, advance: int = 0, detail: str = "",
+               force: bool = False) -> None:
+        """Set ``done`` (or add ``advance``) and show ``detail`` beside the count (``force``:
+        print a plain line now, whatever the interval)."""
         self.done = done if done is not None else self.done + advance
         if not self.enabled:
             return
@@ -159,8 +161,8 @@ class Progress:
             return
         now = time.monotonic()
         last = self.done >= self.total
-        if (not last and now - self._last < self.min_interval_s) or \
-                (last and self.min_interval_s > 0 and not self._printed):
+        if not force and ((not last and now - self._last < self.min_interval_s)
+                          or (last and self.min_interval_s > 0 and not self._printed)):
             return
         self._last, self._printed = now, True
         self.stream.write(f"{self.label}: {self.done}/{self.total}"

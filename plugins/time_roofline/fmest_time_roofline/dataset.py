@@ -44,33 +44,26 @@ class TokenCount:
 
 
 class ProgressBar:
-    """A dependency-free progress bar on stderr (``\\r``-redrawn, at most 10 times a second)."""
+    """Bytes read of a dataset file, on stderr through :class:`fmest.render.Progress` (a bar on
+    a terminal; in a log, a line with the percentage every few seconds)."""
 
     def __init__(self, total_bytes: int, *, enabled: bool, stream=None, width: int = 30):
+        from fmest.render import Progress
+
         self.total = max(1, total_bytes)
         self.enabled = enabled
-        self.stream = stream or sys.stderr
-        self.width = width
-        self._last = 0.0
+        self._bar = Progress("counting tokens", self.total, enabled=enabled, stream=stream,
+                             min_interval_s=2.0)
 
     def update(self, done_bytes: int, force: bool = False) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if not force and now - self._last < 0.1:
-            return
-        self._last = now
         frac = min(1.0, done_bytes / self.total)
-        fill = int(frac * self.width)
-        self.stream.write(f"\rcounting tokens [{'#' * fill}{'.' * (self.width - fill)}] "
-                          f"{frac * 100:5.1f}%")
-        self.stream.flush()
+        self._bar.update(min(done_bytes, self.total), detail=f"{frac * 100:5.1f}%",
+                         force=force)
 
     def close(self) -> None:
         if self.enabled:
             self.update(self.total, force=True)
-            self.stream.write("\n")
-            self.stream.flush()
+        self._bar.close()
 
 
 def _show_progress(size: int) -> bool:
