@@ -99,6 +99,39 @@ COMPILE_MEMORY_BOUND_SPEEDUP = 2.5
 #: that gap that is not memory-bound or communication time. Calibrated (global).
 FRAMEWORK_OVERHEAD_FRACTION = 0.15
 
+#: Host (CPU) time per dispatched ATen op of eager PyTorch: Python, pybind11, the autograd
+#: and ATen dispatchers, allocator and cudaLaunchKernel, "~5-25 us of CPU-side work per op"
+#: before its kernel runs (J. Huang Lin, "From PyTorch op to kernel launch", table of dispatch
+#: layers; H. He 2022, "Making Deep Learning Go Brrrr From First Principles", the overhead
+#: regime: "overhead: everything else"). Taken at 10 us, inside that range. Kernels run
+#: asynchronously, so host time only shows when it exceeds the GPU's: the step is the larger of
+#: the two (``host_dispatch_seconds``). Check, not fit: the Qwen README's 256-token LoRA rows
+#: (A100, 1.8B/7B/14B) imply 9.6-10.7 us per op with the counts below.
+HOST_SECONDS_PER_EAGER_OP = 10e-6
+#: ATen ops dispatched per decoder layer and micro-batch by eager transformers code (forward
+#: plus backward), by activation checkpointing: counted with a TorchDispatchMode over
+#: transformers 5.23 LlamaForCausalLM (sdpa, torch 2.13) at 2 and 4 layers, the difference
+#: halved (``python benchmarks/count_eager_ops.py``): 77 + 142 without checkpointing,
+#: 70 + 268 with full checkpointing (the backward re-runs the forward).
+EAGER_OPS_PER_LAYER = {"none": 219.0, "selective": 219.0, "full": 338.0}
+#: Extra ops per LoRA-adapted linear per layer (PEFT 0.21 LoRA, dropout 0.05): (316 - 219) / 4
+#: without checkpointing, (487 - 338) / 4 with it (same count, q/k/v/o adapted).
+EAGER_OPS_PER_LORA_MODULE = {"none": 24.0, "selective": 24.0, "full": 37.0}
+#: Ops outside the layers (embedding, final norm, head, loss) per micro-batch, same count.
+EAGER_OPS_OUTSIDE_LAYERS = 65.0
+
+
+def host_dispatch_seconds(*, layers: float, checkpointing: str, lora_modules_per_layer: float,
+                          micro_batches: int) -> float:
+    """Host seconds to dispatch the eager ops of ``micro_batches`` forward+backward passes of
+    ``layers`` decoder layers (``EAGER_OPS_*`` x ``HOST_SECONDS_PER_EAGER_OP``)."""
+    ckpt = checkpointing if checkpointing in EAGER_OPS_PER_LAYER else "none"
+    per_layer = EAGER_OPS_PER_LAYER[ckpt] + EAGER_OPS_PER_LORA_MODULE[ckpt] \
+        * lora_modules_per_layer
+    ops = layers * per_layer + EAGER_OPS_OUTSIDE_LAYERS
+    return ops * micro_batches * HOST_SECONDS_PER_EAGER_OP
+
+
 #: Achieved ring bus bandwidth as a fraction of the unidirectional link speed (HN §5):
 #: within a node 0.77-0.78 on 8xA100 (NVLink3), 0.82 ring on 8xH200; across nodes 0.70-0.75 of
 #: the per-GPU NIC.

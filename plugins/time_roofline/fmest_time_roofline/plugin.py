@@ -535,14 +535,36 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     busy = sum(parts.values())
     parts["framework_overhead"] = busy * F.FRAMEWORK_OVERHEAD_FRACTION \
         / (1.0 - F.FRAMEWORK_OVERHEAD_FRACTION)
+    host = eager_host_seconds(job, model, shape, stack, matmuls.lora_modules)
+    host_bound = host > busy + parts["framework_overhead"]
+    if host_bound:
+        # the GPU waits for the host to dispatch eager ops: the step is the host's time
+        parts["framework_overhead"] = host - busy
     stack_notes = []
     if stack is not None:
         parts, stack_notes = apply_stack_time(job, model, shape, rates, matmuls, attention,
                                               transforms, stack, parts, gpu, layout)
     step = sum(parts.values())
+    host_notes = [f"host-bound: eager PyTorch dispatches its ops in {host:.3g} s per step, more "
+                  f"than the GPU's {busy:.3g} s of work (formulas.host_dispatch_seconds)"] \
+        if host_bound else []
     return {"breakdown": parts, "step_seconds": step,
             **_flops_figures(model, job.training, shape, matmuls.lora_modules, step, gpu, layout),
-            "notes": list(rates.notes) + opt_notes + stack_notes}
+            "notes": list(rates.notes) + opt_notes + stack_notes + host_notes}
+
+
+def eager_host_seconds(job, model, shape: StepShape, stack, lora_mods) -> float:
+    """Host dispatch time of a step when the model code runs op by op (no torch.compile, a
+    stack that fuses nothing), else 0: fused and compiled stacks launch far fewer ops."""
+    if job.training.compile or (stack is not None and stack.fused):
+        return 0.0
+    layers = model.num_layers / max(shape.pp, 1)
+    # lora_modules lists one entry per adapted linear, with the layers it spans
+    per_layer = sum(m.layers * (m.copies if m.kind == "expert" else 1)
+                    for m in lora_mods) / max(model.num_layers, 1) if lora_mods else 0.0
+    return F.host_dispatch_seconds(layers=layers, checkpointing=shape.checkpointing,
+                                   lora_modules_per_layer=per_layer,
+                                   micro_batches=shape.grad_accum)
 
 
 def apply_stack_time(job, model, shape: StepShape, rates: Rates, matmuls: MatmulTimes,
