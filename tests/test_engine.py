@@ -45,9 +45,10 @@ def test_hybrid_skips_out_of_domain_learned_and_says_so():
     d = eng.estimate_memory(JOB.evolve(options={"method": "hybrid"}))
     assert d.chosen.provenance.plugin == "theory"
     assert "outside its training domain" in d.rule
-    # the learned policy accepts it anyway
+    # so does the learned policy (issue 13: out of domain -> theory under every policy)
     d = eng.estimate_memory(JOB.evolve(options={"method": "learned"}))
-    assert d.chosen.provenance.plugin == "lgbm"
+    assert d.chosen.provenance.plugin == "theory"
+    assert "outside its training domain" in d.rule
 
 
 def test_ties_break_on_plugin_name_not_install_order():

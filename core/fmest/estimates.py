@@ -7,6 +7,7 @@ attributed to the wrong plugin.
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import attrs
@@ -99,8 +100,11 @@ class Provenance:
     ``basis``: ``measured`` (a measurement of this very configuration), ``learned`` (a trained
     model), ``traced`` (executing the real code on fake tensors), ``analytic`` (formulas),
     ``quoted`` (a published table such as a price list). ``interval`` is a (low, high) pair for
-    the main quantity (P10/P90 for learned answers), ``in_domain`` says whether a learned model
-    saw requests like this one.
+    the main quantity (P10/P90 for learned answers: :data:`INTERVAL_QUANTILES`; ``detail``
+    names the level), ``in_domain`` says whether a learned model saw requests like this one.
+    ``scaled``: a traced answer that applied parallelism the trace did not execute (tp/pp/cp/
+    ep, or sharding without a fake process group) by dividing its categories: not validated,
+    so hybrid ranks it below analytic; ``False``: everything it reports was executed.
     """
 
     basis: str = field(validator=attrs.validators.in_(BASES))
@@ -108,6 +112,35 @@ class Provenance:
     detail: str = ""
     interval: Optional[tuple[float, float]] = None
     in_domain: Optional[bool] = None
+    scaled: Optional[bool] = None
+
+
+#: The quantiles a provenance ``interval`` spans (low = P10, high = P90): an 80 % interval.
+INTERVAL_QUANTILES = (0.1, 0.9)
+_Z90 = 1.2815515655446004  # standard normal quantile at 0.9
+
+
+def fits_probability(total_bytes: float, interval: Optional[tuple[float, float]],
+                     usable_bytes: float) -> Optional[float]:
+    """P(peak <= ``usable_bytes``) from a point estimate and its P10-P90 ``interval``.
+
+    The peak is taken as log-normal around ``total_bytes`` (the median), with the spread of
+    each side read from its end of the interval: ``ln(P90 / point) = 1.2816 sigma`` above,
+    ``ln(point / P10) = 1.2816 sigma`` below (a split log-normal; the learned plugin's
+    intervals are conformalized quantiles, Romano et al. 2019, arXiv:1905.03222). ``None``
+    without an interval (an analytic answer states no spread). A scheduler wanting 90 %
+    confidence asks for ``fits_probability >= 0.9``."""
+    if interval is None or total_bytes <= 0 or usable_bytes <= 0:
+        return None
+    low, high = interval
+    if usable_bytes >= total_bytes:
+        spread = math.log(high / total_bytes) if high > total_bytes else 0.0
+    else:
+        spread = math.log(total_bytes / low) if 0 < low < total_bytes else 0.0
+    gap = math.log(usable_bytes / total_bytes)
+    if spread <= 0.0:
+        return 1.0 if gap >= 0 else 0.0
+    return 0.5 * (1.0 + math.erf(gap * _Z90 / spread / math.sqrt(2.0)))
 
 
 @frozen(kw_only=True)

@@ -11,8 +11,13 @@ from typing import Any, Protocol, Sequence
 
 from attrs import field, frozen
 
+#: A rank for traced answers that applied parallelism the trace did not execute
+#: (``Provenance.scaled``): such a trace is not validated (Megatron-DeepSpeed TP4/PP12 rows read
+#: half the measured memory, issue 13), so hybrid ranks it below analytic.
+SCALED_TRACE = "traced (scaled)"
+
 #: Preference order of bases for the hybrid policy (first wins).
-HYBRID_ORDER = ("measured", "learned", "traced", "analytic", "quoted")
+HYBRID_ORDER = ("measured", "learned", "traced", "analytic", SCALED_TRACE, "quoted")
 
 
 @frozen(kw_only=True)
@@ -52,11 +57,21 @@ def _by_plugin(cands):
     return sorted(cands, key=lambda c: c.provenance.plugin)
 
 
+def _rank(candidate, order) -> str:
+    """The rank an answer takes in ``order``: its basis, or :data:`SCALED_TRACE` for a scaled
+    trace when the order lists that rank (else a scaled trace ranks as traced)."""
+    p = candidate.provenance
+    if p.basis == "traced" and p.scaled and SCALED_TRACE in order:
+        return SCALED_TRACE
+    return p.basis
+
+
 @frozen
 class BasisPolicy:
     """Prefer answers by basis in a fixed order; the first basis present wins.
 
     ``learned`` answers count as learned only when in domain unless ``allow_out_of_domain``.
+    An order that lists :data:`SCALED_TRACE` ranks scaled traces there, not with ``traced``.
     """
 
     name: str
@@ -72,7 +87,10 @@ class BasisPolicy:
         cands = _by_plugin(candidates)
         skipped: list[str] = []
         for basis in self.order:
-            pool = [c for c in cands if c.provenance.basis == basis]
+            pool = [c for c in cands if _rank(c, self.order) == basis]
+            if basis == "traced":
+                skipped += [f"{c.provenance.plugin} (trace scaled, not executed: ranks below "
+                            "analytic)" for c in cands if _rank(c, self.order) == SCALED_TRACE]
             if basis == "learned" and not self.allow_out_of_domain:
                 outside = [c for c in pool if c.provenance.in_domain is False]
                 skipped += [f"{c.provenance.plugin} (learned, outside its training domain)"
@@ -102,8 +120,8 @@ def builtin_policies() -> list[BasisPolicy]:
                     ("analytic", "quoted")),
         BasisPolicy("traced", "fake-tensor trace of the real code, else theory",
                     ("traced", "analytic", "quoted")),
-        BasisPolicy("learned", "a learned model (even outside its domain), else theory",
-                    ("learned", "analytic", "quoted"), allow_out_of_domain=True),
-        BasisPolicy("hybrid", "measured > in-domain learned > traced > theory",
-                    HYBRID_ORDER),
+        BasisPolicy("learned", "a learned model inside its training domain, else theory",
+                    ("learned", "analytic", "quoted")),
+        BasisPolicy("hybrid", "measured > in-domain learned > executed trace > theory > "
+                    "scaled trace", HYBRID_ORDER),
     ]

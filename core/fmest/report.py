@@ -10,6 +10,7 @@ from typing import Any, Optional
 from fmest.serving import inference_lines, inference_summary
 from fmest.convert import job_to_dict, unstructure
 from fmest.counting import total_params, trainable_params
+from fmest.estimates import fits_probability
 from fmest.render import Column, csv_text, render_table as _table
 
 #: :class:`fmest.engine.Report`, not imported: its to_dict/_repr_html_ call this module
@@ -27,7 +28,21 @@ def _prov(est) -> dict[str, Any] | None:
         out["interval"] = list(p.interval)
     if p.in_domain is not None:
         out["in_domain"] = p.in_domain
+    if p.scaled is not None:
+        out["scaled"] = p.scaled
     return out
+
+
+def _confidence(report: Report) -> dict[str, Any]:
+    """``fits_probability`` (P(peak <= usable memory) from the answer's P10-P90 interval, see
+    :func:`fmest.estimates.fits_probability`) and ``headroom_p90_bytes`` (usable memory less the
+    interval's P90 end): ``None`` when the answer has no interval (analytic answers)."""
+    m = report.memory
+    if m is None or report.headroom_bytes is None or m.provenance.interval is None:
+        return {"fits_probability": None, "headroom_p90_bytes": None}
+    usable = report.headroom_bytes + m.total_bytes
+    return {"fits_probability": fits_probability(m.total_bytes, m.provenance.interval, usable),
+            "headroom_p90_bytes": int(usable - m.provenance.interval[1])}
 
 
 def _candidate_value(quantity: str, est) -> float | None:
@@ -70,6 +85,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "gpu_memory_bytes": ctx.gpu.memory_bytes,
             "fits": report.fits,
             "headroom_bytes": report.headroom_bytes,
+            **_confidence(report),
             "max_micro_batch": report.max_micro_batch,
             "notes": list(m.notes),
             "provenance": _prov(m),
@@ -305,7 +321,10 @@ def render_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
             lines.append(f"  host RAM per node  {_fmt_gib(m.host_bytes)} GiB")
         if m.provenance.interval:
             lo, hi = m.provenance.interval
-            lines.append(f"  interval: {lo / GIB:.2f} - {hi / GIB:.2f} GiB")
+            conf = _confidence(report)
+            lines.append(f"  interval: {lo / GIB:.2f} - {hi / GIB:.2f} GiB (P10-P90); fits "
+                         f"with probability {conf['fits_probability']:.0%}, P90 headroom "
+                         f"{conf['headroom_p90_bytes'] / GIB:+.2f} GiB")
     t = report.time
     if t is not None:
         lines.append("")

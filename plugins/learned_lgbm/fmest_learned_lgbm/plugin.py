@@ -51,10 +51,11 @@ def _same_device_kind(model, values) -> bool:
 
 
 def _level(model) -> str:
-    level = model.meta.get("interval_level")
-    if level:
-        return f"{level} (80 % of held-out measurements inside, conformal on grouped CV)"
-    return "P10-P90 (conformal on grouped CV)"
+    """The interval's stated level and how it was calibrated."""
+    cv = model.meta.get("cv", {})
+    how = ("conformal on leave-one-source-out residuals" if cv.get("group_by") == "source"
+           else f"conformal on CV residuals grouped by {cv.get('group_by', '?')}")
+    return f"{model.meta.get('interval_level') or 'P10-P90'} (80 % interval, {how})"
 
 
 def _held_out_figures(model, target: str) -> str:

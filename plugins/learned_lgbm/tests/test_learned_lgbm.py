@@ -161,10 +161,11 @@ def test_out_of_domain_falls_back_to_theory_with_reason(bundle):
     learned = [c for c in d.candidates if c.provenance.basis == "learned"][0]
     assert learned.provenance.in_domain is False
     assert any("outside training range" in n for n in learned.notes)
-    # the learned policy uses it anyway, and says it is outside
+    # so does the learned policy (issue 13: out of domain -> theory under every policy)
     job = job.evolve(options={"method": "learned"})
     report = engine().estimate(job, quantities=("memory",), search_batch=False)
-    assert report.memory.provenance.basis == "learned"
+    assert report.memory.provenance.basis == "analytic"
+    assert "outside its training domain" in report.decisions["memory"].rule
 
 
 def test_cpu_trained_time_model_does_not_answer_gpu_jobs(bundle, probes):
@@ -273,9 +274,13 @@ def test_fm_training_estimator_method_selects_policy(bundle, probes):
                              "infra": {"numGpusPerPod": 1}}]})
         assert jobs[0].options.method == method
         job = jobs[0].evolve(options={"learned_model": str(bundle)})
-        basis = engine().estimate(job, quantities=("memory",),
-                                  search_batch=False).memory.provenance.basis
-        assert basis == ("learned" if method == "learned" else "analytic")
+        d = engine().estimate(job, quantities=("memory",), search_batch=False)\
+            .decisions["memory"]
+        # a 7B job is outside the tiny-model bundle: theory under every policy, and the
+        # learned/hybrid policies say they skipped the learned answer
+        assert d.chosen.provenance.basis == "analytic"
+        assert d.policy == method
+        assert ("outside its training domain" in d.rule) == (method != "theory")
 
 
 def test_estimate_cli_learned_model_flag(bundle, probes, tmp_path, capsys):

@@ -270,13 +270,20 @@ def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimat
     components.update(gpu_side_terms(sum(comps.values()), world_size=ctx.layout.world_size,
                                      nodes=ctx.layout.nodes))
     notes = _trace_notes(job, run, res, hit, window, fsdp_traced) + scale_notes
+    lay = ctx.layout
+    # scaled, not executed: parallelism applied by dividing the trace's categories
+    scaled = (lay.tp * lay.pp * lay.cp * lay.ep > 1
+              or (not fsdp_traced and transforms_of(job, ctx).sharding.group_size > 1
+                  and bool(ctx.sharding.shards)))
     return MemoryEstimate(
         total_bytes=int(sum(components.values())),
         components={k: int(v) for k, v in components.items()},
         provenance=Provenance(basis="traced", detail="FakeTensorMode + live-storage tracker, "
                               "CPU kernel semantics, 512-byte rounding"
                               + (f", FSDP2 on a fake process group of {run.fsdp_world_size}"
-                                 if fsdp_traced else "")),
+                                 if fsdp_traced else "")
+                              + ("; parallelism scaled, not executed" if scaled else ""),
+                              scaled=scaled),
         phase=window.split("_", 1)[1], phase_peaks_bytes=_phase_peaks(windows, ctx.layout),
         notes=tuple(notes))
 
