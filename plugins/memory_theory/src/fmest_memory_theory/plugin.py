@@ -501,7 +501,8 @@ def _layer_inputs(setup: JobSetup) -> LayerInputs:
         act_bytes=setup.act_bytes, tp=lay.tp, sequence_parallel=setup.parallelism
         .sequence_parallel, attention=training.attention, compiled=training.compile,
         trainable_all=setup.lora is None, adapter_bytes=setup.adapter_act_bytes,
-        checkpointing=training.activation_checkpointing, dtensor_sp=setup.dtensor_sp)
+        checkpointing=training.activation_checkpointing, dtensor_sp=setup.dtensor_sp,
+        autocast=setup.sizing.precision == "amp")
 
 
 def _final_norm_bytes(setup: JobSetup) -> float:
