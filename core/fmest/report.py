@@ -366,6 +366,10 @@ def render_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
         if stack is not None:   # issue 12: which stack and why, what it fused and overlapped
             lines.append("")
             lines.append(f"Training stack: {stack.summary()}")
+            origin = (report.input.origins.get("training.stack")
+                      if getattr(report, "input", None) is not None else None)
+            if origin:   # e.g. "llama3_8b.toml: (torchtitan TOML job config)"
+                lines.append(f"  stack set by {origin}")
             if report.time is not None:
                 lines.extend(f"  {note}" for note in report.time.notes
                              if note.startswith(stack.name))

@@ -16,12 +16,12 @@ from typing import Any, Optional
 from attrs import field, frozen
 
 from fmest.configs import (accelerate, axolotl, deepspeed, fm_training_estimator,
-                           llama_factory, torchtune, training_args)
+                           llama_factory, megatron, torchtitan, torchtune, training_args)
 from fmest.configs._base import Sink
 from fmest.errors import InputError
 
 _MODULES = (training_args, deepspeed, accelerate, axolotl, torchtune, llama_factory,
-            fm_training_estimator)
+            fm_training_estimator, torchtitan, megatron)
 MAPPERS = {m.FORMAT: m.map_config for m in _MODULES}
 FORMATS = tuple(MAPPERS)
 
@@ -47,8 +47,14 @@ class ConfigMerge:
 
 # -- reading and detection ---------------------------------------------------------------
 def parse_text(path: str, text: str) -> dict:
-    """The top-level mapping of a JSON or YAML file; malformed text names file, line, column."""
+    """The top-level mapping of a JSON, YAML or TOML file, or of a text file of command-line
+    flags (Megatron-LM arguments, as ``{"--flag": value}``); malformed text names file, line,
+    column."""
     ext = os.path.splitext(path)[1].lower()
+    if ext not in (".json", ".yaml", ".yml") and torchtitan.looks_like_toml(path, text):
+        return torchtitan.parse_toml(path, text)
+    if ext not in (".json", ".yaml", ".yml") and megatron.looks_like_args(text):
+        return megatron.parse_args_text(text)
     if ext == ".json" or (ext not in (".yaml", ".yml") and text.lstrip().startswith("{")):
         try:
             doc = json.loads(text)
@@ -72,6 +78,7 @@ def parse_text(path: str, text: str) -> dict:
         if len(docs) > 1:
             raise InputError(path, "holds several YAML documents; give one config per file")
         doc = docs[0] if docs else {}
+    doc = megatron.args_from_list(doc) or doc   # a list of Megatron-LM arguments
     if not isinstance(doc, dict):
         raise InputError(path, "expected a mapping of keys at the top level",
                          value=type(doc).__name__)
@@ -97,6 +104,8 @@ _NAME_HINTS = (("deepspeed", ("ds_config", "deepspeed", "zero")),
                ("torchtune", ("torchtune", "_single_device", "_distributed")),
                ("llama-factory", ("llama_factory", "llamafactory", "llama-factory")),
                ("fm-training-estimator", ("estimate_input", "estimateinput")),
+               ("torchtitan", ("torchtitan", "titan")),
+               ("megatron", ("megatron", "nemo", "pretrain_gpt")),
                ("training-args", ("training_args", "trainingarguments", "trainer")))
 
 
@@ -104,6 +113,10 @@ def detect_from_doc(path: str, doc: dict) -> Optional[str]:
     keys = set(doc)
     if keys & {"job_configs", "jobConfigs"}:
         return "fm-training-estimator"
+    if megatron.detect(doc):
+        return "megatron"
+    if torchtitan.detect(doc):
+        return "torchtitan"
     if any(isinstance(v, dict) and "_component_" in v for v in doc.values()):
         return "torchtune"
     if keys & {"compute_environment", "distributed_type"}:

@@ -1,0 +1,445 @@
+"""Megatron-LM arguments and Megatron-Bridge / NeMo recipe YAML -> stack ``megatron-core``.
+
+Three spellings of one set of settings, read by one table keyed by Megatron's argparse ``dest``
+names (which Megatron-Core's ``TransformerConfig`` and Megatron-Bridge's ``ConfigContainer``
+reuse):
+
+* **Megatron-LM arguments**: a text file of ``pretrain_gpt.py`` flags (``--tensor-model-parallel-
+  size 8 --bf16 ...``; ``#`` comments, backslash continuations, ``--flag=value``) or a JSON/YAML
+  list of them. Names, defaults and choices: NVIDIA/Megatron-LM
+  ``megatron/training/arguments.py`` at commit 7c1baead7cd60b97ca53234fd75b91905fe7b7d2
+  (2025-05-29). Flags a file leaves out take Megatron-LM's default: fp32 (no ``--bf16`` /
+  ``--fp16``), no ``--tp-comm-overlap``, tied embeddings, ``--ffn-hidden-size`` 4h (SwiGLU:
+  ``int(4h x 2/3 / 64) x 64``), vocabulary padded to a multiple of
+  ``--make-vocab-size-divisible-by`` (128) x tp.
+* **Megatron-Bridge** ``ConfigContainer`` YAML (NVIDIA-NeMo/Megatron-Bridge
+  ``tutorials/recipes/llama/conf/llama32_1b_pretrain.yaml``): sections ``model`` (the
+  ``GPTModelProvider``/``TransformerConfig`` fields), ``train``, ``optimizer``, ``ddp``,
+  ``comm_overlap``, ``mixed_precision``, ``dataset``, ...
+* **NeMo Megatron** YAML (NeMo ``examples/nlp/language_modeling/conf/megatron_gpt_config.yaml``):
+  ``trainer`` (devices, num_nodes, precision, max_steps) and ``model`` with NeMo's spellings
+  (``encoder_seq_length``, ``activations_checkpoint_granularity``, ``ub_tp_comm_overlap``,
+  ``optim.name: distributed_fused_adam``).
+
+Raw dimensions (``--num-layers``, ``--hidden-size``, ...) become the job's ``model_config``
+(a Llama-style config with ``--swiglu``, else a GPT-2-style one); a ``--model`` flag names a
+preset instead. ``--global-batch-size`` = micro-batch x accumulation x data-parallel GPUs is
+checked or solved like DeepSpeed's ``train_batch_size`` once the GPU count is known.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from fmest.configs._base import DATA, HYPERPARAM, LOGGING, Sink, join
+
+FORMAT = "megatron"
+ARGS_WHY = "(Megatron-LM arguments)"
+
+#: NeMo (1.x) and launcher spellings -> Megatron argparse dest names
+ALIASES = {"encoder_seq_length": "seq_length", "fp8_format": "fp8",
+           "activations_checkpoint_granularity": "recompute_granularity",
+           "activations_checkpoint_method": "recompute_method",
+           "activations_checkpoint_num_layers": "recompute_num_layers",
+           "ub_tp_comm_overlap": "tp_comm_overlap", "use_flash_attention": "use_flash_attn",
+           "max_steps": "train_iters", "devices": "nproc_per_node", "num_nodes": "nnodes",
+           "num_virtual_stages_per_pipeline_rank": "virtual_pipeline_model_parallel_size",
+           "grad_reduce_in_fp32": "grad_reduce_in_fp32"}
+
+_INT_FIELDS = {"tensor_model_parallel_size": "parallelism.tp",
+               "pipeline_model_parallel_size": "parallelism.pp",
+               "context_parallel_size": "parallelism.cp",
+               "expert_model_parallel_size": "parallelism.ep",
+               "micro_batch_size": "training.micro_batch_size",
+               "seq_length": "training.seq_len", "train_iters": "workload.max_steps",
+               "nproc_per_node": "hardware.gpus_per_node", "nnodes": "hardware.nodes"}
+_DIMS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+         "num_query_groups", "vocab_size", "swiglu", "untie_embeddings_and_output_weights",
+         "make_vocab_size_divisible_by", "group_query_attention", "max_position_embeddings")
+_RECOMPUTE = {"full": "full", "selective": "selective"}
+# --attention-backend (megatron/core/transformer/enums.py AttnBackend); auto lets Transformer
+# Engine pick its flash or cuDNN fused kernel, both without the s^2 score matrix
+_ATTENTION = {"flash": "flash", "fused": "flash", "auto": "flash", "unfused": "eager",
+              "local": "eager"}
+_FP8_FORMATS = ("e4m3", "hybrid")
+# Megatron-Bridge mixed_precision recipe names (megatron/bridge/training/mixed_precision.py)
+_BRIDGE_PRECISION = {"bf16_mixed": "bf16", "fp16_mixed": "fp16", "fp32": "fp32"}
+
+_LOGGING_PREFIXES = ("log_", "save", "load", "eval_", "tensorboard", "wandb", "exit_",
+                     "profile", "timing_", "ckpt_", "distributed_timeout", "use_checkpoint", "finetune", "pretrained_",
+                     "barrier_with_l1_time", "logging_", "check_for_nan")
+_DATA_PREFIXES = ("data_", "split", "tokenizer", "vocab_file", "merge_file", "mock_data",
+                  "num_workers", "tiktoken", "no_create_attention_mask", "no_mmap",
+                  "dataloader", "reset_", "eod_mask")
+_HYPER_PREFIXES = ("lr", "min_lr", "decoupled_", "weight_decay", "clip_grad", "adam_",
+                   "sgd_", "init_method", "attention_dropout", "hidden_dropout", "seed",
+                   "loss_scale", "initial_loss_scale", "min_loss_scale", "hysteresis",
+                   "rampup_batch_size", "calculate_per_token_loss", "start_weight_decay",
+                   "end_weight_decay", "weight_decay_incr_style")
+_ARCH_PREFIXES = ("rotary_", "norm_epsilon", "apply_layernorm_1p", "kv_channels",
+                  "position_embedding_type", "normalization", "disable_bias_linear",
+                  "add_qkv_bias", "add_bias_linear", "qk_layernorm", "apply_query_key_layer")
+_HOUSEKEEPING = ("manual_gc", "empty_unused_memory_level", "use_mcore_models",
+                 "use_legacy_models", "distributed_backend", "deterministic_mode",
+                 "use_cpu_initialization", "perform_initialization")
+_LAUNCHER = ("node_rank", "master_addr", "master_port", "rdzv_", "standalone")
+
+
+# -- reading -------------------------------------------------------------------------------
+def parse_args(tokens: list[str]) -> dict:
+    """``--flag value`` tokens as ``{"--flag": value}``: a flag with no value is ``True``,
+    with several values a list; a later repeat wins (argparse's rule). Tokens before the
+    first flag (a launcher, a script) are kept under ``"(positional)"``."""
+    out: dict[str, Any] = {}
+    current = None
+    for token in tokens:
+        if token.startswith("--") and len(token) > 2:
+            name, eq, value = token.partition("=")
+            out.pop(name, None)
+            out[name] = value if eq else True
+            current = None if eq else name
+        elif current is None:
+            out.setdefault("(positional)", []).append(token)
+        elif out[current] is True:
+            out[current] = token
+        else:
+            prev = out[current]
+            out[current] = [*prev, token] if isinstance(prev, list) else [prev, token]
+    return out
+
+
+def _tokens(text: str) -> list[str] | None:
+    try:
+        return shlex.split(text.replace("\\\n", " "), comments=True)
+    except ValueError:
+        return None
+
+
+def looks_like_args(text: str) -> bool:
+    """Command-line flags: the first token is a ``--flag``."""
+    tokens = _tokens(text)
+    return bool(tokens) and tokens[0].startswith("--") and len(tokens[0]) > 2
+
+
+def parse_args_text(text: str) -> dict:
+    return parse_args(_tokens(text) or [])
+
+
+def args_from_list(doc: Any) -> dict | None:
+    """A JSON/YAML list of argument strings (``["--tp", "8"]`` or ``["--tp 8"]``) as flags."""
+    if not isinstance(doc, list) or not doc or not all(isinstance(t, (str, int, float))
+                                                       for t in doc):
+        return None
+    tokens = [p for t in doc for p in (_tokens(str(t)) or [str(t)])]
+    return parse_args(tokens) if tokens and tokens[0].startswith("--") else None
+
+
+def detect(doc: dict) -> bool:
+    """Flags (every key a ``--flag``), or a ``model`` section holding Megatron's parallel
+    sizes (Megatron-Bridge ConfigContainer, NeMo Megatron YAML)."""
+    keys = [k for k in doc if k != "(positional)"]
+    if keys and all(isinstance(k, str) and k.startswith("--") for k in keys):
+        return True
+    model = doc.get("model")
+    return isinstance(model, dict) and any(
+        k in model for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                             "context_parallel_size")) and bool(
+        set(doc) & {"train", "trainer", "ddp", "optimizer", "mixed_precision", "dataset",
+                    "checkpoint", "logger", "comm_overlap", "scheduler", "rng"})
+
+
+# -- one setting ---------------------------------------------------------------------------
+class _State:
+    def __init__(self) -> None:
+        self.dims: dict[str, tuple[Any, str]] = {}
+        self.dtype_key: str | None = None
+        self.fp8_key: str | None = None
+        self.vp_layers: tuple[int, str] | None = None
+
+
+def _reason(name: str) -> str:
+    if name.startswith(_LOGGING_PREFIXES):
+        return LOGGING
+    if name.startswith(_DATA_PREFIXES):
+        return DATA
+    if name.startswith(_HYPER_PREFIXES):
+        return HYPERPARAM
+    if name.startswith(_ARCH_PREFIXES):
+        return ("architecture detail (norm, rotary, biases, head size); same parameter count "
+                "within 0.1 % in fmest's model")
+    if name.startswith(_HOUSEKEEPING):
+        return "implementation or housekeeping switch; same bytes and FLOPs per GPU"
+    if name.startswith(_LAUNCHER):
+        return "launcher setting; does not change memory, time or cost"
+    if name.startswith("no_") or name.endswith("_fusion"):
+        return "a kernel-fusion switch; the megatron-core stack prices Transformer Engine's " \
+               "fused kernels"
+    return "not used by fmest"
+
+
+def _apply(name: str, value: Any, key: str, sink: Sink, state: _State) -> None:
+    name = ALIASES.get(name, name)
+    if isinstance(value, str) and "$" in value:
+        sink.ignore(key, f"{value!r} is a shell variable; give its value")
+        return
+    if name in _INT_FIELDS:
+        sink.set(_INT_FIELDS[name], sink.int_(key, value), key)
+    elif name == "train_samples":
+        sink.set("workload.num_samples", sink.int_(key, value), key)
+    elif name == "global_batch_size":
+        sink.train_batch.append((sink.int_(key, value), key))
+    elif name in _DIMS:
+        state.dims[name] = (value, key)
+    elif name == "virtual_pipeline_model_parallel_size":
+        if value is None:
+            sink.ignore(key, "null: no interleaving")
+            return
+        stages = sink.int_(key, value)
+        sink.set("parallelism.pp_virtual_stages", stages, key)
+        if stages > 1:
+            sink.set("parallelism.pp_schedule", "interleaved", key)
+    elif name == "num_layers_per_virtual_pipeline_stage":
+        state.vp_layers = (sink.int_(key, value), key)
+    elif name == "sequence_parallel":
+        sink.set("parallelism.sequence_parallel", sink.bool_(key, value), key)
+    elif name == "use_distributed_optimizer":
+        sink.set("parallelism.distributed_optimizer", sink.bool_(key, value), key)
+    elif name == "tp_comm_overlap":
+        sink.set("parallelism.tp_comm_overlap", sink.bool_(key, value), key)
+    elif name in ("overlap_grad_reduce", "overlap_param_gather"):
+        sink.ignore(key, "the megatron-core stack overlaps gradient reduce (and, with the "
+                    "distributed optimizer, parameter gather) with compute (stacks.toml)")
+    elif name == "cross_entropy_loss_fusion":
+        if sink.bool_(key, value):
+            sink.set("training.loss", "fused", key)
+        else:
+            sink.ignore(key, "false")
+    elif name == "use_flash_attn":
+        sink.set_when_true("training.attention", "flash", key, value)
+    elif name == "attention_backend":
+        text = str(value).strip().lower().split(".")[-1]
+        sink.set("training.attention", sink.choice(key, text, _ATTENTION), key)
+    elif name == "recompute_granularity":
+        if value is None:
+            sink.ignore(key, "null: no recomputation")
+        else:
+            sink.set("training.activation_checkpointing",
+                     sink.choice(key, value, _RECOMPUTE), key)
+    elif name in ("recompute_method", "recompute_num_layers", "recompute_modules"):
+        sink.ignore(key, "which layers are recomputed; fmest recomputes every layer")
+    elif name in ("bf16", "fp16"):
+        if sink.bool_(key, value):
+            state.dtype_key = key
+            sink.set("training.dtype", name, key)
+        else:
+            sink.ignore(key, f"false: {name} off")
+    elif name == "fp8":
+        on = value if isinstance(value, bool) else (
+            value is not None and str(value).strip().lower() not in ("none", "false", ""))
+        if on and not isinstance(value, bool):
+            sink.choice(key, value, {f: f for f in _FP8_FORMATS})
+        if on:
+            state.fp8_key = key
+        else:
+            sink.ignore(key, "no fp8")
+    elif name in ("fp8_recipe", "fp8_hybrid", "fp8_amax_history_len", "fp8_amax_compute_algo",
+                  "fp8_param_gather", "fp8_margin", "fp8_interval", "fp8_wgrad",
+                  "first_last_layers_bf16", "num_layers_at_start_in_bf16",
+                  "num_layers_at_end_in_bf16", "fp8_param"):
+        sink.ignore(key, "fp8 recipe detail; the megatron-core stack prices Transformer "
+                    "Engine's fp8 (casts fused into the GEMM producers)")
+    elif name == "optimizer":
+        text = str(value).strip().lower()
+        sink.set("training.optimizer", sink.choice(key, text, {"adam": "adamw",
+                                                               "adamw": "adamw",
+                                                               "sgd": "sgd_momentum"}), key)
+    elif name in ("transformer_impl",):
+        if str(value).strip().lower() != "transformer_engine":
+            sink.ignore(key, "the local (non-Transformer Engine) implementation is estimated as "
+                        "the megatron-core stack; give --stack pytorch for eager kernels")
+        else:
+            sink.ignore(key, "transformer_engine: the megatron-core stack's kernels")
+    elif name == "grad_reduce_in_fp32" or name == "grad_reduce_in_bf16":
+        sink.ignore(key, "gradient reduce dtype; the megatron-core stack keeps fp32 main "
+                    "gradients (stacks.toml fp32_grads)")
+    elif name in ("num_experts", "moe_router_topk", "moe_ffn_hidden_size"):
+        sink.ignore(key, "MoE layers are not built from raw dimensions; give --model with a "
+                    "MoE preset")
+    else:
+        sink.ignore(key, _reason(name))
+
+
+# -- the whole file ------------------------------------------------------------------------
+def _section(block: Any, prefix: str, sink: Sink, state: _State) -> None:
+    block = sink.mapping(prefix, block)
+    for name, value in block.items():
+        key = join(prefix, name)
+        if name in ("_target_", "_partial_"):
+            sink.ignore(key, "the recipe's Python target; its fields are read")
+        elif prefix == "model.optim" and name == "name":
+            text = str(value).strip().lower()
+            if text == "distributed_fused_adam":   # NeMo's Megatron distributed optimizer
+                sink.set("parallelism.distributed_optimizer", True, key)
+            sink.set("training.optimizer", "sgd_momentum" if "sgd" in text else "adamw", key)
+        elif prefix == "trainer" and name == "precision":
+            _precision(value, key, sink, state)
+        elif isinstance(value, dict) and prefix in ("model", "trainer") and name in (
+                "optim",):
+            _section(value, key, sink, state)
+        elif isinstance(value, dict):
+            sink.ignore(key, "nested settings fmest does not read (e.g. a teacher model, "
+                        "tokenizer or data blend)")
+        else:
+            _apply(str(name), value, key, sink, state)
+
+
+def _precision(value: Any, key: str, sink: Sink, state: _State) -> None:
+    """Megatron-Bridge ``mixed_precision`` (a recipe name or its fields) or NeMo's
+    ``trainer.precision`` (``bf16-mixed``, ``16-mixed``, ``32``)."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            _apply(name, item, join(key, name), sink, state)
+        return
+    text = str(value).strip().lower().replace("-", "_")
+    if "fp8" in text:
+        state.fp8_key = key
+        text = "bf16_mixed" if text.startswith("bf16") else text
+    dtype = _BRIDGE_PRECISION.get(text) or {"bf16_mixed": "bf16", "bf16": "bf16",
+                                            "16_mixed": "fp16", "16": "fp16", "32": "fp32",
+                                            "32_true": "fp32"}.get(text)
+    if dtype is None and state.fp8_key != key:
+        raise sink.error(key, "not an accepted precision", value=value,
+                         accepted=[*_BRIDGE_PRECISION, "bf16_with_fp8_delayed_scaling_mixed",
+                                   "bf16-mixed", "16-mixed", "32"])
+    state.dtype_key = key
+    sink.set("training.dtype", dtype or "bf16", key)
+
+
+def _model_config(sink: Sink, state: _State) -> None:
+    """The raw dimensions as a model config (Megatron-LM's defaults for what is left out)."""
+    from fmest.models.hf import config_from_dimensions
+
+    dims = {name: v for name, (v, _k) in state.dims.items()}
+    keys = {name: k for name, (_v, k) in state.dims.items()}
+    need = ("num_layers", "hidden_size", "num_attention_heads")
+    if not all(n in dims for n in need):
+        for name, key in keys.items():
+            sink.ignore(key, "raw model dimensions need num_layers, hidden_size and "
+                        "num_attention_heads; give --model")
+        return
+    ints = {n: sink.int_(keys[n], dims[n]) for n in need}
+    hidden = ints["hidden_size"]
+    swiglu = sink.bool_(keys["swiglu"], dims["swiglu"]) if "swiglu" in dims else False
+    if "ffn_hidden_size" in dims:
+        ffn = sink.int_(keys["ffn_hidden_size"], dims["ffn_hidden_size"])
+    else:   # arguments.py: SwiGLU keeps the parameter count of a 4h MLP
+        ffn = int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden
+    tp = int(sink.get("parallelism.tp", 1))
+    divisible = sink.int_(keys["make_vocab_size_divisible_by"],
+                          dims["make_vocab_size_divisible_by"]) \
+        if "make_vocab_size_divisible_by" in dims else 128
+    if "vocab_size" in dims:
+        vocab = sink.int_(keys["vocab_size"], dims["vocab_size"])
+    else:
+        vocab = 50257   # the GPT-2 BPE of Megatron-LM's GPT examples (--vocab-file gpt2-vocab)
+        sink.ignore("(vocab size)", "no --vocab-size: the GPT-2 BPE's 50257 is used")
+    # megatron/training/tokenizer/tokenizer.py _vocab_size_with_padding
+    multiple = divisible * tp
+    vocab = -(-vocab // multiple) * multiple
+    untie = "untie_embeddings_and_output_weights" in dims and sink.bool_(
+        keys["untie_embeddings_and_output_weights"], dims["untie_embeddings_and_output_weights"])
+    heads = ints["num_attention_heads"]
+    groups = sink.int_(keys["num_query_groups"], dims["num_query_groups"]) \
+        if "num_query_groups" in dims else heads
+    if swiglu:
+        config = config_from_dimensions(hidden_size=hidden, num_layers=ints["num_layers"],
+                                        num_heads=heads, num_kv_heads=groups,
+                                        intermediate_size=ffn, vocab_size=vocab)
+    else:   # GELU MLP of two matrices, learned positions, biases: GPT-2's layout
+        if groups != heads:
+            sink.ignore(keys["num_query_groups"], "grouped-query attention without --swiglu is "
+                        "estimated with full multi-head attention")
+        positions = dims.get("max_position_embeddings", sink.get("training.seq_len", 2048))
+        config = {"model_type": "gpt2", "n_embd": hidden, "n_layer": ints["num_layers"],
+                  "n_head": heads, "n_inner": ffn, "vocab_size": vocab,
+                  "n_positions": int(positions), "_fmest_source": "Megatron-LM arguments"}
+    config["tie_word_embeddings"] = not untie
+    sink.set("model_config", config, "+".join(keys[n] for n in state.dims if n in keys))
+    sink.set("model", "custom-dimensions", "+".join(keys[n] for n in need))
+
+
+def map_config(doc: dict, sink: Sink) -> None:
+    state = _State()
+    flags = [k for k in doc if isinstance(k, str) and k.startswith("--")]
+    if flags:
+        sink.set("training.stack", "megatron-core", ARGS_WHY)
+        for name, value in doc.items():
+            if name == "(positional)":
+                sink.ignore(f"{' '.join(map(str, value))}", "not a --flag (a launcher or "
+                            "script name)")
+                continue
+            _apply(name[2:].replace("-", "_"), value, name, sink, state)
+        if state.dtype_key is None:
+            sink.set("training.dtype", "fp32", "(Megatron-LM default: no --bf16 or --fp16)")
+        if "parallelism.tp_comm_overlap" not in sink.values:
+            sink.set("parallelism.tp_comm_overlap", False,
+                     "(Megatron-LM default: no --tp-comm-overlap)")
+    else:
+        nemo = "trainer" in doc
+        sink.set("training.stack", "megatron-core",
+                 "(NeMo Megatron YAML)" if nemo else "(Megatron-Bridge recipe YAML)")
+        for name, value in doc.items():
+            if name in ("model", "train", "optimizer", "ddp", "comm_overlap", "trainer",
+                        "dataset"):
+                if name == "dataset" and isinstance(value, dict):
+                    for k, v in value.items():
+                        model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+                        if k == "seq_length" and "seq_length" in model:
+                            sink.ignore(join(name, k), "model.seq_length is used (Bridge "
+                                        "requires the two to match)")
+                        elif k == "seq_length":
+                            _apply(k, v, join(name, k), sink, state)
+                        else:
+                            sink.ignore(join(name, k), DATA)
+                else:
+                    _section(value, name, sink, state)
+            elif name == "mixed_precision":
+                _precision(value, name, sink, state)
+            elif name in ("checkpoint", "logger", "rng", "scheduler", "tokenizer", "profiling",
+                          "ft", "straggler", "nvrx_straggler", "rerun_state_machine", "exp_manager",
+                          "name", "restore_from_path"):
+                sink.ignore(name, LOGGING if name not in ("scheduler",) else HYPERPARAM)
+            elif name == "dist":
+                sink.ignore(name, "process-group settings; Megatron FSDP / torch FSDP2 "
+                            "switches are not read (give --fsdp)")
+            else:
+                sink.ignore(name, "not a Megatron-Bridge / NeMo section fmest uses")
+    if sink.get("parallelism.sequence_parallel") and int(sink.get("parallelism.tp", 1)) == 1:
+        # arguments.py validate_args: "Disabling sequence parallelism because tensor model
+        # parallelism is disabled"
+        key = sink.values.pop("parallelism.sequence_parallel")[1]
+        sink.ignore(key, "tp is 1: Megatron-LM disables sequence parallelism")
+    if state.fp8_key is not None:
+        sink.set("training.dtype", "fp8", state.fp8_key)
+    if "training.dtype" in sink.values and sink.get("training.dtype") != "fp32":
+        # bf16/fp16/fp8 weights with fp32 main params and grads (Megatron's mixed precision)
+        sink.set("training.precision", "master", sink.values["training.dtype"][1])
+    elif "training.dtype" in sink.values:
+        sink.set("training.precision", "pure", sink.values["training.dtype"][1])
+    if state.vp_layers is not None:
+        per, key = state.vp_layers
+        layers = state.dims.get("num_layers")
+        pp = int(sink.get("parallelism.pp", 1))
+        total = sink.int_(layers[1], layers[0]) if layers else None
+        if total and total % (pp * per) == 0 and total // (pp * per) > 1:
+            sink.set("parallelism.pp_virtual_stages", total // (pp * per), key)
+            sink.set("parallelism.pp_schedule", "interleaved", key)
+        else:
+            sink.ignore(key, "needs num_layers divisible by pp x this; give --pp-virtual-stages")
+    if state.dims:
+        _model_config(sink, state)
+
+
+__all__ = ["ALIASES", "FORMAT", "args_from_list", "detect", "looks_like_args", "map_config",
+           "parse_args", "parse_args_text"]

@@ -1,0 +1,320 @@
+"""torchtitan TOML job configs (``--job.config_file llama3_8b.toml``) -> stack ``torchtitan``.
+
+Schema: the ``JobConfig`` dataclasses of pytorch/torchtitan ``torchtitan/config/job_config.py``
+at commit 238fa9953e4aec2a62582121564273d7cbb1e9f1 (2026-02-23, the last commit with TOML job
+configs; the next one, #2386, moved to Python config registries), and the older ``[float8]``
+section (job_config.py before 5b5d46856b, 2025-09-26). Defaults that matter here, from that
+file: ``training.local_batch_size = 8``, ``global_batch_size = -1`` (no accumulation),
+``data_parallel_shard_degree = -1`` (all GPUs left: FSDP2), ``training.dtype = "float32"`` with
+``mixed_precision_param = "bfloat16"`` (FSDP2 ``MixedPrecisionPolicy``: fp32 sharded weights,
+bf16 compute), ``pipeline_parallel_microbatch_size = 1``, ``activation_checkpoint.mode =
+"selective"``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from typing import Any
+
+from fmest.configs._base import DATA, HYPERPARAM, LOGGING, Sink, join
+from fmest.errors import InputError
+
+FORMAT = "torchtitan"
+WHY = "(torchtitan TOML job config)"
+
+# [model] name -> flavor -> fmest preset (torchtitan/models/<name>/__init__.py flavors; the
+# llama3 flavors are Llama 3.1's shapes: rope theta 500000, vocabulary 128256)
+FLAVORS = {
+    "llama3": {"8b": "meta-llama/Llama-3.1-8B", "70b": "meta-llama/Llama-3.1-70B",
+               "405b": "meta-llama/Llama-3.1-405B"},
+    "qwen3": {"8b": "Qwen/Qwen3-8B"},
+}
+_DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
+_SCHEDULES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved1f1b": "interleaved",
+              "loopedbfs": "interleaved"}
+_IMPLS = {"fused": "fused", "foreach": "foreach", "for-loop": "for_loop"}
+_OPTIMIZERS = {"adamw": "adamw", "adam": "adamw"}
+_FLOAT8 = ("float8", "quantize.linear.float8")
+
+_SECTION_IGNORED = {
+    "job": LOGGING, "profiling": LOGGING, "metrics": LOGGING, "checkpoint": LOGGING,
+    "validation": LOGGING, "lr_scheduler": HYPERPARAM, "comm": "timeouts and tracing only",
+    "memory_estimation": "torchtitan's own memory estimator run", "debug": LOGGING,
+    "fault_tolerance": "torchft replica settings; fmest estimates one replica",
+    "experimental": "custom import hooks", "dataloader": DATA,
+}
+_TRAINING_IGNORED = {
+    "dataset": DATA, "dataset_path": DATA, "max_norm": HYPERPARAM, "gc_freq": LOGGING,
+    "gc_debug": LOGGING, "dataloader": DATA, "seed": LOGGING, "deterministic": LOGGING,
+    "mixed_precision_reduce": "gradient reduce dtype; fmest sizes FSDP reductions in the "
+                              "gradient dtype",
+}
+
+
+def looks_like_toml(path: str, text: str) -> bool:
+    """A ``.toml`` file, or text whose first table header is ``[name]`` on its own line."""
+    if os.path.splitext(path)[1].lower() == ".toml":
+        return True
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        return line.startswith("[") and line.endswith("]") and " " not in line \
+            and "," not in line and line[1:-1].replace(".", "").replace("_", "").isalnum()
+    return False
+
+
+def parse_toml(path: str, text: str) -> dict:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(path, f"malformed TOML: {exc}") from None
+
+
+def detect(doc: dict) -> bool:
+    """torchtitan's own sections: ``[parallelism]`` with a ``*_degree`` key, or ``[model]``
+    with ``flavor`` beside ``[training]``/``[job]``."""
+    par = doc.get("parallelism")
+    if isinstance(par, dict) and any(str(k).endswith("_degree") for k in par):
+        return True
+    model = doc.get("model")
+    return isinstance(model, dict) and "flavor" in model and bool(
+        set(doc) & {"training", "job", "activation_checkpoint"})
+
+
+def _model(block: dict, sink: Sink) -> None:
+    name = str(block.get("name", "llama3")).strip().lower()
+    flavor = block.get("flavor")
+    assets = block.get("hf_assets_path")
+    fields = [k for k in ("name", "flavor") if k in block]
+    preset = FLAVORS.get(name, {}).get(str(flavor).strip().lower()) if flavor is not None \
+        else None
+    if preset:
+        sink.set("model", preset, "model." + "+".join(fields))
+    elif assets and os.path.isfile(os.path.join(str(assets), "config.json")):
+        sink.set("model", str(assets), "model.hf_assets_path")
+    else:
+        for k in fields:
+            sink.ignore(join("model", k), f"no fmest preset for torchtitan {name} flavor "
+                        f"{flavor!r} (known: " + ", ".join(
+                            f"{n} {f}" for n, fl in FLAVORS.items() for f in fl) +
+                        "); give --model")
+    for k, value in block.items():
+        key = join("model", k)
+        if k in ("name", "flavor"):
+            continue
+        if k == "converters":
+            conv = [str(c).strip().lower() for c in (value if isinstance(value, list)
+                                                     else str(value).split(","))]
+            if any(c in _FLOAT8 for c in conv):
+                sink.set("training.dtype", "fp8", key)
+            rest = [c for c in conv if c and c not in _FLOAT8]
+            if rest or not conv:
+                sink.ignore(key, f"converters {rest or conv} are not modelled (float8 is)")
+        elif k == "hf_assets_path" and "model" in sink.values and \
+                sink.values["model"][1] == key:
+            continue
+        elif k in ("hf_assets_path", "tokenizer_path"):
+            sink.ignore(key, "tokenizer/checkpoint assets; the model comes from name + flavor")
+        else:
+            sink.ignore(key, "not used by fmest")
+
+
+def _training(block: dict, sink: Sink, pp: int) -> None:
+    for k, value in block.items():
+        key = join("training", k)
+        if k == "local_batch_size":
+            local = sink.int_(key, value)
+            if pp > 1:  # torchtitan splits the local batch into pipeline microbatches
+                micro = int(sink.get("training.micro_batch_size", 1))
+                if local % micro:
+                    raise sink.error(key, f"not divisible by "
+                                     f"parallelism.pipeline_parallel_microbatch_size {micro}",
+                                     value=local)
+                sink.set("training.grad_accum_steps", local // micro,
+                         f"{key} / parallelism.pipeline_parallel_microbatch_size")
+            else:
+                sink.set("training.micro_batch_size", local, key)
+        elif k == "global_batch_size":
+            total = sink.int_(key, value, minimum=-1)
+            if total > 0:
+                sink.train_batch.append((total, key))
+            else:
+                sink.ignore(key, f"{total}: local_batch_size x data-parallel degree, no "
+                            "gradient accumulation")
+        elif k == "seq_len":
+            sink.set("training.seq_len", sink.int_(key, value), key)
+        elif k == "steps":
+            sink.set("workload.max_steps", sink.int_(key, value), key)
+        elif k in ("dtype", "mixed_precision_param"):
+            sink.choice(key, value, _DTYPES)   # checked here, applied by _precision
+        elif k == "enable_cpu_offload":
+            sink.set("parallelism.cpu_offload",
+                     "params" if sink.bool_(key, value) else "none", key)
+        elif k in _TRAINING_IGNORED:
+            sink.ignore(key, _TRAINING_IGNORED[k])
+        else:
+            sink.ignore(key, "not used by fmest")
+
+
+def _parallelism(block: dict, sink: Sink) -> None:
+    shard = block.get("data_parallel_shard_degree", -1)
+    replicate = block.get("data_parallel_replicate_degree", 1)
+    for k, value in block.items():
+        key = join("parallelism", k)
+        if k == "data_parallel_shard_degree":
+            shard = sink.int_(key, value, minimum=-1)
+            if shard == 0:
+                raise sink.error(key, "expected -1 (all GPUs left) or a degree >= 1",
+                                 value=value)
+        elif k == "data_parallel_replicate_degree":
+            replicate = sink.int_(key, value)
+        elif k in ("tensor_parallel_degree", "pipeline_parallel_degree",
+                   "context_parallel_degree", "expert_parallel_degree"):
+            field = {"tensor": "tp", "pipeline": "pp", "context": "cp",
+                     "expert": "ep"}[k.split("_")[0]]
+            sink.set(f"parallelism.{field}", sink.int_(key, value), key)
+        elif k == "enable_async_tensor_parallel":
+            sink.set_when_true("parallelism.async_tp", True, key, value)
+        elif k == "pipeline_parallel_schedule":
+            text = str(value).strip().lower()
+            if text in _SCHEDULES:
+                sink.set("parallelism.pp_schedule", _SCHEDULES[text], key)
+            else:
+                sink.ignore(key, f"schedule {value!r} is not modelled; estimated as 1f1b "
+                            "(fmest models 1F1B, GPipe, Interleaved1F1B)")
+        elif k == "pipeline_parallel_microbatch_size":
+            sink.set("training.micro_batch_size", sink.int_(key, value), key)
+        elif k == "fsdp_reshard_after_forward":
+            text = str(value).strip().lower()
+            if text == "never":
+                sink.set("parallelism.fsdp", "shard_grad_op", key)
+            elif text in ("always", "default"):
+                sink.ignore(key, f"{text}: parameters resharded after forward (FULL_SHARD)")
+            else:
+                raise sink.error(key, "not an accepted value", value=value,
+                                 accepted=("default", "always", "never"))
+        else:
+            sink.ignore(key, "layout detail; fmest knows the degrees only")
+    if "data_parallel_shard_degree" in block or "data_parallel_replicate_degree" in block:
+        where = "parallelism.data_parallel_shard_degree+data_parallel_replicate_degree"
+        if shard != 1 and "parallelism.fsdp" not in sink.values:
+            sink.set("parallelism.fsdp", "hybrid_shard" if replicate > 1 else "full_shard",
+                     where)
+        if replicate > 1 and shard > 1:
+            sink.set("parallelism.hsdp_shard_size", shard, where)
+        if shard > 0:
+            sink.set("parallelism.dp", shard * replicate, where)
+
+
+def _float8(block: dict, sink: Sink, prefix: str) -> None:
+    for k in block:
+        key = join(prefix, k)
+        if k == "recipe_name":
+            sink.ignore(key, "torchao scaling recipe; the torchtitan stack prices torchao "
+                        "tensorwise casts")
+        elif k == "enable_fsdp_float8_all_gather":
+            sink.ignore(key, "fp8 FSDP all-gather (half the gather bytes) is not modelled")
+        else:
+            sink.ignore(key, "float8 detail; fp8 compute comes from model.converters")
+
+
+def _precision(doc: dict, sink: Sink) -> None:
+    """torchtitan's precision policy (job_config.py ``Training.dtype`` and
+    ``mixed_precision_param``): a ``dtype`` other than float32 stores and computes everything
+    in it with no fp32 copy (``pure``); float32 (the default) keeps fp32 sharded weights and
+    computes in ``mixed_precision_param`` (FSDP2 MixedPrecisionPolicy: ``amp``). The float8
+    converter computes the linears in fp8 over the same storage."""
+    training = doc.get("training") if isinstance(doc.get("training"), dict) else {}
+    fp8 = sink.get("training.dtype") == "fp8"
+    storage = _DTYPES[str(training.get("dtype", "float32")).strip().lower()]
+    if storage != "fp32":
+        sink.set("training.precision", "pure", "training.dtype")
+        if not fp8:
+            sink.set("training.dtype", storage, "training.dtype")
+        if "mixed_precision_param" in training:
+            sink.ignore("training.mixed_precision_param", "training.dtype is not float32: "
+                        "weights are stored and computed in it")
+        return
+    if "dtype" in training:
+        sink.ignore("training.dtype", "float32 storage: computes in mixed_precision_param")
+    key = "training.mixed_precision_param" if "mixed_precision_param" in training else \
+        "(torchtitan default: training.mixed_precision_param = bfloat16)"
+    compute = _DTYPES[str(training.get("mixed_precision_param", "bfloat16")).strip().lower()]
+    sink.set("training.precision", "amp" if compute != "fp32" else "pure", key)
+    if not fp8:
+        sink.set("training.dtype", compute, key)
+
+
+def map_config(doc: dict, sink: Sink) -> None:
+    sink.set("training.stack", "torchtitan", WHY)
+    par = doc.get("parallelism") if isinstance(doc.get("parallelism"), dict) else {}
+    pp = par.get("pipeline_parallel_degree", 1)
+    pp = pp if isinstance(pp, int) and not isinstance(pp, bool) else 1
+    if pp > 1:   # pipeline microbatches: read before [training] splits the local batch
+        _parallelism(sink.mapping("parallelism", par), sink)
+    for name, value in doc.items():
+        if name == "model":
+            _model(sink.mapping(name, value), sink)
+        elif name == "training":
+            _training(sink.mapping(name, value), sink, pp)
+        elif name == "parallelism":
+            if pp <= 1:
+                _parallelism(sink.mapping(name, value), sink)
+        elif name == "optimizer":
+            for k, v in sink.mapping(name, value).items():
+                key = join(name, k)
+                if k == "name":
+                    sink.set("training.optimizer", sink.choice(key, v, _OPTIMIZERS), key)
+                elif k == "implementation":
+                    sink.set("training.optimizer_impl", sink.choice(key, v, _IMPLS), key)
+                elif k == "early_step_in_backward":
+                    sink.set("training.optimizer_in_backward", sink.bool_(key, v), key)
+                else:
+                    sink.ignore(key, HYPERPARAM)
+        elif name == "activation_checkpoint":
+            for k, v in sink.mapping(name, value).items():
+                key = join(name, k)
+                if k == "mode":
+                    mode = str(v).strip().lower()
+                    if mode == "memory_budget":
+                        sink.ignore(key, "memory_budget (compile's min-cut) is not modelled; "
+                                    "estimated without checkpointing")
+                    else:
+                        sink.set("training.activation_checkpointing", sink.choice(
+                            key, mode, {"none": "none", "full": "full",
+                                        "selective": "selective"}), key)
+                elif k == "selective_ac_option":
+                    sink.ignore(key, "which layers/ops torchtitan recomputes; fmest's selective "
+                                "checkpointing recomputes the attention core (Korthikanti et "
+                                "al. 2022)")
+                else:
+                    sink.ignore(key, "checkpointing detail; same bytes per GPU")
+        elif name == "compile":
+            for k, v in sink.mapping(name, value).items():
+                key = join(name, k)
+                if k == "enable":
+                    sink.set("training.compile", sink.bool_(key, v), key)
+                else:
+                    sink.ignore(key, "fmest models torch.compile as on or off")
+        elif name == "float8":   # the section before the quantize refactor (2025-09)
+            _float8(sink.mapping(name, value), sink, name)
+        elif name == "quantize":
+            q = sink.mapping(name, value)
+            for k, v in q.items():
+                sub = sink.mapping(join(name, k), v)
+                for kk, vv in sub.items():
+                    key = join(join(name, k), kk)
+                    if k == "linear" and kk == "float8":
+                        _float8(sink.mapping(key, vv), sink, key)
+                    else:
+                        sink.ignore(key, "MX / grouped-GEMM quantization is not modelled")
+        elif name in _SECTION_IGNORED:
+            sink.ignore(name, _SECTION_IGNORED[name])
+        else:
+            sink.ignore(name, "not a torchtitan section fmest uses")
+    _precision(doc, sink)
+
+
+__all__ = ["FLAVORS", "FORMAT", "detect", "looks_like_toml", "map_config", "parse_toml"]
