@@ -183,6 +183,8 @@ class Report:
     #: the reports of the other jobs of a multi-job input (an EstimateInput with several
     #: ``job_configs``); ``all_reports`` lists every job's report in input order
     others: tuple = ()
+    #: ``memory.min_gpus``: a :class:`fmest.plan.min_gpus.LazyMinGpus` (searched when shown)
+    min_gpus: Any = field(default=None, eq=False, repr=False)
 
     @property
     def all_reports(self) -> tuple["Report", ...]:
@@ -506,7 +508,7 @@ class Engine:
             mem_d = attrs.evolve(mem_d, chosen=calibrated(job, mem_d.chosen))
         decisions["memory"] = mem_d
         memory = mem_d.chosen
-        fits = headroom = max_mb = None
+        fits = headroom = max_mb = min_gpus = None
         if memory is not None:
             headroom = int(usable_memory_bytes(job, ctx) - memory.total_bytes)
             fits = headroom >= 0
@@ -514,6 +516,9 @@ class Engine:
             if search_batch and job.mode == "training":
                 warnings += self._search_note(memory)
                 max_mb = self.max_micro_batch(job, ctx)
+                from fmest.plan.min_gpus import LazyMinGpus
+
+                min_gpus = LazyMinGpus(self, job)
         time = tokens = cost = None
         if any(q in quantities for q in ("time", "tokens", "cost")):
             decisions["time"] = self.decide("time", job, ctx=ctx, memory=memory)
@@ -533,7 +538,8 @@ class Engine:
         warnings += _unanswered_time(job, ctx, quantities, time)
         return Report(job=job, context=ctx, memory=memory, time=time, tokens=tokens, cost=cost,
                       fits=fits, headroom_bytes=headroom, max_micro_batch=max_mb,
-                      decisions=decisions, warnings=tuple(dict.fromkeys(warnings)))
+                      decisions=decisions, warnings=tuple(dict.fromkeys(warnings)),
+                      min_gpus=min_gpus)
 
 
 def _unanswered_time(job: Job, ctx: EstimateContext, quantities, time) -> list[str]:
