@@ -17,6 +17,25 @@ INTRO = """# Command line
 `true`/`false`. Flag names are a contract other tools depend on: they are added to, never
 renamed. Flags override values from `-f/--input-file` and `--config` files.
 
+Conventions every command keeps (issue 15):
+
+- **Output**: `--format table` (default) prints for people: rich tables on a terminal, the same
+  columns as plain aligned text when piped or redirected (no ANSI escapes). `--format json` is
+  the machine contract; `--format csv` (estimate, models, gpus, prices, plan) prints a header
+  and one row per job/item with the JSON's numbers (`fmest estimate`: one row per job, units in
+  the column names, one `component_<name>_bytes` column per memory component).
+- **Errors**: with `--format json` an error is also a JSON object on stdout,
+  `{"error": {"field": ..., "message": ..., "accepted": [...]}}` (the shape `fmest serve`
+  answers with), and the exit code is 2; the one-line message still goes to stderr.
+- **Exit codes**: 0 answered (also when the job does not fit), 2 bad input, 3 the job does not
+  fit and `--fail-if-no-fit` was given (for schedulers), 130 interrupted.
+- **Input**: `-f -` reads the job (fmest JSON or an EstimateInput) from stdin.
+- **Progress** of long runs (`fmest plan` searches, `fmest probe` sweeps, counting a dataset's
+  tokens) goes to stderr only: a bar on a terminal, plain lines in a log.
+- **Python**: `fmest.estimate(...)` returns a `Report` with `to_dict()`/`to_json()` (the
+  `--format json` object), a one-line `repr` and `_repr_html_` for notebooks; the package ships
+  `py.typed`.
+
 This page is generated from the parser by `scripts/gen_cli_docs.py`; a test checks that every
 flag is listed.
 """

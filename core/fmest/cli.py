@@ -676,6 +676,7 @@ def _add_format_choice(p: argparse.ArgumentParser, fmt: str) -> None:
     action = p._option_string_actions["--format"]
     if fmt not in action.choices:
         action.choices = (*action.choices, fmt)
+        action.help = f"table for people; {', '.join(action.choices[1:])} for machines"
 
 
 def _plugin_commands(engine) -> dict:
