@@ -50,6 +50,15 @@ def _candidate_value(quantity: str, est) -> float | None:
             "tokens": lambda e: e.tokens_per_second, "cost": lambda e: e.usd}[quantity](est)
 
 
+def _min_gpus(report: Report) -> dict[str, Any]:
+    """``min_gpus`` (fewest GPUs of the job's type that fit, keeping its strategy; null when
+    none does) and ``min_gpus_reason`` (fmest.plan.min_gpus; docs/plan.md)."""
+    if report.min_gpus is None:
+        return {"min_gpus": None, "min_gpus_reason": None}
+    found = report.min_gpus.get()
+    return {"min_gpus": found.gpus, "min_gpus_reason": found.reason}
+
+
 def report_to_dict(report: Report) -> dict[str, Any]:
     """The ``--format json`` object. Field names are a contract: add, never rename."""
     ctx, job = report.context, report.job
@@ -87,6 +96,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "headroom_bytes": report.headroom_bytes,
             **_confidence(report),
             "max_micro_batch": report.max_micro_batch,
+            **_min_gpus(report),
             "notes": list(m.notes),
             "provenance": _prov(m),
             "host_bytes": m.host_bytes,
@@ -317,6 +327,10 @@ def render_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
                    if report.max_micro_batch is not None else "")
         lines.append(f"  verdict: {verdict}{margin}, headroom "
                      f"{report.headroom_bytes / GIB:+.2f} GiB{largest}")
+        fewest = _min_gpus(report)
+        if report.min_gpus is not None:
+            lines.append(f"  fewest GPUs that fit: {fewest['min_gpus'] or 'none'} "
+                         f"({fewest['min_gpus_reason']})")
         if m.host_bytes is not None:
             lines.append(f"  host RAM per node  {_fmt_gib(m.host_bytes)} GiB")
         if m.provenance.interval:

@@ -37,9 +37,13 @@ class MinGpus(NamedTuple):
     fewer: Optional[Job] = None
 
 
-def _peak(engine, job: Job) -> Optional[int]:
-    """The job's per-GPU peak by its policy over the plugins cheap enough to search (as the
-    engine's ``max_micro_batch`` search: a trace per candidate count would take minutes)."""
+def _fits(engine, job: Job) -> tuple[bool, Optional[float]]:
+    """(fits, peak bytes) of ``job`` as the engine's verdict reads it: its policy over the
+    plugins cheap enough to search (as ``max_micro_batch``: a trace per candidate count would
+    take minutes), the job's calibration knobs, and the usable memory after its safety margin
+    (fmest.calibration)."""
+    from fmest.calibration import calibrate_memory, usable_bytes
+
     try:
         ctx = engine.context(job)
         try:
@@ -47,8 +51,14 @@ def _peak(engine, job: Job) -> Optional[int]:
         except TypeError:      # an engine without searchable estimators
             est = engine.estimate_memory(job, ctx).chosen
     except (InputError, InfeasibleError):
-        return None
-    return None if est is None else est.total_bytes
+        return False, None
+    if est is None:
+        return False, None
+    knobs = job.calibration
+    peak = calibrate_memory(est, activation_factor=knobs.activation_factor,
+                            fragmentation_gib=knobs.fragmentation_gib,
+                            misc_overhead_gib=knobs.misc_overhead_gib).total_bytes
+    return peak <= usable_bytes(ctx.gpu.memory_bytes, knobs.safety_margin), peak
 
 
 def _with_world(job: Job, *, dp: int, tp: int, pp: int, gpus_per_node: int) -> Job:
@@ -66,6 +76,8 @@ def min_gpus(engine, job: Job) -> MinGpus:
     """The fewest GPUs at which ``job`` fits (see the module doc)."""
     par = job.parallelism
     cap = engine.registries.gpus.get(job.hardware.gpu).memory_bytes
+    if job.mode != "training":
+        return MinGpus(None, "min_gpus is searched for training jobs", 1, None)
     gpn = job.hardware.gpus_per_node or DEFAULT_GPUS_PER_NODE
     strategy = engine.context(job).sharding     # raises InputError naming a bad field
     mp = par.tp * par.pp * par.cp
@@ -94,8 +106,7 @@ def min_gpus(engine, job: Job) -> MinGpus:
 
     def ok(i: int) -> bool:
         if i not in fits:
-            peak = _peak(engine, make(candidates[i]))
-            fits[i] = (peak is not None and peak <= cap, peak)
+            fits[i] = _fits(engine, make(candidates[i]))
         return fits[i][0]
 
     if not candidates:
