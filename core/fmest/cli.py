@@ -463,6 +463,11 @@ def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
 
     if args.plot:
         plot_format(args.plot)  # a bad file name fails before any work
+    if args.format == "fm-training-estimator":
+        from fmest.compat.fm_training_estimator_api import adr_output
+
+        print(json.dumps(adr_output(jobs_from_args(args)[0][0], engine_factory()), indent=2))
+        return 0
     if args.format in ("json", "csv"):
         out = estimate_output(args, engine_factory())
         if args.format == "json":
@@ -653,6 +658,7 @@ def build_parser(commands: dict | None = None) -> argparse.ArgumentParser:
     p.add_argument("--fail-if-no-fit", action="store_true", help=f"exit {EXIT_NO_FIT} when a "
                    "job does not fit in GPU memory (for schedulers; default: exit 0)")
     _add_format_choice(p, "csv")
+    _add_format_choice(p, "fm-training-estimator")   # the ADR's Estimate (issue 17)
     p = sub.add_parser("export", help="write the job as a DeepSpeed, accelerate, axolotl or "
                        "TrainingArguments config")
     add_estimate_arguments(p)
