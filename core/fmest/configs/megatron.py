@@ -420,8 +420,10 @@ def map_config(doc: dict, sink: Sink) -> None:
         # parallelism is disabled"
         key = sink.values.pop("parallelism.sequence_parallel")[1]
         sink.ignore(key, "tp is 1: Megatron-LM disables sequence parallelism")
-    if state.fp8_key is not None:
-        sink.set("training.dtype", "fp8", state.fp8_key)
+    if state.fp8_key is not None:   # fp8 GEMMs; --bf16/--fp16 names the other kernels' dtype
+        both = state.fp8_key if state.dtype_key in (None, state.fp8_key) else \
+            f"{state.fp8_key}+{state.dtype_key}"
+        sink.set("training.dtype", "fp8", both)
     if "training.dtype" in sink.values and sink.get("training.dtype") != "fp32":
         # bf16/fp16/fp8 weights with fp32 main params and grads (Megatron's mixed precision)
         sink.set("training.precision", "master", sink.values["training.dtype"][1])

@@ -1,0 +1,253 @@
+"""The torchtitan and Megatron importers (issue 12): detection by content, each mapping on the
+real example files in tests/data/configs/{torchtitan,megatron}/ (their README cites the commit
+each comes from), raw dimensions against published parameter counts, nothing dropped silently,
+errors naming file and key, and the CLI door (``--config``, ``--explain``)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from fmest.cli import main
+from fmest.configs import detect_format, load_configs, parse_text
+from fmest.convert import job_from_dict
+from fmest.errors import InputError
+from fmest.testing import new_engine
+
+DATA = Path(__file__).parent / "data" / "configs"
+TITAN = sorted((DATA / "torchtitan").glob("*.toml"))
+MEGATRON = sorted(p for p in (DATA / "megatron").glob("*") if p.suffix in (".txt", ".yaml"))
+
+
+def _load(path) -> dict:
+    return load_configs([str(path)]).data
+
+
+def _cli(argv, capsys, fmt="json"):
+    rc = main(["estimate", "--format", fmt, *argv], engine=new_engine())
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    return json.loads(out) if fmt == "json" else out
+
+
+# -- detection -------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", TITAN + MEGATRON, ids=lambda p: p.name)
+def test_detected_by_content_not_name(path, tmp_path):
+    expect = path.parent.name
+    assert detect_format(str(path), path.read_text()) == expect
+    anon = tmp_path / ("x" + (path.suffix if path.suffix != ".toml" else ".cfg"))
+    anon.write_text(path.read_text())
+    assert detect_format(str(anon), anon.read_text()) == expect
+
+
+def test_argument_spellings(tmp_path):
+    f = tmp_path / "args"
+    f.write_text("--tensor-model-parallel-size 2 \\\n  --bf16 # comment\n"
+                 "--micro-batch-size=4 --pipeline-model-parallel-size 2 "
+                 "--pipeline-model-parallel-size 4\n")
+    data = _load(f)
+    assert data["parallelism"]["tp"] == 2 and data["parallelism"]["pp"] == 4  # last wins
+    assert data["training"]["micro_batch_size"] == 4 and data["training"]["dtype"] == "bf16"
+    lst = tmp_path / "args.json"
+    lst.write_text(json.dumps(["--tensor-model-parallel-size", "8", "--fp16"]))
+    data = _load(lst)
+    assert data["parallelism"]["tp"] == 8 and data["training"]["dtype"] == "fp16"
+    assert data["training"]["stack"] == "megatron-core"
+
+
+# -- torchtitan ------------------------------------------------------------------------------
+def test_torchtitan_llama3_8b():
+    d = _load(DATA / "torchtitan" / "llama3_8b.toml")
+    assert d["model"] == "meta-llama/Llama-3.1-8B"
+    assert d["training"] == {"stack": "torchtitan", "optimizer": "adamw",
+                             "micro_batch_size": 1, "seq_len": 8192, "compile": False,
+                             "activation_checkpointing": "selective", "precision": "amp",
+                             "dtype": "bf16"}
+    assert d["parallelism"] == {"tp": 1, "pp": 1, "cp": 1, "fsdp": "full_shard"}
+    assert d["workload"] == {"max_steps": 1000}
+
+
+def test_torchtitan_llama3_405b_async_tp_float8_compile():
+    m = load_configs([str(DATA / "torchtitan" / "llama3_405b.toml")])
+    d = m.data
+    assert d["model"] == "meta-llama/Llama-3.1-405B"
+    assert d["training"]["dtype"] == "fp8" and d["training"]["compile"] is True
+    assert d["training"]["activation_checkpointing"] == "full"
+    assert d["parallelism"]["tp"] == 8 and d["parallelism"]["async_tp"] is True
+    assert m.origins["training.dtype"].endswith("model.converters")
+    assert m.origins["training.stack"].endswith("(torchtitan TOML job config)")
+
+
+def test_torchtitan_layouts_and_precision(tmp_path):
+    f = tmp_path / "t.toml"
+    f.write_text('[model]\nname = "llama3"\nflavor = "debugmodel"\n'
+                 '[training]\nlocal_batch_size = 8\ndtype = "bfloat16"\nglobal_batch_size = 64\n'
+                 '[parallelism]\ndata_parallel_replicate_degree = 2\n'
+                 'data_parallel_shard_degree = 4\npipeline_parallel_degree = 2\n'
+                 'pipeline_parallel_microbatch_size = 2\n'
+                 'pipeline_parallel_schedule = "Interleaved1F1B"\n'
+                 'fsdp_reshard_after_forward = "never"\n')
+    m = load_configs([str(f)])
+    p, t = m.data["parallelism"], m.data["training"]
+    assert p["fsdp"] == "shard_grad_op" and p["hsdp_shard_size"] == 4 and p["dp"] == 8
+    assert p["pp"] == 2 and p["pp_schedule"] == "interleaved"
+    # the local batch of 8 runs as 4 pipeline microbatches of 2; 2 x 4 x dp 8 = 64 checks out
+    assert t["micro_batch_size"] == 2 and t["grad_accum_steps"] == 4
+    assert t["dtype"] == "bf16" and t["precision"] == "pure"   # no fp32 copy
+    assert "model" not in m.data   # debugmodel has no preset: reported, --model needed
+    assert any("flavor" in i and "give --model" in i for i in m.ignored)
+
+
+def test_torchtitan_bad_value_names_file_and_key(tmp_path):
+    f = tmp_path / "t.toml"
+    f.write_text('[activation_checkpoint]\nmode = "sometimes"\n[parallelism]\n'
+                 'tensor_parallel_degree = 2\n')
+    with pytest.raises(InputError, match=r"t\.toml: activation_checkpoint\.mode.*selective"):
+        load_configs([str(f)])
+    f.write_text('[parallelism]\ntensor_parallel_degree = "eight"\n')
+    with pytest.raises(InputError, match=r"parallelism\.tensor_parallel_degree"):
+        load_configs([str(f)])
+    f.write_text("[parallelism\ntensor_parallel_degree = 2\n")
+    with pytest.raises(InputError, match="malformed TOML"):
+        load_configs([str(f)])
+
+
+# -- Megatron --------------------------------------------------------------------------------
+def test_megatron_llama3_8b_fp8_arguments():
+    m = load_configs([str(DATA / "megatron" / "llama3_8b_h100_fp8_args.txt")])
+    d = m.data
+    assert d["training"]["stack"] == "megatron-core"
+    assert d["training"]["dtype"] == "fp8" and d["training"]["precision"] == "master"
+    assert d["training"]["loss"] == "fused" and d["training"]["attention"] == "flash"
+    # 128 = micro 1 x accumulation x dp 8 (8 GPUs per node, 1 node, tp = cp = 1)
+    assert d["training"]["grad_accum_steps"] == 16
+    assert d["hardware"] == {"gpus_per_node": 8, "nodes": 1}
+    par = d["parallelism"]
+    assert par["distributed_optimizer"] is True and par["tp_comm_overlap"] is False
+    assert "sequence_parallel" not in par   # Megatron-LM turns it off at tp 1
+    assert d["workload"]["num_samples"] == 1953125000
+    cfg = d["model_config"]
+    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_key_value_heads"],
+            cfg["intermediate_size"], cfg["vocab_size"]) == (4096, 32, 8, 14336, 128256)
+    assert cfg["tie_word_embeddings"] is False
+    spec = new_engine().resolve_model(job_from_dict({"model": d["model"],
+                                                     "model_config": cfg}))
+    # Llama 3 8B: 8.03 B parameters (meta-llama/Meta-Llama-3-8B model card)
+    assert spec.param_counts().total == pytest.approx(8.03e9, rel=0.005)
+
+
+def test_megatron_gpt3_175b_dimensions():
+    """GPT-3 175B (Brown et al. 2020, Table 2.1: 96 layers, d_model 12288, 96 heads): the raw
+    dimensions build a GPT-2-layout model of 175 B parameters; the GPT-2 BPE (50257) is padded
+    to a multiple of 128 x tp 8 = 51200 (Megatron-LM _vocab_size_with_padding)."""
+    m = load_configs([str(DATA / "megatron" / "gpt3_175b_args.txt")])
+    d = m.data
+    assert d["parallelism"] == {"tp": 8, "pp": 16, "tp_comm_overlap": False}
+    assert d["training"]["dtype"] == "fp16" and d["training"]["precision"] == "master"
+    assert d["model_config"]["model_type"] == "gpt2" and d["model_config"]["vocab_size"] == 51200
+    spec = new_engine().resolve_model(job_from_dict({"model": d["model"],
+                                                     "model_config": d["model_config"]}))
+    assert spec.param_counts().total == pytest.approx(175e9, rel=0.01)
+    assert any("$DATA_PATH" in i and "shell variable" in i for i in m.ignored)
+    # no GPU count in the file: the global batch cannot be split yet, and says so
+    assert any("--global-batch-size: 1536 cannot be split" in i for i in m.ignored)
+
+
+def test_megatron_bridge_and_nemo_yaml(tmp_path):
+    d = _load(DATA / "megatron" / "llama32_1b_pretrain.yaml")
+    assert d["training"] == {"stack": "megatron-core", "micro_batch_size": 1, "seq_len": 4096}
+    assert d["parallelism"] == {"tp": 1, "pp": 1, "cp": 1}
+    bridge = tmp_path / "b.yaml"
+    bridge.write_text("model:\n  tensor_model_parallel_size: 4\n  sequence_parallel: true\n"
+                      "  num_layers: 32\n  virtual_pipeline_model_parallel_size: 2\n"
+                      "  pipeline_model_parallel_size: 2\n  recompute_granularity: selective\n"
+                      "train:\n  micro_batch_size: 2\n"
+                      "ddp:\n  use_distributed_optimizer: true\n"
+                      "comm_overlap:\n  tp_comm_overlap: true\n"
+                      "mixed_precision: bf16_with_fp8_delayed_scaling_mixed\n")
+    d = _load(bridge)
+    assert d["parallelism"] == {"tp": 4, "sequence_parallel": True, "pp_virtual_stages": 2,
+                                "pp_schedule": "interleaved", "pp": 2,
+                                "distributed_optimizer": True, "tp_comm_overlap": True}
+    assert d["training"]["dtype"] == "fp8" and d["training"]["precision"] == "master"
+    assert d["training"]["activation_checkpointing"] == "selective"
+    nemo = tmp_path / "megatron_gpt_config.yaml"
+    nemo.write_text("trainer:\n  devices: 8\n  num_nodes: 2\n  precision: bf16-mixed\n"
+                    "  max_steps: 100\n"
+                    "model:\n  micro_batch_size: 1\n  global_batch_size: 64\n"
+                    "  tensor_model_parallel_size: 2\n  encoder_seq_length: 4096\n"
+                    "  activations_checkpoint_granularity: full\n  ub_tp_comm_overlap: false\n"
+                    "  optim:\n    name: distributed_fused_adam\n    lr: 1.0e-4\n")
+    m = load_configs([str(nemo)])
+    d = m.data
+    assert m.origins["training.stack"].endswith("(NeMo Megatron YAML)")
+    assert d["hardware"] == {"gpus_per_node": 8, "nodes": 2}
+    # 64 = micro 1 x accumulation 8 x dp (16 GPUs / tp 2)
+    assert d["training"]["grad_accum_steps"] == 8 and d["training"]["seq_len"] == 4096
+    assert d["training"]["dtype"] == "bf16" and d["training"]["activation_checkpointing"] == "full"
+    assert d["parallelism"]["distributed_optimizer"] is True
+    assert d["parallelism"]["tp_comm_overlap"] is False
+    assert any("model.optim.lr" in i for i in m.ignored)
+
+
+def test_megatron_errors_name_file_and_flag(tmp_path):
+    f = tmp_path / "args.txt"
+    f.write_text("--tensor-model-parallel-size eight\n")
+    with pytest.raises(InputError, match=r"args\.txt: --tensor-model-parallel-size"):
+        load_configs([str(f)])
+    f.write_text("--fp8-format e5m2 --bf16\n")
+    with pytest.raises(InputError, match=r"--fp8-format.*e4m3"):
+        load_configs([str(f)])
+    f.write_text("--recompute-granularity some\n")
+    with pytest.raises(InputError, match=r"--recompute-granularity.*selective"):
+        load_configs([str(f)])
+
+
+# -- nothing dropped silently ----------------------------------------------------------------
+def _leaves(doc: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key, value in doc.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        out += _leaves(value, path) if isinstance(value, dict) and value else [path]
+    return out
+
+
+@pytest.mark.parametrize("path", TITAN + MEGATRON, ids=lambda p: p.name)
+def test_every_key_is_mapped_or_reported(path):
+    merge = load_configs([str(path)])
+    text = "\n".join([*merge.origins.values(), *merge.ignored])
+    said = []
+    for hit in re.finditer(re.escape(str(path)) + r": ([^:()\n]+)", text):
+        said += [k.strip().split(" ")[0] for part in hit.group(1).split(", ")
+                 for k in part.split("+")]
+    for key in _leaves(parse_text(str(path), path.read_text())):
+        top = key.split(".")[0]
+        section, _, leaf = key.partition(".")
+        assert any(s in (key, top) or key.startswith(s + ".") or
+                   (leaf and s == leaf and section in key) for s in said), \
+            f"{path.name}: {key} dropped silently"
+
+
+# -- the CLI door ----------------------------------------------------------------------------
+def test_cli_estimates_a_torchtitan_toml_and_explains_the_stack(capsys):
+    toml = str(DATA / "torchtitan" / "llama3_70b.toml")
+    out = _cli(["--config", toml, "--gpus-per-node", "8", "--nodes", "8"], capsys)
+    assert out["job"]["training"]["stack"] == "torchtitan"
+    assert out["job"]["model"] == "meta-llama/Llama-3.1-70B"
+    assert out["config"]["origins"]["training.stack"] == f"{toml}: (torchtitan TOML job config)"
+    text = _cli(["--config", toml, "--gpus-per-node", "8", "--nodes", "8", "--explain"],
+                capsys, fmt="table")
+    assert "Training stack: stack torchtitan" in text
+    assert "(torchtitan TOML job config)" in text
+
+
+def test_cli_estimates_megatron_arguments_and_flags_win(capsys):
+    args = str(DATA / "megatron" / "llama3_8b_h100_fp8_args.txt")
+    out = _cli(["--config", args, "--dtype", "bf16"], capsys)
+    assert out["job"]["training"]["stack"] == "megatron-core"
+    assert out["job"]["training"]["dtype"] == "bf16"   # the flag over the file
+    assert out["job"]["parallelism"]["distributed_optimizer"] is True
+    assert out["config"]["origins"]["training.grad_accum_steps"].startswith(args)
