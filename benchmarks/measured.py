@@ -77,7 +77,11 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
 7. **Layout**: ``tp``/``pp``/``cp``/``ep`` as given (1 if empty); ``dp`` as given, else ``num_gpus
    / (tp*pp*cp)`` (expert parallelism lives inside DP, Megatron-Core's layout). A row whose
    ``dp*tp*pp*cp`` differs from ``num_gpus`` is unsupported. GPUs per node = min(8, GPUs). TP on
-   ``torchtitan`` and ``megatron-core`` rows, or ``sequence_parallel=true``, is sequence-parallel.
+   ``torchtitan`` and ``megatron-core`` rows, or ``sequence_parallel=true``, is sequence-parallel;
+   except the Megatron 2021 rows (fp16 on ``megatron-core``, as in rule 3): the PTD-P runs
+   (Narayanan et al. 2021) predate sequence parallelism (Korthikanti et al. 2022) and
+   Transformer Engine's TP communication overlap (``--tp-comm-overlap``, 2023), so their TP is
+   plain all-reduce, not overlapped (``tp_comm_overlap`` false).
 8. **Batch**: ``micro_batch`` and ``grad_accum`` as given; ``grad_accum`` empty with
    ``global_batch`` stated -> ``global_batch / (micro_batch * dp)``; else 1. ``micro_batch``
    empty: (a) ``local bs N`` in ``other`` (torchtitan PP tables) -> as many micro-batches as
@@ -522,7 +526,11 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     par: dict = {"dp": dp, "tp": tp, "pp": pp, "cp": cp}
     if ep > 1:
         par["ep"] = ep
-    if tp > 1 and (stack in ("torchtitan", "megatron-core") or _true(kv.get("sequence_parallel"))):
+    megatron_2021 = stack == "megatron-core" and (row["dtype"] or "").lower().startswith("fp16")
+    if tp > 1 and megatron_2021:  # rule 7: before sequence parallelism and TP overlap
+        par["tp_comm_overlap"] = False
+    elif tp > 1 and (stack in ("torchtitan", "megatron-core")
+                     or _true(kv.get("sequence_parallel"))):
         par["sequence_parallel"] = True
     # rule 8
     mb, ga = _int(row["micro_batch"]), _int(row["grad_accum"])
