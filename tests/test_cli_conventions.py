@@ -322,3 +322,17 @@ def test_progress_goes_to_its_stream_only(capsys):
         for i in range(10):
             bar.update(i + 1)
     assert quiet.getvalue() == "" and capsys.readouterr().out == ""
+
+
+def test_status_of_a_traced_run_goes_to_the_log_only_when_slow(monkeypatch):
+    import fmest.render as render
+
+    quick = io.StringIO()
+    with render.status("tracing gpt2", stream=quick):
+        pass
+    assert quick.getvalue() == ""
+    monkeypatch.setattr(render, "STATUS_LOG_MIN_SECONDS", 0.0)
+    slow = io.StringIO()
+    with render.status("tracing gpt2", stream=slow):
+        pass
+    assert re.fullmatch(r"tracing gpt2: \d+\.\d s\n", slow.getvalue())

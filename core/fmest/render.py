@@ -9,11 +9,12 @@ every ``min_interval_s``) when stderr is a file, so stdout stays the answer.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import sys
 import time
-from typing import Any, Iterable, Optional, Sequence, TextIO
+from typing import Any, Iterable, Iterator, Optional, Sequence, TextIO
 
 from attrs import frozen
 
@@ -179,3 +180,26 @@ class Progress:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+#: A task shorter than this leaves no line in a log (a cached or tiny trace stays quiet).
+STATUS_LOG_MIN_SECONDS = 2.0
+
+
+@contextlib.contextmanager
+def status(message: str, *, stream: Optional[TextIO] = None) -> Iterator[None]:
+    """A task without steps (one traced run): a spinner with ``message`` on a terminal; in a
+    log, one line ``message: N s`` when it took :data:`STATUS_LOG_MIN_SECONDS` or more."""
+    stream = sys.stderr if stream is None else stream
+    start = time.monotonic()
+    if is_tty(stream):
+        from rich.console import Console
+
+        with Console(file=stream).status(message):
+            yield
+        return
+    yield
+    took = time.monotonic() - start
+    if took >= STATUS_LOG_MIN_SECONDS:
+        stream.write(f"{message}: {took:.1f} s\n")
+        stream.flush()

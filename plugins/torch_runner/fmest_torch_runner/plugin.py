@@ -75,9 +75,12 @@ def traced_run(run, *, round_bytes: int = ROUND_BYTES, use_cache: bool = True):
                 return RunResult.from_dict(json.load(fh)["result"]), True
         except (OSError, ValueError, TypeError, KeyError):
             pass  # a corrupt entry is re-traced and overwritten
+    from fmest.render import status
+
     from fmest_torch_runner.runner import run as run_steps
 
-    res = run_steps(run, "fake", round_bytes=round_bytes)
+    with status(f"tracing {run.model_name} ({run.steps} steps on fake tensors)"):
+        res = run_steps(run, "fake", round_bytes=round_bytes)
     if use_cache and res.status == "ok":
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
