@@ -28,8 +28,8 @@ in the bundle's ``metadata.json``. One command; it takes about a minute.
 **Report.** Per quantity: theory alone, learned, and hybrid (learned inside its domain, else
 theory), median and P90 |error|, source-weighted median, share within 10 %, and the P10-P90
 interval coverage on held-out sources; then per source. ``--traced N`` adds up to N memory
-rows of models <= 8B run through the fake-tensor tracer (method ``traced``) beside theory and
-hybrid (hybrid's order: in-domain learned > executed trace > theory > scaled trace).
+rows (one per source in turn) run through the fake-tensor tracer (method ``traced``) beside
+theory and hybrid (hybrid's order: in-domain learned > executed trace > theory > scaled trace).
 """
 
 from __future__ import annotations
@@ -80,7 +80,6 @@ def _resolvable(job_dict: dict) -> dict:
 def evidence_rows() -> list[dict]:
     """One probe-dataset row per scored evidence row (module doc)."""
     import accuracy
-    import measured
     from fmest.convert import job_from_dict
     from fmest.engine import Engine
 
@@ -184,12 +183,11 @@ def print_evaluation(meta: dict) -> None:
                   f"in domain {g['in_domain_share']:4.0%}")
 
 
-def traced_side_by_side(limit: int, max_params_b: float = 8.5) -> None:
+def traced_side_by_side(limit: int) -> None:
     """Traced, theory and hybrid (with the shipped bundle) on up to ``limit`` memory rows,
     spread over sources. The shipped bundle saw these rows (in-sample for learned; the
     LOSO table above is the out-of-source figure), so this table is about the trace and the
     ranking: which answer hybrid picks, and what it costs."""
-    import measured
     from fmest.convert import job_from_dict
     from fmest.engine import Engine
 
@@ -198,14 +196,13 @@ def traced_side_by_side(limit: int, max_params_b: float = 8.5) -> None:
     by_source: dict[str, list] = {}
     for r in rows:
         by_source.setdefault(r["source"], []).append(r)
-    picked, k = [], 0
+    picked = []
     while len(picked) < limit and any(by_source.values()):
         for s in sorted(by_source):
             if by_source[s] and len(picked) < limit:
                 picked.append(by_source[s].pop(0))
-        k += 1
-    print(f"\nTraced vs theory vs hybrid on {len(picked)} memory rows (<= {max_params_b} B "
-          "params); error = estimate / measured - 1 on the counter's comparable part")
+    print(f"\nTraced vs theory vs hybrid on {len(picked)} memory rows (one per source in "
+          "turn); error = estimate / measured - 1 on the counter's comparable part")
     from fmest_learned_lgbm.baseline import comparable_bytes
 
     errs: dict[str, list] = {"traced": [], "theory": [], "hybrid": []}
@@ -217,8 +214,6 @@ def traced_side_by_side(limit: int, max_params_b: float = 8.5) -> None:
             try:
                 j = job_from_dict({**job, "options": {**job.get("options", {}),
                                                       "method": method}})
-                if measured and j.model and method == "traced":
-                    pass
                 report = engine.estimate(j, quantities=("memory",), search_batch=False)
                 m = report.memory
                 if method == "traced" and m.provenance.basis != "traced":
@@ -243,13 +238,47 @@ def traced_side_by_side(limit: int, max_params_b: float = 8.5) -> None:
               f"{med['theory']:.1%}, hybrid {med['hybrid']:.1%}")
 
 
+def markdown(meta: dict) -> str:
+    """The README's "Default method" section, from the bundle's metadata."""
+    ev = meta["evaluation"]
+    data = meta["training_data"]
+    wins = ev.get("hybrid_beats_theory")
+    lines = [f"Leave-one-source-out (nested: each source's rows answered by a bundle trained "
+             f"without it) on the learned bundle's {data['trained_rows']} GPU rows from "
+             f"{data['sources']} sources, trained {meta['created'][:10]} "
+             "(`python benchmarks/learned_gpu.py`):", "",
+             "| | rows (sources) | theory: median | hybrid: median | theory: source-weighted "
+             "| hybrid: source-weighted | hybrid answered learned | P10-P90 interval coverage |",
+             "|---|---|---|---|---|---|---|---|"]
+    for q, label in (("memory", "per-GPU peak memory"), ("throughput", "throughput / step time")):
+        e = ev[q]
+        lines.append(f"| {label} | {e['rows']} ({e['sources']}) | "
+                     f"{e['median_abs_error_theory']:.1%} | {e['median_abs_error_hybrid']:.1%} | "
+                     f"{e['source_weighted_median_abs_error_theory']:.1%} | "
+                     f"{e['source_weighted_median_abs_error_hybrid']:.1%} | "
+                     f"{e['in_domain_share']:.0%} | {e['interval_coverage']:.0%} |")
+    lines.append("")
+    if wins:
+        lines.append("Hybrid's median error is lower than theory's for both memory and "
+                     "throughput, so `hybrid` is the rule's choice for the default method.")
+    else:
+        lost = [q for q in ("memory", "throughput")
+                if ev[q]["median_abs_error_hybrid"] >= ev[q]["median_abs_error_theory"]]
+        lines.append("**The default method is `theory`**: hybrid becomes the default only when "
+                     "its leave-one-source-out median is lower than theory's for both memory "
+                     f"and throughput, and it is not for {' and '.join(lost)}.")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--retrain", action="store_true",
                    help="rebuild the evidence data set and retrain the default bundle")
     p.add_argument("--traced", type=int, default=0, metavar="N",
-                   help="also run N memory rows through the tracer (slow: seconds per row)")
+                   help="also run N memory rows through the tracer (slow: ~8 s per row)")
     p.add_argument("--json", action="store_true", help="print the evaluation as JSON")
+    p.add_argument("--markdown", action="store_true",
+                   help="print the README's default-method section")
     args = p.parse_args(argv)
     if args.retrain:
         meta = retrain()
@@ -257,6 +286,9 @@ def main(argv=None) -> int:
         meta = json.loads((BUNDLE / "metadata.json").read_text(encoding="utf-8"))
     if args.json:
         print(json.dumps(meta["evaluation"], indent=2))
+        return 0
+    if args.markdown:
+        print(markdown(meta))
         return 0
     print_evaluation(meta)
     if args.traced:
