@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextvars
 import json
+import math
 import re
 import sys
 from typing import Any, Callable, Sequence
@@ -390,6 +391,9 @@ def _model_flags(args: argparse.Namespace, put) -> None:
         if not args.model:
             put("model", "custom-dimensions", "--hidden-size ...")
     elif getattr(args, "params", None) is not None:
+        if not (math.isfinite(args.params) and args.params >= 1):  # int(nan) raised
+            raise InputError("--params", "expected a finite parameter count >= 1 (7e9, 7B)",
+                             value=args.params)
         put("model_config", {WEIGHTS_ONLY_KEY: int(args.params)}, "--params")
         if not args.model:
             put("model", f"params-{args.params:g}", "--params")
