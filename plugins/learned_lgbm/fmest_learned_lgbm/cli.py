@@ -76,27 +76,31 @@ def run_list(args, engine) -> int:
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return 0
-    w = max(len(r["name"]) for r in rows)
+    from fmest.render import Column, render_table
+
+    def held_out(r: dict, q: str) -> str:
+        e = r.get("loso", {}).get(q)
+        if not e:
+            return "-"
+        return (f"{e['median_abs_error_theory']:.1%} -> {e['median_abs_error_hybrid']:.1%} "
+                f"({e['rows']} rows, {e.get('sources') or '?'} sources; "
+                f"{e['interval_level']} covers {e['interval_coverage']:.0%})")
+
+    def cv(r: dict) -> str:
+        return ", ".join(f"{t} {e:.1%}" for t, e in r.get("cv_median_abs_error", {}).items()
+                         if e is not None) or "-"
+
+    right = {"rows", "GPU rows", "sources"}
+    head = [Column(name=n, align="right" if n in right else "left")
+            for n in ("name", "targets", "rows", "GPU rows", "sources",
+                      "memory held-out |err| theory -> hybrid",
+                      "throughput held-out |err| theory -> hybrid", "CV |err|")]
+    print(render_table(head, [
+        (r["name"], r["status"]) + ("",) * 6 if r["status"] != "ok" else
+        (r["name"], "+".join(r["targets"]), r["trained_rows"], r["gpu_rows"],
+         r["sources"] or "no", held_out(r, "memory"), held_out(r, "throughput"),
+         cv(r) if not r["loso"] else "-") for r in rows]))
     for r in rows:
-        if r["status"] != "ok":
-            print(f"{r['name']:<{w}}  {r['status']}")
-            print(f"{'':<{w}}  {r['path']} ({r['source']})")
-            continue
-        print(f"{r['name']:<{w}}  {'+'.join(r['targets'])}  trained on {r['trained_on']}; "
-              f"{r['trained_rows']} rows, {r['gpu_rows']} on GPUs, "
-              f"{r['sources'] or 'no'} sources")
-        ev = r["loso"]
-        for q in ("memory", "throughput"):
-            e = ev.get(q)
-            if e:
-                print(f"{'':<{w}}  {q}: held-out median |error| theory "
-                      f"{e['median_abs_error_theory']:.1%}, hybrid "
-                      f"{e['median_abs_error_hybrid']:.1%} ({e['rows']} rows, "
-                      f"{e.get('sources') or '?'} sources); {e['interval_level']} interval "
-                      f"covers {e['interval_coverage']:.0%}")
-        if not ev:
-            errs = ", ".join(f"{t} {e:.1%}" for t, e in r["cv_median_abs_error"].items()
-                             if e is not None)
-            print(f"{'':<{w}}  CV median |error| {errs}")
-        print(f"{'':<{w}}  {r['path']} ({r['source']})")
+        trained = f"trained on {r['trained_on']}; " if r.get("trained_on") else ""
+        print(f"{r['name']}: {trained}{r['path']} ({r['source']})")
     return 0

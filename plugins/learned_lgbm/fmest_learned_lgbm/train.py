@@ -688,16 +688,21 @@ def cv_table(meta: dict) -> str:
                           _pct(ev["median_abs_error_hybrid"]),
                           _pct(ev["p90_abs_error_theory"]), _pct(ev["p90_abs_error_hybrid"]),
                           f"{ev['interval_coverage']:.0%}"))
-    widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
-    out = ["  ".join(c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in
-                     enumerate(zip(r, widths))) for r in lines]
-    for target, t in meta["targets"].items():
-        ev = t.get("loso") or t["cv"]
-        for g in ev.get("per_group", []):
-            out.append(f"  {target:<6} held out {g['group']:<40} rows {g['rows']:>4}  theory "
-                       f"{g['median_abs_error_theory']:7.1%}  hybrid "
-                       f"{g['median_abs_error_hybrid']:7.1%}  cover "
-                       f"{g['interval_coverage']:4.0%}  in domain {g['in_domain_share']:4.0%}")
+    from fmest.render import Column, render_table
+
+    out = [render_table([Column(name=h, align="left" if i < 4 else "right")
+                         for i, h in enumerate(head)], lines[1:])]
+    groups = [(target, g["group"], g["rows"], f"{g['median_abs_error_theory']:.1%}",
+               f"{g['median_abs_error_hybrid']:.1%}", f"{g['interval_coverage']:.0%}",
+               f"{g['in_domain_share']:.0%}")
+              for target, t in meta["targets"].items()
+              for g in (t.get("loso") or t["cv"]).get("per_group", [])]
+    if groups:
+        out.append("")
+        out.append(render_table(
+            [Column(name="target"), Column(name="held out"),
+             *(Column(name=n, align="right") for n in ("rows", "theory", "hybrid", "cover",
+                                                        "in domain"))], groups))
     for target, why in meta.get("not_trained", {}).items():
         out.append(f"not trained: {target}: {why}")
     return "\n".join(out)
