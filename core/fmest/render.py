@@ -68,10 +68,11 @@ def plain_table(columns: Sequence[Column | str], rows: Iterable[Sequence[Any]], 
 
 def rich_table(columns: Sequence[Column | str], rows: Iterable[Sequence[Any]], *,
                title: Optional[str] = None, width: Optional[int] = None,
-               color: bool = True) -> str:
+               color: bool = True, indent: str = "") -> str:
     """The same table drawn by rich for a terminal (ANSI styles when ``color``)."""
     from rich import box
     from rich.console import Console
+    from rich.padding import Padding
     from rich.table import Table
 
     cols = _columns(columns)
@@ -85,7 +86,7 @@ def rich_table(columns: Sequence[Column | str], rows: Iterable[Sequence[Any]], *
     console = Console(file=buf, force_terminal=color, no_color=not color,
                       width=width or _terminal_width(), highlight=False,
                       color_system="standard" if color else None)
-    console.print(table)
+    console.print(Padding(table, (0, 0, 0, len(indent)), expand=False) if indent else table)
     return buf.getvalue().rstrip("\n")
 
 
@@ -101,7 +102,7 @@ def render_table(columns: Sequence[Column | str], rows: Iterable[Sequence[Any]],
     """Rich on a terminal, plain text otherwise (``tty`` default: is stdout a terminal)."""
     rows = list(rows)
     if tty if tty is not None else is_tty():
-        return rich_table(columns, rows, title=title)
+        return rich_table(columns, rows, title=title, indent=indent)
     text = plain_table(columns, rows, indent=indent)
     return f"{title}\n{text}" if title else text
 
