@@ -55,8 +55,8 @@ def add_arguments(p) -> None:
     g.add_argument("--refine", type=int, default=0, metavar="K",
                    help="re-estimate the best K with the job's --method (traced/hybrid) "
                    "instead of the theory policy")
-    g.add_argument("--export", choices=EXPORTS, help="write the first plan's training "
-                   "config(s) with the exporter of 'fmest export'")
+    g.add_argument("--export", choices=EXPORTS, help="write the training config(s) of the best "
+                   "plan the exporter can express, with the exporter of 'fmest export'")
     g.add_argument("--export-dir", metavar="DIR", default="fmest-plan",
                    help="where --export writes (default ./fmest-plan)")
     plot_help = ("draw cost against time with the Pareto front (needs matplotlib: pip install "
