@@ -117,8 +117,9 @@ def test_listing_csv_matches_json(engine, capsys, command, key):
 
 
 def test_csv_text_quotes_commas_and_joins_lists():
-    text = csv_text(["a", "b"], [{"a": "x, y", "b": [1, 2], "c": "left out"}])
-    assert list(csv.reader(io.StringIO(text))) == [["a", "b"], ["x, y", "1;2"]]
+    text = csv_text(["a", "b", "d"], [{"a": "x, y", "b": [1, 2], "c": "left out",
+                                       "d": {"k": 1}}])
+    assert list(csv.reader(io.StringIO(text))) == [["a", "b", "d"], ["x, y", "1;2", '{"k": 1}']]
 
 
 # -- errors with --format json -----------------------------------------------------------------

@@ -109,14 +109,22 @@ def render_table(columns: Sequence[Column | str], rows: Iterable[Sequence[Any]],
 
 def csv_text(fields: Sequence[str], rows: Iterable[dict[str, Any]]) -> str:
     """``--format csv``: a header of ``fields`` and one line per row dict (keys outside
-    ``fields`` left out, missing ones empty; lists joined with ``;``)."""
+    ``fields`` left out, missing ones empty; lists joined with ``;``, mappings as JSON)."""
+    import json
+
+    def cell(value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return ";".join(map(str, value))
+        if isinstance(value, dict):
+            return json.dumps(value, sort_keys=True, default=str)
+        return value
+
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(fields), extrasaction="ignore",
                             lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: ";".join(map(str, v)) if isinstance(v, (list, tuple)) else v
-                         for k, v in row.items()})
+        writer.writerow({k: cell(v) for k, v in row.items()})
     return buf.getvalue()
 
 
