@@ -105,6 +105,9 @@ class Provenance:
     ``scaled``: a traced answer that applied parallelism the trace did not execute (tp/pp/cp/
     ep, or sharding without a fake process group) by dividing its categories: not validated,
     so hybrid ranks it below analytic; ``False``: everything it reports was executed.
+    ``unfused_stack``: a traced answer that ran eager PyTorch kernels for a job whose training
+    stack (this name) fuses norm/activation/RoPE/loss kernels eager does not (issue 12): its
+    peak is high by what those kernels save, so hybrid ranks it below analytic too.
     """
 
     basis: str = field(validator=attrs.validators.in_(BASES))
@@ -113,6 +116,7 @@ class Provenance:
     interval: Optional[tuple[float, float]] = None
     in_domain: Optional[bool] = None
     scaled: Optional[bool] = None
+    unfused_stack: Optional[str] = None
 
 
 #: The quantiles a provenance ``interval`` spans (low = P10, high = P90): an 80 % interval.

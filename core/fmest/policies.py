@@ -13,7 +13,8 @@ from attrs import field, frozen
 
 #: A rank for traced answers that applied parallelism the trace did not execute
 #: (``Provenance.scaled``): such a trace is not validated (Megatron-DeepSpeed TP4/PP12 rows read
-#: half the measured memory, issue 13), so hybrid ranks it below analytic.
+#: half the measured memory, issue 13), so hybrid ranks it below analytic; so does a trace of
+#: eager kernels for a job whose stack fuses them (``Provenance.unfused_stack``, issue 12).
 SCALED_TRACE = "traced (scaled)"
 
 #: Preference order of bases for the hybrid policy (first wins).
@@ -61,7 +62,8 @@ def _rank(candidate, order) -> str:
     """The rank an answer takes in ``order``: its basis, or :data:`SCALED_TRACE` for a scaled
     trace when the order lists that rank (else a scaled trace ranks as traced)."""
     p = candidate.provenance
-    if p.basis == "traced" and p.scaled and SCALED_TRACE in order:
+    if p.basis == "traced" and (p.scaled or getattr(p, "unfused_stack", None)) \
+            and SCALED_TRACE in order:
         return SCALED_TRACE
     return p.basis
 
@@ -89,8 +91,12 @@ class BasisPolicy:
         for basis in self.order:
             pool = [c for c in cands if _rank(c, self.order) == basis]
             if basis == "traced":
-                skipped += [f"{c.provenance.plugin} (trace scaled, not executed: ranks below "
-                            "analytic)" for c in cands if _rank(c, self.order) == SCALED_TRACE]
+                skipped += [f"{c.provenance.plugin} ("
+                            + (f"traced eager PyTorch, stack {c.provenance.unfused_stack} fuses "
+                               "kernels" if getattr(c.provenance, "unfused_stack", None)
+                               else "trace scaled, not executed")
+                            + ": ranks below analytic)"
+                            for c in cands if _rank(c, self.order) == SCALED_TRACE]
             if basis == "learned" and not self.allow_out_of_domain:
                 outside = [c for c in pool if c.provenance.in_domain is False]
                 skipped += [f"{c.provenance.plugin} (learned, outside its training domain)"

@@ -249,6 +249,41 @@ def _trace_notes(job, run, res, hit: bool, window: str, fsdp_traced: bool) -> li
     return notes
 
 
+#: Bytes per (token, vocabulary entry) that eager cross-entropy holds and a fused loss does not:
+#: the fp32 upcast of the logits whose log-softmax is saved for backward (transformers
+#: src/transformers/loss/loss_utils.py ForCausalLMLoss: ``logits = logits.float()``; Megatron's
+#: fused vocab-parallel cross-entropy and Liger's fused linear cross-entropy keep no fp32 copy).
+EAGER_LOSS_FP32_BYTES = 4
+#: Fusions that change what is saved for backward (fp8 casts, residual adds and layout copies
+#: change time, not the peak).
+MEMORY_FUSIONS = ("norm", "activation", "rope", "loss")
+
+
+def stack_fusion_note(job, ctx) -> Optional[tuple[str, str]]:
+    """``(stack name, note)`` when the job's training stack fuses kernels the trace ran eagerly
+    (issue 12): the trace executes eager PyTorch, so its peak is high by the fp32 logits a
+    fused loss never holds (quantified) and by the intermediates fused norm/activation/RoPE
+    kernels do not save (named). None for stacks that fuse nothing of these."""
+    stack = transforms_of(job, ctx).stack
+    fused = [op for op in MEMORY_FUSIONS if stack is not None and stack.fuses(op)]
+    if not fused:
+        return None
+    parts = []
+    if "loss" in fused:
+        lay = ctx.layout
+        tokens = job.training.micro_batch_size * job.training.seq_len / lay.cp
+        fp32_logits = tokens * ctx.model.vocab_size / lay.tp * EAGER_LOSS_FP32_BYTES
+        size = (f"{fp32_logits / 2**30:.2f} GiB" if fp32_logits >= 2**30
+                else f"{fp32_logits / 2**20:.1f} MiB")
+        parts.append(f"about {size} (the fp32 logits its fused loss never holds)")
+    others = [op for op in fused if op != "loss"]
+    if others:
+        parts.append(f"the intermediates its fused {'/'.join(others)} kernels do not save "
+                     "(not quantified)")
+    return stack.name, (f"traced eager PyTorch; stack {stack.name} fuses {', '.join(fused)}: "
+                        f"its real peak is lower by {' plus '.join(parts)}")
+
+
 def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimate]:
     """The traced :class:`MemoryEstimate` of ``job`` (None when the runner cannot run it):
     trace, scale by the transforms' divisors, add gathered layers and GPU-side terms."""
@@ -273,6 +308,9 @@ def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimat
     components.update(gpu_side_terms(sum(comps.values()), world_size=ctx.layout.world_size,
                                      nodes=ctx.layout.nodes))
     notes = _trace_notes(job, run, res, hit, window, fsdp_traced) + scale_notes
+    unfused = stack_fusion_note(job, ctx)
+    if unfused is not None:
+        notes.append(unfused[1])
     lay = ctx.layout
     # scaled, not executed: parallelism applied by dividing the trace's categories
     scaled = (lay.tp * lay.pp * lay.cp * lay.ep > 1
@@ -286,7 +324,8 @@ def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimat
                               + (f", FSDP2 on a fake process group of {run.fsdp_world_size}"
                                  if fsdp_traced else "")
                               + ("; parallelism scaled, not executed" if scaled else ""),
-                              scaled=scaled),
+                              scaled=scaled,
+                              unfused_stack=unfused[0] if unfused is not None else None),
         phase=window.split("_", 1)[1], phase_peaks_bytes=_phase_peaks(windows, ctx.layout),
         notes=tuple(notes))
 
