@@ -80,6 +80,7 @@ def _resolvable(job_dict: dict) -> dict:
 def evidence_rows() -> list[dict]:
     """One probe-dataset row per scored evidence row (module doc)."""
     import accuracy
+    import measured
     from fmest.convert import job_from_dict
     from fmest.engine import Engine
 

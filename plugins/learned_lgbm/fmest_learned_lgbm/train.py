@@ -1,11 +1,15 @@
 """Training bundles: rows -> features and log(measured/theory) -> quantile LightGBM models,
-cross-validated by model family, written with checksums and metadata.
+cross-validated by source (rows with a ``source`` column) or model family, written with
+checksums and metadata.
 
 Why a ratio: the model learns what the formulas miss, so it starts from a sane answer and,
 outside the data, a tree's flat extrapolation keeps the last correction instead of a wild
-number. Why quantiles: P10/P50/P90 models give the interval; the CV residuals then widen it
-(conformalized quantile regression, Romano et al. 2019, arXiv:1905.03222) so that on model
-families the models never saw it covers the truth about 80 % of the time.
+number. Why quantiles: P10/P50/P90 models give the interval; the held-out residuals then widen
+it (conformalized quantile regression, Romano et al. 2019, arXiv:1905.03222) so that on sources
+the models never saw it covers the truth about 80 % of the time. Why weights: a few published
+tables hold most rows; each source's rows sum to weight 1 so every source counts equally.
+:func:`loso_evaluate` gives the honest figure: each source answered by a whole training run
+that never saw it.
 """
 
 from __future__ import annotations
