@@ -42,6 +42,7 @@ def _engine():
 
 def main(argv=None) -> int:
     from fmest.convert import job_from_dict
+    from fmest.errors import FmestError
 
     from fmest_learned_lgbm.baseline import allocated_bytes
     from fmest_learned_lgbm.bundle import load_bundle
@@ -57,10 +58,17 @@ def main(argv=None) -> int:
         files.append(f)
         samples += [x for x in s if x.status == "ok" and x.memory_bytes]
     engine = _engine()
-    fam_of = []
+    fam_of, kept, refused = [], [], []
     for s in samples:
-        job = job_from_dict(s.job)
-        fam_of.append(family(job, engine.context(job)))
+        try:
+            job = job_from_dict(s.job)
+            fam_of.append(family(job, engine.context(job)))
+            kept.append(s)
+        except FmestError as exc:  # a row today's input rules refuse: counted, not fatal
+            refused.append(f"{type(exc).__name__}: {str(exc)[:120]}")
+    samples = kept
+    if refused:
+        print(f"{len(refused)} rows refused by today's job rules, e.g. {refused[0]}")
     families = sorted(set(fam_of))
     print(f"data: {', '.join(p.name for p in paths)}; {len(samples)} ok rows, "
           f"{len(families)} families: {', '.join(families)}")
