@@ -167,8 +167,10 @@ def test_listings_match_the_cli(client, capsys):
     prices = client.get("/v1/prices").json()
     assert prices and all(p["usd_per_gpu_hour"] == pytest.approx(
         p["usd_per_instance_hour"] / p["gpus_per_instance"]) for p in prices)
-    stacks = client.get("/v1/stacks")
-    assert stacks.status_code == 200 and isinstance(stacks.json(), list)
+    capsys.readouterr()
+    assert cli.main(["stacks", "--json"]) == 0
+    stacks = client.get("/v1/stacks").json()
+    assert stacks == json.loads(capsys.readouterr().out) and stacks
     health = client.get("/healthz").json()
     assert health["status"] == "ok" and "memory_theory" in health["plugins"]
 

@@ -211,12 +211,11 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         return prices_listing(service.engine)
 
     @app.get("/v1/stacks", tags=["registries"], openapi_extra=schema.list_openapi("Stack"),
-             summary="Training stacks (empty until a stacks registry exists; see X-Fmest-Note)")
+             summary="Training-stack profiles (as `fmest stacks --json`)")
     def stacks():
         from fmest.serve.listings import stacks_listing
 
-        items, note = stacks_listing(service.engine)
-        return JSONResponse(items, headers={"X-Fmest-Note": note} if note else None)
+        return stacks_listing(service.engine)
 
     @app.get("/healthz", tags=["service"], openapi_extra=schema.health_openapi(),
              summary="Liveness, version and plugin load errors")

@@ -1,5 +1,6 @@
 """The registry listings the service serves (``/v1/models``, ``/v1/gpus``, ``/v1/prices``,
-``/v1/stacks``), each the same records ``fmest models|gpus --format json`` prints."""
+``/v1/stacks``), each the same records as the CLI's listings (``fmest models|gpus --format json``,
+``fmest stacks --json``)."""
 
 from __future__ import annotations
 
@@ -32,9 +33,8 @@ def prices_listing(engine) -> list[dict[str, Any]]:
     return out
 
 
-def stacks_listing(engine) -> tuple[list[dict[str, Any]], str]:
-    """``(stacks, note)``: the training-stack registry when this fmest has one."""
-    registry = getattr(engine.registries, "stacks", None)
-    if registry is None:
-        return [], "this fmest has no training-stack registry yet; the list is empty"
-    return [unstructure(s) for s in registry.values()], ""
+def stacks_listing(engine) -> list[dict[str, Any]]:
+    """The training-stack registry as ``fmest stacks --json`` prints it."""
+    from fmest.default_plugins.stacks import stacks_rows
+
+    return stacks_rows(engine)
