@@ -65,6 +65,8 @@ def names_a_field(line: str, extra: tuple[str, ...] = ()) -> bool:
     text = line.removeprefix("fmest: error: ")
     if text.startswith("argument "):  # argparse: "argument --seq-len: ..."
         return "-" in text.split(":", 1)[0]
+    if text.startswith("unrecognized arguments: "):  # argparse names the flag after the colon
+        return text.split(": ", 1)[1].startswith("-")
     head = text.split(": ", 1)[0]
     if not head or head == text:
         return False
@@ -186,14 +188,16 @@ def _values(action):
             "int": INTS}.get(kind, ["x", "1", ""])
 
 
-ESTIMATE_ACTIONS = [a for a in _PARSER._subparsers._group_actions[0].choices["estimate"]._actions
-                    if a.option_strings and not SKIP & set(a.option_strings)]
+def actions_of(command: str) -> list:
+    return [a for a in _PARSER._subparsers._group_actions[0].choices[command]._actions
+            if a.option_strings and not SKIP & set(a.option_strings)]
 
 
 @st.composite
-def flag_lists(draw):
-    argv = ["estimate", "--format", draw(st.sampled_from(["json", "table"]))]
-    actions = draw(st.lists(st.sampled_from(ESTIMATE_ACTIONS), max_size=6, unique_by=id))
+def flag_lists(draw, command="estimate"):
+    argv = [command, "--format", draw(st.sampled_from(["json", "table"]))] \
+        if command == "estimate" else [command]
+    actions = draw(st.lists(st.sampled_from(actions_of(command)), max_size=6, unique_by=id))
     has_model = False
     for action in actions:
         flag = action.option_strings[-1]
@@ -214,6 +218,14 @@ def flag_lists(draw):
 @given(flag_lists())
 def test_fuzz_flags(argv):
     run_cli(argv)
+
+
+@settings(FUZZ, max_examples=60)
+@given(flag_lists("export"), st.sampled_from(("deepspeed", "accelerate", "axolotl",
+                                               "training-args")))
+def test_fuzz_export_flags(argv, to):
+    """``fmest export``'s flags (it builds the job through the same door)."""
+    run_cli([*argv, "--to", to])
 
 
 # -- job JSON through -f and the API ---------------------------------------------------------

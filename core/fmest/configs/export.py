@@ -130,6 +130,9 @@ def _not_carried(job: Job, to: str) -> list[str]:
     default = job_to_dict(Job(model=job.model))
     left = []
     for section, values in job_to_dict(job).items():
+        if section not in default:  # model_config: an inline config no tool's file carries
+            left.append(f"{section}=(inline, {len(values)} keys)")
+            continue
         if isinstance(values, dict):
             for name, value in values.items():
                 if f"{section}.{name}" not in carried and value != default[section][name]:
