@@ -242,6 +242,42 @@ def calibrated(job: Job, memory: MemoryEstimate) -> MemoryEstimate:
                             misc_overhead_gib=cal.misc_overhead_gib)
 
 
+#: optimizer-state components of the memory plugins (memory_theory, the traced runner)
+_OPTIMIZER_STATE_KEYS = ("optimizer_states", "optimizer_state")
+
+
+def paged_to_host(job: Job, ctx: "EstimateContext", memory: MemoryEstimate) -> MemoryEstimate:
+    """A paged optimizer's states spill to host memory when the GPU is full (issue 12).
+
+    bitsandbytes paged optimizers (``OptimizerSpec.paged``) allocate their states in CUDA
+    unified memory, which the driver evicts page by page to CPU RAM under GPU memory pressure
+    and pages back on access (bitsandbytes docs, "Paged optimizers"; Dettmers et al. 2023,
+    QLoRA, section 3). So a peak above the usable GPU memory is capped there, by moving up to
+    the optimizer states' bytes to host (``host_bytes`` grows by them x GPUs per node); what the
+    states cannot cover is still over, an OOM. Other memory answers pass unchanged."""
+    if job.mode != "training" or not getattr(ctx.optimizer, "paged", False):
+        return memory
+    cap = usable_memory_bytes(job, ctx)
+    key = next((k for k in _OPTIMIZER_STATE_KEYS if memory.components.get(k)), None)
+    excess = memory.total_bytes - cap
+    if key is None or excess <= 0:
+        return memory
+    states = memory.components[key]
+    moved = int(min(excess, states))
+    components = dict(memory.components)
+    components[key] = states - moved
+    phases = {ph: int(v - min(max(v - cap, 0), states))
+              for ph, v in memory.phase_peaks_bytes.items()}
+    over = " (all of them; the rest of the peak still exceeds the GPU)" if moved == states \
+        else "; peak capped at the usable GPU memory"
+    note = (f"paged optimizer {ctx.optimizer.name}: the GPU is full, so "
+            f"{moved / 2**30:.2f} GiB of its {states / 2**30:.2f} GiB optimizer states page to "
+            f"host memory{over}; steps that touch paged-out states run slower")
+    return attrs.evolve(memory, total_bytes=memory.total_bytes - moved, components=components,
+                        phase_peaks_bytes=phases, notes=(*memory.notes, note),
+                        host_bytes=(memory.host_bytes or 0) + moved * ctx.layout.gpus_per_node)
+
+
 def usable_memory_bytes(job: Job, ctx: "EstimateContext") -> float:
     """GPU memory the fits verdict may use: capacity less the safety margin (inference with no
     margin given: ``1 - gpu_memory_utilization``, what the serving runtime leaves free)."""
@@ -470,7 +506,8 @@ class Engine:
         def fits(b: int) -> bool:
             j = job.evolve(training={"micro_batch_size": b})
             chosen = self.decide("memory", j, ctx=ctx, searching=True).chosen
-            return chosen is not None and calibrated(job, chosen).total_bytes <= cap
+            return chosen is not None and \
+                paged_to_host(j, ctx, calibrated(job, chosen)).total_bytes <= cap
 
         if not fits(1):
             return 0
@@ -505,7 +542,8 @@ class Engine:
         warnings = list(ctx.warnings) + [str(e) for e in self.load_errors]
         mem_d = self.decide("memory", job, ctx=ctx)
         if mem_d.chosen is not None:  # the calibration knobs apply to whichever plugin answered
-            mem_d = attrs.evolve(mem_d, chosen=calibrated(job, mem_d.chosen))
+            mem_d = attrs.evolve(mem_d, chosen=paged_to_host(job, ctx,
+                                                             calibrated(job, mem_d.chosen)))
         decisions["memory"] = mem_d
         memory = mem_d.chosen
         fits = headroom = max_mb = min_gpus = None
