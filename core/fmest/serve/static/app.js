@@ -17,7 +17,7 @@ const COLOURS = { weights: "#4e79a7", params: "#4e79a7", master_weights: "#a0cbe
 const EXTRA = ["#499894", "#86bcb6", "#f1ce63", "#ffbe7d", "#fabfd2", "#b07aa1"];
 const GROUPS_OPEN = new Set(["input", "training", "parallelism", "hardware"]);
 const DATALISTS = { model: "dl-models", gpu: "dl-gpus", provider: "dl-providers",
-  method: "dl-methods" };
+  method: "dl-methods", stack: "dl-stacks" };
 
 const state = { fields: {}, groups: [], slots: {},
   plan: { fields: {}, values: {}, slot: null, seq: 0, result: null, error: null, body: null } };
@@ -557,14 +557,15 @@ function datalist(id, values) {
 }
 
 async function boot() {
-  const [openapi, models, gpus, prices] = await Promise.all([getJSON("/openapi.json"),
-    getJSON("/v1/models"), getJSON("/v1/gpus"), getJSON("/v1/prices")]);
+  const [openapi, models, gpus, prices, stacks] = await Promise.all([getJSON("/openapi.json"),
+    getJSON("/v1/models"), getJSON("/v1/gpus"), getJSON("/v1/prices"), getJSON("/v1/stacks")]);
   readSchema(openapi);
   const planning = buildPlanForm(openapi);
   datalist("dl-models", models.map((m) => m.name));
   datalist("dl-gpus", gpus.map((g) => g.name));
   datalist("dl-providers", ["cheapest", ...new Set(prices.map((p) => p.provider))]);
   datalist("dl-methods", ["theory", "traced", "learned", "hybrid"]);
+  datalist("dl-stacks", stacks.map((st) => st.name));
   readURL();
   if (!SLOTS.some((s) => Object.keys(state.slots[s].values).length)) {
     const first = models.find((m) => m.name === DEFAULT_MODEL) || models[0];
