@@ -194,10 +194,11 @@ def add_estimate_arguments(p: argparse.ArgumentParser) -> None:
                    "fm-training-estimator EstimateInput); flags override it; - reads stdin")
     g.add_argument("--config", action="append", metavar="FILE", help="a training tool's config "
                    "(TrainingArguments, DeepSpeed, accelerate, axolotl, torchtune, LLaMA-Factory, "
-                   "EstimateInput); repeatable, later files win, flags win over files")
+                   "EstimateInput, torchtitan TOML, Megatron-LM arguments / Megatron-Bridge / "
+                   "NeMo YAML); repeatable, later files win, flags win over files")
     g.add_argument("--config-format", metavar="NAME", help="skip detection: training-args, "
                    "deepspeed, accelerate, axolotl, torchtune, llama-factory, "
-                   "fm-training-estimator")
+                   "fm-training-estimator, torchtitan, megatron")
     g = p.add_argument_group("training")
     g.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "fp8", "int8", "nf4"),
                    help="compute dtype; int8/nf4 = quantized base weights (QLoRA training with "
