@@ -56,6 +56,10 @@ def test_argument_spellings(tmp_path):
     data = _load(lst)
     assert data["parallelism"]["tp"] == 8 and data["training"]["dtype"] == "fp16"
     assert data["training"]["stack"] == "megatron-core"
+    yaml_doc = tmp_path / "cfg"   # a YAML document marker is not a flag
+    yaml_doc.write_text("---\nmodel:\n  tensor_model_parallel_size: 2\ntrain:\n"
+                        "  micro_batch_size: 3\n")
+    assert _load(yaml_doc)["parallelism"]["tp"] == 2
 
 
 # -- torchtitan ------------------------------------------------------------------------------

@@ -94,7 +94,7 @@ def parse_args(tokens: list[str]) -> dict:
     out: dict[str, Any] = {}
     current = None
     for token in tokens:
-        if token.startswith("--") and len(token) > 2:
+        if token.startswith("--") and token[2:3].isalpha():
             name, eq, value = token.partition("=")
             out.pop(name, None)
             out[name] = value if eq else True
@@ -119,7 +119,8 @@ def _tokens(text: str) -> list[str] | None:
 def looks_like_args(text: str) -> bool:
     """Command-line flags: the first token is a ``--flag``."""
     tokens = _tokens(text)
-    return bool(tokens) and tokens[0].startswith("--") and len(tokens[0]) > 2
+    # a letter after "--": YAML's "---" document marker is not a flag
+    return bool(tokens) and tokens[0].startswith("--") and tokens[0][2:3].isalpha()
 
 
 def parse_args_text(text: str) -> dict:
