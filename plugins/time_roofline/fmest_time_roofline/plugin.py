@@ -297,7 +297,7 @@ def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: Ma
             1.0 + (1.0 / 3.0 if shape.checkpointing != "none" else 0.0))
     accum = shape.grad_accum
     if accum > 1:  # gradient accumulation: read-add-write the gradient buffer per micro-batch
-        grad_local = (trainable_params(model, training) / (shape.tp * shape.pp))
+        grad_local = local_trainable_params(model, training, shape)
         moved += 3 * comm.grad_bytes_per_element * grad_local * (accum - 1) / accum
     hbm = rates.hbm_bytes_per_s
     return F.memory_bound_seconds(moved, hbm, compiled=training.compile) \
@@ -438,6 +438,17 @@ def data_parallel_seconds(comm: CommunicationPlan, shape: StepShape, gpu, layout
         + _exposed_seconds(per_step, windows, tail) + after_step
 
 
+def local_trainable_params(model, training, shape: StepShape) -> float:
+    """Trainable parameters held by one GPU: split over tensor and pipeline parallelism, and
+    expert weights also over expert parallelism (each EP rank owns ``experts / ep`` experts:
+    Megatron-Core ``MoELayer`` local experts; the memory plugin shards them the same way)."""
+    trainable = trainable_params(model, training)
+    if shape.ep > 1 and training.technique == "full":
+        experts = model.param_counts().experts
+        trainable -= experts * (1.0 - 1.0 / shape.ep)
+    return trainable / (shape.tp * shape.pp)
+
+
 def optimizer_and_offload_seconds(job, model, shape: StepShape, transforms: Transforms, gpu,
                                   layout, memory, rates: Rates,
                                   compute_mb: float) -> tuple[float, float, list]:
@@ -448,7 +459,7 @@ def optimizer_and_offload_seconds(job, model, shape: StepShape, transforms: Tran
     activations out and back on their own streams."""
     training, par, sizing = job.training, job.parallelism, transforms.optimizer
     notes = []
-    train_local = trainable_params(model, training) / (shape.tp * shape.pp)
+    train_local = local_trainable_params(model, training, shape)
     opt_params = train_local / transforms.sharding.optimizer_divisor
     offload = 0.0
     if par.cpu_offload in ("optimizer", "params"):

@@ -400,3 +400,26 @@ def test_short_eager_steps_are_host_bound_and_compile_is_not(engine):
     long = _time(engine, _job(training={**lora, "seq_len": 8192},
                               hardware={"gpu": "A100-SXM-80GB"}))
     assert not any("host-bound" in n for n in long.time.notes)
+
+
+def test_expert_parallel_ranks_update_only_their_experts(engine):
+    """Under expert parallelism each rank holds experts / ep of the expert weights, so its
+    optimizer update and gradient accumulation stream that share (plugin.local_trainable_params),
+    not the whole model's."""
+    job = _job(model="mistralai/Mixtral-8x7B-v0.1",
+               training={"seq_len": 4096, "grad_accum_steps": 4},
+               parallelism={"dp": 8, "ep": 8}, hardware={"gpu": "H100-SXM-80GB", "nodes": 1,
+                                                          "gpus_per_node": 8})
+    spec = engine.estimate(job, quantities=("time",), search_batch=False).context.model
+    counts = spec.param_counts()
+    shape = plugin.step_shape(job, spec, engine.estimate(
+        job, quantities=("time",), search_batch=False).context.layout)
+    local = plugin.local_trainable_params(spec, job.training, shape)
+    assert local == pytest.approx(counts.total - counts.experts * (1 - 1 / 8))
+    no_ep = _job(model="mistralai/Mixtral-8x7B-v0.1",
+                 training={"seq_len": 4096, "grad_accum_steps": 4},
+                 parallelism={"dp": 8}, hardware={"gpu": "H100-SXM-80GB", "nodes": 1,
+                                                   "gpus_per_node": 8})
+    with_ep = _time(engine, job).time.breakdown["optimizer_step"]
+    without = _time(engine, no_ep).time.breakdown["optimizer_step"]
+    assert with_ep < 0.5 * without
