@@ -105,6 +105,24 @@ def test_torchtitan_layouts_and_precision(tmp_path):
     assert any("flavor" in i and "give --model" in i for i in m.ignored)
 
 
+def test_torchtitan_defaults_fill_what_the_file_leaves_out(tmp_path):
+    """job_config.py defaults: local_batch_size 8, seq_len 2048, steps 10000, selective AC,
+    data_parallel_shard_degree -1 (FSDP2), bf16 compute over fp32 weights; with a pipeline the
+    local batch runs as microbatches of pipeline_parallel_microbatch_size (1)."""
+    f = tmp_path / "t.toml"
+    f.write_text('[model]\nname = "llama3"\nflavor = "8B"\n')
+    m = load_configs([str(f)])
+    t = m.data["training"]
+    assert (t["micro_batch_size"], t["seq_len"], t["activation_checkpointing"], t["dtype"],
+            t["precision"]) == (8, 2048, "selective", "bf16", "amp")
+    assert m.data["workload"]["max_steps"] == 10000
+    assert m.data["parallelism"]["fsdp"] == "full_shard"
+    assert "torchtitan default" in m.origins["training.micro_batch_size"]
+    f.write_text('[parallelism]\npipeline_parallel_degree = 4\n')
+    t = load_configs([str(f)]).data["training"]
+    assert (t["micro_batch_size"], t["grad_accum_steps"]) == (1, 8)
+
+
 def test_torchtitan_bad_value_names_file_and_key(tmp_path):
     f = tmp_path / "t.toml"
     f.write_text('[activation_checkpoint]\nmode = "sometimes"\n[parallelism]\n'

@@ -74,13 +74,12 @@ def parse_toml(path: str, text: str) -> dict:
 
 def detect(doc: dict) -> bool:
     """torchtitan's own sections: ``[parallelism]`` with a ``*_degree`` key, or ``[model]``
-    with ``flavor`` beside ``[training]``/``[job]``."""
+    with a ``flavor`` (torchtitan's name for a model size)."""
     par = doc.get("parallelism")
     if isinstance(par, dict) and any(str(k).endswith("_degree") for k in par):
         return True
     model = doc.get("model")
-    return isinstance(model, dict) and "flavor" in model and bool(
-        set(doc) & {"training", "job", "activation_checkpoint"})
+    return isinstance(model, dict) and "flavor" in model
 
 
 def _model(block: dict, sink: Sink) -> None:
@@ -315,6 +314,27 @@ def map_config(doc: dict, sink: Sink) -> None:
         else:
             sink.ignore(name, "not a torchtitan section fmest uses")
     _precision(doc, sink)
+    defaults = list(_DEFAULTS)
+    if pp > 1:   # the default local batch of 8 runs as pipeline microbatches (default size 1)
+        micro = int(sink.get("training.micro_batch_size", 1))
+        defaults[0] = ("training.micro_batch_size", 1,
+                       "parallelism.pipeline_parallel_microbatch_size = 1")
+        if 8 % micro == 0:
+            defaults.append(("training.grad_accum_steps", 8 // micro,
+                             "training.local_batch_size = 8, in pipeline microbatches"))
+    for field, value, default in defaults:
+        if field not in sink.values:
+            sink.set(field, value, f"(torchtitan default: {default})")
+
+
+#: What torchtitan does when the file leaves a key out (job_config.py at the commit above)
+_DEFAULTS = (
+    ("training.micro_batch_size", 8, "training.local_batch_size = 8"),
+    ("training.seq_len", 2048, "training.seq_len = 2048"),
+    ("workload.max_steps", 10000, "training.steps = 10000"),
+    ("training.activation_checkpointing", "selective", 'activation_checkpoint.mode = "selective"'),
+    ("parallelism.fsdp", "full_shard", "parallelism.data_parallel_shard_degree = -1: FSDP2"),
+)
 
 
 __all__ = ["FLAVORS", "FORMAT", "detect", "looks_like_toml", "map_config", "parse_toml"]
