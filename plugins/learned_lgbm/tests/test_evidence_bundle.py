@@ -33,7 +33,7 @@ from fmest_learned_lgbm.train import build_tables, train_target  # noqa: E402
 PLUGINS = ((memory_theory, "memory_theory"), (time_roofline, "time_roofline"),
            (learned_plugin, "learned_lgbm"))
 MODELS = ("llama-2-7b-hf", "mistral-7b", "facebook/opt-6.7b", "qwen2-7b")
-SOURCES = tuple(f"paper-{k}" for k in range(6))
+SOURCES = tuple(f"paper-{k}" for k in range(10))  # a leaf needs 4 sources' weight
 
 
 def engine():
@@ -47,8 +47,8 @@ def _synthetic_rows(eng) -> list[dict]:
     rnd = random.Random(13)
     rows = []
     for n, source in enumerate(SOURCES):
-        bias = 1.0 + 0.03 * (n - 2.5) / 2.5
-        for k in range(8 + 4 * n):  # unequal sources: weighting matters
+        bias = 1.0 + 0.03 * (n - 4.5) / 4.5
+        for k in range(6 + 2 * n):  # unequal sources: weighting matters
             ac = ("full", "none")[k % 2]
             job = {"model": MODELS[(n + k) % len(MODELS)],
                    "hardware": {"gpu": "A100-80GB", "gpus_per_node": 1},
@@ -98,7 +98,7 @@ def test_rows_with_sources_are_weighed_equally_and_held_out_one_source_at_a_time
     per_source: dict[str, float] = {}
     for i, w in zip(rows, weights):
         per_source[table.groups[i]] = per_source.get(table.groups[i], 0.0) + w
-    assert all(abs(v - 1.0) < 1e-9 for v in per_source.values())  # 8 rows weigh as 28
+    assert all(abs(v - 1.0) < 1e-9 for v in per_source.values())  # 6 rows weigh as 24
     assert not any(f in table.names for f in ("source", "id", "source_url"))
     trained = train_target(table)
     assert trained["cv"]["group_by"] == "source" and trained["cv"]["folds"] == len(SOURCES)
