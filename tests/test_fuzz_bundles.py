@@ -69,7 +69,8 @@ def _corrupt(data: bytes, rnd: random.Random) -> tuple[str, bytes]:
 
 def _make_cases(root: Path) -> list[Path]:
     rnd = random.Random(SEED)
-    source = Path(shipped.BUNDLE_DIR)
+    source = root / "shipped"  # one snapshot: every case starts from the same files
+    shutil.copytree(Path(shipped.BUNDLE_DIR), source)
     meta = json.loads((source / "metadata.json").read_text())
     files = sorted(info["file"] for t in meta["targets"].values()
                    for info in t["models"].values())
