@@ -29,7 +29,8 @@ in the bundle's ``metadata.json``. One command; it takes about a minute.
 theory), median and P90 |error|, source-weighted median, share within 10 %, and the P10-P90
 interval coverage on held-out sources; then per source. ``--traced N`` adds up to N memory
 rows (one per source in turn) run through the fake-tensor tracer (method ``traced``) beside
-theory and hybrid (hybrid's order: in-domain learned > executed trace > theory > scaled trace).
+theory and hybrid, leave-one-source-out (each row's hybrid from a memory bundle trained without
+its source; hybrid's order: in-domain learned > executed trace > theory > scaled trace).
 """
 
 from __future__ import annotations
@@ -184,13 +185,34 @@ def print_evaluation(meta: dict) -> None:
                   f"in domain {g['in_domain_share']:4.0%}")
 
 
+def _held_out_bundles(sources, tmp: Path) -> dict[str, Path]:
+    """A memory bundle per source, trained on every other source's rows (no nested
+    evaluation): what hybrid would have answered had the source never been published."""
+    from fmest.engine import Engine
+
+    from fmest_learned_lgbm.data import read_dataset
+    from fmest_learned_lgbm.train import train_bundle
+
+    f, samples = read_dataset(str(DATA))
+    out = {}
+    for src in sorted(sources):
+        out[src] = tmp / src
+        train_bundle([], Engine(), out[src], targets=("memory",), features="evidence",
+                     samples=[x for x in samples if x.group != src], files=[f], loso=False)
+    return out
+
+
 def traced_side_by_side(limit: int) -> None:
-    """Traced, theory and hybrid (with the shipped bundle) on up to ``limit`` memory rows,
-    spread over sources. The shipped bundle saw these rows (in-sample for learned; the
-    LOSO table above is the out-of-source figure), so this table is about the trace and the
-    ranking: which answer hybrid picks, and what it costs."""
+    """Traced, theory and hybrid on up to ``limit`` memory rows (one per source in turn),
+    leave-one-source-out: each row's hybrid answer comes from a bundle trained without its
+    source, and hybrid ranks as it does for users (in-domain learned > executed trace >
+    theory > scaled trace)."""
+    import tempfile
+
     from fmest.convert import job_from_dict
     from fmest.engine import Engine
+
+    from fmest_learned_lgbm.baseline import comparable_bytes
 
     engine = Engine()
     rows = [r for r in csv.DictReader(open(DATA, encoding="utf-8")) if r["measured_peak_bytes"]]
@@ -202,26 +224,29 @@ def traced_side_by_side(limit: int) -> None:
         for s in sorted(by_source):
             if by_source[s] and len(picked) < limit:
                 picked.append(by_source[s].pop(0))
+    tmp = Path(tempfile.mkdtemp(prefix="fmest-loso-"))
+    bundles = _held_out_bundles({r["source"] for r in picked}, tmp)
     print(f"\nTraced vs theory vs hybrid on {len(picked)} memory rows (one per source in "
-          "turn); error = estimate / measured - 1 on the counter's comparable part")
-    from fmest_learned_lgbm.baseline import comparable_bytes
-
+          "turn), leave-one-source-out; error = estimate / measured - 1 on the counter's "
+          "comparable part")
     errs: dict[str, list] = {"traced": [], "theory": [], "hybrid": []}
     for r in picked:
         job = json.loads(r["job_json"])
         truth = float(r["measured_peak_bytes"])
         line = {}
         for method in ("theory", "traced", "hybrid"):
+            options = {**job.get("options", {}), "method": method}
+            if method == "hybrid":
+                options["learned_model"] = str(bundles[r["source"]])
             try:
-                j = job_from_dict({**job, "options": {**job.get("options", {}),
-                                                      "method": method}})
-                report = engine.estimate(j, quantities=("memory",), search_batch=False)
+                report = engine.estimate(job_from_dict({**job, "options": options}),
+                                         quantities=("memory",), search_batch=False)
                 m = report.memory
                 if method == "traced" and m.provenance.basis != "traced":
                     line[method] = None
                     continue
-                line[method] = (comparable_bytes(m, r["memory_counter"]) / truth - 1,
-                                m.provenance.basis)
+                how = m.provenance.basis + (" (scaled)" if m.provenance.scaled else "")
+                line[method] = (comparable_bytes(m, r["memory_counter"]) / truth - 1, how)
             except Exception as exc:  # a row the tracer cannot run is a dash, not a crash
                 line[method] = None
                 _log(f"{r['id']}: {method}: {type(exc).__name__}: {str(exc)[:80]}")
@@ -231,7 +256,9 @@ def traced_side_by_side(limit: int) -> None:
         cells = "  ".join(f"{m} {'-':>7}" if line[m] is None else
                           f"{m} {line[m][0]:+7.1%}" for m in ("traced", "theory", "hybrid"))
         chose = line["hybrid"][1] if line["hybrid"] else "-"
-        print(f"  {r['id'][:44]:<44} {cells}  hybrid chose {chose}")
+        traced_how = ("" if not line["traced"] else " (trace scaled)"
+                      if "scaled" in line["traced"][1] else " (trace executed)")
+        print(f"  {r['id'][:44]:<44} {cells}  hybrid chose {chose}{traced_how}")
     n = len(errs["traced"])
     if n:
         med = {m: sorted(v)[len(v) // 2] for m, v in errs.items() if v}
