@@ -22,8 +22,8 @@ reuse):
   ``optim.name: distributed_fused_adam``).
 
 Raw dimensions (``--num-layers``, ``--hidden-size``, ...) become the job's ``model_config``
-(a Llama-style config with ``--swiglu``, else a GPT-2-style one); a ``--model`` flag names a
-preset instead. ``--global-batch-size`` = micro-batch x accumulation x data-parallel GPUs is
+(a Llama-style config with ``--swiglu``, else a GPT-2-style one) and define the model (a
+``--model`` flag only renames it). ``--global-batch-size`` = micro-batch x accumulation x data-parallel GPUs is
 checked or solved like DeepSpeed's ``train_batch_size`` once the GPU count is known.
 """
 
