@@ -213,6 +213,11 @@ def test_megatron_bridge_and_nemo_yaml(tmp_path):
     assert d["parallelism"]["distributed_optimizer"] is True
     assert d["parallelism"]["tp_comm_overlap"] is False
     assert any("model.optim.lr" in i for i in m.ignored)
+    nemo.write_text("trainer:\n  devices: -1\n  num_nodes: 1\nmodel:\n"
+                    "  tensor_model_parallel_size: 2\n")
+    m = load_configs([str(nemo)])
+    assert "gpus_per_node" not in m.data.get("hardware", {})
+    assert any("trainer.devices: -1: the launcher decides" in i for i in m.ignored)
 
 
 def test_megatron_errors_name_file_and_flag(tmp_path):

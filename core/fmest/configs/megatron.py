@@ -184,7 +184,12 @@ def _apply(name: str, value: Any, key: str, sink: Sink, state: _State) -> None:
     if isinstance(value, str) and "$" in value:
         sink.ignore(key, f"{value!r} is a shell variable; give its value")
         return
-    if name in _INT_FIELDS:
+    if name in ("nproc_per_node", "nnodes") and not (
+            isinstance(value, int) and not isinstance(value, bool) and value >= 1
+            or isinstance(value, str) and value.strip().isdigit() and int(value) >= 1):
+        sink.ignore(key, f"{value!r}: the launcher decides (-1/auto/gpu); give --gpus-per-node "
+                    "/ --nodes")
+    elif name in _INT_FIELDS:
         sink.set(_INT_FIELDS[name], sink.int_(key, value), key)
     elif name == "train_samples":
         sink.set("workload.num_samples", sink.int_(key, value), key)
