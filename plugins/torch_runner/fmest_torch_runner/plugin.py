@@ -280,7 +280,8 @@ def stack_fusion_note(job, ctx) -> Optional[tuple[str, str]]:
     if others:
         parts.append(f"the intermediates its fused {'/'.join(others)} kernels do not save "
                      "(not quantified)")
-    return stack.name, (f"traced eager PyTorch; stack {stack.name} fuses {', '.join(fused)}: "
+    name = f"{stack.name} with Liger kernels" if stack.liger else stack.name
+    return stack.name, (f"traced eager PyTorch; stack {name} fuses {', '.join(fused)}: "
                         f"its real peak is lower by {' plus '.join(parts)}")
 
 

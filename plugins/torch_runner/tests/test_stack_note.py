@@ -52,6 +52,15 @@ def test_fused_stack_is_named_in_the_trace_and_hybrid_prefers_theory():
     assert t.provenance.basis == "traced" and t.provenance.unfused_stack == "megatron-core"
 
 
+def test_liger_on_the_eager_stack_is_named():
+    engine = new_engine((tr_plugin, "torch_runner"))
+    job = _job("traced").evolve(training={"liger": True})
+    t = engine.estimate_memory(job).chosen
+    assert t.provenance.unfused_stack == "pytorch"
+    assert any(n.startswith("traced eager PyTorch; stack pytorch with Liger kernels fuses "
+                            "norm, activation, rope, loss") for n in t.notes)
+
+
 def test_eager_stack_trace_is_not_flagged():
     engine = new_engine((tr_plugin, "torch_runner"))
     d = engine.estimate_memory(_job("hybrid"))
