@@ -113,6 +113,13 @@ def expert_share(cfg: dict):
     return 1.0 - cfg["expert_fraction"] + cfg["expert_fraction"] / cfg["ep"]
 
 
+def local_trainable(cfg: dict):
+    """Trainable parameters of a replica that one rank updates: full training splits the
+    expert weights over ``ep`` (time_roofline ``local_trainable_params``); LoRA trains no
+    expert weights here."""
+    return cfg["trainable"] * np.where(cfg["lora"], 1.0, expert_share(cfg))
+
+
 def framework_buffer_bytes(cfg: dict):
     """(buffers held through forward and backward, unsharded gradients accumulated in them)
     per GPU, by the strategy's declared behaviour as the memory plugin counts them: DDP's
@@ -229,7 +236,7 @@ def step_seconds(cfg: dict) -> np.ndarray:
     # gradient accumulation reads, adds and writes the gradient buffer per micro-batch
     # (time_roofline: 3 x grad bytes x local params x (m-1)/m at HBM efficiency)
     accum = cfg["accum"]
-    grad_local = cfg["trainable"] / mp
+    grad_local = local_trainable(cfg) / mp
     membound = membound + 3 * cfg["grad_wire_bytes"] * grad_local * (accum - 1) / accum \
         / (cfg["hbm_bw"] * HBM_EFFICIENCY) / np.where(cfg["compiled"], COMPILE_MEMORY_SPEEDUP, 1.0)
     stage_layers = cfg["layers"] / cfg["pp"]
@@ -260,7 +267,7 @@ def step_seconds(cfg: dict) -> np.ndarray:
     per_mb = core + tp_t + pp_t + np.where(cfg["ep"] > 1, ep_t, 0.0)
     bubble = bubble_fraction(cfg["pp"], accum, cfg["vstages"]) * accum * per_mb
     dp_t = _dp_seconds(cfg, per_mb)
-    opt_params = cfg["trainable"] / mp / np.where(cfg["opt_sharded"], cfg["s_opt"], 1)
+    opt_params = local_trainable(cfg) / mp / np.where(cfg["opt_sharded"], cfg["s_opt"], 1)
     pcie = cfg["pcie_bw"] * PCIE_EFFICIENCY
     offload = opt_params * (cfg["grad_bytes_per_param"] + cfg["act_bytes"]) / pcie \
         + opt_params * np.minimum(gpn, cfg["world"]) / CPU_ADAM_PARAMS_PER_S_PER_NODE
