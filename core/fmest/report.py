@@ -345,6 +345,9 @@ def render_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
         lines.append(f"Step time ({t.provenance.basis}, {t.provenance.plugin})")
         rows = [(name, _fmt_seconds(s), "") for name, s in t.breakdown.items()]
         rows.append(("step", _fmt_seconds(t.step_seconds), ""))
+        if t.provenance.interval:
+            rows.append(("P10-P90", f"{_fmt_seconds(t.provenance.interval[0])} - "
+                         f"{_fmt_seconds(t.provenance.interval[1])}", "interval"))
         if t.mfu is not None:
             rows.append(("MFU", f"{t.mfu * 100:.1f} %", ""))
         if t.total_seconds is not None:
