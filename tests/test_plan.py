@@ -314,7 +314,9 @@ def test_a_registered_strategy_is_searched_by_its_behaviour():
         @hookimpl
         def fmest_register_parallelism(self, register):
             zero3 = Engine(new_pm()).registries.parallelism.get("zero3")
-            register(attrs.evolve(zero3, name="acme_shard", aliases=(), framework="acme"))
+            # a behaviour of its own (a copy of zero3 is the same job: a duplicate)
+            register(attrs.evolve(zero3, name="acme_shard", aliases=(), framework="acme",
+                                  backward_prefetch=False))
 
     eng = Engine(new_pm((Acme(), "acme"), entrypoints=True))
     job = to_job({"model": "meta-llama/Llama-3.1-8B", "workload": {"dataset_tokens": 1e9}})
@@ -328,3 +330,134 @@ def test_a_registered_strategy_is_searched_by_its_behaviour():
     report = eng.estimate(j, search_batch=False)
     assert report.fits and report.context.sharding.name == "acme_shard"
     assert res["memory"][rows[0]] == pytest.approx(report.memory.total_bytes, rel=0.15)
+
+
+# -- a GPU that cannot run the job is skipped with its reason (not a failed plan) ----------
+
+def test_gpus_lacking_a_capability_are_rejected_by_name(engine):
+    """The default search (every priced GPU) meets V100s, which have no bf16 units: they are
+    rejected with the reason and the plan goes on (it failed with the engine's refusal)."""
+    job = _job("meta-llama/Llama-2-7b-hf", dataset_tokens=1e9)
+    res = plan(job, Constraints(max_gpus=8, objective="cost", top=3), engine=engine)
+    reason = "V100-SXM2-16GB: no BF16 matrix units (training.dtype bf16)"
+    assert res.rejected[reason] > 0
+    assert res.plans and all(not p.gpu.startswith("V100") for p in res.plans)
+
+
+def test_a_job_refused_on_its_own_gpu_is_planned_elsewhere(engine, capsys):
+    # FlashAttention-2 asked on a V100 (the engine refuses it there): planned on the A100
+    rc, out, err = _run(engine, ["plan", "--model", "meta-llama/Llama-2-7b-hf", "--attn",
+                                 "flash", "--dtype", "fp16", "--gpu", "V100-SXM2-16GB", "--gpus",
+                                 "V100-SXM2-16GB,A100-80GB", "--max-gpus", "8",
+                                 "--dataset-tokens", "1e9", "--top", "2", "--format", "json"],
+                        capsys)
+    assert rc == 0, err
+    got = json.loads(out)
+    assert {p["gpu"] for p in got["plans"]} == {"A100-SXM-80GB"}
+    assert any(k.startswith("V100-SXM2-16GB: no FlashAttention-2") for k in got["rejected"])
+    # a field wrong on every GPU is still the job's error, naming the field
+    with pytest.raises(InputError, match="micro_batch_size"):
+        plan(_job("gpt2").evolve(training={"micro_batch_size": 0}),
+             Constraints(gpus="A100-80GB", max_gpus=1), engine=engine)
+
+
+# -- the same job under two strategy names is one plan ---------------------------------------
+
+def _layout_key(p):
+    return (p.gpu, p.gpus, p.layout, p.micro_batch_size, p.grad_accum_steps, p.checkpointing,
+            p.job.parallelism.cpu_offload)
+
+
+def test_equivalent_strategies_are_one_plan(engine):
+    """On one GPU FSDP NO_SHARD and ZeRO-0 are the same run: one plan, the other counted as a
+    duplicate (issue 17 review: the plan view listed both, same cost and memory)."""
+    job = _job("mistralai/Mistral-7B-v0.1", dataset_tokens=1e9)
+    res = plan(job, Constraints(gpus="H100-SXM", max_gpus=1, objective="cost", top=20),
+               engine=engine)
+    assert res.rejected["duplicate of an equivalent layout"] > 0
+    keys = [_layout_key(p) for p in res.plans]
+    assert len(res.plans) > 1 and len(keys) == len(set(keys))
+    assert {p.strategy for p in res.plans} == {"zero0"}    # the plainest strategy is named
+
+
+def test_duplicates_are_the_same_job_by_the_engine(engine):
+    """Every strategy the planner calls equivalent on a layout gives the engine's memory and
+    step time of the one it keeps; strategies it keeps apart on that layout do not all."""
+    import random
+
+    from fmest.plan.planner import config_job, effective_behaviour, evaluate_space
+    from fmest.precision import resolve_precision
+
+    job = _job("meta-llama/Llama-3.1-8B", dataset_tokens=1e9)
+    res, _, _, rejected, ctx = evaluate_space(job, Constraints(gpus="H100-SXM", max_gpus=16),
+                                              engine=engine)
+    assert rejected["duplicate of an equivalent layout"] > 0
+    shardings = ctx["shardings"]
+
+    def behaviour(h, i):
+        st = shardings[h][1]
+        return effective_behaviour(st, precision=resolve_precision(job.training, st),
+                                   data_parallel=res["dp"][i] > 1,
+                                   tensor_parallel=res["tp"][i] > 1,
+                                   pipeline=res["pp"][i] > 1)
+
+    def numbers(j):
+        report = engine.estimate(j, search_batch=False)
+        return report.memory.total_bytes, report.time.step_seconds
+
+    def twins(i):
+        kept_h = int(res["hidx"][i])
+        return [h for h in range(len(shardings))
+                if h != kept_h and behaviour(h, i) == behaviour(kept_h, i)]
+
+    with_twins = [i for i in range(len(res["mb"])) if twins(i)]
+    assert with_twins
+    compared = 0
+    for i in random.Random(17).sample(with_twins, min(30, len(with_twins))):
+        kept_h = int(res["hidx"][i])
+        kept = config_job(job, res, i, shardings, method="theory")
+        for h in twins(i):
+            res["hidx"][i] = h
+            other = config_job(job, res, i, shardings, method="theory")
+            res["hidx"][i] = kept_h
+            assert numbers(other) == numbers(kept), (shardings[h][0], shardings[kept_h][0])
+            compared += 1
+    assert compared > 0
+    # kept apart where the engine tells them apart: PyTorch-native TP saves differently
+    apart = [job.evolve(parallelism={"dp": 4, "tp": 2, "fsdp": fsdp, "zero_stage": 0},
+                        hardware={"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 1},
+                        training={"micro_batch_size": 1, "grad_accum_steps": 8})
+             for fsdp in ("none", "no_shard")]
+    assert numbers(apart[0]) != numbers(apart[1])
+    named = dict(shardings)
+    assert len({effective_behaviour(named[n], precision="pure", data_parallel=True,
+                                    tensor_parallel=True, pipeline=False)
+                for n in ("zero0", "fsdp_no_shard")}) == 2
+
+
+def test_a_strategy_copied_under_another_name_is_a_duplicate():
+    """Equivalence is read from behaviour, not names: zero3 registered again as
+    ``acme_shard`` adds no plan (its rows are counted as duplicates)."""
+    import attrs
+
+    from fmest import to_job
+    from fmest.engine import Engine
+    from fmest.hookspecs import hookimpl
+    from fmest.plan.planner import evaluate_space
+
+    class Acme:
+        @hookimpl
+        def fmest_register_parallelism(self, register):
+            zero3 = Engine(new_pm()).registries.parallelism.get("zero3")
+            register(attrs.evolve(zero3, name="acme_shard", aliases=(), framework="acme"))
+
+    cons = Constraints(gpus="H100-SXM", max_gpus=8, objective="time")
+    job = to_job({"model": "meta-llama/Llama-3.1-8B", "workload": {"dataset_tokens": 1e9}})
+    plain = evaluate_space(job, cons, engine=Engine(new_pm(entrypoints=True)))
+    twin = evaluate_space(job, cons, engine=Engine(new_pm((Acme(), "acme"),
+                                                          entrypoints=True)))
+    # (at pp > 1 the twin is searched where zero3 is not: DeepSpeed's pipeline engine limit
+    # is DeepSpeed's, named rule zero_pp)
+    assert (twin[0]["pp"] == 1).sum() == (plain[0]["pp"] == 1).sum() > 0
+    dup = "duplicate of an equivalent layout"
+    assert twin[3][dup] - plain[3].get(dup, 0) > 0

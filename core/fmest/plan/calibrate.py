@@ -51,6 +51,10 @@ class TimeCoefficients:
     last_stage_membound: float
     compute_mb_share: float
     overhead_fraction: float
+    #: host seconds to dispatch one micro-batch's eager ops: per whole model's layers (split
+    #: over pipeline stages) and outside them (0 when the step never waits for the host)
+    host_layers: float = 0.0
+    host_outside: float = 0.0
 
 
 def _mem_probe(engine, job, **sections):
@@ -139,11 +143,11 @@ def activation_slope(engine, job, strategy: str, ckpt: str, *, tp: int, sp: bool
 
 
 def _time_probe(engine, job, gpu: str, ckpt: str, tp: int, sp: bool, pp: int = 1,
-                mb: int = 1):
+                mb: int = 1, accum: int = 1):
     j = job.evolve(parallelism=_single(fsdp="none", zero_stage=0, cpu_offload="none", tp=tp,
                                        sequence_parallel=sp, pp=pp),
                    hardware={"gpu": gpu, "gpus_per_node": None, "nodes": 1},
-                   training={"micro_batch_size": mb, "grad_accum_steps": 1,
+                   training={"micro_batch_size": mb, "grad_accum_steps": accum,
                              "activation_checkpointing": ckpt},
                    workload={"max_steps": 1, "dataset_tokens": None})
     report = engine.estimate(j, quantities=("memory", "time"), search_batch=False)
@@ -151,6 +155,44 @@ def _time_probe(engine, job, gpu: str, ckpt: str, tp: int, sp: bool, pp: int = 1
     if t is None or not t.step_seconds:
         return None
     return dict(t.breakdown), float(j.training.seq_len * mb)
+
+
+#: Sequence length of the host-dispatch probe: so little GPU work that the step is the host's
+#: time to dispatch the eager ops, which does not depend on the sequence (time_roofline
+#: ``eager_host_seconds``: ops per layer x layers x micro-batches).
+HOST_PROBE_SEQ_LEN = 8
+#: Micro-batches of that probe: enough that the optimizer step, paid once, stays below the
+#: host time of the micro-batches.
+HOST_PROBE_MICRO_BATCHES = 64
+
+
+def _host_seconds(engine, job, gpu: str, ckpt: str, pp: int) -> float:
+    """Host dispatch seconds of one micro-batch on a stage of ``pp``, read as the step time of
+    a job with almost no GPU work; 0 when the engine does not make that step host-bound (a
+    compiled or fused stack)."""
+    probe = job.evolve(training={"seq_len": HOST_PROBE_SEQ_LEN})
+    got = _time_probe(engine, probe, gpu, ckpt, 1, False, pp=pp,
+                      accum=HOST_PROBE_MICRO_BATCHES)
+    if got is None:
+        return 0.0
+    parts = got[0]
+    busy = sum(v for k, v in parts.items() if k != "framework_overhead")
+    over = parts.get("framework_overhead", 0.0)
+    # host-bound: the overhead part is the host's excess over the GPU's work, far above the
+    # proportional framework overhead
+    return sum(parts.values()) / HOST_PROBE_MICRO_BATCHES if busy and over > busy else 0.0
+
+
+def host_coefficients(engine, job, gpu: str, ckpt: str) -> tuple[float, float]:
+    """(host seconds per micro-batch for the whole model's layers, outside the layers), from
+    host-bound probes at pp = 1 and 2: ``h(pp) = layers / pp + outside``."""
+    one = _host_seconds(engine, job, gpu, ckpt, 1)
+    if not one or engine.resolve_model(job).num_layers < 2:
+        return one, 0.0
+    two = _host_seconds(engine, job, gpu, ckpt, 2)
+    if not two:
+        return one, 0.0
+    return max(0.0, 2 * (one - two)), max(0.0, 2 * two - one)
 
 
 def time_coefficients(engine, job, gpu: str, ckpt: str,
@@ -169,6 +211,14 @@ def time_coefficients(engine, job, gpu: str, ckpt: str,
     staged = _time_probe(engine, job, gpu, ckpt, 1, False, pp=2) \
         if engine.resolve_model(job).num_layers >= 2 else None
     four = _time_probe(engine, job, gpu, ckpt, 1, False, mb=4)
+    if four is not None:   # a host-bound probe inflates the overhead share: take the least
+        busy4 = sum(v for k, v in four[0].items() if k != "framework_overhead")
+        if busy4:
+            overhead = min(overhead, four[0].get("framework_overhead", 0.0) / busy4)
+    try:
+        host_layers, host_outside = host_coefficients(engine, job, gpu, ckpt)
+    except FmestError:
+        host_layers = host_outside = 0.0
     c4 = four[0].get("compute", 0.0) / four[1] if four is not None else c1
     # c(mb) = c_inf + (c1 - c_inf)/mb through c(1) and c(4)
     mb_share = min(1.0, max(0.0, (c1 - c4) * 4 / 3 / c1)) if c1 > 0 else 0.0
@@ -189,11 +239,13 @@ def time_coefficients(engine, job, gpu: str, ckpt: str,
                                 membound_replicated=max(0.0, m1 - m_split),
                                 membound_split=m_split, membound_sp_whole=msp * tp_probe,
                                 last_stage_compute=head_c, last_stage_membound=head_m,
-                                compute_mb_share=mb_share, overhead_fraction=overhead)
+                                compute_mb_share=mb_share, overhead_fraction=overhead,
+                                host_layers=host_layers, host_outside=host_outside)
     return TimeCoefficients(compute_replicated=0.0, compute_split=c1, membound_replicated=0.0,
                             membound_split=m1, membound_sp_whole=m1,
                             last_stage_compute=head_c, last_stage_membound=head_m,
-                            compute_mb_share=mb_share, overhead_fraction=overhead)
+                            compute_mb_share=mb_share, overhead_fraction=overhead,
+                            host_layers=host_layers, host_outside=host_outside)
 
 
 def context_parallel_core(engine, job, gpu: str, ckpt: str, tp: int, cp: int,

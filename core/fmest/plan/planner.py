@@ -234,6 +234,35 @@ def _shardings(engine) -> list[tuple[str, Any]]:
     return sorted(reg.items(), key=lambda item: item[0])
 
 
+def effective_behaviour(strategy, *, precision: str, data_parallel: bool,
+                        tensor_parallel: bool, pipeline: bool) -> tuple:
+    """What a sharding strategy does to a job in effect, as a hashable key: two strategies
+    with equal keys on the same layout are the same run (one GPU under FSDP NO_SHARD and under
+    ZeRO-0 is one job). Read from the strategy's declared behaviour, never its name, and only
+    the behaviour the layout exercises, as the engine reads it: the precision policy it
+    resolves to; what it shards (declared: a strategy that shards with one data rank is
+    pruned before, ``no_dp``), hybrid, per-layer gathers and their prefetch, the gradient
+    collective (only with shards, else DDP's all-reduce); DDP's bucket copy and flat buckets
+    only with dp > 1 (``fmest.transforms.ShardingStrategy.collectives``; memory_theory's
+    ``_bucket_bytes``); PyTorch-native TP only with tp > 1; an unsharded stage and fp32
+    accumulation under PP only for a parameter-sharding strategy with pp > 1 (memory_theory's
+    ``_gathered_param_buffers``). ``framework``, ``name`` and ``source`` are labels."""
+    shards = frozenset(strategy.shards)
+    params_sharded = "parameters" in shards
+    gathers = params_sharded and strategy.param_gather
+    return (
+        precision, shards, strategy.hybrid if shards else False, gathers,
+        strategy.backward_prefetch if gathers else None,
+        strategy.grad_collective if shards and data_parallel else None,
+        (strategy.ddp_bucket and not shards) if data_parallel else None,
+        (strategy.reduce_bucket_elements, strategy.allgather_bucket_elements)
+        if data_parallel else None,
+        strategy.native_tensor_parallel if tensor_parallel else None,
+        (strategy.pp_unsharded_params, strategy.fp32_grad_accum)
+        if params_sharded and pipeline else None,
+    )
+
+
 def probe_strategy(shardings, strategy) -> str:
     """The strategy whose activation probes stand for ``strategy``: activations depend on the
     strategy only through PyTorch-native tensor parallelism (it composes with FSDP and saves
@@ -246,6 +275,23 @@ def probe_strategy(shardings, strategy) -> str:
 # evaluation of one GPU count
 # ---------------------------------------------------------------------------------------------
 
+def hardware_refusal(job: Job, gpu) -> Optional[str]:
+    """Why ``job`` cannot run on ``gpu`` as written, by the capability columns of the GPU
+    table (:data:`fmest.bounds.HARDWARE_RULES`: fp8 or bf16 matrix units, FlashAttention-2),
+    e.g. ``"V100-SXM2-32GB: no BF16 matrix units (training.dtype bf16)"``; None when it can.
+    The engine refuses such a job, or, for a field left at its default, estimates it with the
+    GPU table's fallback figures and a warning; a plan's job must run as written, so the
+    planner skips the GPU type either way."""
+    from fmest.bounds import HARDWARE_RULES
+
+    for path, value, capability, missing, _ in HARDWARE_RULES:
+        section, _, name = path.partition(".")
+        if getattr(getattr(job, section), name, None) == value \
+                and getattr(gpu, capability, None) is False:
+            return f"{gpu.name}: no {missing} ({path} {value})"
+    return None
+
+
 class _Calibration:
     """Probe results, memoised per key (each probe is a few engine calls)."""
 
@@ -256,6 +302,9 @@ class _Calibration:
     def __init__(self, engine, job: Job, model, gpus=()) -> None:
         self.engine, self.model = engine, model
         self.refused: dict = {}
+        #: GPU name -> the rejection reason when the engine refuses the job on that GPU for a
+        #: capability it lacks (:func:`hardware_refusal`); None when it accepts the job
+        self.gpu_refusals: dict[str, Optional[str]] = {}
         self.job = self._probe_job(job.evolve(options={"method": self.PROBE_METHOD}), gpus)
         self.tp_probe = 2 if model.num_attention_heads % 2 == 0 and (
             model.num_kv_heads % 2 == 0 or 2 % model.num_kv_heads == 0) else 1
@@ -267,17 +316,32 @@ class _Calibration:
 
     def _probe_job(self, job: Job, gpus) -> Job:
         """The job on a GPU the engine accepts it on (memory probes do not depend on the GPU,
-        but the engine refuses e.g. bf16 on a GPU without bf16 units): the job's own GPU,
-        else the first candidate that takes it."""
-        for name in (job.hardware.gpu, *gpus):
-            try:
-                probe = job.evolve(hardware={"gpu": name, "gpus_per_node": None, "nodes": 1},
-                                   parallelism={"dp": None})
-                self.engine.context(probe)
-                return probe
-            except InputError as exc:
-                self.refused[("gpu", name)] = str(exc)
+        but the engine refuses e.g. an explicit fp8 on a GPU without fp8 units): the job's own
+        GPU, else the first candidate that takes it. When no GPU takes it, every candidate is
+        rejected with its reason (:meth:`gpu_refusal`) and the plan is empty."""
+        for name in dict.fromkeys((job.hardware.gpu, *gpus)):
+            if self.gpu_refusal(name, job) is None:
+                return job.evolve(hardware={"gpu": name, "gpus_per_node": None, "nodes": 1},
+                                  parallelism={"dp": None})
         return job
+
+    def gpu_refusal(self, name: str, job: Optional[Job] = None) -> Optional[str]:
+        """The rejection reason of GPU type ``name`` when the engine refuses the job on it for
+        a capability the GPU lacks ("V100-SXM2-32GB: no BF16 matrix units (training.dtype
+        bf16)"), else None. Another refusal on this GPU only is counted under
+        ``"<gpu>: the engine refuses the job (<field>)"``."""
+        if name not in self.gpu_refusals:
+            job = job if job is not None else self.job
+            probe = job.evolve(hardware={"gpu": name, "gpus_per_node": None, "nodes": 1},
+                               parallelism={"dp": None})
+            reason = hardware_refusal(probe, self.engine.registries.gpus.get(name))
+            if reason is None:
+                try:
+                    self.engine.context(probe)
+                except InputError as exc:
+                    reason = f"{name}: the engine refuses the job ({exc.field})"
+            self.gpu_refusals[name] = reason
+        return self.gpu_refusals[name]
 
     def _guarded(self, key, table: dict, fn, refused_value):
         if key not in table:
@@ -385,8 +449,9 @@ def _cross_product(shapes: list, inner_axes) -> dict:
 
 
 def _prune_structure(arrays: dict, ctx: dict, gpn: int, pruner: _Pruner) -> dict:
-    """Rules 6-11 of :data:`fmest.plan.space.RULES` (global batch, pipeline fill, sharding
-    duplicates, DeepSpeed's ZeRO-2/3 + PP limit, offload without a sharded optimizer)."""
+    """The rules of :data:`fmest.plan.space.RULES` from the global batch to duplicates
+    (global batch, pipeline fill, sharding duplicates, DeepSpeed's ZeRO-2/3 + PP limit,
+    offload without a sharded optimizer, engine refusals, equivalent strategies)."""
     shardings = ctx["shardings"]
 
     def per_sharding(test):
@@ -416,7 +481,50 @@ def _prune_structure(arrays: dict, ctx: dict, gpn: int, pruner: _Pruner) -> dict
     for h_idx, off in set(zip(arrays["hidx"].tolist(), arrays["off"].tolist())):
         refused[h_idx, off] = calib.states(shardings[h_idx][0],
                                            ("none", "optimizer")[off]) is None
-    return pruner.apply(arrays, sp.RULE["refused"], refused[arrays["hidx"], arrays["off"]])
+    arrays = pruner.apply(arrays, sp.RULE["refused"], refused[arrays["hidx"], arrays["off"]])
+    return pruner.apply(arrays, sp.RULE["duplicate"], _duplicates(arrays, ctx))
+
+
+def _preference(strategy) -> tuple:
+    """Which of equivalent strategies a plan names: the one declaring the least behaviour
+    (plain DDP/ZeRO-0 over FSDP NO_SHARD on one GPU), then by name."""
+    return (len(strategy.shards), strategy.hybrid, strategy.param_gather,
+            strategy.native_tensor_parallel, strategy.pp_unsharded_params,
+            strategy.fp32_grad_accum, strategy.ddp_bucket,
+            strategy.reduce_bucket_elements + strategy.allgather_bucket_elements, strategy.name)
+
+
+def _duplicates(arrays: dict, ctx: dict) -> np.ndarray:
+    """True for each configuration that is the same job in effect as another one kept: the
+    same layout, offload, checkpointing and micro-batch under a strategy whose
+    :func:`effective_behaviour` on that layout is equal (one GPU count, one GPU type)."""
+    from fmest.precision import resolve_precision
+
+    size = arrays["tp"].size
+    if size == 0:
+        return np.zeros(0, dtype=bool)
+    shardings, training = ctx["shardings"], ctx["job"].training
+    flags = np.stack([arrays["hidx"], arrays["dp"] > 1, arrays["tp"] > 1, arrays["pp"] > 1],
+                     axis=1).astype(np.int64)
+    keys, inverse = np.unique(flags, axis=0, return_inverse=True)
+    ids: dict = {}
+    behaviour = np.array([ids.setdefault(effective_behaviour(
+        shardings[h][1], precision=resolve_precision(training, shardings[h][1]),
+        data_parallel=bool(d), tensor_parallel=bool(t), pipeline=bool(p)), len(ids))
+        for h, d, t, p in keys])[inverse.ravel()]
+    if len(ids) == len(keys):     # every strategy behaves differently here
+        return np.zeros(size, dtype=bool)
+    by_preference = sorted(range(len(shardings)), key=lambda h: _preference(shardings[h][1]))
+    rank = np.empty(len(shardings), dtype=np.int64)
+    rank[by_preference] = np.arange(len(shardings))
+    order = np.argsort(rank[arrays["hidx"]], kind="stable")
+    row_key = np.stack([arrays[name] for name in ("tp", "pp", "cp", "dp", "ep", "vstages",
+                                                  "sp", "off", "ckidx", "mb")]
+                       + [behaviour], axis=1).astype(np.float64)[order]
+    _, first = np.unique(row_key, axis=0, return_index=True)
+    dup = np.ones(size, dtype=bool)
+    dup[order[first]] = False
+    return dup
 
 
 def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
@@ -432,8 +540,13 @@ def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
     total = len(shapes) * per_shape
     if not shapes:
         return None, 0
+    refusal = ctx["calib"].gpu_refusal(opt.spec.name)
+    if refusal is not None:     # e.g. bf16 asked of a V100: this GPU type is skipped
+        rejected[refusal] = rejected.get(refusal, 0) + total
+        return None, total
     if ctx["calib"].times(opt.spec.name, "none") is None:
-        rejected[sp.NO_TIME] = rejected.get(sp.NO_TIME, 0) + total
+        reason = f"{opt.spec.name}: {sp.NO_TIME}"
+        rejected[reason] = rejected.get(reason, 0) + total
         return None, total
     pruner = _Pruner(rejected)
     arrays = _prune_structure(_cross_product(shapes, ctx["inner"]), ctx, gpn, pruner)
@@ -495,7 +608,8 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
             membound_split=times.membound_split, membound_sp=times.membound_sp_whole,
             compute_mb_share=times.compute_mb_share,
             optimizer_s_per_param=calib.opt(gpu.name, name),
-            overhead_fraction=times.overhead_fraction, grad_wire_bytes=wire,
+            overhead_fraction=times.overhead_fraction, host_layers=times.host_layers,
+            host_outside=times.host_outside, grad_wire_bytes=wire,
             grad_bytes_per_param=per_param, act_bytes=act_b,
             # forward share of a micro-batch's compute: 1 of 3 matmul passes, 1 of 4 when
             # full checkpointing recomputes the forward (Narayanan et al. 2021, section 3.5)
@@ -742,7 +856,14 @@ def evaluate_space(job: Job, cons: Constraints, *, engine=None,
 
         engine = default_engine()
     started = _time.perf_counter()
-    engine.context(job)    # validates the job (raises InputError naming the field)
+    try:
+        engine.context(job)    # validates the job (raises InputError naming the field)
+    except InputError as exc:
+        # a capability the job's own GPU lacks is no error of the plan, which searches other
+        # GPUs: each GPU type that lacks it is rejected with the reason
+        gpu = engine.registries.gpus.find(job.hardware.gpu)
+        if gpu is None or hardware_refusal(job, gpu) is None:
+            raise
     model = engine.resolve_model(job)
     options = _gpu_options(engine, cons)
     shardings = _shardings(engine)

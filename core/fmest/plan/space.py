@@ -36,6 +36,7 @@ RULE = {
                "only)",
     "offload": "optimizer offload needs a sharded optimizer",
     "refused": "refused by the engine's input rules (the probe job was refused)",
+    "duplicate": "duplicate of an equivalent layout",
     "fit": "does not fit",
     "nodes": "over max nodes",
     "price": "no price for this GPU count",
@@ -44,10 +45,12 @@ RULE = {
 }
 RULES = tuple(RULE.values())
 
-#: Counted when the installed time estimators cannot time a GPU (no peak FLOP/s or HBM
-#: bandwidth in its table row) or the engine refuses the job on it (a dtype it lacks).
-NO_TIME = ("no step time for this GPU (its table row lacks peak FLOP/s or bandwidth, or the "
-           "engine refuses the job on it, e.g. a dtype it lacks)")
+#: Counted, after the GPU's name, when the installed time estimators cannot time a GPU (no peak FLOP/s or HBM
+#: bandwidth in its table row). A GPU the engine refuses the job on for a capability it lacks
+#: is counted under its own reason instead ("V100-SXM2-32GB: no BF16 matrix units ...",
+#: :func:`fmest.plan.planner.hardware_refusal`).
+NO_TIME = ("no step time (its GPU table row lacks peak FLOP/s or bandwidth, or the engine "
+           "refuses a timing probe on it)")
 
 CHECKPOINTING = ("none", "selective", "full")
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)

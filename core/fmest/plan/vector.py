@@ -219,7 +219,8 @@ def _dp_seconds(cfg, per_mb):
 def step_seconds(cfg: dict) -> np.ndarray:
     """Seconds of one optimizer step of every configuration (time_roofline structure:
     micro-batches of compute + memory-bound work + TP/PP/CP communication, the bubble, exposed
-    DP communication, the optimizer update or its host offload, and the framework overhead)."""
+    DP communication, the optimizer update or its host offload, and the framework overhead;
+    at least the host's time to dispatch the eager ops of every micro-batch)."""
     mp = cfg["tp"] * cfg["pp"]
     tokens = cfg["mb"] * cfg["seq"] / cfg["cp"]
     # the slowest (last) stage: its share of the layers plus the output head and loss
@@ -273,4 +274,7 @@ def step_seconds(cfg: dict) -> np.ndarray:
         + opt_params * np.minimum(gpn, cfg["world"]) / CPU_ADAM_PARAMS_PER_S_PER_NODE
     opt_t = np.where(cfg["offload"], offload, cfg["optimizer_s_per_param"] * opt_params)
     busy = accum * per_mb + bubble + dp_t + opt_t
-    return busy * (1.0 + cfg["overhead_fraction"])
+    # eager PyTorch cannot outrun the host dispatching its ops (time_roofline
+    # eager_host_seconds): the step is the larger of the two
+    host = accum * (cfg["host_layers"] / cfg["pp"] + cfg["host_outside"])
+    return np.maximum(busy * (1.0 + cfg["overhead_fraction"]), host)
