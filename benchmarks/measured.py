@@ -27,7 +27,16 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
 2. **GPU** -> the fmest GPU table by name or alias (also without a ``-NNGB`` suffix). Names
    stating only a capacity (``80GB GPU``, ``40GB``, ``48GB``, ``24GB``) map to a GPU of that
    capacity (A100-SXM-80GB, A100-SXM-40GB, L40S-48GB, RTX4090-24GB); only capacity matters for the
-   memory rows that carry them.
+   memory rows that carry them. Published names that are table aliases: ``V100`` -> V100-SXM2-16GB,
+   ``TitanRTX`` -> TITAN-RTX-24GB, ``A5000`` -> RTX-A5000-24GB, ``RTXPro6000`` -> RTX-PRO-6000-96GB
+   (the rows say 'NVIDIA RTX Pro 6000 (Blackwell, 96GB)' without an edition: read as the
+   Workstation Edition, the card NVIDIA sells under that name; the Max-Q and Server Editions have
+   other clocks). ``A6000Ada`` / ``A6000 Ada`` -> RTX6000-ADA-48GB (clouds list NVIDIA's "RTX 6000
+   Ada Generation" as "A6000 Ada"; no Ada card is named A6000). Names carrying a form factor map by
+   substring: ``h100-sxm-96``/``h100-96`` -> H100-SXM-96GB, ``a100-pcie-80/40``, ``a100-sxm-40/80``,
+   ``h100-pcie``, ``h100-sxm``, ``h200``/``gh200`` -> H200-SXM-141GB (GH200's Hopper GPU),
+   ``b200`` -> B200-SXM-180GB, ``v100-sxm-32/16``, ``gaudi2``, ``mi250x``, ``mi300x``. A name
+   stating no model (``not stated``, ``8GB GPU``: the table has no 8 GB GPU) is unsupported.
 3. **dtype**: ``bf16``/``fp16``/``fp32`` as written; ``fp8`` and ``bf16+float8`` -> ``fp8``.
    **Precision**: ``precision=X`` in ``other`` wins; else "pure bf16" stated, or a full fine-tune
    whose ``other`` states ``torch_dtype=bfloat16|float16`` (model loaded in half precision: HF
@@ -358,6 +367,8 @@ def gpu_name(published: str) -> Optional[str]:
     if m:
         return _CAPACITY_ONLY.get(m.group(1))
     low = text.lower().replace("_", "-")
+    if "a6000ada" in re.sub(r"[^a-z0-9]", "", low):
+        return "RTX6000-ADA-48GB"
     for key, name in (("h100-sxm-96", "H100-SXM-96GB"), ("h100-96", "H100-SXM-96GB"),
                       ("a100-pcie-80", "A100-PCIE-80GB"), ("a100-pcie-40", "A100-PCIE-40GB"),
                       ("a100-sxm-40", "A100-SXM-40GB"), ("a100-sxm-80", "A100-SXM-80GB"),
@@ -378,7 +389,7 @@ def gpu_family(row: dict) -> str:
                 "MI300X", "MI250X", "GAUDI"):
         if fam in g:
             return fam
-    if "RTX" in g or "A6000" in g:
+    if "RTX" in g or "A6000" in g or "A5000" in g:
         return "RTX/workstation"
     if "NOT STATED" in g or "GB GPU" in g:
         return "not stated"
