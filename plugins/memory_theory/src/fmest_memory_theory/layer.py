@@ -41,6 +41,25 @@ class LayerInputs:
     dtensor_sp: bool = False
     #: the step runs under torch.autocast (precision ``amp``)
     autocast: bool = False
+    #: the training stack's fused kernels (``ResolvedStack.fuses``): a fused norm saves its
+    #: input in the compute dtype (no fp32 upcast, no pre-scale copy: TE LayerNormLinear,
+    #: Liger/Unsloth RMSNorm keep X and rstd); a fused SwiGLU saves only its input, gate and
+    #: up (Megatron ``megatron/core/fusions/fused_bias_swiglu.py`` ``save_for_backward(input)``,
+    #: Liger ``LigerSiLUMulFunction`` saves a and b); a fused layout (Megatron sbhd) feeds the
+    #: output projection the attention kernel's own output, no contiguous copy
+    fused_norm: bool = False
+    fused_activation: bool = False
+    fused_layout: bool = False
+    #: bytes per element of a saved GEMM input (None: ``act_bytes``). Transformer Engine fp8
+    #: Linear saves the fp8-cast input for the weight gradient, not the bf16 one
+    #: (TransformerEngine transformer_engine/pytorch/module/linear.py, layernorm_linear.py:
+    #: the quantized ``inputmat`` / ``ln_out`` is what ``save_for_backward`` keeps)
+    gemm_input_bytes: float | None = None
+
+    @property
+    def gemm_bytes(self) -> float:
+        """Bytes per element of an input a matmul saves for its weight gradient."""
+        return self.act_bytes if self.gemm_input_bytes is None else self.gemm_input_bytes
 
     @property
     def norm_divisor(self) -> int:
@@ -71,11 +90,13 @@ def _needs(lora, inputs: LayerInputs) -> _Needs:
 def norm_block_bytes(hidden: float, inputs: LayerInputs, output_needed: bool) -> float:
     """One norm's saved bytes (formulas.norm_saved_bytes); under DTensor SP its sharded input
     plus the full-sequence gathered output the matmuls keep."""
-    upcast = not inputs.compiled
+    upcast = not (inputs.compiled or inputs.fused_norm)
     if not inputs.dtensor_sp:
-        return F.norm_saved_bytes(inputs.tokens, hidden, inputs.act_bytes, upcast=upcast,
-                                  output_needed=output_needed,
-                                  weight_trainable=inputs.trainable_all) / inputs.norm_divisor
+        output = inputs.tokens * hidden * inputs.gemm_bytes if output_needed else 0.0
+        return (F.norm_saved_bytes(inputs.tokens, hidden, inputs.act_bytes, upcast=upcast,
+                                   output_needed=False,
+                                   weight_trainable=inputs.trainable_all)
+                + output) / inputs.norm_divisor
     return (F.norm_saved_bytes(inputs.tokens, hidden, inputs.act_bytes, upcast=upcast,
                                output_needed=False,
                                weight_trainable=inputs.trainable_all) / inputs.norm_divisor
@@ -96,6 +117,10 @@ def attention_block_bytes(model, dims, inputs: LayerInputs,
     # outputs are transposed into a contiguous copy too unless the block is compiled
     o_in = (tokens * dims.o_dim / tp * act * F.EAGER_ATTN_OUTPUT_COPIES
             if (needs.o_in and (inputs.attention == "eager" or not inputs.compiled)) else 0.0)
+    if needs.o_in and inputs.fused_layout and inputs.attention != "eager":
+        # sbhd: the projection saves the kernel's output itself, or its fp8 cast under TE fp8
+        o_in = (tokens * dims.o_dim / tp * inputs.gemm_bytes
+                if inputs.gemm_bytes != act else 0.0)
     return qkv, core, o_in
 
 
@@ -115,6 +140,10 @@ def dense_mlp_bytes(model, intermediate: float, inputs: LayerInputs, needs: _Nee
     tokens, act, tp = inputs.tokens, inputs.act_bytes, inputs.tp
     extra = F.activation_extra_saved_bytes(tokens, intermediate / tp, act,
                                            _activation_function(model))
+    if model.gated_mlp and inputs.fused_activation:
+        # fused SwiGLU: gate and up in the compute dtype, the product as the down GEMM input
+        return tokens * intermediate / tp * (
+            2 * act + (inputs.gemm_bytes if needs.mlp_out else 0.0))
     if model.gated_mlp:
         return extra + F.gated_mlp_saved_bytes(tokens, intermediate / tp, act,
                                                product_needed=needs.mlp_out)

@@ -30,7 +30,8 @@ from attrs import frozen
 from fmest.counting import lora_modules
 from fmest.estimates import MemoryEstimate, Provenance
 from fmest.hookspecs import hookimpl
-from fmest.transforms import OptimizerSizing, ShardingPlan, ShardingStrategy, transforms_of
+from fmest.transforms import (OptimizerSizing, ShardingPlan, ShardingStrategy, dtype_info,
+                              transforms_of)
 
 from fmest_memory_theory import formulas as F
 from fmest_memory_theory.encdec import encdec_activation_bytes, stack_lengths
@@ -502,7 +503,20 @@ def _layer_inputs(setup: JobSetup) -> LayerInputs:
         .sequence_parallel, attention=training.attention, compiled=training.compile,
         trainable_all=setup.lora is None, adapter_bytes=setup.adapter_act_bytes,
         checkpointing=training.activation_checkpointing, dtensor_sp=setup.dtensor_sp,
-        autocast=setup.sizing.precision == "amp")
+        autocast=setup.sizing.precision == "amp", **_stack_layer_inputs(setup))
+
+
+def _stack_layer_inputs(setup: JobSetup) -> dict:
+    """The stack's fused kernels as LayerInputs fields; under a stack that fuses the fp8 cast
+    into the GEMM producers (Transformer Engine), saved GEMM inputs are the fp8 copies."""
+    stack = setup.stack
+    if stack is None:
+        return {}
+    fp8_saved = stack.fuses("fp8_cast") and setup.training.dtype == "fp8"
+    return {"fused_norm": stack.fuses("norm"), "fused_activation": stack.fuses("activation"),
+            "fused_layout": stack.fuses("layout"),
+            "gemm_input_bytes": (dtype_info(setup.training.dtype).operand_bytes
+                                 if fp8_saved else None)}
 
 
 def _final_norm_bytes(setup: JobSetup) -> float:
