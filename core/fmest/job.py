@@ -111,6 +111,12 @@ class Training:
     double_quantization: bool = True
     optimizer: str = "adamw"
     optimizer_impl: str = field(default="auto", validator=_choice(OPTIMIZER_IMPLS))
+    #: dtype the framework accumulates and reduces gradients in under ``master`` precision:
+    #: None = the training stack's rule (stacks.toml ``fp32_grads``); ``fp32`` or ``compute``
+    #: (the compute dtype) as stated: Megatron ``--grad-reduce-in-bf16`` is ``compute``
+    #: (megatron/training/arguments.py turns accumulate_allreduce_grads_in_fp32 off)
+    main_grads_dtype: Optional[str] = field(default=None,
+                                            validator=_choice((None, "fp32", "compute")))
     seq_len: int = field(default=2048, validator=_positive_int)
     micro_batch_size: int = field(default=1, validator=_positive_int)
     grad_accum_steps: int = field(default=1, validator=_positive_int)

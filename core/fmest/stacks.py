@@ -33,6 +33,7 @@ from typing import Mapping, Optional
 from attrs import evolve, field, frozen
 
 from fmest.errors import InputError
+from fmest.transforms import DTYPES
 
 DATA = Path(__file__).resolve().parent / "data"
 PROFILES_FILE = DATA / "stacks.toml"
@@ -263,11 +264,23 @@ def apply_to_sizing(stack: Optional[ResolvedStack], sizing, training, strategy, 
     if (impl != sizing.impl and training.optimizer_impl == "auto"
             and impl in optimizer.step_temp_states):   # an implementation this optimizer has
         changes.update(impl=impl, temp_states=optimizer.step_temp_states[impl])
-    profile = stack.profile
-    if (profile.fp32_grads == training.dtype and sizing.precision == "master"
-            and training.technique == "full" and "gradients" not in strategy.shards):
+    if fp32_main_grads(stack.profile, training) and sizing.precision == "master" \
+            and training.technique == "full" and "gradients" not in strategy.shards:
         changes["grad_bytes"] = 4
     return evolve(sizing, **changes) if changes else sizing
+
+
+def fp32_main_grads(profile: StackProfile, training) -> bool:
+    """Whether gradients accumulate in fp32: ``training.main_grads_dtype`` when stated, else
+    the profile's ``fp32_grads`` rule matched on the storage dtype, so fp8 (bf16 parameters,
+    fp8 GEMM casts: Megatron requires --bf16 with --fp8-format, megatron/training/arguments.py)
+    counts as bf16."""
+    stated = getattr(training, "main_grads_dtype", None)
+    if stated is not None:
+        return stated == "fp32"
+    info = DTYPES.get(training.dtype)
+    storage = info.storage_dtype if info is not None else training.dtype
+    return profile.fp32_grads is not None and profile.fp32_grads == storage
 
 
 def apply_to_collectives(stack: Optional[ResolvedStack], collectives: tuple) -> tuple:

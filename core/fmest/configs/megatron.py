@@ -266,9 +266,15 @@ def _apply(name: str, value: Any, key: str, sink: Sink, state: _State) -> None:
                         "the megatron-core stack; give --stack pytorch for eager kernels")
         else:
             sink.ignore(key, "transformer_engine: the megatron-core stack's kernels")
-    elif name == "grad_reduce_in_fp32" or name == "grad_reduce_in_bf16":
-        sink.ignore(key, "gradient reduce dtype; the megatron-core stack keeps fp32 main "
-                    "gradients (stacks.toml fp32_grads)")
+    elif name in ("grad_reduce_in_fp32", "grad_reduce_in_bf16",
+                  "accumulate_allreduce_grads_in_fp32"):
+        # --grad-reduce-in-bf16 turns accumulate_allreduce_grads_in_fp32 off: the main_grad
+        # buffer is bf16 (megatron/training/arguments.py; param_and_grad_buffer.py grad_dtype)
+        if sink.bool_(key, value):
+            sink.set("training.main_grads_dtype",
+                     "compute" if name == "grad_reduce_in_bf16" else "fp32", key)
+        else:
+            sink.ignore(key, "false: the megatron-core stack's rule (stacks.toml fp32_grads)")
     elif name in ("num_experts", "moe_router_topk", "moe_ffn_hidden_size"):
         sink.ignore(key, "MoE layers are not built from raw dimensions; give --model with a "
                     "MoE preset")
