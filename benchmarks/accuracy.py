@@ -175,10 +175,40 @@ def comparable_bytes(estimate, measure_type: str) -> tuple[float, str]:
     return float(estimate.total_bytes - outside), "reserved"
 
 
+#: Stacks whose published TFLOP/s come from Megatron-LM's FLOPs count (megatron_model_flops)
+MEGATRON_FLOPS_STACKS = ("megatron-core", "nemo", "megatron-lm")
+
+
 def megatron_flops_per_iteration(cfg: dict, gbs: int, seq: int) -> float:
     """Narayanan et al. 2021 eq. 3: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) (recompute incl.)."""
     h, layers, vocab = cfg["n_embd"], cfg["n_layer"], cfg["vocab_size"]
     return 96.0 * gbs * seq * layers * h * h * (1 + seq / (6.0 * h) + vocab / (16.0 * layers * h))
+
+
+def megatron_model_flops(model, tokens: float, seq: int) -> Optional[float]:
+    """Model FLOPs of ``tokens`` as Megatron-LM counts them (``num_floating_point_operations``,
+    megatron/training/training.py; NeMo 24.x reports TFLOP/s with the same terms): ``12 B s L
+    h^2 ((1 + g/a + s/h) q/h + f/h k m + f_s/h m + V/(2 L h))`` with ``g/a`` the KV-group
+    ratio, ``q/h`` the query width over hidden, ``f`` the (expert) FFN width, ``k`` the routed
+    experts, ``m`` 3/2 for gated MLPs, ``f_s`` the shared experts' width. The attention term
+    ``s/h`` counts the full s x s score matrix, not its causal half (fmest's own FLOPs halve
+    it). None for multi-latent attention (its own branch there)."""
+    if getattr(model, "kv_lora_rank", None) or getattr(model, "qk_head_dim", None):
+        return None
+    h, layers, heads = model.hidden_size, model.num_layers, model.num_attention_heads
+    groups = model.num_kv_heads or heads
+    gated = 1.5 if model.gated_mlp else 1.0
+    ffn, routed, shared = model.intermediate_size, 1, 0
+    if model.is_moe:
+        ffn = model.moe_intermediate_size or model.intermediate_size
+        routed = model.experts_per_token
+        shared = sum(lin.out_features for lin in model.linears  # gate + up: 2 f_s
+                     if lin.kind == "shared_expert" and lin.in_features == h) / (
+            2.0 if model.gated_mlp else 1.0)
+    q_ratio = heads * model.head_dim / h
+    return 12.0 * tokens * layers * h * h * (
+        (1 + groups / heads + seq / h) * q_ratio + ffn / h * routed * gated
+        + shared / h * gated + model.vocab_size / (2.0 * layers * h))
 
 
 def predicted_rate(row: dict, job: dict, report) -> Optional[float]:
@@ -209,6 +239,14 @@ def predicted_rate(row: dict, job: dict, report) -> Optional[float]:
             steps = gbs / per_step
             flops = megatron_flops_per_iteration(cfg, gbs, tr["seq_len"])
             return flops / (t.step_seconds * steps * world) / 1e12
+        if row.get("stack") in MEGATRON_FLOPS_STACKS:
+            # like with like: Megatron/NeMo report TFLOP/s from Megatron-LM's count
+            tr = job["training"]
+            tokens = tr["micro_batch_size"] * tr["grad_accum_steps"] * \
+                report.context.layout.dp * tr["seq_len"]
+            flops = megatron_model_flops(report.context.model, tokens, tr["seq_len"])
+            if flops is not None:
+                return flops / (t.step_seconds * world) / 1e12
         if t.flops_per_step is None:
             return None
         return t.flops_per_step / t.step_seconds / world / 1e12
