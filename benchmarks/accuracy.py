@@ -20,7 +20,9 @@ What is compared with what (the estimate is made comparable to the counter the s
   the sources note the +-7.4 % ambiguity) unless ``other`` states 10^9 bytes.
 * Throughput in the row's unit: tokens/s per GPU or for the job, samples/s, MFU % and TFLOP/s
   per GPU from fmest's MFU times the dtype's dense peak (Megatron 2021 rows: Narayanan et al.
-  2021 eq. 3 FLOPs, recompute included, as the source counts), seconds per step compared as a
+  2021 eq. 3 FLOPs, recompute included, as the source counts; other ``megatron-core`` rows:
+  Megatron-LM's ``num_floating_point_operations``, full s x s attention, see
+  ``megatron_model_flops``), seconds per step compared as a
   rate (measured/predicted - 1); a timed "iteration" that ``other`` says is one micro-batch is
   compared with fmest's step time divided by the accumulation steps.
   Error = predicted / measured - 1 (positive: fmest predicts more
