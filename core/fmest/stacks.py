@@ -46,6 +46,12 @@ FUSIBLE = ("norm", "activation", "rope", "residual", "loss", "fp8_cast", "layout
 #: Collectives a stack may overlap with compute.
 OVERLAPS = ("tp", "dp_reduce", "dp_gather", "fsdp_prefetch", "pp_p2p")
 ATTENTION_KERNELS = ("sdpa", "flash", "te-fused", "eager")
+#: How a stack puts the model in memory before training (host RAM at load time): every
+#: process materialises the full model on the host (``per_process_full``, HF from_pretrained
+#: without low_cpu_mem_usage), one copy per node (``one_per_node``), each rank builds only its
+#: tensor/pipeline shard on the GPU (``per_rank_shard``, Megatron), or the model is built on the
+#: meta device and materialised on the GPU (``meta_init``, torchtitan).
+HOST_MODEL_COPIES = ("per_process_full", "one_per_node", "per_rank_shard", "meta_init")
 FP8_RECIPES = ("none", "te-delayed", "te-current", "torchao-tensorwise", "torchao-rowwise")
 
 #: Liger kernels (``training.liger``): fused RMSNorm, SwiGLU, RoPE and fused linear
@@ -87,8 +93,14 @@ class StackProfile:
     contiguous_grad_buffer: bool = False
     workspace_bytes: float = 0.0
     fp8_recipe: str = "none"
+    host_model_copy: str = field(default="per_process_full")
     sources: Mapping[str, str] = field(factory=dict)
     plugin: str = ""
+
+    @host_model_copy.validator
+    def _check_host_model_copy(self, attribute, value):
+        if value not in HOST_MODEL_COPIES:
+            raise ValueError(f"StackProfile.host_model_copy: {value!r} not in {HOST_MODEL_COPIES}")
 
     @classmethod
     def from_table(cls, name: str, table: dict) -> "StackProfile":

@@ -13,6 +13,15 @@ https://deepspeed.readthedocs.io/en/latest/memory.html):
   full copy (``4 x params x gpus_per_node`` in DeepSpeed's fp32 estimate; fmest uses the
   checkpoint's storage bytes), unless the model is materialized sharded (ZeRO-3 ``zero.Init``,
   FSDP ``cpu_ram_efficient_loading``), when only the largest layer per rank is;
+- how the model reaches the GPU is the training stack's ``host_model_copy``
+  (core/fmest/data/stacks.toml, with a source per stack): ``per_process_full`` is the rule
+  above; ``one_per_node`` holds one full copy per node (rank 0 materialises, the others start
+  on meta and receive a broadcast); ``per_rank_shard`` (Megatron builds each rank's
+  tensor/pipeline shard on the GPU and reads only that shard of a checkpoint) and
+  ``meta_init`` (torchtitan: meta device, materialised on the GPU, DCP reads the local shard)
+  stage at most each rank's own shard of the parameters on the host, and no more than about
+  the largest layer at a time (torch.distributed.checkpoint ``FileSystemReader.read_data``
+  reads tensor by tensor and copies into the GPU tensors in place);
 - every term times DeepSpeed's ``additional_buffer_factor`` of 1.5 (pinned staging buffers,
   allocator slack).
 
@@ -55,15 +64,23 @@ class HostMemory:
 def host_memory_per_node(*, total_params: float, trainable_params: float,
                          largest_layer_params: float, gpus_per_node: int, nodes: int,
                          cpu_offload: str, sharded_init: bool,
-                         load_bytes_per_param: float) -> HostMemory:
+                         load_bytes_per_param: float,
+                         host_model_copy: str = "per_process_full",
+                         rank_shard_divisor: float = 1.0) -> HostMemory:
     """Host RAM per node (see the module doc). ``cpu_offload`` is ``none``, ``optimizer`` or
     ``params`` (params and optimizer); ``sharded_init`` means the model is materialized
-    sharded (ZeRO-3 zero.Init / FSDP cpu_ram_efficient_loading)."""
+    sharded (ZeRO-3 zero.Init / FSDP cpu_ram_efficient_loading); ``host_model_copy`` is the
+    stack's loading behaviour and ``rank_shard_divisor`` the number of ranks one copy of the
+    parameters is split over (tp x pp x parameter sharding) for the shard-wise ones."""
     per_node_share = 1.0 / nodes
-    if sharded_init:
+    if host_model_copy in ("per_rank_shard", "meta_init"):
+        staged = min(total_params / rank_shard_divisor, largest_layer_params)
+        loading = staged * load_bytes_per_param * gpus_per_node
+    elif sharded_init:
         loading = largest_layer_params * load_bytes_per_param * gpus_per_node
     else:
-        loading = total_params * load_bytes_per_param * gpus_per_node
+        copies = 1 if host_model_copy == "one_per_node" else gpus_per_node
+        loading = total_params * load_bytes_per_param * copies
     optimizer = params = 0.0
     if cpu_offload in ("optimizer", "params"):
         optimizer = trainable_params * OFFLOADED_OPTIMIZER_BYTES_PER_PARAM * per_node_share

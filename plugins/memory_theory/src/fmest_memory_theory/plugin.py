@@ -723,7 +723,10 @@ def _host_bytes(setup: JobSetup) -> float:
         total_params=total, trainable_params=trainable,
         largest_layer_params=dims.largest_layer_params, gpus_per_node=lay.gpus_per_node,
         nodes=lay.nodes, cpu_offload=setup.parallelism.cpu_offload, sharded_init=sharded_init,
-        load_bytes_per_param=setup.sizing.weight_bytes).total_bytes
+        load_bytes_per_param=setup.sizing.weight_bytes,
+        host_model_copy=(setup.stack.profile.host_model_copy if setup.stack is not None
+                         else "per_process_full"),
+        rank_shard_divisor=lay.tp * lay.pp * setup.plan.params_divisor).total_bytes
 
 
 def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
