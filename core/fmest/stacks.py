@@ -33,7 +33,6 @@ from typing import Mapping, Optional
 from attrs import evolve, field, frozen
 
 from fmest.errors import InputError
-from fmest.transforms import DTYPES
 
 DATA = Path(__file__).resolve().parent / "data"
 PROFILES_FILE = DATA / "stacks.toml"
@@ -265,7 +264,8 @@ def stack_name(job) -> tuple[str, str]:
     return DEFAULT_STACK, "default: no stack stated (eager PyTorch)"
 
 
-def apply_to_sizing(stack: Optional[ResolvedStack], sizing, training, strategy, optimizer):
+def apply_to_sizing(stack: Optional[ResolvedStack], sizing, training, strategy, optimizer,
+                    storage_dtype: Optional[str] = None):
     """The stack's effect on the optimizer transform: ``auto`` implementation, and fp32
     gradients where the framework accumulates unsharded gradients in an fp32 buffer (Megatron
     main_grad, DeepSpeed BF16_Optimizer) under bf16 compute with fp32 master weights."""
@@ -276,23 +276,22 @@ def apply_to_sizing(stack: Optional[ResolvedStack], sizing, training, strategy, 
     if (impl != sizing.impl and training.optimizer_impl == "auto"
             and impl in optimizer.step_temp_states):   # an implementation this optimizer has
         changes.update(impl=impl, temp_states=optimizer.step_temp_states[impl])
-    if fp32_main_grads(stack.profile, training) and sizing.precision == "master" \
+    if fp32_main_grads(stack.profile, training, storage_dtype) and sizing.precision == "master" \
             and training.technique == "full" and "gradients" not in strategy.shards:
         changes["grad_bytes"] = 4
     return evolve(sizing, **changes) if changes else sizing
 
 
-def fp32_main_grads(profile: StackProfile, training) -> bool:
+def fp32_main_grads(profile: StackProfile, training, storage_dtype: Optional[str]) -> bool:
     """Whether gradients accumulate in fp32: ``training.main_grads_dtype`` when stated, else
-    the profile's ``fp32_grads`` rule matched on the storage dtype, so fp8 (bf16 parameters,
-    fp8 GEMM casts: Megatron requires --bf16 with --fp8-format, megatron/training/arguments.py)
-    counts as bf16."""
+    the profile's ``fp32_grads`` rule matched on the storage dtype (``fmest.transforms.DTYPES``)
+    so fp8 (bf16 parameters, fp8 GEMM casts: Megatron requires --bf16 with --fp8-format,
+    megatron/training/arguments.py) counts as bf16."""
     stated = getattr(training, "main_grads_dtype", None)
     if stated is not None:
         return stated == "fp32"
-    info = DTYPES.get(training.dtype)
-    storage = info.storage_dtype if info is not None else training.dtype
-    return profile.fp32_grads is not None and profile.fp32_grads == storage
+    return profile.fp32_grads is not None and profile.fp32_grads == (
+        storage_dtype or training.dtype)
 
 
 def apply_to_collectives(stack: Optional[ResolvedStack], collectives: tuple) -> tuple:

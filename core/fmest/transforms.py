@@ -402,7 +402,7 @@ def resolve_transforms(job, *, model, layout, optimizer: OptimizerSpec,
     training, par = job.training, job.parallelism
     precision = resolve_precision(training, sharding, stack)
     sizing = apply_to_sizing(stack, optimizer.sizing(training, precision), training, sharding,
-                             optimizer)
+                             optimizer, storage_dtype=dtype_info(training.dtype).storage_dtype)
     plan = sharding.plan(layout, par)
     model_parallel = layout.tp * layout.pp
     reduce_bytes = grad_reduce_bytes_per_element(sizing)
