@@ -237,6 +237,35 @@ VARIANTS = {
                           "num_key_value_heads": 2, "intermediate_size": 64,
                           "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 300,
                           "tie_word_embeddings": False, "attention_bias": True},
+    "gpt_bigcode_mha_untied": {"model_type": "gpt_bigcode", "n_embd": 64, "n_layer": 2,
+                               "n_head": 4, "vocab_size": 300, "n_positions": 32,
+                               "multi_query": False, "tie_word_embeddings": False},
+    "qwen3_moe_sparse_step_bias": {"model_type": "qwen3_moe", "hidden_size": 64,
+                                   "num_hidden_layers": 4, "num_attention_heads": 4,
+                                   "num_key_value_heads": 2, "head_dim": 32,
+                                   "intermediate_size": 96, "moe_intermediate_size": 24,
+                                   "num_experts": 4, "num_experts_per_tok": 2, "vocab_size": 300,
+                                   "decoder_sparse_step": 2, "mlp_only_layers": [3],
+                                   "attention_bias": True},
+    "phi_qk_layernorm_gqa": {"model_type": "phi", "hidden_size": 64, "num_hidden_layers": 2,
+                             "num_attention_heads": 4, "num_key_value_heads": 2,
+                             "intermediate_size": 100, "vocab_size": 300, "qk_layernorm": True},
+    "gpt_neox_no_bias_sequential": {"model_type": "gpt_neox", "hidden_size": 64,
+                                    "num_hidden_layers": 2, "num_attention_heads": 4,
+                                    "intermediate_size": 100, "vocab_size": 300,
+                                    "attention_bias": False, "use_parallel_residual": False},
+    "stablelm_3b_4e1t_style": {"model_type": "stablelm", "hidden_size": 64,
+                               "num_hidden_layers": 2, "num_attention_heads": 4,
+                               "num_key_value_heads": 4, "intermediate_size": 100,
+                               "vocab_size": 300},
+    "stablelm_2_style": {"model_type": "stablelm", "hidden_size": 64, "num_hidden_layers": 2,
+                         "num_attention_heads": 4, "num_key_value_heads": 2,
+                         "intermediate_size": 100, "vocab_size": 300, "use_qkv_bias": True,
+                         "qk_layernorm": True, "use_parallel_residual": True},
+    "gpt_oss_odd_layers": {"model_type": "gpt_oss", "hidden_size": 64, "num_hidden_layers": 3,
+                           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                           "intermediate_size": 48, "num_local_experts": 4,
+                           "num_experts_per_tok": 2, "vocab_size": 300},
 }
 
 
@@ -251,6 +280,23 @@ def test_variant_param_count_matches_transformers(key):
     spec = spec_from_hf_config(cfg, name=key, source="test")
     assert spec.param_counts().total == _hf_param_count(ref_cfg)
 
+
+def test_shape_fields_of_gpt_bigcode_qwen3_moe_phi_neox_gpt_oss():
+    sc = load_preset("santacoder")
+    assert sc.num_kv_heads == 1 and not sc.gated_mlp and sc.tie_word_embeddings
+    assert {"c_attn", "c_fc", "c_proj"} <= set(sc.linear_names())
+    q = load_preset("qwen3-30b-a3b")
+    assert q.is_moe and q.num_moe_layers == 48 and q.num_experts == 128 and q.head_dim == 128
+    assert abs(q.param_counts().active - 3.3e9) / 3.3e9 < 0.03  # model card: 3.3B activated
+    assert {"q_proj", "dense", "fc1", "fc2"} <= set(load_preset("phi-1_5").linear_names())
+    assert {"query_key_value", "dense_h_to_4h"} <= set(
+        load_preset("stablelm-base-alpha-3b").linear_names())
+    oss = load_preset("gpt-oss-120b")
+    assert oss.sliding_window == 128 and oss.sliding_window_layers == 18
+    assert oss.num_experts == 128 and oss.experts_per_token == 4
+    # model card: 5.1B active without the embedding table (fmest counts it as active)
+    counts = oss.param_counts()
+    assert abs(counts.active - counts.embedding - 5.13e9) / 5.13e9 < 0.01
 
 def test_gemma3_multimodal_uses_text_config():
     text = preset_data("gemma-3-4b")["config"]

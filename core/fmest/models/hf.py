@@ -28,7 +28,8 @@ from fmest.models.spec import LinearModule, ModelSpec, ParamGroup
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2",
     "gemma3_text", "gemma3", "phi3", "granite", "granitemoe", "falcon", "gpt2", "bloom", "opt",
-    "deepseek_v2", "deepseek_v3", "mpt", *ENCODER_DECODER_TYPES, *VISION_TYPES,
+    "deepseek_v2", "deepseek_v3", "mpt", "gpt_bigcode", "qwen3_moe", "phi", "gpt_neox",
+    "stablelm", "gpt_oss", *ENCODER_DECODER_TYPES, *VISION_TYPES,
 )
 
 _MISSING = object()
@@ -36,7 +37,7 @@ _MISSING = object()
 # per model_type default of tie_word_embeddings (transformers' config classes)
 _TIE_DEFAULT = {
     "gemma": True, "gemma2": True, "gemma3_text": True, "falcon": True, "gpt2": True,
-    "bloom": True, "opt": True, "mpt": True,
+    "bloom": True, "opt": True, "mpt": True, "gpt_bigcode": True,
 }
 
 
@@ -305,6 +306,62 @@ def _deepseek(mt: str, c: _Cfg, b: _Builder, warnings: list[str]) -> dict:
                 qk_head_dim=qk, v_head_dim=vd, dropout=_dropout(c, *_LLAMA_DROPOUT_KEYS))
 
 
+def _qwen3_moe(c: _Cfg, b: _Builder) -> dict:
+    """Qwen3-MoE (transformers ``Qwen3MoeForCausalLM``): Qwen2-MoE's layer schedule
+    (``decoder_sparse_step``, ``mlp_only_layers``) without a shared expert, a ``head_dim`` key,
+    no q/k/v bias (``attention_bias``) and RMSNorm q_norm/k_norm over ``head_dim``."""
+    h, L, nh, nkv, hd, inter, V = _decoder_dims(c)
+    E = c.int("num_experts")
+    k = c.int("num_experts_per_tok")
+    moe_inter = c.int("moe_intermediate_size")
+    step = c.int("decoder_sparse_step", default=1)
+    mlp_only = set(c.get("mlp_only_layers", default=[]) or [])
+    tie = c.bool("tie_word_embeddings", False)
+    ab = c.bool("attention_bias", False)
+    n_moe = sum(1 for i in range(L) if i not in mlp_only and E > 0 and (i + 1) % step == 0)
+    b.attention(h, nh, nkv, hd, L, qkv_bias=ab, o_bias=ab)
+    b.gated_mlp(h, inter, L - n_moe)
+    b.lin("gate", h, E, layers=n_moe, kind="router")
+    b.gated_mlp(h, moe_inter, n_moe, kind="expert", copies=E, active=k)
+    b.norms_embed_head(h, L, 2 * h + 2 * hd, V, tie)
+    sw = c.get("sliding_window", default=None) if c.bool("use_sliding_window", False) else None
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
+                head_dim=hd, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
+                num_experts=E, experts_per_token=k, moe_intermediate_size=moe_inter,
+                num_moe_layers=n_moe, sliding_window=int(sw) if sw else None,
+                dropout=_dropout(c, *_LLAMA_DROPOUT_KEYS))
+
+
+def _gpt_oss(c: _Cfg, b: _Builder) -> dict:
+    """gpt-oss (transformers ``GptOssForCausalLM``): biased q/k/v/o, one learned attention-sink
+    logit per head and layer, a biased router and ``num_local_experts`` biased SwiGLU experts
+    (fused ``gate_up_proj``/``down_proj`` with bias vectors), RMSNorm; sliding-window attention
+    on the layers ``layer_types`` marks ``sliding_attention``."""
+    h, L, nh, nkv, hd, inter, V = _decoder_dims(c)
+    E = c.int("num_local_experts", "num_experts")
+    k = c.int("num_experts_per_tok", "experts_per_token")
+    tie = c.bool("tie_word_embeddings", False)
+    ab = c.bool("attention_bias", True)
+    b.attention(h, nh, nkv, hd, L, qkv_bias=ab, o_bias=ab)
+    b.grp("attention_sinks", nh * L, "other")
+    b.lin("router", h, E, bias=True, layers=L, kind="router")
+    b.lin("gate_up_proj", h, 2 * inter, bias=True, layers=L, copies=E, active=k, kind="expert")
+    b.lin("down_proj", inter, h, bias=True, layers=L, copies=E, active=k, kind="expert")
+    b.norms_embed_head(h, L, 2 * h, V, tie)
+    sw = c.get("sliding_window", default=None)
+    types = c.get("layer_types", default=None)
+    if isinstance(types, list) and types:
+        n_sliding = sum(1 for t in types[:L] if t == "sliding_attention")
+    else:  # transformers' default: even layers slide, odd layers attend fully
+        n_sliding = (L + 1) // 2
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
+                head_dim=hd, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
+                num_experts=E, experts_per_token=k, moe_intermediate_size=inter,
+                num_moe_layers=L, sliding_window=int(sw) if sw and n_sliding else None,
+                sliding_window_layers=n_sliding if sw and n_sliding else None,
+                dropout=_dropout(c, *_LLAMA_DROPOUT_KEYS))
+
+
 # --------------------------------------------------------------------------- older decoders
 
 def _falcon(c: _Cfg, b: _Builder, warnings: list[str]) -> dict:
@@ -451,6 +508,99 @@ def _mpt(c: _Cfg, b: _Builder, warnings: list[str]) -> dict:
                             _dropout(_Cfg(attn if isinstance(attn, dict) else {}), "attn_pdrop")))
 
 
+def _gpt_bigcode(c: _Cfg, b: _Builder) -> dict:
+    """GPTBigCode (SantaCoder, StarCoder): GPT-2 blocks with multi-query attention (one shared
+    key/value head when ``multi_query``, the default), a GELU MLP of ``n_inner`` and a learned
+    position table; ``c_attn`` projects to q plus the shared k and v."""
+    h = c.int("n_embd", "hidden_size")
+    L = c.int("n_layer", "num_hidden_layers")
+    nh = c.int("n_head", "num_attention_heads")
+    inner = c.int("n_inner", default=4 * h)
+    V = c.int("vocab_size")
+    P = c.int("n_positions", "max_position_embeddings", default=1024)
+    tie = c.bool("tie_word_embeddings", True)
+    hd = h // nh
+    nkv = 1 if c.bool("multi_query", True) else nh
+    b.lin("c_attn", h, h + 2 * nkv * hd, bias=True, layers=L, kind="attention")
+    b.lin("c_proj", h, h, bias=True, layers=L, kind="attention")
+    b.lin("c_fc", h, inner, bias=True, layers=L, kind="mlp")
+    b.lin("c_proj", inner, h, bias=True, layers=L, kind="mlp")
+    b.grp("layer_norms", 4 * h * L, "norm")
+    b.grp("ln_f", 2 * h, "norm")
+    b.grp("wpe", P * h, "position")
+    b.embed_and_head(V, h, tie, emb_name="wte")
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
+                head_dim=hd, intermediate_size=inner, vocab_size=V, tie_word_embeddings=tie,
+                gated_mlp=False, max_position_embeddings=P,
+                dropout=_dropout(c, "resid_pdrop", "embd_pdrop", "attn_pdrop"))
+
+
+def _phi(c: _Cfg, b: _Builder) -> dict:
+    """Phi-1/1.5/2 (transformers ``PhiForCausalLM``): one LayerNorm per block feeding attention
+    and the MLP in parallel, biased q/k/v/``dense`` projections, a GELU ``fc1``/``fc2`` MLP,
+    optional per-head-dim q/k LayerNorms (``qk_layernorm``) and a biased ``lm_head``."""
+    h, L, nh, nkv, _, inter, V = _decoder_dims(c, head_dim_key=False)
+    hd = h // nh
+    tie = c.bool("tie_word_embeddings", False)
+    b.lin("q_proj", h, nh * hd, bias=True, layers=L, kind="attention")
+    b.lin("k_proj", h, nkv * hd, bias=True, layers=L, kind="attention")
+    b.lin("v_proj", h, nkv * hd, bias=True, layers=L, kind="attention")
+    b.lin("dense", nh * hd, h, bias=True, layers=L, kind="attention")
+    b.lin("fc1", h, inter, bias=True, layers=L, kind="mlp")
+    b.lin("fc2", inter, h, bias=True, layers=L, kind="mlp")
+    qk_norm = 2 * 2 * hd if c.bool("qk_layernorm", False) else 0
+    b.grp("layer_norms", (2 * h + qk_norm) * L, "norm")
+    b.grp("final_layernorm", 2 * h, "norm")
+    b.grp("embed_tokens", V * h, "embedding")
+    if not tie:
+        b.lin("lm_head", h, V, bias=True, kind="head")
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
+                head_dim=hd, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
+                gated_mlp=False,
+                dropout=_dropout(c, "resid_pdrop", "embd_pdrop", "attention_dropout"))
+
+
+def _gpt_neox(c: _Cfg, b: _Builder) -> dict:
+    """GPT-NeoX (Pythia, StableLM-Alpha, GPT-NeoX-20B): fused biased ``query_key_value``
+    (``attention_bias``), ``dense``, a GELU ``dense_h_to_4h``/``dense_4h_to_h`` MLP, two
+    LayerNorms per block whether or not the residual is parallel, an untied output head
+    (``embed_out`` in the checkpoints, ``lm_head`` in transformers 5)."""
+    h, L, nh, _, _, inter, V = _decoder_dims(c, head_dim_key=False)
+    tie = c.bool("tie_word_embeddings", False)
+    ab = c.bool("attention_bias", True)
+    b.lin("query_key_value", h, 3 * h, bias=ab, layers=L, kind="attention")
+    b.lin("dense", h, h, bias=ab, layers=L, kind="attention")
+    b.lin("dense_h_to_4h", h, inter, bias=True, layers=L, kind="mlp")
+    b.lin("dense_4h_to_h", inter, h, bias=True, layers=L, kind="mlp")
+    b.grp("layer_norms", 4 * h * L, "norm")
+    b.grp("final_layer_norm", 2 * h, "norm")
+    b.embed_and_head(V, h, tie, emb_name="embed_in")
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nh,
+                head_dim=h // nh, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
+                gated_mlp=False,
+                dropout=_dropout(c, "attention_dropout", "hidden_dropout"))
+
+
+def _stablelm(c: _Cfg, b: _Builder) -> dict:
+    """StableLM (transformers ``StableLmForCausalLM``: StableLM-3B-4E1T, StableLM-2): Llama
+    projections and SwiGLU MLP with optional q/k/v bias (``use_qkv_bias``), LayerNorms with bias,
+    a single norm per block when ``use_parallel_residual``, and per-head q/k LayerNorms without
+    bias when ``qk_layernorm``."""
+    h, L, nh, nkv, _, inter, V = _decoder_dims(c, head_dim_key=False)
+    hd = h // nh
+    tie = c.bool("tie_word_embeddings", False)
+    b.attention(h, nh, nkv, hd, L, qkv_bias=c.bool("use_qkv_bias", False))
+    b.gated_mlp(h, inter, L)
+    n_ln = 1 if c.bool("use_parallel_residual", False) else 2
+    qk_norm = (nh + nkv) * hd if c.bool("qk_layernorm", False) else 0
+    b.grp("layer_norms", (n_ln * 2 * h + qk_norm) * L, "norm")
+    b.grp("final_norm", 2 * h, "norm")
+    b.embed_and_head(V, h, tie)
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
+                head_dim=hd, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
+                dropout=_dropout(c, "attention_dropout", "hidden_dropout"))
+
+
 # --------------------------------------------------------------------------- fallback
 
 def _generic(mt: str, c: _Cfg, b: _Builder, warnings: list[str]) -> dict:
@@ -495,6 +645,12 @@ _BUILDERS = {
     "bloom": (lambda mt, c, b, w: _bloom(c, b), 2048),
     "opt": (lambda mt, c, b, w: _opt(c, b), 2048),
     "mpt": (lambda mt, c, b, w: _mpt(c, b, w), 2048),
+    "qwen3_moe": (lambda mt, c, b, w: _qwen3_moe(c, b), 32768),
+    "gpt_oss": (lambda mt, c, b, w: _gpt_oss(c, b), 131072),
+    "gpt_bigcode": (lambda mt, c, b, w: _gpt_bigcode(c, b), 1024),
+    "phi": (lambda mt, c, b, w: _phi(c, b), 2048),
+    "gpt_neox": (lambda mt, c, b, w: _gpt_neox(c, b), 2048),
+    "stablelm": (lambda mt, c, b, w: _stablelm(c, b), 4096),
     "t5": (lambda mt, c, b, w: t5_inventory(c, b), 512),
     "mt5": (lambda mt, c, b, w: t5_inventory(c, b), 1024),
     "bart": (lambda mt, c, b, w: bart_inventory(c, b), 1024),
