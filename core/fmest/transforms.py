@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Optional
 
+import attrs
 from attrs import field, frozen
 
 from fmest.errors import InputError
@@ -199,6 +200,8 @@ class Collective:
     phase: str = field(validator=_one_of(PHASES))
     per_micro_batch: bool
     overlappable: bool
+    #: carries expert (MoE) weights over the expert-data-parallel group (expert parallelism)
+    expert: bool = False
 
 
 @frozen(kw_only=True)
@@ -294,7 +297,17 @@ class ShardingStrategy:
     def plan(self, layout, parallelism) -> ShardingPlan:
         """Divisors for ``layout``: context-parallel ranks hold the same weights and shard
         with the data-parallel ones (torchtitan's ``dp_shard_cp`` mesh)."""
-        group = layout.dp * layout.cp
+        return self.plan_group(layout.dp * layout.cp, layout, parallelism)
+
+    def expert_plan(self, layout, parallelism) -> ShardingPlan:
+        """Divisors of the expert (MoE) weights: with expert parallelism each rank holds
+        ``experts / ep`` of them and they are replicated, reduced and sharded over the
+        expert-data-parallel group of :func:`expert_data_parallel_size` ranks (Megatron-Core
+        ``intra_expt_dp_group`` buffers; torchtitan ``dp_shard_mod_ep``)."""
+        return self.plan_group(expert_data_parallel_size(layout), layout, parallelism)
+
+    def plan_group(self, group: int, layout, parallelism) -> ShardingPlan:
+        """Divisors when ``group`` ranks hold copies of the same weights."""
         shard_n = self.shard_group_size(dp=group, gpus_per_node=layout.gpus_per_node,
                                         hsdp_shard_size=parallelism.hsdp_shard_size)
         return ShardingPlan(
@@ -357,6 +370,9 @@ class Transforms:
     optimizer: OptimizerSizing
     sharding: ShardingPlan
     communication: CommunicationPlan
+    #: divisors of the expert (MoE) weights (the expert-data-parallel group; = ``sharding``
+    #: without expert parallelism)
+    expert_sharding: Optional[ShardingPlan] = None
     stack: Any = None   # the fmest.stacks.ResolvedStack (None: eager PyTorch)
     #: the job fields the transforms depend on (micro-batch and sequence length are not)
     job_key: tuple = field(default=(), eq=False, repr=False)
@@ -368,6 +384,15 @@ def _job_key(job) -> tuple:
             training.optimizer_impl, tuple(training.lora_target_modules), training.lora_rank,
             job.parallelism, job.hardware, getattr(training, "stack", None),
             getattr(training, "liger", False))
+
+
+def expert_data_parallel_size(layout) -> int:
+    """Ranks holding the same expert weights: Megatron-Core ``initialize_model_parallel``
+    (megatron/core/parallel_state.py) sets ``expert_data_parallel_size = world_size //
+    (expert_tensor_parallel_size * expert_model_parallel_size * pipeline_model_parallel_size)``;
+    with expert TP = TP (its default) and ``world = tp * cp * dp * pp`` that is
+    ``dp * cp / ep`` (ep divides dp x cp, :func:`fmest.job.resolve_layout`)."""
+    return max(1, (layout.dp * layout.cp) // max(1, getattr(layout, "ep", 1)))
 
 
 def grad_reduce_bytes_per_element(sizing: OptimizerSizing) -> float:
@@ -388,6 +413,56 @@ def _param_totals(model, technique: str, targets: tuple, rank: int) -> tuple[int
     return trainable_params(model, training), total_params(model, training)
 
 
+@functools.lru_cache(maxsize=256)
+def _expert_param_totals(model, technique: str, targets: tuple, rank: int) -> tuple[int, int]:
+    """(trainable, total) parameters of a model's expert (MoE) linears: their weights under
+    full training; under LoRA the adapters on expert linears (trainable) plus the frozen
+    expert weights (total)."""
+    from fmest.counting import lora_modules
+    from fmest.job import Training
+
+    experts = model.param_counts().experts
+    if technique == "full":
+        return experts, experts
+    training = Training(technique=technique, lora_target_modules=targets, lora_rank=rank)
+    adapters = sum(rank * (mod.in_features + mod.out_features) * mod.layers * mod.copies
+                   for mod in lora_modules(model, training) if mod.kind == "expert")
+    return adapters, experts + adapters
+
+
+def data_parallel_collectives(sharding: ShardingStrategy, *, layout, parallelism,
+                              plan: ShardingPlan, expert_plan: ShardingPlan, sizing,
+                              reduce_bytes: float, trainable: float, total: float,
+                              expert_trainable: float, expert_total: float):
+    """The data-parallel collectives of one step, by parameter kind: dense (non-expert)
+    parameters over the data x context parallel group (stride tp); under expert parallelism
+    the expert parameters (``experts / ep`` of them per rank) over the expert-data-parallel
+    group (:func:`expert_data_parallel_size` ranks, stride tp x ep: Megatron-Core's expert rank
+    generator orders tp-ep-dp). Megatron-Core ``DistributedDataParallel``
+    (megatron/core/distributed/distributed_data_parallel.py) keeps expert parameters
+    (``allreduce=False``) in their own buffers reduced over ``intra_expt_dp_group``. Without
+    expert parallelism every parameter is in one set of collectives."""
+    model_parallel = layout.tp * layout.pp
+    ep = max(1, getattr(layout, "ep", 1))
+    common = dict(stride=layout.tp, prefetch=parallelism.fsdp_backward_prefetch)
+    group = layout.dp * layout.cp
+    if ep == 1 or not expert_total:
+        return sharding.collectives(
+            grad_bytes=reduce_bytes * trainable / model_parallel,
+            param_bytes=sizing.compute_bytes * total / model_parallel, group=group, plan=plan,
+            **common)
+    dense = sharding.collectives(
+        grad_bytes=reduce_bytes * (trainable - expert_trainable) / model_parallel,
+        param_bytes=sizing.compute_bytes * (total - expert_total) / model_parallel,
+        group=group, plan=plan, **common)
+    expert = sharding.collectives(
+        grad_bytes=reduce_bytes * expert_trainable / (model_parallel * ep),
+        param_bytes=sizing.compute_bytes * expert_total / (model_parallel * ep),
+        group=expert_data_parallel_size(layout), plan=expert_plan,
+        stride=layout.tp * ep, prefetch=parallelism.fsdp_backward_prefetch)
+    return (*dense, *(attrs.evolve(coll, expert=True) for coll in expert))
+
+
 def resolve_transforms(job, *, model, layout, optimizer: OptimizerSpec,
                        sharding: ShardingStrategy, stack: Any = None) -> Transforms:
     """Apply the transforms in order: the stack (its default precision policy), optimizer
@@ -404,19 +479,19 @@ def resolve_transforms(job, *, model, layout, optimizer: OptimizerSpec,
     sizing = apply_to_sizing(stack, optimizer.sizing(training, precision), training, sharding,
                              optimizer, storage_dtype=dtype_info(training.dtype).storage_dtype)
     plan = sharding.plan(layout, par)
-    model_parallel = layout.tp * layout.pp
+    expert_plan = sharding.expert_plan(layout, par)
     reduce_bytes = grad_reduce_bytes_per_element(sizing)
-    trainable, total = _param_totals(model, training.technique,
-                                     tuple(training.lora_target_modules), training.lora_rank)
-    grad_bytes = reduce_bytes * (trainable / model_parallel)
-    param_bytes = sizing.compute_bytes * (total / model_parallel)
+    key = (model, training.technique, tuple(training.lora_target_modules), training.lora_rank)
+    trainable, total = _param_totals(*key)
+    expert_trainable, expert_total = _expert_param_totals(*key) if model.is_moe else (0, 0)
     comm = CommunicationPlan(
-        collectives=apply_to_collectives(stack, sharding.collectives(
-            grad_bytes=grad_bytes, param_bytes=param_bytes, group=layout.dp * layout.cp,
-            plan=plan, stride=layout.tp, prefetch=par.fsdp_backward_prefetch)),
+        collectives=apply_to_collectives(stack, data_parallel_collectives(
+            sharding, layout=layout, parallelism=par, plan=plan, expert_plan=expert_plan,
+            sizing=sizing, reduce_bytes=reduce_bytes, trainable=trainable, total=total,
+            expert_trainable=expert_trainable, expert_total=expert_total)),
         grad_bytes_per_element=reduce_bytes)
     return Transforms(precision=precision, optimizer=sizing, sharding=plan, communication=comm,
-                      stack=stack, job_key=_job_key(job))
+                      expert_sharding=expert_plan, stack=stack, job_key=_job_key(job))
 
 
 def transforms_of(job, ctx) -> Transforms:

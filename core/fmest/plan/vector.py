@@ -182,28 +182,53 @@ def memory_bytes(cfg: dict) -> np.ndarray:
     return alloc * (1.0 + ALLOCATOR_RESERVE_FRACTION) + context_bytes(cfg["world"])
 
 
+def _dp_collective_seconds(cfg, gbytes, pbytes, group, stride, shard_n):
+    """(all-reduce, reduce-scatter (+ HSDP replica all-reduce), all-gather) seconds of one
+    parameter set's data-parallel collectives over ``group`` ranks ``stride`` apart, sharded
+    over ``shard_n`` of them (fmest.transforms ``ShardingStrategy.collectives``)."""
+    gpn = cfg["gpn"]
+    bw, lat, _ = group_bus_bandwidth(group, stride, gpn, cfg["intra_bw"], cfg["nic_bw"])
+    ar = ring_all_reduce_seconds(gbytes, group, bw, lat)
+    replicated_ag = ring_half_seconds(pbytes, group, bw, lat)
+    sbw, slat, _ = group_bus_bandwidth(shard_n, stride, gpn, cfg["intra_bw"], cfg["nic_bw"])
+    replicas = np.maximum(1, group // np.maximum(1, shard_n))
+    rbw, rlat, _ = group_bus_bandwidth(replicas, stride * shard_n, gpn, cfg["intra_bw"],
+                                       cfg["nic_bw"])
+    rs = ring_half_seconds(gbytes, shard_n, sbw, slat) \
+        + ring_all_reduce_seconds(gbytes / np.maximum(1, shard_n), replicas, rbw, rlat)
+    ag = ring_half_seconds(pbytes, shard_n, sbw, slat)
+    live = group > 1
+    return (np.where(live, ar, 0.0), np.where(live, replicated_ag, 0.0),
+            np.where(live, rs, 0.0), np.where(live, ag, 0.0))
+
+
 def _dp_seconds(cfg, per_mb):
-    """Exposed data-parallel communication of one step (time_roofline's DP section)."""
+    """Exposed data-parallel communication of one step (time_roofline's DP section): dense
+    parameters over dp x cp ranks; under expert parallelism the expert parameters (``1/ep`` of
+    them per rank) over the expert-data-parallel group of dp x cp / ep ranks, ep x tp apart
+    (fmest.transforms ``data_parallel_collectives``)."""
     group = cfg["dp"] * cfg["cp"]
     fwd_mb = per_mb * cfg["fwd_share"]
     bwd_mb = per_mb - fwd_mb
     tail = 1.0 / np.maximum(1.0, np.ceil(cfg["layers"] / cfg["pp"]))
     mp = cfg["tp"] * cfg["pp"]
+    ep = np.maximum(1, cfg["ep"])
+    split = (ep > 1) & (cfg["expert_fraction"] > 0)
+    # expert share of the gradient and parameter bytes (LoRA here trains no expert weights)
+    grad_expert = np.where(split & ~cfg["lora"], cfg["expert_fraction"] * cfg["params"]
+                           / np.maximum(cfg["trainable"], 1.0), 0.0)
+    param_expert = np.where(split, cfg["expert_fraction"], 0.0)
     gbytes = cfg["grad_wire_bytes"] * cfg["trainable"] / mp
     pbytes = cfg["act_bytes"] * cfg["params"] / mp
-    gpn = cfg["gpn"]
-    bw, lat, _ = group_bus_bandwidth(group, cfg["tp"], gpn, cfg["intra_bw"], cfg["nic_bw"])
-    ar = ring_all_reduce_seconds(gbytes, group, bw, lat)
+    dense = _dp_collective_seconds(cfg, gbytes * (1 - grad_expert), pbytes * (1 - param_expert),
+                                   group, cfg["tp"], cfg["s_shard_group"])
+    expert_group = np.maximum(1, group // ep)
+    expert = _dp_collective_seconds(
+        cfg, gbytes * grad_expert / ep, pbytes * param_expert / ep, expert_group,
+        cfg["tp"] * ep, np.minimum(expert_group, cfg["s_shard_group"]))
+    ar, replicated_ag, rs, ag = (d + np.where(split, e, 0.0) for d, e in zip(dense, expert))
     replicated = exposed_seconds(ar * (1 - tail), bwd_mb) + ar * tail \
-        + np.where(cfg["opt_sharded"], ring_half_seconds(pbytes, group, bw, lat), 0.0)
-    shard_n = cfg["s_shard_group"]
-    sbw, slat, _ = group_bus_bandwidth(shard_n, cfg["tp"], gpn, cfg["intra_bw"], cfg["nic_bw"])
-    replicas = np.maximum(1, group // np.maximum(1, shard_n))
-    rbw, rlat, _ = group_bus_bandwidth(replicas, cfg["tp"] * shard_n, gpn, cfg["intra_bw"],
-                                       cfg["nic_bw"])
-    rs = ring_half_seconds(gbytes, shard_n, sbw, slat) \
-        + ring_all_reduce_seconds(gbytes / np.maximum(1, shard_n), replicas, rbw, rlat)
-    ag = ring_half_seconds(pbytes, shard_n, sbw, slat)
+        + np.where(cfg["opt_sharded"], replicated_ag, 0.0)
     accum = cfg["accum"]
     gather = accum * (exposed_seconds(ag * (1 - tail), fwd_mb)
                   + exposed_seconds((ag + rs) * (1 - tail), bwd_mb) + (2 * ag + rs) * tail)

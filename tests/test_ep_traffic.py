@@ -1,0 +1,85 @@
+"""Data-parallel traffic under expert parallelism (fmest.transforms.data_parallel_collectives).
+
+Megatron-Core (megatron/core/parallel_state.py ``initialize_model_parallel``) reduces expert
+gradients over the expert-data-parallel group of ``world / (etp * ep * pp)`` = ``dp * cp / ep``
+ranks, and each rank holds ``experts / ep`` of the expert weights; dense weights are reduced
+over the whole data x context parallel group
+(megatron/core/distributed/distributed_data_parallel.py keeps the two in separate buffers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fmest.convert import job_from_dict
+from fmest.testing import new_engine
+from fmest.transforms import expert_data_parallel_size, transforms_of
+
+import fmest_memory_theory.plugin as memory_plugin
+import fmest_time_roofline.plugin as time_plugin
+
+MIXTRAL = "mixtral-8x7b-v0.1"
+NODES_8 = {"gpu": "H100-SXM-80GB", "gpus_per_node": 8, "nodes": 8}
+
+
+def _transforms(ep: int, sharding: str = "zero1", tp: int = 1):
+    job = job_from_dict({"model": MIXTRAL, "training": {"dtype": "bf16"},
+                         "parallelism": {"sharding": sharding, "ep": ep, "tp": tp},
+                         "hardware": NODES_8})
+    ctx = new_engine().context(job)
+    return ctx, transforms_of(job, ctx)
+
+
+def _grad_collectives(comm):
+    return [coll for coll in comm.collectives if coll.what == "gradients"]
+
+
+def test_ep8_gradient_bytes_are_dense_plus_experts_over_ep():
+    """ep 8 on 64 GPUs: dense gradients over dp = 64 ranks, expert gradients (1/8 of them per
+    rank) over 64 / 8 = 8 ranks strided by ep."""
+    ctx, tr = _transforms(8)
+    counts = ctx.model.param_counts()
+    per_elem = tr.communication.grad_bytes_per_element
+    grads = _grad_collectives(tr.communication)
+    dense = [c for c in grads if not c.expert]
+    expert = [c for c in grads if c.expert]
+    assert len(dense) == 1 and len(expert) == 1
+    dense_bytes = (counts.total - counts.experts) * per_elem
+    expert_bytes = counts.experts * per_elem
+    assert dense[0].payload_bytes == pytest.approx(dense_bytes)
+    assert expert[0].payload_bytes == pytest.approx(expert_bytes / 8)
+    assert sum(c.payload_bytes for c in grads) == pytest.approx(dense_bytes + expert_bytes / 8)
+    assert (dense[0].group_size, dense[0].group_stride) == (64, 1)
+    assert (expert[0].group_size, expert[0].group_stride) == (8, 8)
+    assert expert_data_parallel_size(ctx.layout) == 8
+    # ZeRO-1 shards expert optimizer states over the expert-data-parallel group only
+    assert tr.sharding.optimizer_divisor == 64 and tr.expert_sharding.optimizer_divisor == 8
+
+
+def test_ep1_unchanged_one_collective_of_every_parameter():
+    """Without expert parallelism every parameter's gradient is in one all-reduce over dp."""
+    ctx, tr = _transforms(1)
+    counts = ctx.model.param_counts()
+    grads = _grad_collectives(tr.communication)
+    assert len(grads) == 1 and not grads[0].expert
+    assert grads[0].payload_bytes == pytest.approx(counts.total
+                                                   * tr.communication.grad_bytes_per_element)
+    assert grads[0].group_size == 64
+    assert tr.expert_sharding == tr.sharding
+
+
+def test_ep_equal_to_dp_has_no_expert_reduction_and_less_dp_time():
+    """ep = dp x cp leaves one rank per expert-data-parallel group: no expert collective; the
+    time plugin prices the transform's collectives, so its DP time falls with ep."""
+    job = job_from_dict({"model": MIXTRAL, "training": {"dtype": "bf16"},
+                         "parallelism": {"sharding": "zero1", "ep": 8},
+                         "hardware": {"gpu": "H100-SXM-80GB", "gpus_per_node": 8}})
+    engine = new_engine((memory_plugin, "memory_theory"), (time_plugin, "time_roofline"))
+    ctx = engine.context(job)
+    tr = transforms_of(job, ctx)
+    assert not [c for c in tr.communication.collectives if c.expert]
+    dense_only = job_from_dict({"model": MIXTRAL, "training": {"dtype": "bf16"},
+                                "parallelism": {"sharding": "zero1", "ep": 1},
+                                "hardware": {"gpu": "H100-SXM-80GB", "gpus_per_node": 8}})
+    with_ep = engine.estimate(job, search_batch=False).time.breakdown["communication_dp"]
+    without = engine.estimate(dense_only, search_batch=False).time.breakdown["communication_dp"]
+    assert 0 < with_ep < without
