@@ -26,8 +26,8 @@ def _load(path) -> dict:
     return load_configs([str(path)]).data
 
 
-def _cli(argv, capsys, fmt="json"):
-    rc = main(["estimate", "--format", fmt, *argv], engine=new_engine())
+def _cli(argv, capsys, fmt="json", plugins=False):
+    rc = main(["estimate", "--format", fmt, *argv], engine=new_engine(entrypoints=plugins))
     out = capsys.readouterr().out
     assert rc == 0, out
     return json.loads(out) if fmt == "json" else out
@@ -175,7 +175,9 @@ def test_megatron_gpt3_175b_dimensions():
     assert spec.param_counts().total == pytest.approx(175e9, rel=0.01)
     assert any("$DATA_PATH" in i and "shell variable" in i for i in m.ignored)
     # no GPU count in the file: the global batch cannot be split yet, and says so
-    assert any("--global-batch-size: 1536 cannot be split" in i for i in m.ignored)
+    key = f"{DATA / 'megatron' / 'gpt3_175b_args.txt'}: --global-batch-size"
+    assert "no file or flag gives the GPU count" in m.unresolved[key]
+    assert (key, ) == tuple(w for _t, w in m.batch_rules)
 
 
 def test_megatron_bridge_and_nemo_yaml(tmp_path):
@@ -245,7 +247,7 @@ def _leaves(doc: dict, prefix: str = "") -> list[str]:
 @pytest.mark.parametrize("path", TITAN + MEGATRON, ids=lambda p: p.name)
 def test_every_key_is_mapped_or_reported(path):
     merge = load_configs([str(path)])
-    text = "\n".join([*merge.origins.values(), *merge.ignored])
+    text = "\n".join([*merge.origins.values(), *merge.ignored, *merge.unresolved.values()])
     said = []
     for hit in re.finditer(re.escape(str(path)) + r": ([^:()\n]+)", text):
         said += [k.strip().split(" ")[0] for part in hit.group(1).split(", ")
@@ -278,3 +280,89 @@ def test_cli_estimates_megatron_arguments_and_flags_win(capsys):
     assert out["job"]["training"]["dtype"] == "bf16"   # the flag over the file
     assert out["job"]["parallelism"]["distributed_optimizer"] is True
     assert out["config"]["origins"]["training.grad_accum_steps"].startswith(args)
+
+
+# -- the global batch ------------------------------------------------------------------------
+GPT3 = str(DATA / "megatron" / "gpt3_175b_args.txt")
+GPT3_KEY = f"{GPT3}: --global-batch-size"
+
+
+def test_gpt3_175b_global_batch_split_by_the_gpu_count_the_flags_give(capsys):
+    """Narayanan et al. 2021 (arXiv:2104.04473), Table 1: GPT-3 175B on 1024 GPUs with tp 8,
+    pp 16, batch size 1536; dp = 1024 / (8 x 16) = 8, so each pipeline runs 1536 / (1 x 8) =
+    192 micro-batches per step. The file gives micro 1 and the global batch, the flags the
+    GPUs (the script's launcher line is not in the file)."""
+    out = _cli(["--config", GPT3, "--gpus-per-node", "8", "--nodes", "128"], capsys)
+    assert out["job"]["training"]["grad_accum_steps"] == 192
+    assert out["config"]["origins"]["training.grad_accum_steps"] == \
+        f"{GPT3_KEY} / (micro x dp)"
+    assert out["config"]["unresolved"] == []
+    # the first pipeline stage holds min(pp, accumulation) = 16 micro-batches in flight
+    # (1F1B), not the 1 of an accumulation left at the default
+    flags = ["--config", GPT3, "--gpus-per-node", "8", "--nodes", "128"]
+    derived = _cli(flags, capsys, plugins=True)["memory"]["components"]
+    assert _cli([*flags, "--grad-accum", "192"], capsys, plugins=True)["memory"][
+        "components"] == derived
+    one = _cli(["--config", GPT3, "--gpus-per-node", "8", "--nodes", "128", "--per-device-batch",
+                "2"], capsys)   # a flag changes micro: the accumulation follows
+    assert one["job"]["training"]["grad_accum_steps"] == 96
+    default = _cli(["--config", GPT3], capsys, plugins=True)   # no GPU count: accumulation 1
+    # 16 stage-sized micro-batches against 1 (the largest stage is not exactly the first, whose
+    # embedding output and last-stage logits differ, so not exactly 16 x)
+    assert 14 < derived["activations"] / default["memory"]["components"]["activations"] <= 16
+
+
+def test_global_batch_not_divisible_names_the_key(capsys, tmp_path):
+    # 80 nodes x 8 = 640 GPUs / (tp 8 x pp 16) = dp 5; 1536 is not a multiple of 5
+    rc = main(["estimate", "--format", "json", "--config", GPT3, "--gpus-per-node", "8",
+               "--nodes", "80"], engine=new_engine())
+    err = json.loads(capsys.readouterr().out)
+    assert rc == 2 and GPT3_KEY in json.dumps(err) and "not divisible" in json.dumps(err)
+    # the GPU count in the file itself (torchrun flags, NeMo trainer.devices / num_nodes)
+    args = tmp_path / "args.txt"
+    args.write_text("--nproc_per_node 8 --nnodes 1\n--tensor-model-parallel-size 2\n"
+                    "--micro-batch-size 3 --global-batch-size 64\n")
+    with pytest.raises(InputError, match=r"args\.txt: --global-batch-size: 64 is not divisible"):
+        load_configs([str(args)])
+    nemo = tmp_path / "megatron_gpt_config.yaml"
+    nemo.write_text("trainer:\n  devices: 8\n  num_nodes: 2\nmodel:\n"
+                    "  tensor_model_parallel_size: 2\n  micro_batch_size: 2\n"
+                    "  global_batch_size: 48\n")   # 48 = 2 x 3 x dp 8
+    assert load_configs([str(nemo)]).data["training"]["grad_accum_steps"] == 3
+    nemo.write_text(nemo.read_text().replace("48", "36"))
+    with pytest.raises(InputError, match=r"model\.global_batch_size: 36 is not divisible"):
+        load_configs([str(nemo)])
+
+
+def test_global_batch_without_a_gpu_count_is_reported_unresolved(capsys):
+    out = _cli(["--config", GPT3], capsys)
+    assert out["job"]["training"]["grad_accum_steps"] == 1   # fmest's default, and said so
+    assert any(m.startswith(GPT3_KEY) and "GPU count" in m for m in out["config"]["unresolved"])
+    text = _cli(["--config", GPT3, "--explain"], capsys, fmt="table")
+    assert f"config value unresolved: {GPT3_KEY}" in text
+
+
+def test_file_gpu_count_overridden_by_flags_resplits_the_batch(capsys, tmp_path):
+    """The script's own launcher line (8 GPUs, 1 node) cannot hold tp 8 x pp 16; the flags'
+    GPU count wins and the accumulation is derived from it, not from the file's."""
+    args = tmp_path / "args.txt"
+    args.write_text("--nproc_per_node 8 --nnodes 16\n" + open(GPT3).read())
+    m = load_configs([str(args)])
+    assert m.data["training"]["grad_accum_steps"] == 1536   # dp 1 from the file's 128 GPUs
+    out = _cli(["--config", str(args), "--nodes", "128"], capsys)
+    assert out["job"]["training"]["grad_accum_steps"] == 192
+
+
+def test_deepspeed_train_batch_split_by_flag_gpus(capsys, tmp_path):
+    """DeepSpeed's train_batch_size = micro x accumulation x world / (tp x pp): a GPU count
+    given only by flags derives the accumulation; none leaves it unresolved."""
+    ds = tmp_path / "ds_config.json"
+    ds.write_text(json.dumps({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4}))
+    base = ["--config", str(ds), "--model", "gpt2"]
+    out = _cli([*base, "--gpus-per-node", "4", "--nodes", "2"], capsys)
+    assert out["job"]["training"]["grad_accum_steps"] == 2 and out["config"]["unresolved"] == []
+    out = _cli(base, capsys)
+    assert any(m.startswith(f"{ds}: train_batch_size") for m in out["config"]["unresolved"])
+    rc = main(["estimate", "--format", "json", *base, "--gpus-per-node", "3"],
+              engine=new_engine())
+    assert rc == 2 and f"{ds}: train_batch_size" in capsys.readouterr().out

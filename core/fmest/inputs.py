@@ -54,7 +54,9 @@ class Layer:
     ``values``: job field path (``training.seq_len``, ``model``) -> ``(value, origin)``, the
     origin naming the source and key (``"ds.json: train_micro_batch_size_per_gpu"``).
     ``ignored``: keys that set nothing. ``unresolved``: field path -> why its value is open
-    (DeepSpeed ``"auto"``); a later layer that sets the field resolves it. ``files``:
+    (DeepSpeed ``"auto"``; a global batch no GPU count splits, under its ``"file: key"``); a
+    later layer that sets the field resolves it. ``batch_rules``: ``(total, "file: key")`` of
+    the global-batch keys, solved once every layer is merged (:func:`build_job`). ``files``:
     ``(file, format)`` of config files read. ``name_errors``: whether an error in a value should
     name the origin (sources whose keys are not fmest's own field paths).
     """
@@ -65,6 +67,7 @@ class Layer:
     unresolved: dict = field(factory=dict)
     files: tuple = ()
     name_errors: bool = True
+    batch_rules: tuple = ()
 
 
 @frozen(kw_only=True)
@@ -232,7 +235,8 @@ def read_configs(paths: Sequence[str], force_format: Optional[str] = None
     ignored = tuple(Ignored(source="", key=key, reason=reason, kind="config") for key, reason in
                     (e.split(": ", 1) if ": " in e else (e, "") for e in merge.ignored))
     return jobs, [Layer(source="config", values=values, ignored=ignored,
-                        unresolved=dict(merge.unresolved), files=tuple(merge.files))]
+                        unresolved=dict(merge.unresolved), files=tuple(merge.files),
+                        batch_rules=tuple(merge.batch_rules))]
 
 
 # -- merging and building -----------------------------------------------------------------------
@@ -249,6 +253,38 @@ def _nest(values: dict) -> dict:
     return data
 
 
+def _solve_batches(layers: Sequence[Layer], values: dict) -> tuple[set, dict]:
+    """Solve every layer's global-batch rules (:func:`fmest.configs.solve_train_batch`) with
+    the merged ``values``, so a GPU count given by flags or another source splits a config
+    file's global batch: the factor a rule derived is open again (a flag may have changed
+    the others) and is written back into ``values``. Returns ``(the rules' keys, the
+    unresolved messages of rules no GPU count splits)``."""
+    from fmest.configs import data_parallel, solve_train_batch, unsplit_reason
+
+    keys: set = set()
+    still_open: dict = {}
+    for layer in layers:
+        for total, where in layer.batch_rules:
+            keys.add(where)
+            derived = {p for p, (_v, o) in values.items()
+                       if isinstance(o, str) and o.startswith(f"{where} / (")}
+
+            def get(path: str, derived=derived) -> Any:
+                return None if path in derived else values.get(path, (None, ""))[0]
+
+            def origin(path: str, derived=derived) -> str:
+                return "" if path in derived else str(values.get(path, (None, ""))[1])
+
+            solved = solve_train_batch(total, where, get, origin)
+            if solved is not None:
+                target, value, how = solved
+                values.pop(target, None)
+                values[target] = (value, how)
+            elif not data_parallel(get, origin)[2]:
+                still_open[where] = unsplit_reason(total, where)
+    return keys, still_open
+
+
 def build_job(layers: Sequence[Layer], *, job_index: int = 0, job_count: int = 1,
               require_model: Optional[InputError] = None) -> tuple[Job, InputReport]:
     """Merge ``layers`` (later wins) and structure the job once. A bad value raises
@@ -263,6 +299,9 @@ def build_job(layers: Sequence[Layer], *, job_index: int = 0, job_count: int = 1
             named[path] = layer.name_errors
     if "model" not in values and require_model is not None:
         raise require_model
+    rule_keys, batch_open = _solve_batches(layers, values)
+    for path in values:
+        named.setdefault(path, True)  # a factor a config file's global batch derived
     try:
         job = job_from_dict(_nest(values))
         # the documented bounds and conflict rules, here so a refusal names the source key
@@ -275,7 +314,9 @@ def build_job(layers: Sequence[Layer], *, job_index: int = 0, job_count: int = 1
     unresolved = {}
     for i, layer in enumerate(layers):
         later = {p for lay in layers[i + 1:] for p in lay.values}
-        unresolved.update({p: m for p, m in layer.unresolved.items() if p not in later})
+        unresolved.update({p: m for p, m in layer.unresolved.items()
+                           if p not in later and p not in rule_keys})
+    unresolved.update(batch_open)
     report = InputReport(
         sources=tuple(dict.fromkeys(layer.source for layer in layers)),
         origins={p: o for p, (_v, o) in sorted(values.items())},
@@ -299,7 +340,7 @@ def build_jobs(job_layers: Sequence[Layer], over: Sequence[Layer] = (), *,
         if every:
             layer = Layer(source=layer.source, values=layer.values, ignored=every,
                           unresolved=layer.unresolved, files=layer.files,
-                          name_errors=layer.name_errors)
+                          name_errors=layer.name_errors, batch_rules=layer.batch_rules)
         out.append(build_job([layer, *over], job_index=index, job_count=count,
                              require_model=require_model))
     return out

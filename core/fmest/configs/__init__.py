@@ -35,7 +35,11 @@ class ConfigMerge:
     (the last file to set it). ``ignored``: ``"file: key.path: reason"`` for every key that sets
     nothing. ``unresolved``: job field path -> ``"file: key.path: ..."`` for DeepSpeed
     ``"auto"`` values no other file resolved (fmest's default is used). ``files``:
-    ``(file, format)`` in load order, included files too.
+    ``(file, format)`` in load order, included files too. ``batch_rules``: ``(total,
+    "file: key")`` of every global-batch key (DeepSpeed ``train_batch_size``, Megatron-LM
+    ``--global-batch-size``, torchtitan ``global_batch_size``), solved again by the input door
+    once flags are merged (a global batch no GPU count splits is in ``unresolved`` under its
+    ``"file: key"``).
     """
 
     data: dict = field(factory=dict)
@@ -43,6 +47,7 @@ class ConfigMerge:
     ignored: tuple = ()
     unresolved: dict = field(factory=dict)
     files: tuple = ()
+    batch_rules: tuple = ()
 
 
 # -- reading and detection ---------------------------------------------------------------
@@ -175,54 +180,95 @@ def _lookup(data: dict, path: str, default: Any = None) -> Any:
     return (data.get(section) or {}).get(name, default)
 
 
-def _dp(data: dict, origins: dict) -> tuple[Optional[int], str]:
-    """The data-parallel degree the merged files imply, and where it came from."""
-    if _lookup(data, "parallelism.dp") is not None:
-        return int(_lookup(data, "parallelism.dp")), origins.get("parallelism.dp", "")
-    gpn = _lookup(data, "hardware.gpus_per_node")
+def data_parallel(get, origin) -> tuple[Optional[int], str, bool]:
+    """``(dp, where the GPU count came from, whether a GPU count is known)`` from job field
+    values (``get(path)``, ``origin(path)``): ``parallelism.dp``, else the world size
+    ``hardware.gpus_per_node x hardware.nodes`` over ``tp x pp x cp`` (Megatron-LM
+    ``initialize_model_parallel``: data-parallel size = world / (tp x pp x cp)). ``dp`` is
+    ``None`` when no GPU count is known or the world is not a multiple of ``tp x pp x cp``."""
+    if get("parallelism.dp") is not None:
+        return int(get("parallelism.dp")), origin("parallelism.dp"), True
+    gpn = get("hardware.gpus_per_node")
     if gpn is None:
-        return None, ""
-    mp = 1
+        return None, "", False
+    model_parallel = 1
     for k in ("tp", "pp", "cp"):
-        mp *= int(_lookup(data, f"parallelism.{k}", 1) or 1)
-    world = int(gpn) * int(_lookup(data, "hardware.nodes", 1) or 1)
-    return (world // mp if world % mp == 0 else None), origins.get("hardware.gpus_per_node", "")
+        model_parallel *= int(get(f"parallelism.{k}") or 1)
+    world = int(gpn) * int(get("hardware.nodes") or 1)
+    where = origin("hardware.gpus_per_node")
+    if get("hardware.nodes") is not None:
+        where += f" x {origin('hardware.nodes')}"
+    return (world // model_parallel if world % model_parallel == 0 else None), where, True
 
 
-def _batch_arithmetic(sink: Sink, data: dict, origins: dict) -> None:
-    """DeepSpeed's rule train_batch_size = micro x accum x dp: check it, or derive the one
-    factor the files leave open (DeepSpeed derives it the same way)."""
-    mfield, afield = "training.micro_batch_size", "training.grad_accum_steps"
+MICRO, ACCUM, DP = "training.micro_batch_size", "training.grad_accum_steps", "parallelism.dp"
+
+
+def solve_train_batch(total: int, where: str, get, origin) -> Optional[tuple[str, int, str]]:
+    """The global-batch rule ``total = micro x accumulation x dp`` (DeepSpeed
+    ``train_batch_size``, Megatron-LM ``--global-batch-size``, torchtitan
+    ``global_batch_size``): check it when all three are known, else derive the one factor left
+    open as ``(field, value, origin)`` (DeepSpeed's config.py and Megatron-LM's
+    ``num_microbatches_calculator`` derive it the same way; with neither micro nor
+    accumulation given, accumulation is 1). ``None`` when the GPU count is unknown and two
+    factors are open. Raises :class:`InputError` naming ``where`` when the values disagree or
+    ``total`` is not divisible by the known factors."""
+    micro, accum = get(MICRO), get(ACCUM)
+    dp, dp_from, gpus_known = data_parallel(get, origin)
+    if gpus_known and dp is None:
+        raise InputError(where, "the GPU count is not a multiple of tp x pp x cp, so the batch "
+                         f"cannot be split into data-parallel replicas (GPUs from {dp_from})",
+                         value=total)
+    if dp is not None and micro is None and accum is None:
+        accum = 1
+    if micro is not None and accum is not None and dp is not None:
+        product = int(micro) * int(accum) * dp
+        if product != total:
+            raise InputError(where, f"{total} != micro-batch x accumulation x data-parallel "
+                             f"GPUs = {micro} x {accum} x {dp} = {product} (micro from "
+                             f"{origin(MICRO) or 'default'}, accumulation from "
+                             f"{origin(ACCUM) or 'default'}, GPUs from {dp_from})", value=total)
+        return None
+    known = {"micro": micro, "accum": accum, "dp": dp}
+    missing = [k for k, v in known.items() if v is None]
+    if len(missing) != 1:
+        return None
+    prod = 1
+    for v in known.values():
+        prod *= int(v) if v is not None else 1
+    if total % prod:
+        raise InputError(where, f"{total} is not divisible by micro-batch x accumulation x "
+                         "data-parallel GPUs known "
+                         f"({', '.join(f'{k} {v}' for k, v in known.items() if v)}"
+                         f"{f'; GPUs from {dp_from}' if dp_from else ''})", value=total)
+    target = {"micro": MICRO, "accum": ACCUM, "dp": DP}[missing[0]]
+    return target, total // prod, f"{where} / ({' x '.join(k for k in known if k != missing[0])})"
+
+
+def unsplit_reason(total: int, where: str) -> str:
+    """The ``unresolved`` message of a global batch no GPU count splits yet."""
+    return (f"{where}: {total} = micro-batch x accumulation x data-parallel GPUs, and no file "
+            "or flag gives the GPU count (--gpus-per-node / --nodes, torchrun --nproc_per_node "
+            "/ --nnodes) or both micro-batch and accumulation; the factors it leaves open "
+            "keep fmest's defaults")
+
+
+def _batch_arithmetic(sink: Sink, data: dict, origins: dict, pending: list) -> None:
+    """Check or solve each global-batch rule of ``sink`` with the merged files; a rule no GPU
+    count splits yet goes to ``pending`` as ``(total, where)`` (the input door solves it with
+    the flags, :func:`fmest.inputs.build_job`)."""
     for total, key in sink.train_batch:
         where = f"{sink.name}: {key}"
-        micro, accum = _lookup(data, mfield), _lookup(data, afield)
-        dp, dp_from = _dp(data, origins)
-        if dp is not None and micro is None and accum is None:
-            accum = 1
-        if micro is not None and accum is not None and dp is not None:
-            if int(micro) * int(accum) * dp != total:
-                raise InputError(where, f"{total} != micro-batch x accumulation x data-parallel "
-                                 f"GPUs = {micro} x {accum} x {dp} = {int(micro) * int(accum) * dp}"
-                                 f" (micro from {origins.get(mfield, 'default')}, accumulation "
-                                 f"from {origins.get(afield, 'default')}, GPUs from {dp_from})",
-                                 value=total)
-            continue
-        known = {"micro": micro, "accum": accum, "dp": dp}
-        missing = [k for k, v in known.items() if v is None]
-        if len(missing) != 1:
-            sink.ignored.append(f"{key}: {total} cannot be split into micro-batch x accumulation "
-                                f"x data-parallel GPUs without two of them; give them")
-            continue
-        prod = 1
-        for v in known.values():
-            prod *= int(v) if v is not None else 1
-        if total % prod:
-            raise InputError(where, f"{total} is not divisible by the known factors "
-                             f"({', '.join(f'{k} {v}' for k, v in known.items() if v)})",
-                             value=total)
-        target = {"micro": mfield, "accum": afield, "dp": "parallelism.dp"}[missing[0]]
-        _put(data, target, total // prod)
-        origins[target] = f"{where} / ({' x '.join(k for k in known if k != missing[0])})"
+        pending.append((total, where))
+        dp, _from, gpus_known = data_parallel(lambda p: _lookup(data, p), lambda p: "")
+        if gpus_known and dp is None:
+            continue  # flags may change the GPU count; the input door refuses it if not
+        solved = solve_train_batch(total, where, lambda p: _lookup(data, p),
+                                   lambda p: origins.get(p, ""))
+        if solved is not None:
+            target, value, origin = solved
+            _put(data, target, value)
+            origins[target] = origin
 
 
 def _validate(data: dict, origins: dict) -> None:
@@ -300,8 +346,9 @@ def load_configs(paths: list[str], force_format: str | None = None) -> ConfigMer
                     here += f" (same as {before})"
             _put(data, fld, value)
             origins[fld] = here
+    batch_rules: list = []
     for s in sinks:
-        _batch_arithmetic(s, data, origins)
+        _batch_arithmetic(s, data, origins, batch_rules)
     unresolved: dict[str, str] = {}
     for s in sinks:
         for fld, keys in s.autos.items():
@@ -318,8 +365,12 @@ def load_configs(paths: list[str], force_format: str | None = None) -> ConfigMer
     _validate(data, origins)
     ignored = tuple(f"{s.name}: {entry}" for s in sinks for entry in s.ignored) + tuple(
         overridden)
+    for total, where in batch_rules:
+        if not data_parallel(lambda p: _lookup(data, p), lambda p: "")[2]:
+            unresolved[where] = unsplit_reason(total, where)
     return ConfigMerge(data=data, origins=dict(sorted(origins.items())), ignored=ignored,
-                       unresolved=unresolved, files=tuple((s.name, s.format) for s in sinks))
+                       unresolved=unresolved, files=tuple((s.name, s.format) for s in sinks),
+                       batch_rules=tuple(batch_rules))
 
 
 def merge_into(base: dict, overlay: dict) -> dict:
@@ -332,5 +383,5 @@ def merge_into(base: dict, overlay: dict) -> dict:
     return base
 
 
-__all__ = ["ConfigMerge", "FORMATS", "detect_format", "load_configs", "merge_into",
-           "parse_text"]
+__all__ = ["ConfigMerge", "FORMATS", "data_parallel", "detect_format", "load_configs",
+           "merge_into", "parse_text", "solve_train_batch", "unsplit_reason"]

@@ -4,7 +4,8 @@ Schema: https://www.deepspeed.ai/docs/config-json/ . ``"auto"`` (the transformer
 integration's placeholder) sets nothing here: the value comes from another file, or is reported
 as unresolved. ``train_batch_size`` must equal micro-batch x accumulation x data-parallel GPUs;
 it is checked (or the missing factor derived) once all files are merged, see
-:func:`fmest.configs.load_configs`.
+:func:`fmest.configs.load_configs`, and again with the flags' GPU count when the job is built
+(:func:`fmest.inputs.build_job`); with no GPU count anywhere it is reported unresolved.
 """
 
 from __future__ import annotations

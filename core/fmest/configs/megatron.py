@@ -23,8 +23,14 @@ reuse):
 
 Raw dimensions (``--num-layers``, ``--hidden-size``, ...) become the job's ``model_config``
 (a Llama-style config with ``--swiglu``, else a GPT-2-style one) and define the model (a
-``--model`` flag only renames it). ``--global-batch-size`` = micro-batch x accumulation x data-parallel GPUs is
-checked or solved like DeepSpeed's ``train_batch_size`` once the GPU count is known.
+``--model`` flag only renames it). ``--global-batch-size`` = micro-batch x accumulation x data-parallel GPUs
+(data-parallel = GPUs / (tp x pp x cp), Megatron-LM ``num_microbatches_calculator``) is checked
+or solved like DeepSpeed's ``train_batch_size`` (:func:`fmest.configs.solve_train_batch`): with
+the file's GPU count (torchrun ``--nproc_per_node`` / ``--nnodes``, NeMo ``trainer.devices`` /
+``num_nodes``) when loaded, again with the flags' (``--gpus-per-node`` / ``--nodes``) when the
+job is built; a value that does not divide is refused naming the key, and with no GPU count the
+key is reported unresolved. The accumulation it derives is also the number of micro-batches the
+first pipeline stage holds in flight (1F1B: ``min(pp, accumulation)``).
 """
 
 from __future__ import annotations
