@@ -83,3 +83,25 @@ def test_ep_equal_to_dp_has_no_expert_reduction_and_less_dp_time():
     with_ep = engine.estimate(job, search_batch=False).time.breakdown["communication_dp"]
     without = engine.estimate(dense_only, search_batch=False).time.breakdown["communication_dp"]
     assert 0 < with_ep < without
+
+
+def test_zero1_expert_optimizer_states_shard_over_the_expert_data_parallel_group():
+    """ZeRO-1 with ep 8 on 64 GPUs: each rank's optimizer states are its dense states / 64 plus
+    its expert states (experts / 8) / 8, not everything / 64."""
+    engine = new_engine((memory_plugin, "memory_theory"))
+    comps = {}
+    for ep in (1, 8):
+        job = job_from_dict({"model": MIXTRAL, "training": {"dtype": "bf16"},
+                             "parallelism": {"sharding": "zero1", "ep": ep},
+                             "hardware": NODES_8})
+        comps[ep] = engine.estimate(job, quantities=("memory",), search_batch=False)
+    counts = comps[1].context.model.param_counts()
+    sizing = comps[8].context.transforms.optimizer
+    per_param = sizing.states * sizing.state_bytes + sizing.master_bytes
+    want = per_param * ((counts.total - counts.experts) / 64 + counts.experts / 8 / 8)
+    key = next(k for k in comps[8].memory.components if "optim" in k)
+    got = comps[8].memory.components[key] + comps[8].memory.components.get("master_weights", 0)
+    assert got == pytest.approx(want, rel=0.02)
+    # without expert parallelism every state shards over 64 ranks
+    got1 = comps[1].memory.components[key] + comps[1].memory.components.get("master_weights", 0)
+    assert got1 == pytest.approx(per_param * counts.total / 64, rel=0.02)

@@ -113,6 +113,19 @@ def expert_share(cfg: dict):
     return 1.0 - cfg["expert_fraction"] + cfg["expert_fraction"] / cfg["ep"]
 
 
+def state_divisor(cfg: dict, shard):
+    """What divides a replica's model-state bytes on one rank: tensor x pipeline parallelism,
+    then ``shard`` (the strategy's divisor over dp x cp) for dense weights, while expert
+    weights (``1/ep`` of them per rank) shard over at most the expert-data-parallel group of
+    dp x cp / ep ranks (memory_theory ``_blended_divisor``; fmest.transforms
+    ``ShardingStrategy.expert_plan``)."""
+    expert_group = np.maximum(1, cfg["dp"] * cfg["cp"] // np.maximum(1, cfg["ep"]))
+    expert_shard = np.minimum(expert_group, shard)
+    fraction = cfg["expert_fraction"]
+    return cfg["tp"] * cfg["pp"] / ((1.0 - fraction) / shard
+                                    + fraction / (cfg["ep"] * expert_shard))
+
+
 def local_trainable(cfg: dict):
     """Trainable parameters of a replica that one rank updates: full training splits the
     expert weights over ``ep`` (time_roofline ``local_trainable_params``); LoRA trains no
@@ -129,7 +142,7 @@ def framework_buffer_bytes(cfg: dict):
     ``fp32_grad_accum``), and torch.autocast's weight copies when parameters are not sharded."""
     mp = cfg["tp"] * cfg["pp"] / expert_share(cfg)
     act_b = cfg["act_bytes"]
-    grads = cfg["grad_bytes"] / (mp * cfg["s_grads"])
+    grads = cfg["grad_bytes"] / state_divisor(cfg, cfg["s_grads"])
     no_shards = ~cfg["params_sharded"] & ~cfg["grads_sharded"] & ~cfg["opt_sharded"]
     many = cfg["dp"] > 1
     buckets = np.where(cfg["ddp_bucket"] & no_shards & many,
@@ -163,11 +176,10 @@ def memory_bytes(cfg: dict) -> np.ndarray:
     temporaries); then the allocator reserve and context. A stage kept unsharded accumulates
     its gradients unsharded in the buffers instead of the sharded gradients.
     """
-    mp = cfg["tp"] * cfg["pp"] / expert_share(cfg)
-    weights = cfg["w_bytes"] / (mp * cfg["s_params"])
-    optim = (cfg["master_bytes"] + cfg["opt_bytes"]) / (mp * cfg["s_opt"])
-    grads = cfg["grad_bytes"] / (mp * cfg["s_grads"])
-    temps = cfg["temp_bytes"] / (mp * cfg["s_opt"])
+    weights = cfg["w_bytes"] / state_divisor(cfg, cfg["s_params"])
+    optim = (cfg["master_bytes"] + cfg["opt_bytes"]) / state_divisor(cfg, cfg["s_opt"])
+    grads = cfg["grad_bytes"] / state_divisor(cfg, cfg["s_grads"])
+    temps = cfg["temp_bytes"] / state_divisor(cfg, cfg["s_opt"])
     buffers, unsharded_acc = framework_buffer_bytes(cfg)
     tokens = cfg["mb"] * cfg["seq"] / cfg["cp"]
     acts = cfg["act_per_token"] * tokens

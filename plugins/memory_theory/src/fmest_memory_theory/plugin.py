@@ -198,6 +198,7 @@ class JobSetup:
     offload_optimizer: bool
     offload_params: bool
     stack: object = None          # fmest.stacks.ResolvedStack (None: eager PyTorch)
+    expert_plan: Optional[ShardingPlan] = None  # divisors of expert weights (expert-DP group)
 
 
 def job_setup(job, ctx) -> JobSetup:
@@ -226,7 +227,8 @@ def job_setup(job, ctx) -> JobSetup:
         accumulating=training.grad_accum_steps > 1 or lay.pp > 1, dtensor_tp=dtensor_tp,
         dtensor_sp=dtensor_tp and par.sequence_parallel,
         offload_optimizer=par.cpu_offload in ("optimizer", "params"),
-        offload_params=par.cpu_offload == "params", stack=stack)
+        offload_params=par.cpu_offload == "params", stack=stack,
+        expert_plan=transforms.expert_sharding or plan)
 
 
 @frozen(kw_only=True)
@@ -283,6 +285,15 @@ def stage_params(setup: JobSetup, stage: Stage) -> StageParams:
         embedding=dims.embedding_params / tp if stage.has_embedding else 0.0,
         head=(dims.head_params / tp if stage.has_head else 0.0),
         final_norm=dims.final_norm_params if stage.has_head else 0.0)
+
+
+@frozen(kw_only=True)
+class _Divisors:
+    """A stage's sharding divisors, dense and expert weights blended (:func:`_blended_divisor`)."""
+
+    params_divisor: float
+    grads_divisor: float
+    optimizer_divisor: float
 
 
 @frozen(kw_only=True)
@@ -353,15 +364,36 @@ def _frozen_vision_params(setup: JobSetup) -> float:
         vision, train_tower=setup.training.train_vision_tower)
 
 
+def _blended_divisor(setup: JobSetup, which: str, expert_share: float) -> float:
+    """The sharding divisor ``which`` (``params_divisor``...) of a stage whose
+    ``expert_share`` of elements are expert weights: dense ones shard over the data-parallel
+    group, expert ones over the expert-data-parallel group (``Transforms.expert_sharding``;
+    Megatron-Core's distributed optimizer shards expert buffers over ``intra_expt_dp_group``,
+    megatron/core/distributed/distributed_data_parallel.py)."""
+    dense = getattr(setup.plan, which)
+    expert = getattr(setup.expert_plan or setup.plan, which)
+    if not expert_share or expert == dense:
+        return dense
+    return 1.0 / ((1.0 - expert_share) / dense + expert_share / expert)
+
+
 def model_state_terms(setup: JobSetup, params: StageParams) -> ModelState:
     """Weights, adapters, master copies, gradients, optimizer states and temporaries of one
-    stage, divided by the sharding plan (ZeRO paper section 5; ``OptimizerSizing`` bytes)."""
-    sizing, plan, lora = setup.sizing, setup.plan, setup.lora
+    stage, divided by the sharding plan (ZeRO paper section 5; ``OptimizerSizing`` bytes);
+    expert weights by the expert sharding plan (:func:`_blended_divisor`)."""
+    sizing, lora = setup.sizing, setup.lora
     base_bytes, quant = _base_weight_bytes(setup, params)
     trainable = lora.adapter_params * params.fraction / setup.layout.tp if lora else \
         params.total - _frozen_vision_params(setup) * params.fraction / setup.layout.tp
+    weight_share = params.expert / params.total if params.total else 0.0
+    trained_share = 0.0 if lora or not trainable else min(1.0, params.expert / trainable)
+    plan = _Divisors(params_divisor=_blended_divisor(setup, "params_divisor", weight_share),
+                     grads_divisor=_blended_divisor(setup, "grads_divisor", trained_share),
+                     optimizer_divisor=_blended_divisor(setup, "optimizer_divisor",
+                                                        trained_share))
+    adapter_divisor = setup.plan.params_divisor
     weights = 0.0 if setup.offload_params else base_bytes / plan.params_divisor
-    adapters = trainable * sizing.trainable_bytes / plan.params_divisor if lora else 0.0
+    adapters = trainable * sizing.trainable_bytes / adapter_divisor if lora else 0.0
     if lora and setup.offload_params:
         adapters = 0.0
     master = trainable * sizing.master_bytes / plan.optimizer_divisor
