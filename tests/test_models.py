@@ -298,6 +298,13 @@ def test_shape_fields_of_gpt_bigcode_qwen3_moe_phi_neox_gpt_oss():
     counts = oss.param_counts()
     assert abs(counts.active - counts.embedding - 5.13e9) / 5.13e9 < 0.01
 
+
+def test_exact_published_counts_gpt_neox_family():
+    # GPT-NeoX-20B paper Table 1 and the Pythia model card print exact totals
+    assert load_preset("gpt-neox-20b").param_counts().total == 20_554_567_680
+    assert load_preset("pythia-6.9b").param_counts().total == 6_857_302_016
+    assert load_preset("pythia-12b").param_counts().total == 11_846_072_320
+
 def test_gemma3_multimodal_uses_text_config():
     text = preset_data("gemma-3-4b")["config"]
     mm = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
