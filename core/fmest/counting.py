@@ -7,18 +7,74 @@ arXiv:2305.14314) trains the same adapters on a 4-bit base.
 
 from __future__ import annotations
 
+import functools
+import json
+from pathlib import Path
+
+import attrs
+
 from fmest.errors import InputError
-from fmest.job import Training
+from fmest.job import Job, Training
 from fmest.models.spec import LinearModule, ModelSpec
+
+#: PEFT's per-model-type default ``target_modules`` (copied from peft, source in the file).
+LORA_DEFAULTS_FILE = Path(__file__).resolve().parent / "data" / "lora_default_targets.json"
+#: The targets used when the model type is not in PEFT's table (the Llama-style default
+#: fmest used before; peft itself would raise "Please specify `target_modules`").
+FALLBACK_LORA_TARGETS = ("q_proj", "v_proj")
+LORA_TECHNIQUES = ("lora", "qlora")
+
+
+@functools.lru_cache(maxsize=1)
+def peft_default_targets() -> dict[str, tuple[str, ...]]:
+    """``model_type`` -> PEFT's default LoRA ``target_modules`` (data/lora_default_targets.json)."""
+    data = json.loads(LORA_DEFAULTS_FILE.read_text(encoding="utf-8"))
+    return {name: tuple(mods) for name, mods in data["model_types"].items()}
+
+
+def default_lora_targets(model: ModelSpec) -> tuple[str, ...]:
+    """The ``target_modules`` PEFT picks for ``model`` when the user names none.
+
+    PEFT's ``LoraModel._prepare_adapter_config`` looks the model's ``model_type`` up in
+    ``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``; a type missing there falls back to
+    ``q_proj``/``v_proj`` when the model has them (peft would ask for ``target_modules``);
+    when neither applies an :class:`InputError` lists the model's linear modules.
+    """
+    table = peft_default_targets()
+    if model.model_type in table:
+        return table[model.model_type]
+    known = set(model.linear_names())
+    if all(_matches(t, known) for t in FALLBACK_LORA_TARGETS):
+        return FALLBACK_LORA_TARGETS
+    raise InputError("training.lora_target_modules",
+                     f"PEFT has no default LoRA target modules for model type "
+                     f"{model.model_type!r} ({model.name}) and it has no q_proj/v_proj; "
+                     "name the modules to adapt", accepted=sorted(known | {"all-linear"}))
+
+
+def resolve_lora_targets(job: Job, model: ModelSpec) -> Job:
+    """``job`` with empty ``training.lora_target_modules`` (= PEFT's default) made explicit.
+
+    A LoRA/QLoRA job gets :func:`default_lora_targets` (an error when there is none); other
+    techniques have no adapters and keep the empty default. Explicit targets are unchanged.
+    """
+    if job.training.lora_target_modules or job.training.technique not in LORA_TECHNIQUES:
+        return job
+    targets = default_lora_targets(model)
+    return attrs.evolve(job, training=attrs.evolve(job.training, lora_target_modules=targets))
+
+
+def _matches(target: str, known: set[str]) -> bool:
+    return target in known or any(n.endswith("." + target) for n in known)
 
 
 def lora_modules(model: ModelSpec, training: Training) -> list[LinearModule]:
     """The linear modules the job's LoRA targets; an unmatched target is an error."""
-    mods = model.lora_targets(training.lora_target_modules)
+    targets = training.lora_target_modules or default_lora_targets(model)
+    mods = model.lora_targets(targets)
     known = set(model.linear_names())
     special = {"all-linear", "all_linear", "linear"}
-    missing = [t for t in training.lora_target_modules
-               if t not in special and t not in known and not any(n.endswith("." + t) for n in known)]
+    missing = [t for t in targets if t not in special and not _matches(t, known)]
     if missing:
         raise InputError("training.lora_target_modules",
                          f"{missing[0]!r} is not a linear module of {model.name}",

@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 import attrs
 from attrs import field, frozen
 
+from fmest.counting import resolve_lora_targets
 from fmest.bounds import (answer_problem, check_context, check_job, check_model,
                           registered_problem)
 from fmest.errors import FmestError, InfeasibleError, InputError, PluginError, UnknownNameError
@@ -420,9 +421,19 @@ class Engine:
         self._model_cache[key] = spec
         return spec
 
+    def resolve_job(self, job: Job) -> Job:
+        """``job`` with the defaults that depend on its model made explicit: empty
+        ``training.lora_target_modules`` become PEFT's default for the model type
+        (:func:`fmest.counting.resolve_lora_targets`), so plugins, the report's job dict and
+        the exporters all see the modules that are adapted."""
+        if job.training.lora_target_modules or job.training.technique not in ("lora", "qlora"):
+            return job
+        return resolve_lora_targets(job, self.resolve_model(job))
+
     def context(self, job: Job) -> EstimateContext:
         """Resolve and cross-check a job; raises :class:`InputError` naming the field."""
         check_job(job)  # bounds and conflicts: a job built in Python skipped the input door
+        job = self.resolve_job(job)
         model = self.resolve_model(job)
         check_model(model)  # before any rule below divides by its dimensions
         gpu = self.registries.gpus.get(job.hardware.gpu)
@@ -474,6 +485,7 @@ class Engine:
                searching: bool = False) -> Decision:
         """Ask the plugins the job's policy wants, let correction hooks see the answers, and
         let the policy choose."""
+        job = self.resolve_job(job)
         policy = self.registries.policies.get(job.options.method)
         only = self._asked(policy, searching)
         if quantity == "memory":
@@ -493,6 +505,7 @@ class Engine:
 
     # -- public operations ------------------------------------------------------------------
     def estimate_memory(self, job: Job, ctx: EstimateContext | None = None) -> Decision:
+        job = self.resolve_job(job)
         ctx = ctx or self.context(job)
         return self.decide("memory", job, ctx=ctx)
 
@@ -537,6 +550,8 @@ class Engine:
         for q in quantities:
             if q not in QUANTITIES:
                 raise InputError("quantities", "unknown quantity", value=q, accepted=QUANTITIES)
+        check_job(job)  # before resolving the model: bad input names its field first
+        job = self.resolve_job(job)
         ctx = self.context(job)
         decisions: dict[str, Decision] = {}
         warnings = list(ctx.warnings) + [str(e) for e in self.load_errors]

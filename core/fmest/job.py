@@ -106,7 +106,9 @@ class Training:
     technique: str = field(default="full", validator=_choice(TECHNIQUES))
     lora_rank: int = field(default=16, validator=_positive_int)
     lora_alpha: float = field(default=32.0, validator=_positive)
-    lora_target_modules: tuple[str, ...] = field(default=("q_proj", "v_proj"), converter=_tuple_of_str)
+    #: peft ``target_modules``; empty (the default) = PEFT's default for the model type
+    #: (data/lora_default_targets.json), made explicit by ``Engine.resolve_job``
+    lora_target_modules: tuple[str, ...] = field(default=(), converter=_tuple_of_str)
     quantization_bits: int = field(default=4, validator=_choice(QUANT_BITS))
     double_quantization: bool = True
     optimizer: str = "adamw"

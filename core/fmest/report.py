@@ -306,6 +306,11 @@ def render_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
                      f"accum {job.training.grad_accum_steps}, optimizer {ctx.optimizer.name}, "
                      f"checkpointing {job.training.activation_checkpointing}, "
                      f"attention {job.training.attention}")
+        if job.options.explain and job.training.technique in ("lora", "qlora"):
+            tr = job.training
+            lines.append(f"lora     rank {tr.lora_rank}, alpha {tr.lora_alpha:g}, target modules "
+                         f"{', '.join(tr.lora_target_modules)} (peft target_modules; PEFT's "
+                         "per-model-type default when not given)")
     lines.append(f"layout   {lay.world_size} x {ctx.gpu.name} ({lay.nodes} node(s) x "
                  f"{lay.gpus_per_node}); dp {lay.dp} tp {lay.tp} pp {lay.pp} cp {lay.cp} "
                  f"ep {lay.ep}; sharding {ctx.sharding.name}")

@@ -75,6 +75,25 @@ def _resolved(job: Job, registries) -> Job:
     return attrs.evolve(job, model=model, training=training)
 
 
+def _lora_defaults(job: Job, registries) -> Job:
+    """``job`` with empty LoRA ``target_modules`` made PEFT's default for its model type, so the
+    exported file names the modules the estimate adapted (fmest.counting.resolve_lora_targets)."""
+    from fmest.counting import LORA_TECHNIQUES, resolve_lora_targets
+
+    if job.training.lora_target_modules or job.training.technique not in LORA_TECHNIQUES:
+        return job
+    if job.model_config is not None:
+        from fmest.models.hf import spec_from_hf_config
+
+        spec = spec_from_hf_config(dict(job.model_config), name=job.model,
+                                   source="inline model_config")
+    else:
+        from fmest.models.local import resolve_model
+
+        spec = resolve_model(job.model, presets=registries.models)
+    return resolve_lora_targets(job, spec)
+
+
 def _check_sharding(job: Job, to: str, *, fsdp: bool = True, zero: bool = True) -> None:
     par = job.parallelism
     if par.fsdp != "none" and par.zero_stage:
@@ -281,7 +300,7 @@ def export_job(job: Job, to: str, registries=None) -> dict[str, str]:
         from fmest.engine import default_engine
 
         registries = default_engine().registries
-    job = _resolved(job, registries)
+    job = _resolved(_lora_defaults(job, registries), registries)
     if to == "deepspeed":
         return {_DS_FILE: json.dumps(deepspeed_dict(job), indent=2) + "\n"}
     if to == "accelerate":
