@@ -28,6 +28,8 @@ from typing import Any, Optional
 
 from attrs import define, field, frozen
 
+from fmest.counting import LORA_TECHNIQUES, default_lora_targets
+
 MODES = ("fake", "cpu", "cuda")
 CATEGORIES = ("params", "grads", "optimizer_state", "activations", "temporaries")
 RUNNER_VERSION = "2"  # 2: fsdp_world_size (FSDP2 on a fake process group)
@@ -203,7 +205,10 @@ def run_spec_from_job(job, spec, *, optimizer_name: Optional[str] = None,
         hf_config=dict(spec.hf_config), model_name=spec.name, param_dtype=param_dtype,
         autocast_dtype=autocast, precision=precision, technique=tr.technique,
         lora_rank=tr.lora_rank, lora_alpha=tr.lora_alpha,
-        lora_targets=tuple(tr.lora_target_modules), quantization_bits=tr.quantization_bits,
+        # empty = PEFT's default for the model type (a job that skipped Engine.resolve_job)
+        lora_targets=tuple(tr.lora_target_modules) or (
+            default_lora_targets(spec) if tr.technique in LORA_TECHNIQUES else ()),
+        quantization_bits=tr.quantization_bits,
         double_quantization=tr.double_quantization,
         gradient_checkpointing=tr.activation_checkpointing == "full", attention=attention,
         optimizer=opt, optimizer_impl=impl, seq_len=tr.seq_len,
