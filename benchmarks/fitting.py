@@ -114,6 +114,7 @@ AVAILABLE = {
     "ratio-throughput": lambda: RatioFitter(quantity="throughput"),
     "ratio-memory-by-stack": lambda: RatioFitter(quantity="memory", by="stack"),
     "ratio-throughput-by-stack": lambda: RatioFitter(quantity="throughput", by="stack"),
+    "stack-time": lambda: __import__("stack_fitting").StackTimeFitter(),
 }
 
 
