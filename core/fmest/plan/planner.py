@@ -20,7 +20,7 @@ import numpy as np
 from attrs import field, frozen
 
 from fmest.errors import FmestError, InputError
-from fmest.job import PRICE_TYPES, Job, resolve_layout
+from fmest.job import PRICE_TYPES, Job, _tuple_of_str, resolve_layout
 from fmest.plan import calibrate as cal
 from fmest.plan import space as sp
 from fmest.plan import vector as vec
@@ -61,25 +61,17 @@ def _choice(name, values):
     return check
 
 
-def _names(value) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return tuple(v.strip() for v in value.split(",") if v.strip())
-    return tuple(str(v) for v in value)
-
-
 @frozen(kw_only=True)
 class Constraints:
     """What the plan may use and what it optimises. ``gpus`` empty: every registered GPU that
     has a price; ``providers`` empty: every provider."""
 
-    gpus: tuple[str, ...] = field(default=(), converter=_names)
+    gpus: tuple[str, ...] = field(default=(), converter=_tuple_of_str)
     max_gpus: int = field(default=64, validator=_pos_int("--max-gpus"))
     max_nodes: Optional[int] = field(default=None, validator=_pos_int("--max-nodes"))
     budget_usd: Optional[float] = field(default=None, validator=_pos_num("--budget-usd"))
     deadline_hours: Optional[float] = field(default=None, validator=_pos_num("--deadline-hours"))
-    providers: tuple[str, ...] = field(default=(), converter=_names)
+    providers: tuple[str, ...] = field(default=(), converter=_tuple_of_str)
     price_type: str = field(default="on_demand", validator=_choice("--price-type", PRICE_TYPES))
     global_batch_tokens: Optional[float] = field(default=None,
                                                  validator=_pos_num("--global-batch-tokens"))
