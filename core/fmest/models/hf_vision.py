@@ -36,13 +36,8 @@ def _side(value) -> int:
     return int(value[0] if isinstance(value, (list, tuple)) else value)
 
 
-def _vit_layers(b, d_model: int, inter: int, layers: int, *, qkv_bias: bool,
-                out_name: str, norm_params_per_layer: int, extra_per_layer: int = 0,
-                gated: bool = False) -> None:
-    """Standard pre-norm ViT blocks: q/k/v/out projections, a 2-layer (or gated) MLP."""
-    for name in ("q_proj", "k_proj", "v_proj"):
-        b.lin(name, d_model, d_model, bias=qkv_bias, layers=layers, kind="vision")
-    b.lin(out_name, d_model, d_model, bias=True, layers=layers, kind="vision")
+def _vit_mlp(b, d_model: int, inter: int, layers: int, *, gated: bool) -> None:
+    """A vision block's MLP: biased gate/up/down (SwiGLU towers) or biased fc1/fc2."""
     if gated:
         for name in ("gate_proj", "up_proj"):
             b.lin(name, d_model, inter, bias=True, layers=layers, kind="vision")
@@ -50,6 +45,16 @@ def _vit_layers(b, d_model: int, inter: int, layers: int, *, qkv_bias: bool,
     else:
         b.lin("fc1", d_model, inter, bias=True, layers=layers, kind="vision")
         b.lin("fc2", inter, d_model, bias=True, layers=layers, kind="vision")
+
+
+def _vit_layers(b, d_model: int, inter: int, layers: int, *, qkv_bias: bool,
+                out_name: str, norm_params_per_layer: int, extra_per_layer: int = 0,
+                gated: bool = False) -> None:
+    """Standard pre-norm ViT blocks: q/k/v/out projections, a 2-layer (or gated) MLP."""
+    for name in ("q_proj", "k_proj", "v_proj"):
+        b.lin(name, d_model, d_model, bias=qkv_bias, layers=layers, kind="vision")
+    b.lin(out_name, d_model, d_model, bias=True, layers=layers, kind="vision")
+    _vit_mlp(b, d_model, inter, layers, gated=gated)
     b.grp("vision_layer_norms", (norm_params_per_layer + extra_per_layer) * layers, "vision")
 
 
@@ -101,13 +106,7 @@ def _qwen2_vl(vc, b, *, v25: bool, text_hidden: int) -> dict:
     b.grp("vision_patch_embed", channels * temporal * patch * patch * d_model, "vision")
     b.lin("qkv", d_model, 3 * d_model, bias=True, layers=layers, kind="vision")
     b.lin("proj", d_model, d_model, bias=True, layers=layers, kind="vision")
-    if v25:
-        for name in ("gate_proj", "up_proj"):
-            b.lin(name, d_model, inter, bias=True, layers=layers, kind="vision")
-        b.lin("down_proj", inter, d_model, bias=True, layers=layers, kind="vision")
-    else:
-        b.lin("fc1", d_model, inter, bias=True, layers=layers, kind="vision")
-        b.lin("fc2", inter, d_model, bias=True, layers=layers, kind="vision")
+    _vit_mlp(b, d_model, inter, layers, gated=v25)
     b.grp("vision_layer_norms", norm_per_layer * layers, "vision")
     merged = d_model * merge * merge
     b.grp("vision_merger_norm", merger_norm, "vision")
