@@ -17,7 +17,7 @@ to fit it. ``accuracy.py`` therefore scores each source's rows with constants fi
 * ``applies(item) -> bool``: which rows the fitter concerns (default: its ``quantity``).
 
 With no fitter registered LOSO equals in-sample. ``FITTERS`` holds issue 12's per-stack
-constants (``stack_fitting.py``), so the two columns differ by what those constants learn from
+constants (``stack_constants.py``), so the two columns differ by what those constants learn from
 the held-out source. The benchmark also prints an "unseen" column for rows from sources outside
 the original development set, on which the hand-set constants of the formulas were tuned.
 """
@@ -32,6 +32,8 @@ import tempfile
 from typing import Callable, Iterable, Optional, Protocol, Sequence
 
 import attrs
+
+import stack_constants
 
 ENV_VAR = "FMEST_FITTED_CONSTANTS"
 
@@ -93,20 +95,13 @@ class RatioFitter:
         return item.predicted * params.get(self._key(item), 1.0)
 
 
-#: Fitters the benchmark refits per fold (issue 12's per-stack constants below; issue 13's
-#: learned corrections register theirs here too).
+#: Fitters the benchmark refits per fold: issue 12's per-stack constants
+#: (``stack_constants.py``: the allocator reserve per training stack), refitted per held-out
+#: source; issue 13's learned corrections register theirs here too.
 FITTERS: list = []
 
 
-def _stack_fitters() -> list:
-    """Issue 12's per-stack constants (``stack_fitting.py``: time factor and allocator
-    reserve per training stack), refitted per held-out source."""
-    import stack_fitting
-
-    return stack_fitting.stack_fitters()
-
-
-FITTERS.extend(_stack_fitters())
+FITTERS.extend(stack_constants.stack_fitters())
 
 #: Named fitters ``accuracy.py --fitters`` can add for a what-if run.
 AVAILABLE = {
@@ -114,7 +109,7 @@ AVAILABLE = {
     "ratio-throughput": lambda: RatioFitter(quantity="throughput"),
     "ratio-memory-by-stack": lambda: RatioFitter(quantity="memory", by="stack"),
     "ratio-throughput-by-stack": lambda: RatioFitter(quantity="throughput", by="stack"),
-    "stack-time": lambda: __import__("stack_fitting").StackTimeFitter(),
+    "stack-time": stack_constants.StackTimeFitter,
 }
 
 

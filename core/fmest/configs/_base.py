@@ -135,6 +135,13 @@ class Sink:
         return value
 
 
+def section(doc: dict, name: str) -> dict:
+    """``doc[name]`` when it is a table, else an empty one: for a look-ahead at another
+    section; the key walk reports a section that is not a table."""
+    value = doc.get(name)
+    return value if isinstance(value, dict) else {}
+
+
 def model_name(value: Any) -> str:
     """A model as the tools name it: a Hub id or local path stays as given (the engine resolves
     presets by full name, short name and alias)."""

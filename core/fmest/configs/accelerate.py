@@ -140,8 +140,8 @@ def _deepspeed_config(cfg: dict, sink: Sink, prefix: str) -> None:
         sink.set("parallelism.cpu_offload", "params", par[1])
     elif opt and opt[0] != "none":
         sink.set("parallelism.cpu_offload", "optimizer", opt[1])
-    elif par or opt:
-        sink.set("parallelism.cpu_offload", "none", (par or opt)[1])
+    elif (named := par or opt) is not None:
+        sink.set("parallelism.cpu_offload", "none", named[1])
 
 
 def _megatron(cfg: dict, sink: Sink, prefix: str) -> None:

@@ -104,14 +104,14 @@ def _offload(zero: dict, sink: Sink, prefix: str) -> None:
                 sink.ignore(k, "partial offload has no fmest field; estimated as full offload")
             else:
                 sink.ignore(k, "host-side offload setting; per-GPU memory unchanged")
-    for legacy, what in (("cpu_offload", "optimizer"), ("cpu_offload_params", "params"),
-                         ("cpu_offload_use_pin_memory", None)):
+    for legacy, moves in (("cpu_offload", "optimizer"), ("cpu_offload_params", "params"),
+                          ("cpu_offload_use_pin_memory", None)):
         if legacy in zero:
             k = join(prefix, legacy)
-            if what is None:
+            if moves is None:
                 sink.ignore(k, "host-side offload setting; per-GPU memory unchanged")
             else:
-                devices.setdefault(what, ("cpu" if sink.bool_(k, zero[legacy]) else "none", k))
+                devices.setdefault(moves, ("cpu" if sink.bool_(k, zero[legacy]) else "none", k))
     if "params" in devices and devices["params"][0] != "none":
         sink.set("parallelism.cpu_offload", "params", devices["params"][1])
     elif "optimizer" in devices and devices["optimizer"][0] != "none":

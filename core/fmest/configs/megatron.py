@@ -38,7 +38,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from fmest.configs._base import DATA, HYPERPARAM, LOGGING, Sink, join
+from fmest.configs._base import DATA, HYPERPARAM, LOGGING, Sink, join, section
 
 FORMAT = "megatron"
 ARGS_WHY = "(Megatron-LM arguments)"
@@ -125,8 +125,10 @@ def _tokens(text: str) -> list[str] | None:
 def looks_like_args(text: str) -> bool:
     """Command-line flags: the first token is a ``--flag``."""
     tokens = _tokens(text)
+    if not tokens:
+        return False
     # a letter after "--": YAML's "---" document marker is not a flag
-    return bool(tokens) and tokens[0].startswith("--") and tokens[0][2:3].isalpha()
+    return tokens[0].startswith("--") and tokens[0][2:3].isalpha()
 
 
 def parse_args_text(text: str) -> dict:
@@ -412,7 +414,7 @@ def map_config(doc: dict, sink: Sink) -> None:
                         "dataset"):
                 if name == "dataset" and isinstance(value, dict):
                     for k, v in value.items():
-                        model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+                        model = section(doc, "model")
                         if k == "seq_length" and "seq_length" in model:
                             sink.ignore(join(name, k), "model.seq_length is used (Bridge "
                                         "requires the two to match)")

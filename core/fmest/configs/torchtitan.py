@@ -17,7 +17,7 @@ import os
 import tomllib
 from typing import Any
 
-from fmest.configs._base import DATA, HYPERPARAM, LOGGING, Sink, join
+from fmest.configs._base import DATA, HYPERPARAM, LOGGING, Sink, join, section
 from fmest.errors import InputError
 
 FORMAT = "torchtitan"
@@ -225,7 +225,7 @@ def _precision(doc: dict, sink: Sink) -> None:
     in it with no fp32 copy (``pure``); float32 (the default) keeps fp32 sharded weights and
     computes in ``mixed_precision_param`` (FSDP2 MixedPrecisionPolicy: ``amp``). The float8
     converter computes the linears in fp8 over the same storage."""
-    training = doc.get("training") if isinstance(doc.get("training"), dict) else {}
+    training = section(doc, "training")
     fp8 = sink.get("training.dtype") == "fp8"
     storage = _DTYPES[str(training.get("dtype", "float32")).strip().lower()]
     if storage != "fp32":
@@ -248,7 +248,7 @@ def _precision(doc: dict, sink: Sink) -> None:
 
 def map_config(doc: dict, sink: Sink) -> None:
     sink.set("training.stack", "torchtitan", WHY)
-    par = doc.get("parallelism") if isinstance(doc.get("parallelism"), dict) else {}
+    par = section(doc, "parallelism")
     pp = par.get("pipeline_parallel_degree", 1)
     pp = pp if isinstance(pp, int) and not isinstance(pp, bool) else 1
     if pp > 1:   # pipeline microbatches: read before [training] splits the local batch

@@ -20,15 +20,34 @@ Behaviour flags (see :class:`fmest.transforms.ShardingStrategy`), each with its 
   accumulated gradients to ``reduce_dtype`` (``FSDPParam.to_accumulated_grad_if_needed``).
 """
 
+from typing import TypedDict
+
 from fmest.hookspecs import hookimpl
 from fmest.transforms import ShardingStrategy
+
+
+class _FsdpFlags(TypedDict):
+    """The :class:`ShardingStrategy` flags every FSDP strategy shares."""
+
+    framework: str
+    native_tensor_parallel: bool
+    pp_unsharded_params: bool
+    fp32_grad_accum: bool
+
+
+class _ZeroFlags(TypedDict):
+    """The :class:`ShardingStrategy` flags every DeepSpeed ZeRO strategy shares."""
+
+    framework: str
+    auto_precision: str
+
 
 _ALL = frozenset({"optimizer", "gradients", "parameters"})
 #: DeepSpeed ``reduce_bucket_size`` / ``allgather_bucket_size`` defaults (DeepSpeed config docs)
 DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
-_FSDP = dict(framework="fsdp", native_tensor_parallel=True, pp_unsharded_params=True,
-             fp32_grad_accum=True)
-_ZERO = dict(framework="deepspeed", auto_precision="master")
+_FSDP = _FsdpFlags(framework="fsdp", native_tensor_parallel=True, pp_unsharded_params=True,
+                   fp32_grad_accum=True)
+_ZERO = _ZeroFlags(framework="deepspeed", auto_precision="master")
 
 BUILTIN_STRATEGIES = (
     ShardingStrategy(name="zero0", aliases=("ddp", "none"), framework="ddp", ddp_bucket=True,

@@ -68,6 +68,13 @@ def _with_world(job: Job, *, dp: int, tp: int, pp: int, gpus_per_node: int) -> J
                       hardware={"gpus_per_node": gpn, "nodes": world // gpn})
 
 
+def _world_gpus(job: Job) -> int:
+    """GPUs of a job built by :func:`_with_world`, which always sets ``gpus_per_node``."""
+    gpn = job.hardware.gpus_per_node
+    assert gpn is not None, "_with_world sets hardware.gpus_per_node"
+    return gpn * job.hardware.nodes
+
+
 def _runnable(world: int, gpus_per_node: int) -> bool:
     return world <= gpus_per_node or world % gpus_per_node == 0
 
@@ -124,8 +131,7 @@ def min_gpus(engine, job: Job) -> MinGpus:
                            "every GPU, so no count fits; shard it (--zero 3 / --fsdp "
                            "full_shard) or split the model (--tp/--pp)", step, None)
         floor = "" if peak is None else f"; per-GPU memory stays at {peak / GIB:.1f} GiB"
-        world = make(candidates[last])
-        n = world.hardware.gpus_per_node * world.hardware.nodes
+        n = _world_gpus(make(candidates[last]))
         return MinGpus(None, f"does not fit on {cap / GIB:.0f} GiB GPUs at any count up to "
                        f"{n} growing {what}{floor} (activations, unsharded layers and buffers "
                        "do not shrink with more GPUs)", step, None)
@@ -137,7 +143,7 @@ def min_gpus(engine, job: Job) -> MinGpus:
         else:
             lo = mid
     best = make(candidates[hi])
-    n = best.hardware.gpus_per_node * best.hardware.nodes
+    n = _world_gpus(best)
     fewer = make(candidates[hi - 1]) if hi > 0 else None
     return MinGpus(n, f"fewest {job.hardware.gpu} GPUs that fit, growing {what}", step, best,
                    fewer)

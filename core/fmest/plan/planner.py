@@ -210,7 +210,7 @@ def _total_tokens(engine, job: Job) -> tuple[Optional[float], Optional[int]]:
         avg = w.avg_seq_len if w.avg_seq_len is not None else job.training.seq_len
         return w.num_samples * avg * w.epochs, None
     if w.dataset_path:
-        report = engine.estimate(job, quantities=("memory", "time"), search_batch=False)
+        report = engine.estimate(job, quantities=("memory", "time"))
         t = report.time
         if t is not None and t.total_steps:
             tokens = (job.training.micro_batch_size * job.training.grad_accum_steps
@@ -801,7 +801,7 @@ def _describe(job: Job) -> tuple[str, str]:
 
 def _to_plan(engine, job: Job, predicted_mem: float, predicted_step: float) -> Optional[Plan]:
     try:
-        report = engine.estimate(job, search_batch=False)
+        report = engine.estimate(job)
     except InputError:      # an input rule the array formulas do not know refuses the job
         return None
     if report.memory is None or report.time is None or not report.fits:
@@ -934,8 +934,8 @@ def plan(job: Job, cons: Constraints = Constraints(), *, engine=None,
                              for p in plans])
             layers = pareto_layers(cost, secs)
             plans = [attrs.evolve(p, pareto=bool(lay == 0)) for p, lay in zip(plans, layers)]
-            rank = {id(p): int(lay) for p, lay in zip(plans, layers)}
-            plans.sort(key=lambda p: ((rank[id(p)],) if cons.objective == "pareto" else ())
+            layer_of = {id(p): int(lay) for p, lay in zip(plans, layers)}
+            plans.sort(key=lambda p: ((layer_of[id(p)],) if cons.objective == "pareto" else ())
                        + _plan_key(p, cons.objective))
             plans = plans[:cons.top]
     return PlanResult(plans=tuple(plans), evaluated=evaluated, seconds=seconds,
