@@ -334,8 +334,7 @@ def evaluate(rows: list[dict], engine=None, progress: bool = True) -> list[dict]
         try:
             if key not in cache:
                 job = _job_with_known_stack(job_from_dict, mapped.job)
-                cache[key] = engine.estimate(job, quantities=("memory", "time", "tokens"),
-                                             search_batch=False)
+                cache[key] = engine.estimate(job, quantities=("memory", "time", "tokens"))
             report = cache[key]
         except Exception as exc:  # an InputError/InfeasibleError is a finding, not a crash
             res["status"], res["reason"] = "failed", f"{type(exc).__name__}: {exc}"

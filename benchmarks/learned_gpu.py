@@ -101,8 +101,7 @@ def evidence_rows() -> list[dict]:
                                               * accuracy._memory_bytes_per_unit(row))
             rec["memory_counter"] = COUNTER[res["compared_as"]]
         else:
-            report = engine.estimate(job_from_dict(job), quantities=("memory", "time"),
-                                     search_batch=False)
+            report = engine.estimate(job_from_dict(job), quantities=("memory", "time"))
             step = report.time.step_seconds
             ratio = res["predicted"] / res["measured"]
             rec["measured_step_seconds"] = repr(step * (ratio if row["unit"] in RATE_UNITS
@@ -240,7 +239,7 @@ def traced_side_by_side(limit: int) -> None:
                 options["learned_model"] = str(bundles[r["source"]])
             try:
                 report = engine.estimate(job_from_dict({**job, "options": options}),
-                                         quantities=("memory",), search_batch=False)
+                                         quantities=("memory",))
                 m = report.memory
                 if method == "traced" and m.provenance.basis != "traced":
                     line[method] = None

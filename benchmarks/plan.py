@@ -110,7 +110,7 @@ def run_setup(engine, setup: dict) -> dict:
     if same.size:
         best = same[np.argmin(res["step"][same])]
         bj = config_job(job, res, int(best), ctx["shardings"], method="theory")
-        out["best_step"] = engine.estimate(bj, search_batch=False).time.step_seconds
+        out["best_step"] = engine.estimate(bj).time.step_seconds
         par, tr = bj.parallelism, bj.training
         out["best"] = (f"dp{par.dp} tp{par.tp} pp{par.pp}{' sp' if par.sequence_parallel else ''}"
                        f"{' v%d' % par.pp_virtual_stages if par.pp_virtual_stages > 1 else ''} "
@@ -121,7 +121,7 @@ def run_setup(engine, setup: dict) -> dict:
         i = int(hit[0])
         out["rank"] = int((res["step"][same] < res["step"][i]).sum()) + 1
         pj = config_job(job, res, i, ctx["shardings"], method="theory")
-        out["pub_step"] = engine.estimate(pj, search_batch=False).time.step_seconds
+        out["pub_step"] = engine.estimate(pj).time.step_seconds
     else:
         # not feasible by the array formulas: say what the engine thinks of it
         p = setup["published"]
@@ -135,7 +135,7 @@ def run_setup(engine, setup: dict) -> dict:
                                      "fsdp": fsdp},
                         hardware={"gpu": setup["gpu"], "gpus_per_node": min(8, setup["gpus"]),
                                   "nodes": max(1, setup["gpus"] // 8)})
-        r = engine.estimate(pj, search_batch=False)
+        r = engine.estimate(pj)
         out["pub_step"] = r.time.step_seconds if r.time else None
         out["rank"] = "not feasible (engine: fits=%s)" % r.fits
     return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from fmest.cli import _plugin_commands, build_parser
+from fmest.cli import build_parser
 from fmest.engine import Engine
 
 INTRO = """# Command line
@@ -50,12 +50,9 @@ def _rows(parser: argparse.ArgumentParser):
 
 
 def main() -> None:
-    commands = _plugin_commands(Engine())
-    parser = build_parser(commands)
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    parser = build_parser(Engine().commands())
     print(INTRO)
-    for name, p in sub.choices.items():
-        help_ = next((c.help for c in sub._choices_actions if c.dest == name), "")
+    for name, (help_, p) in parser.fmest_commands.items():
         print(f"## `fmest {name}`\n\n{help_ or ''}\n")
         for title, acts in _rows(p):
             print(f"**{title}**\n\n| flag | values | meaning |\n|---|---|---|")

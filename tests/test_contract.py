@@ -17,6 +17,8 @@ from pathlib import Path
 import attrs
 import pytest
 
+from fmest.api import estimate_jobs
+
 import fmest
 from fmest.cli import main
 from fmest.errors import InputError
@@ -156,7 +158,8 @@ def test_the_policy_decides_whom_to_ask_by_declared_basis():
     eng = new_engine((traced, "tracer"), (theory, "theory_plugin"), (Policy(), "policy"))
     r = eng.estimate(JOB, quantities=("memory",))  # policy "theory": the tracer is not asked
     assert r.memory.provenance.plugin == "theory_plugin" and calls == []
-    r = eng.estimate(JOB.evolve(options={"method": "mine"}), quantities=("memory",))
+    r = estimate_jobs([(JOB.evolve(options={"method": "mine"}), None)], engine=eng,
+                      quantities=("memory",))
     assert r.memory.provenance.plugin == "tracer"
     # the batch search asked only the searchable plugin: one trace, not one per candidate
     assert calls == [1]
@@ -181,8 +184,7 @@ def test_corrections_see_the_candidates_and_theory_runs_once():
                                   provenance=Provenance(basis="learned", in_domain=True))
 
     eng = new_engine((theory, "theory_plugin"), (Corrector(), "corrector"))
-    r = eng.estimate(JOB.evolve(options={"method": "hybrid"}), quantities=("memory",),
-                     search_batch=False)
+    r = eng.estimate(JOB.evolve(options={"method": "hybrid"}), quantities=("memory",))
     assert r.memory.provenance.plugin == "corrector" and r.memory.total_bytes == 5 * GIB
     assert calls == [1]  # the analytic answer was computed once and shared
 
@@ -282,9 +284,10 @@ def test_false_strings_are_false_everywhere(tmp_path, capsys):
 
 
 def read_input_cli(argv):
-    from fmest.cli import build_parser, jobs_from_args
+    from fmest.api import read_jobs
+    from fmest.cli import build_parser
 
-    return jobs_from_args(build_parser().parse_args(["estimate", *argv]))
+    return read_jobs(build_parser().parse_args(["estimate", *argv]))
 
 
 def test_bad_values_name_their_source(tmp_path):
@@ -296,7 +299,8 @@ def test_bad_values_name_their_source(tmp_path):
         read_input_cli(["-f", str(path)])
     assert str(exc.value).startswith(f"{path}: job_configs[1] (-> training.micro_batch_size)")
     with pytest.raises(InputError, match=r"^--seq-len \(-> training.seq_len\)"):
-        from fmest.cli import build_parser, read_flags
+        from fmest.cli import build_parser
+        from fmest.flags import read_flags
         from fmest.inputs import build_job
 
         ns = build_parser().parse_args(["estimate", "--model", "gpt2"])
@@ -429,10 +433,9 @@ def test_time_answers_can_be_corrected_too():
                                 provenance=Provenance(basis="learned", in_domain=True))
 
     eng = new_engine((Time(), "time_plugin"), (Half(), "half"), (_answer("analytic", 1), "m"))
-    r = eng.estimate(JOB.evolve(options={"method": "learned"}), quantities=("memory", "time"),
-                     search_batch=False)
+    r = eng.estimate(JOB.evolve(options={"method": "learned"}), quantities=("memory", "time"))
     assert r.time.step_seconds == 1.0 and r.time.provenance.plugin == "half"
-    r = eng.estimate(JOB, quantities=("memory", "time"), search_batch=False)
+    r = eng.estimate(JOB, quantities=("memory", "time"))
     assert r.time.step_seconds == 2.0
 
 

@@ -40,15 +40,12 @@ def test_readme_test_command_is_what_ci_runs():
 
 
 def test_every_cli_flag_is_in_docs_cli():
-    import argparse
-
     from fmest.cli import build_parser
 
     text = (DOCS / "cli.md").read_text()
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for name in ("estimate", "models", "gpus", "plugins"):
-        for action in sub.choices[name]._actions:
+    commands = build_parser().fmest_commands
+    for name in ("estimate", "export", "models", "gpus", "plugins"):
+        for action in commands[name][1]._actions:
             for opt in action.option_strings:
                 if opt.startswith("--") and opt != "--help":
                     assert f"`{opt}`" in text, f"{opt} of fmest {name} missing from docs/cli.md"

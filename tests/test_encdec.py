@@ -66,7 +66,7 @@ def test_traced_t5_agrees_with_analytic():
                              "training": {"seq_len": 256, "micro_batch_size": 4,
                                           "source_len": 256, "target_len": 128},
                              "options": {"method": method}})
-        report = engine.estimate(job, quantities=("memory",), search_batch=False)
+        report = engine.estimate(job, quantities=("memory",))
         answers[method] = allocated_bytes(report.memory)
     assert answers["traced"] == pytest.approx(answers["theory"], rel=0.15)
 

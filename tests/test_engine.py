@@ -6,6 +6,8 @@ import types
 
 import pytest
 
+from fmest.api import estimate_jobs
+
 from fmest.errors import DuplicateRegistrationError, InputError, UnknownNameError
 from fmest.estimates import MemoryEstimate, Provenance
 from fmest.hookspecs import hookimpl
@@ -85,8 +87,11 @@ def test_wrong_return_type_is_a_failure_not_a_crash():
 def test_max_micro_batch_binary_search():
     # 10 GiB + 3 GiB per sample on an 80 GiB GPU: 10 + 3*23 = 79 fits, 24 does not.
     eng = new_engine((_memory_plugin("analytic", 10, per_batch_gib=3), "lin"))
-    rep = eng.estimate(JOB.evolve(hardware={"gpu": "A100-80GB"}), quantities=("memory",))
+    rep = estimate_jobs([(JOB.evolve(hardware={"gpu": "A100-80GB"}), None)], engine=eng,
+                        quantities=("memory",))
     assert rep.max_micro_batch == 23
+    # the engine answers quantities only: the search is the use case's
+    assert eng.estimate(JOB, quantities=("memory",)).max_micro_batch is None
     assert rep.fits is True
 
 

@@ -80,8 +80,8 @@ def test_ep_equal_to_dp_has_no_expert_reduction_and_less_dp_time():
     dense_only = job_from_dict({"model": MIXTRAL, "training": {"dtype": "bf16"},
                                 "parallelism": {"sharding": "zero1", "ep": 1},
                                 "hardware": {"gpu": "H100-SXM-80GB", "gpus_per_node": 8}})
-    with_ep = engine.estimate(job, search_batch=False).time.breakdown["communication_dp"]
-    without = engine.estimate(dense_only, search_batch=False).time.breakdown["communication_dp"]
+    with_ep = engine.estimate(job).time.breakdown["communication_dp"]
+    without = engine.estimate(dense_only).time.breakdown["communication_dp"]
     assert 0 < with_ep < without
 
 
@@ -94,7 +94,7 @@ def test_zero1_expert_optimizer_states_shard_over_the_expert_data_parallel_group
         job = job_from_dict({"model": MIXTRAL, "training": {"dtype": "bf16"},
                              "parallelism": {"sharding": "zero1", "ep": ep},
                              "hardware": NODES_8})
-        comps[ep] = engine.estimate(job, quantities=("memory",), search_batch=False)
+        comps[ep] = engine.estimate(job, quantities=("memory",))
     counts = comps[1].context.model.param_counts()
     sizing = comps[8].context.transforms.optimizer
     per_param = sizing.states * sizing.state_bytes + sizing.master_bytes

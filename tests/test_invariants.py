@@ -186,7 +186,7 @@ def test_cost_is_price_times_gpu_hours(model, price, gpus, tokens):
         training={"seq_len": 512}, parallelism={"dp": gpus, "zero_stage": 1 if gpus > 1 else 0},
         hardware={"gpu": "H100"}, workload={"dataset_tokens": tokens},
         pricing={"price_per_gpu_hour": price})
-    report = ENGINE.estimate(job, search_batch=False)
+    report = ENGINE.estimate(job)
     assert report.cost is not None and report.time is not None
     hours = report.time.total_seconds / 3600
     assert report.cost.usd == pytest.approx(price * gpus * hours, rel=1e-9)

@@ -20,7 +20,7 @@ def _report(optimizer: str, micro_batch: int, seq_len: int = 6144):
                          "training": {"optimizer": optimizer, "seq_len": seq_len,
                                       "micro_batch_size": micro_batch},
                          "hardware": {"gpu": "H100-SXM", "gpus_per_node": 1}})
-    return engine.estimate(job, quantities=("memory",), search_batch=False)
+    return engine.estimate(job, quantities=("memory",))
 
 
 def test_states_page_to_host_and_the_peak_is_capped():

@@ -327,7 +327,7 @@ def test_a_registered_strategy_is_searched_by_its_behaviour():
     assert rows
     j = config_job(job, res, rows[0], ctx["shardings"], method="theory")
     assert j.parallelism.sharding == "acme_shard"
-    report = eng.estimate(j, search_batch=False)
+    report = eng.estimate(j)
     assert report.fits and report.context.sharding.name == "acme_shard"
     assert res["memory"][rows[0]] == pytest.approx(report.memory.total_bytes, rel=0.15)
 
@@ -402,7 +402,7 @@ def test_duplicates_are_the_same_job_by_the_engine(engine):
                                    pipeline=res["pp"][i] > 1)
 
     def numbers(j):
-        report = engine.estimate(j, search_batch=False)
+        report = engine.estimate(j)
         return report.memory.total_bytes, report.time.step_seconds
 
     def twins(i):

@@ -63,7 +63,7 @@ def test_vectorized_agrees_with_engine(engine, case):
     pick = np.random.default_rng(0).choice(n, size=40, replace=False)
     for i in pick:
         j = config_job(job, res, int(i), ctx["shardings"], method="theory")
-        report = engine.estimate(j, quantities=("memory", "time"), search_batch=False)
+        report = engine.estimate(j, quantities=("memory", "time"))
         mem_err = res["memory"][i] / report.memory.total_bytes - 1
         time_err = res["step"][i] / report.time.step_seconds - 1
         assert abs(mem_err) <= mem_tol and abs(time_err) <= time_tol, (

@@ -27,7 +27,7 @@ def _job(training=None, parallelism=None, model="llama-3.1-8b"):
 
 
 def _estimate(job, engine=None):
-    return (engine or new_engine(*PLUGINS)).estimate(job, search_batch=False)
+    return (engine or new_engine(*PLUGINS)).estimate(job)
 
 
 def test_nine_profiles_each_value_sourced():

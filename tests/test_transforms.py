@@ -152,9 +152,9 @@ def test_registered_strategy_drives_memory_and_time():
     strategy, chosen by ``parallelism.sharding``, answers exactly as ZeRO-1 does, and unlike
     FULL_SHARD."""
     plugins = ((memory_plugin, "memory_theory"), (time_plugin, "time_roofline"))
-    toy = _toy_engine(*plugins).estimate(_job({"sharding": "toy_zero1"}), search_batch=False)
-    zero1 = new_engine(*plugins).estimate(_job({"zero_stage": 1}), search_batch=False)
-    real = new_engine(*plugins).estimate(_job({"fsdp": "full_shard"}), search_batch=False)
+    toy = _toy_engine(*plugins).estimate(_job({"sharding": "toy_zero1"}))
+    zero1 = new_engine(*plugins).estimate(_job({"zero_stage": 1}))
+    real = new_engine(*plugins).estimate(_job({"fsdp": "full_shard"}))
     assert toy.context.transforms.sharding.strategy.source == "toy (test)"
     assert toy.memory.components == zero1.memory.components
     assert toy.time.breakdown == zero1.time.breakdown
@@ -169,9 +169,9 @@ def test_registered_strategy_drives_the_trace(tmp_path, monkeypatch):
     monkeypatch.setenv("FMEST_CACHE_DIR", str(tmp_path))
     plugins = ((runner, "torch_runner"),)
     toy = _toy_engine(*plugins).estimate(_job({"sharding": "toy_zero1"}, "traced"),
-                                         quantities=("memory",), search_batch=False)
+                                         quantities=("memory",))
     zero1 = new_engine(*plugins).estimate(_job({"zero_stage": 1}, "traced"),
-                                          quantities=("memory",), search_batch=False)
+                                          quantities=("memory",))
     assert toy.memory.provenance.basis == "traced"
     assert toy.memory.components == zero1.memory.components
     assert "FSDP2" not in toy.memory.provenance.detail
@@ -195,8 +195,8 @@ def test_strategy_subclass_overrides_collectives():
 
     plugins = ((time_plugin, "time_roofline"), (memory_plugin, "memory_theory"))
     chatty = new_engine(*plugins, (Chatty(), "chatty")).estimate(
-        _job({"sharding": "chatty_ddp"}), search_batch=False)
-    plain = new_engine(*plugins).estimate(_job({}), search_batch=False)
+        _job({"sharding": "chatty_ddp"}))
+    plain = new_engine(*plugins).estimate(_job({}))
     assert chatty.time.breakdown["communication_dp"] > plain.time.breakdown["communication_dp"]
     assert chatty.memory.total_bytes == plain.memory.total_bytes
 

@@ -94,7 +94,7 @@ def test_traced_llava_agrees_with_analytic():
                              "hardware": {"gpu": "A100-SXM-80GB"},
                              "training": {"seq_len": 256, "micro_batch_size": 4},
                              "options": {"method": method}})
-        report = engine.estimate(job, quantities=("memory",), search_batch=False)
+        report = engine.estimate(job, quantities=("memory",))
         assert report.memory.provenance.basis == ("analytic" if method == "theory" else "traced")
         answers[method] = allocated_bytes(report.memory)
     assert answers["traced"] == pytest.approx(answers["theory"], rel=0.10)

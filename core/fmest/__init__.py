@@ -35,30 +35,19 @@ def to_job(job: Any):
 
 
 def _engine(engine):
-    if engine is not None:
-        return engine
-    from fmest.engine import default_engine
+    from fmest.api import _engine as engine_or_default
 
-    return default_engine()
+    return engine_or_default(engine)
 
 
 def estimate_jobs(pairs, *, engine=None, quantities=("memory", "time", "tokens", "cost"),
                   method: str | None = None):
     """Estimate ``(job, InputReport)`` pairs from the input door (:mod:`fmest.inputs`); the
-    first job's :class:`fmest.engine.Report` carries the others in ``others``. The CLI and
-    :func:`estimate` both come through here, so they report the same."""
-    import attrs
+    first job's :class:`fmest.engine.Report` carries the others in ``others``
+    (:func:`fmest.api.estimate_jobs`: the CLI and the service come through it too)."""
+    from fmest.api import estimate_jobs as use_case
 
-    eng = _engine(engine)
-    reports = []
-    for job, report in pairs:
-        if method is not None:
-            job = job.evolve(options={"method": method})
-        result = eng.estimate(job, quantities=quantities)
-        reports.append(attrs.evolve(result, input=report,
-                                    warnings=result.warnings + report.warnings()))
-    first = reports[0]
-    return attrs.evolve(first, others=tuple(reports[1:])) if len(reports) > 1 else first
+    return use_case(pairs, engine=engine, quantities=quantities, method=method)
 
 
 def estimate(job: Any, *, engine=None, quantities=("memory", "time", "tokens", "cost"),

@@ -124,8 +124,7 @@ def _first_error(exc: BaseException, path: str) -> InputError:
             return _first_error(inner, f"{path}.{note.name}" if path else note.name)
         inner = plain[0]  # raised by the class itself (an attrs validator)
         if isinstance(inner, InputError):
-            return InputError(f"{path}.{inner.field}" if path else inner.field,
-                              str(inner).split(": ", 1)[1])
+            return inner.at(f"{path}.{inner.field}" if path else inner.field)
         return _first_error(inner, path)
     if isinstance(exc, IterableValidationError):
         noted, plain = exc.group_exceptions()
@@ -141,7 +140,7 @@ def _first_error(exc: BaseException, path: str) -> InputError:
     if isinstance(exc, _Bad):
         return InputError(path, exc.message, value=exc.value, accepted=exc.accepted)
     if isinstance(exc, InputError):  # an attrs validator: its field is the attribute name
-        return InputError(path, str(exc).split(": ", 1)[1]) if path else exc
+        return exc.at(path) if path else exc
     return InputError(path or "job", f"{type(exc).__name__}: {exc}")
 
 
@@ -161,7 +160,7 @@ def _section(cls: type, data: Any, path: str):
     try:
         return _converter.structure(data, cls)
     except InputError as exc:  # a validator: prefix the section
-        raise InputError(f"{path}.{exc.field}", str(exc).split(": ", 1)[1]) from None
+        raise exc.at(f"{path}.{exc.field}") from None
     except (ClassValidationError, _Bad, ForbiddenExtraKeysError) as exc:
         raise _first_error(exc, path) from None
 

@@ -184,7 +184,8 @@ class Report:
     #: the reports of the other jobs of a multi-job input (an EstimateInput with several
     #: ``job_configs``); ``all_reports`` lists every job's report in input order
     others: tuple = ()
-    #: ``memory.min_gpus``: a :class:`fmest.plan.min_gpus.LazyMinGpus` (searched when shown)
+    #: ``memory.min_gpus``: a :class:`fmest.searches.MinGpus`, when the use case searched it
+    #: (:func:`fmest.api.estimate_jobs`); ``max_micro_batch`` likewise
     min_gpus: Any = field(default=None, eq=False, repr=False)
 
     @property
@@ -433,7 +434,10 @@ class Engine:
     def context(self, job: Job) -> EstimateContext:
         """Resolve and cross-check a job; raises :class:`InputError` naming the field."""
         check_job(job)  # bounds and conflicts: a job built in Python skipped the input door
-        job = self.resolve_job(job)
+        return self._context(self.resolve_job(job))
+
+    def _context(self, job: Job) -> EstimateContext:
+        """:meth:`context` of a job already checked and resolved (:meth:`resolve_job`)."""
         model = self.resolve_model(job)
         check_model(model)  # before any rule below divides by its dimensions
         gpu = self.registries.gpus.get(job.hardware.gpu)
@@ -485,7 +489,12 @@ class Engine:
                searching: bool = False) -> Decision:
         """Ask the plugins the job's policy wants, let correction hooks see the answers, and
         let the policy choose."""
-        job = self.resolve_job(job)
+        return self._decide(quantity, self.resolve_job(job), ctx=ctx, memory=memory, time=time,
+                            searching=searching)
+
+    def _decide(self, quantity: str, job: Job, *, ctx: EstimateContext, memory=None,
+                time=None, searching: bool = False) -> Decision:
+        """:meth:`decide` for a job already resolved."""
         policy = self.registries.policies.get(job.options.method)
         only = self._asked(policy, searching)
         if quantity == "memory":
@@ -507,37 +516,11 @@ class Engine:
     def estimate_memory(self, job: Job, ctx: EstimateContext | None = None) -> Decision:
         job = self.resolve_job(job)
         ctx = ctx or self.context(job)
-        return self.decide("memory", job, ctx=ctx)
+        return self._decide("memory", job, ctx=ctx)
 
-    def max_micro_batch(self, job: Job, ctx: EstimateContext, *, limit: int = 4096) -> int:
-        """Largest micro-batch whose estimated peak fits the GPU (0 if even 1 does not).
-
-        Each candidate batch is decided by the job's policy over the plugins that declared
-        themselves searchable (a trace per candidate would take minutes)."""
-        cap = usable_memory_bytes(job, ctx)
-
-        def fits(b: int) -> bool:
-            j = job.evolve(training={"micro_batch_size": b})
-            chosen = self.decide("memory", j, ctx=ctx, searching=True).chosen
-            return chosen is not None and \
-                paged_to_host(j, ctx, calibrated(job, chosen)).total_bytes <= cap
-
-        if not fits(1):
-            return 0
-        lo, hi = 1, 2
-        while hi <= limit and fits(hi):
-            lo, hi = hi, hi * 2
-        if hi > limit:
-            return lo
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if fits(mid):
-                lo = mid
-            else:
-                hi = mid
-        return lo
-
-    def _search_note(self, memory) -> list[str]:
+    def search_note(self, memory: MemoryEstimate) -> list[str]:
+        """Say so when the chosen memory answer's plugin is too slow to be asked once per
+        candidate of a search (``max_micro_batch``, ``min_gpus``: :mod:`fmest.searches`)."""
         info = self.registries.estimators.get(memory.provenance.plugin)
         if info is None or info.searchable:
             return []
@@ -545,42 +528,38 @@ class Engine:
                 f"answer's plugin {memory.provenance.plugin!r} is not: one "
                 f"{memory.provenance.basis} answer per candidate batch would take minutes)"]
 
-    def estimate(self, job: Job, *, quantities=QUANTITIES, search_batch: bool = True) -> Report:
-        """Estimate ``quantities`` for ``job`` and return a :class:`Report`."""
+    def estimate(self, job: Job, *, quantities=QUANTITIES) -> Report:
+        """Estimate ``quantities`` for ``job`` and return a :class:`Report` (the searches a
+        report shows beside it, largest micro-batch and fewest GPUs, are the use case's:
+        :func:`fmest.api.estimate_jobs`). The job is checked and resolved once, and each
+        quantity's plugins are asked once."""
         for q in quantities:
             if q not in QUANTITIES:
                 raise InputError("quantities", "unknown quantity", value=q, accepted=QUANTITIES)
         check_job(job)  # before resolving the model: bad input names its field first
         job = self.resolve_job(job)
-        ctx = self.context(job)
+        ctx = self._context(job)
         decisions: dict[str, Decision] = {}
         warnings = list(ctx.warnings) + [str(e) for e in self.load_errors]
-        mem_d = self.decide("memory", job, ctx=ctx)
+        mem_d = self._decide("memory", job, ctx=ctx)
         if mem_d.chosen is not None:  # the calibration knobs apply to whichever plugin answered
             mem_d = attrs.evolve(mem_d, chosen=paged_to_host(job, ctx,
                                                              calibrated(job, mem_d.chosen)))
         decisions["memory"] = mem_d
         memory = mem_d.chosen
-        fits = headroom = max_mb = min_gpus = None
+        fits = headroom = None
         if memory is not None:
             headroom = int(usable_memory_bytes(job, ctx) - memory.total_bytes)
             fits = headroom >= 0
-            # serving answers its largest batch/context itself (memory.metrics)
-            if search_batch and job.mode == "training":
-                warnings += self._search_note(memory)
-                max_mb = self.max_micro_batch(job, ctx)
-                from fmest.plan.min_gpus import LazyMinGpus
-
-                min_gpus = LazyMinGpus(self, job)
         time = tokens = cost = None
         if any(q in quantities for q in ("time", "tokens", "cost")):
-            decisions["time"] = self.decide("time", job, ctx=ctx, memory=memory)
+            decisions["time"] = self._decide("time", job, ctx=ctx, memory=memory)
             time = decisions["time"].chosen
         if time is not None and any(q in quantities for q in ("tokens", "cost")):
-            decisions["tokens"] = self.decide("tokens", job, ctx=ctx, time=time)
+            decisions["tokens"] = self._decide("tokens", job, ctx=ctx, time=time)
             tokens = decisions["tokens"].chosen
         if time is not None and "cost" in quantities:
-            decisions["cost"] = self.decide("cost", job, ctx=ctx, time=time)
+            decisions["cost"] = self._decide("cost", job, ctx=ctx, time=time)
             cost = decisions["cost"].chosen
         for d in decisions.values():
             warnings += [f"plugin {f.plugin!r} failed on {d.quantity}: {f.error} "
@@ -590,9 +569,8 @@ class Engine:
                             f"{job.options.method!r} ({mem_d.rule})")
         warnings += _unanswered_time(job, ctx, quantities, time)
         return Report(job=job, context=ctx, memory=memory, time=time, tokens=tokens, cost=cost,
-                      fits=fits, headroom_bytes=headroom, max_micro_batch=max_mb,
-                      decisions=decisions, warnings=tuple(dict.fromkeys(warnings)),
-                      min_gpus=min_gpus)
+                      fits=fits, headroom_bytes=headroom, decisions=decisions,
+                      warnings=tuple(dict.fromkeys(warnings)))
 
 
 def _unanswered_time(job: Job, ctx: EstimateContext, quantities, time) -> list[str]:

@@ -26,6 +26,8 @@ class InputError(FmestError, ValueError):
     def __init__(self, field: str, message: str, *, value: object = None,
                  accepted: Iterable[object] | None = None) -> None:
         self.field = field
+        #: what is wrong, without the field, the value or the accepted values
+        self.message = message
         self.value = value
         self.accepted = list(accepted) if accepted is not None else None
         text = f"{field}: {message}"
@@ -36,6 +38,12 @@ class InputError(FmestError, ValueError):
             more = f", ... ({len(self.accepted) - 25} more)" if len(self.accepted) > 25 else ""
             text += f"; accepted: {shown}{more}"
         super().__init__(text)
+
+
+    def at(self, field: str) -> "InputError":
+        """The same error named by another field (the file key or flag a job field came from,
+        a section prefix): message, value and accepted values travel as they are."""
+        return type(self)(field, self.message, value=self.value, accepted=self.accepted)
 
 
 class UnknownNameError(InputError):

@@ -8,7 +8,7 @@ the values it could not resolve):
   ``EstimateInput`` (one layer per ``job_configs`` entry); used by ``-f``, by an EstimateInput
   given with ``--config`` and by the Python API alike;
 * :func:`read_configs` -- training tools' config files (:func:`fmest.configs.load_configs`);
-* the CLI's flag reader (:func:`fmest.cli.read_flags`).
+* the flag table's reader (:func:`fmest.flags.read_flags`).
 
 Merge order (later wins): the job input (``-f`` / the API / an EstimateInput), then config files
 in the order given, then command-line flags. :func:`build_jobs` structures each merged job once
@@ -130,7 +130,7 @@ def read_estimate_input(data: dict, source: str = "input") -> list[Layer]:
     except InputError as exc:
         if source == "input":
             raise
-        raise InputError(f"{source}: {exc.field}", str(exc)[len(exc.field) + 2:]) from None
+        raise exc.at(f"{source}: {exc.field}") from None
     entries = tuple(Ignored(source=source, key=key, reason=reason)
                     for key, reason in (e.split(": ", 1) for e in ignored))
     layers = []
@@ -310,7 +310,7 @@ def build_job(layers: Sequence[Layer], *, job_index: int = 0, job_count: int = 1
         hit = values.get(exc.field)
         if hit is None or not named.get(exc.field):
             raise
-        raise InputError(f"{hit[1]} (-> {exc.field})", str(exc)[len(exc.field) + 2:]) from None
+        raise exc.at(f"{hit[1]} (-> {exc.field})") from None
     unresolved = {}
     for i, layer in enumerate(layers):
         later = {p for lay in layers[i + 1:] for p in lay.values}

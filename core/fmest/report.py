@@ -52,10 +52,10 @@ def _candidate_value(quantity: str, est) -> float | None:
 
 def _min_gpus(report: Report) -> dict[str, Any]:
     """``min_gpus`` (fewest GPUs of the job's type that fit, keeping its strategy; null when
-    none does) and ``min_gpus_reason`` (fmest.plan.min_gpus; docs/plan.md)."""
-    if report.min_gpus is None:
+    none does) and ``min_gpus_reason`` (fmest.searches; docs/plan.md)."""
+    found = report.min_gpus
+    if found is None:
         return {"min_gpus": None, "min_gpus_reason": None}
-    found = report.min_gpus.get()
     return {"min_gpus": found.gpus, "min_gpus_reason": found.reason}
 
 

@@ -157,7 +157,7 @@ def adr_api(reader: Callable[[dict], tuple[list, list]]):
         jobs, _ignored = reader(data)
         eng = _engine(engine)
         job, num_gpus = _sized_job(jobs[0], _gpus_given(data), eng)
-        return eng.estimate(job, quantities=quantities, search_batch=False), num_gpus
+        return eng.estimate(job, quantities=quantities), num_gpus
 
     def estimate_memory(estimate_input: Any, model_path: Optional[str] = None, *,
                         engine=None) -> _Record:
@@ -201,4 +201,4 @@ def adr_output(job, engine) -> _Record:
 
         given = resolve_layout(job).world_size
     job, num_gpus = _sized_job(job, given, engine)
-    return adr_estimate_from_report(engine.estimate(job, search_batch=False), num_gpus)
+    return adr_estimate_from_report(engine.estimate(job), num_gpus)

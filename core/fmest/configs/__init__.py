@@ -288,8 +288,7 @@ def _validate(data: dict, origins: dict) -> None:
                 origin = origins.get(exc.field)
                 if origin is None:
                     raise
-                raise InputError(f"{origin} (-> {exc.field})",
-                                 str(exc)[len(exc.field) + 2:]) from None
+                raise exc.at(f"{origin} (-> {exc.field})") from None
             except KeyError:
                 continue  # an unknown field: reported when the job is built
             typed = unstructure(typed)

@@ -19,7 +19,7 @@ def map_config(doc: dict, sink: Sink) -> None:
     try:
         jobs, ignored = compat.estimate_input_jobs(doc)
     except InputError as exc:  # the compat reader's errors name the key, not the file
-        raise sink.error(exc.field, str(exc)[len(exc.field) + 2:]) from None
+        raise exc.at(f"{sink.name}: {exc.field}") from None
     for entry in ignored:
         if entry.startswith("job_configs[0]") or not entry.startswith("job_configs["):
             sink.ignored.append(entry)

@@ -88,7 +88,7 @@ def map_keys(doc: dict, sink: Sink, prefix: str = "", skip: frozenset = frozense
         try:
             mapped, ignored = training_arguments_fields({name: value}, "")
         except InputError as exc:  # a boolean key's "maybe": keep the reader's own message
-            raise sink.error(key, str(exc).split(": ", 1)[-1]) from None
+            raise exc.at(f"{sink.name}: {key}") from None
         except (TypeError, ValueError):
             raise sink.error(key, "expected a number", value=value) from None
         for section, fields in mapped.items():

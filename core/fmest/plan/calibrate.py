@@ -150,7 +150,7 @@ def _time_probe(engine, job, gpu: str, ckpt: str, tp: int, sp: bool, pp: int = 1
                    training={"micro_batch_size": mb, "grad_accum_steps": accum,
                              "activation_checkpointing": ckpt},
                    workload={"max_steps": 1, "dataset_tokens": None})
-    report = engine.estimate(j, quantities=("memory", "time"), search_batch=False)
+    report = engine.estimate(j, quantities=("memory", "time"))
     t = report.time
     if t is None or not t.step_seconds:
         return None
@@ -265,7 +265,7 @@ def context_parallel_core(engine, job, gpu: str, ckpt: str, tp: int, cp: int,
                        training={"micro_batch_size": mb, "grad_accum_steps": 1,
                                  "activation_checkpointing": ckpt},
                        workload={"max_steps": 1, "dataset_tokens": None})
-        t = engine.estimate(j, quantities=("memory", "time"), search_batch=False).time
+        t = engine.estimate(j, quantities=("memory", "time")).time
         parts = t.breakdown if t is not None else {}
         return sum(parts.get(k, 0.0) for k in ("compute", "memory_bound", "communication_cp"))
 
@@ -281,7 +281,7 @@ def optimizer_seconds_per_param(engine, job, gpu: str, sharding: str) -> float:
                    hardware={"gpu": gpu, "gpus_per_node": None, "nodes": 1},
                    training={"micro_batch_size": 1, "grad_accum_steps": 1},
                    workload={"max_steps": 1, "dataset_tokens": None})
-    report = engine.estimate(j, quantities=("memory", "time"), search_batch=False)
+    report = engine.estimate(j, quantities=("memory", "time"))
     if report.time is None:
         return 0.0
     from fmest.counting import trainable_params

@@ -1,8 +1,8 @@
 """The ``fmest plan`` command: arguments, output (table, JSON, CSV), exports and the plot.
 
-The job is read exactly as ``fmest estimate`` reads it (flags, ``-f``, ``--config``: the
-estimate argument parser and input door of :mod:`fmest.cli`); the planning flags are added
-beside them. Registered from :mod:`fmest.default_plugins.plan` through
+The job is read exactly as ``fmest estimate`` reads it (flags, ``-f``, ``--config``: the flag
+table :data:`fmest.flags.PLAN_FLAGS` and the use case :func:`fmest.api.read_jobs`); the
+planning flags are rows of the same table. Registered from :mod:`fmest.default_plugins.plan` through
 ``fmest_register_commands``.
 """
 
@@ -17,54 +17,18 @@ import sys
 from typing import Any
 
 from fmest.errors import InputError
-from fmest.plan.planner import OBJECTIVES, Constraints, Plan, PlanResult, plan
+from fmest.plan.planner import Constraints, Plan, PlanResult, plan
 
 GIB = 1024**3
-FORMATS = ("table", "json", "csv")
-EXPORTS = ("deepspeed", "accelerate", "axolotl", "training-args")
 PROGRESS_MIN_STEPS = 8
 
 
 def add_arguments(p) -> None:
-    """The estimate flags plus the planning constraints (docs/plan.md)."""
-    from fmest.cli import add_estimate_arguments, parse_count, parse_positive_int
+    """The job flags plus the planning constraints (:data:`fmest.flags.PLAN_FLAGS`;
+    docs/plan.md)."""
+    from fmest.flags import PLAN_FLAGS, add_arguments as add_flags
 
-    add_estimate_arguments(p)
-    for action in p._actions:            # the estimate parser's --format: add csv
-        if action.dest == "format":
-            action.choices = FORMATS
-            action.help = "table for people, json or csv for machines"
-    g = p.add_argument_group("plan")
-    g.add_argument("--gpus", metavar="A,B,...", help="GPU types to consider (default: every "
-                   "registered GPU with a price)")
-    g.add_argument("--max-gpus", type=parse_positive_int, default=64, metavar="N",
-                   help="most GPUs a plan may use (default 64)")
-    g.add_argument("--max-nodes", type=parse_positive_int, metavar="N",
-                   help="most nodes (instances) a plan may use")
-    g.add_argument("--budget-usd", type=float, metavar="USD", help="most a run may cost")
-    g.add_argument("--deadline-hours", type=float, metavar="H", help="longest a run may take")
-    g.add_argument("--providers", metavar="A,B,...", help="cloud providers to price on "
-                   "(default: every provider in the price table)")
-    g.add_argument("--global-batch-tokens", type=parse_count, metavar="N",
-                   help="tokens per optimizer step to keep (default: the job's own batch, "
-                   "else 2^20)")
-    g.add_argument("--objective", choices=OBJECTIVES, default="pareto",
-                   help="rank by cost, by time, or show the cost/time Pareto front (default)")
-    g.add_argument("--top", type=parse_positive_int, default=10, metavar="N",
-                   help="plans to show (default 10)")
-    g.add_argument("--refine", type=int, default=0, metavar="K",
-                   help="re-estimate the best K with the job's --method (traced/hybrid) "
-                   "instead of the theory policy")
-    g.add_argument("--export", choices=EXPORTS, help="write the training config(s) of the best "
-                   "plan the exporter can express, with the exporter of 'fmest export'")
-    g.add_argument("--export-dir", metavar="DIR", default="fmest-plan",
-                   help="where --export writes (default ./fmest-plan)")
-    plot_help = ("draw cost against time with the Pareto front (needs matplotlib: pip install "
-                 "'fmest[plot]')")
-    if "--plot" in p._option_string_actions:     # the shared flags may already carry it
-        p._option_string_actions["--plot"].help = plot_help
-    else:
-        g.add_argument("--plot", metavar="FILE.png|FILE.svg", help=plot_help)
+    add_flags(p, PLAN_FLAGS)
 
 
 def constraints_from_args(args) -> Constraints:
@@ -99,11 +63,10 @@ def _progress(stream=None):
 
 def plan_from_args(args, engine, *, job_layers=None, progress=None):
     """(result, constraints) of the job and planning flags in ``args`` (``job_layers``: the
-    job from another source, e.g. a service body, as :func:`fmest.cli.jobs_from_args`)."""
-    from fmest.cli import jobs_from_args
+    job from another source, e.g. a service body, as :func:`fmest.api.read_jobs`)."""
+    from fmest.api import read_jobs
 
-    pairs = jobs_from_args(args, job_layers=job_layers) if job_layers is not None \
-        else jobs_from_args(args)
+    pairs = read_jobs(args, job_layers=job_layers)
     if len(pairs) > 1:
         raise InputError("--input-file", f"the input holds {len(pairs)} jobs; plan one at a "
                          "time (split the EstimateInput)")
@@ -113,7 +76,7 @@ def plan_from_args(args, engine, *, job_layers=None, progress=None):
 
 def plan_output(args, engine, *, job_layers=None) -> dict[str, Any]:
     """The ``fmest plan --format json`` object (the seam the HTTP service calls, like
-    :func:`fmest.cli.estimate_output`)."""
+    :func:`fmest.api.estimate_output`)."""
     result, cons = plan_from_args(args, engine, job_layers=job_layers)
     return result_to_dict(result, cons)
 

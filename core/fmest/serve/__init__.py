@@ -15,7 +15,7 @@ from fmest.errors import FmestError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from fmest.cli import parse_positive_int
+    from fmest.flags import parse_positive_int
 
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on "
                         "(default 127.0.0.1: this machine only)")

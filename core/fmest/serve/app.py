@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 from fmest import __version__
 from fmest.errors import FmestError, InputError, error_body, error_object
 from fmest.serve import schema
-from fmest.serve.inputs import INPUT_SOURCE, command_parser, estimate_args
+from fmest.serve.inputs import INPUT_SOURCE, estimate_args
 
 log = logging.getLogger("fmest.serve")
 
@@ -76,20 +76,20 @@ class _ServiceEngine:
 
 def estimate_response(args, job_input, service: _ServiceEngine) -> str:
     """The JSON text ``fmest estimate --format json -f INPUT FLAGS`` prints for the parsed
-    body: the CLI's own input door (:func:`fmest.cli.jobs_from_args`) and renderer
-    (:func:`fmest.cli.report_output`)."""
-    import fmest
-    from fmest import cli
+    body: the CLI's own use cases (:func:`fmest.api.read_jobs`, :func:`fmest.api.estimate_jobs`)
+    and renderer (:func:`fmest.report.reports_to_dict`)."""
+    from fmest import api
     from fmest.inputs import read_document
+    from fmest.report import reports_to_dict
 
     layers = read_document(job_input, source=INPUT_SOURCE) if job_input is not None else None
-    pairs = cli.jobs_from_args(args, job_layers=layers)
+    pairs = api.read_jobs(args, job_layers=layers)
     if all(job.options.method in CONCURRENT_METHODS for job, _ in pairs):
-        report = fmest.estimate_jobs(pairs, engine=service.engine)
+        report = api.estimate_jobs(pairs, engine=service.engine)
     else:
         with service.exclusive:
-            report = fmest.estimate_jobs(pairs, engine=service.engine)
-    return json.dumps(cli.report_output(report), default=str)
+            report = api.estimate_jobs(pairs, engine=service.engine)
+    return json.dumps(reports_to_dict(report), default=str)
 
 
 def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -172,19 +172,20 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 
     from fmest.serve.plan import plan_available, plan_response
 
-    plan_parser = (command_parser("plan", service.commands) if plan_available(service)
-                   else None)
+    from fmest import flags as flag_table
 
-    @app.post("/v1/plan", tags=["plan"], openapi_extra=schema.plan_openapi(plan_parser),
+    plan_flags = flag_table.PLAN_FLAGS if plan_available(service) else None
+
+    @app.post("/v1/plan", tags=["plan"], openapi_extra=schema.plan_openapi(plan_flags),
               summary="Plan: every layout that fits, cost against time (needs fmest.plan)")
     async def plan(request: Request):
-        if plan_parser is None:
+        if plan_flags is None:
             return JSONResponse(error_body(None, "this fmest has no planner the service can "
                                            "call (fmest.plan.plan_output); POST /v1/estimate "
                                            "works"),
                                 status_code=501)
         body = await read_json(request)
-        result = await in_thread(plan_response, plan_parser, body, service)
+        result = await in_thread(plan_response, plan_flags, body, service)
         if isinstance(result, JSONResponse):
             return result
         return Response(result, media_type="application/json")
@@ -225,7 +226,7 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         return {"status": "ok", "version": __version__,
                 "plugins": sorted(plugin_hooks(service.engine.pm)),
                 "load_errors": [str(e) for e in service.engine.load_errors],
-                "plan": plan_parser is not None}
+                "plan": plan_flags is not None}
 
     @app.get("/", include_in_schema=False)
     def page():

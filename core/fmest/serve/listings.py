@@ -11,14 +11,14 @@ from fmest.convert import unstructure
 
 def models_listing(engine) -> list[dict[str, Any]]:
     """The model registry as ``fmest models --format json`` prints it."""
-    from fmest.cli import models_rows
+    from fmest.api import models_rows
 
     return models_rows(engine.registries)
 
 
 def gpus_listing(engine) -> list[dict[str, Any]]:
     """The GPU registry as ``fmest gpus --format json`` prints it."""
-    from fmest.cli import gpus_rows
+    from fmest.api import gpus_rows
 
     return gpus_rows(engine.registries)
 

@@ -1,6 +1,6 @@
 """``POST /v1/plan``: the planner's ``fmest plan --format json`` object, served when the
 planner package exposes ``fmest.plan.plan_output(args, engine, *, job_layers=None)`` (the
-same seam as :func:`fmest.cli.estimate_output`); until then the route answers 501."""
+same seam as :func:`fmest.api.estimate_output`); until then the route answers 501."""
 
 from __future__ import annotations
 
@@ -23,12 +23,12 @@ def plan_available(service) -> bool:
     return _plan_output() is not None and "plan" in service.commands
 
 
-def plan_response(parser, body: Any, service) -> str:
+def plan_response(flags, body: Any, service) -> str:
     """The JSON text of ``fmest plan --format json`` with the body's job and flags
-    (``parser``: the ``fmest plan`` sub-parser)."""
+    (``flags``: :data:`fmest.flags.PLAN_FLAGS`)."""
     from fmest.inputs import read_document
 
-    args, job_input = args_from_body(parser, body)
+    args, job_input = args_from_body(flags, body)
     layers = read_document(job_input, source=INPUT_SOURCE) if job_input is not None else None
     with service.exclusive:  # a plan runs thousands of estimates: one at a time
         return json.dumps(_plan_output()(args, service.engine, job_layers=layers), default=str)

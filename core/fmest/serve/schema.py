@@ -1,5 +1,6 @@
-"""OpenAPI pieces of the service, generated from the CLI's ``fmest estimate`` parser so the
-schema, the page's form and the command line name the same knobs in the same groups.
+"""OpenAPI pieces of the service, generated from the flag table (:mod:`fmest.flags`) like the
+command line, so the schema, the page's form and the CLI name the same knobs in the same
+groups.
 
 Each flag property carries ``x-flag`` (its ``--option``) and ``x-group`` (the CLI's argument
 group: input, training, parallelism, hardware, workload, pricing, answer); the page builds its
@@ -8,11 +9,10 @@ form from them.
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+from typing import Any, Optional
 
-from fmest.cli import parse_bool, parse_count, parse_positive_int
-from fmest.serve.inputs import estimate_parser, flag_groups, flag_name, is_bool_flag
+from fmest import flags as flag_table
+from fmest.flags import Flag, json_schema
 
 DESCRIPTION = (
     "Estimate per-GPU memory, step time, tokens/s and cost of LLM training runs. "
@@ -60,35 +60,10 @@ _JOB_SECTION = {"type": "object", "description": "a section of the fmest job lay
                 "(docs/cli.md); its fields as in `fmest estimate --format json`'s `job`"}
 
 
-def _flag_schema(action: argparse.Action) -> dict[str, Any]:
-    if is_bool_flag(action) or action.type is parse_bool:
-        out: dict[str, Any] = {"type": "boolean"}
-    elif action.type is parse_positive_int:
-        out = {"type": "integer", "minimum": 1}
-    elif action.type is int:
-        out = {"type": "integer"}
-    elif action.type in (float, parse_count):
-        out = {"type": "number"}
-    else:
-        out = {"type": "string"}
-    if action.choices is not None:
-        out["enum"] = list(action.choices)
-    if action.nargs in ("+", "*"):
-        out = {"type": "array", "items": out, "minItems": 1}
-    out["description"] = (action.help or "").replace("%%", "%")
-    out["x-flag"] = flag_name(action)
-    return out
-
-
-def request_schema(parser: argparse.ArgumentParser, example: dict) -> dict[str, Any]:
+def request_schema(flags: tuple[Flag, ...], example: dict) -> dict[str, Any]:
     """The body of a command's route: its flags by JSON name (with ``x-flag``/``x-group``),
     the job sections and ``input``."""
-    props: dict[str, Any] = {}
-    for title, actions in flag_groups(parser):
-        for action in actions:
-            prop = _flag_schema(action)
-            prop["x-group"] = title
-            props[action.dest] = prop
+    props: dict[str, Any] = {f.dest: json_schema(f) for f in flags if not f.server_side}
     for section in ("training", "parallelism", "hardware", "workload", "pricing", "options"):
         props[section] = dict(_JOB_SECTION)
     props["model_config"] = {"type": "object", "description": "an inline Hugging Face "
@@ -121,7 +96,7 @@ def _errors(*codes: int) -> dict:
 
 def estimate_openapi() -> dict:
     return {"requestBody": {"required": True, "content": _json(
-                request_schema(estimate_parser(), EXAMPLE))},
+                request_schema(flag_table.ESTIMATE_FLAGS, EXAMPLE))},
             "responses": {"200": {"description": "`fmest estimate --format json`: one job's "
                                   "object, or `{\"jobs\": [...]}` for a multi-job EstimateInput",
                                   "content": _json({"anyOf": [ESTIMATE_SCHEMA, {
@@ -131,10 +106,10 @@ def estimate_openapi() -> dict:
                           **_errors(413, 422, 500, 504)}}
 
 
-def plan_openapi(parser: argparse.ArgumentParser | None) -> dict:
+def plan_openapi(flags: Optional[tuple[Flag, ...]]) -> dict:
     """``POST /v1/plan``: the ``fmest plan`` flags when the planner is installed."""
-    body = (request_schema(parser, dict(EXAMPLE, max_gpus=16, objective="pareto"))
-            if parser is not None else {"type": "object"})
+    body = (request_schema(flags, dict(EXAMPLE, max_gpus=16, objective="pareto"))
+            if flags is not None else {"type": "object"})
     return {"requestBody": {"required": True, "content": _json(body)},
             "responses": {"200": {"description": "`fmest plan --format json`",
                                   "content": _json({"type": "object",

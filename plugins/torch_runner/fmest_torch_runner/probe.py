@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import copy
 import csv
-import hashlib
 import itertools
 import json
 import os
 import platform
-import subprocess
 import sys
 import threading
 import time
@@ -37,9 +35,12 @@ from typing import Any, Optional
 
 from fmest.errors import InputError
 
+from fmest_torch_runner.records import CATEGORIES, RUNNER_VERSION
+from fmest_torch_runner.worker_process import ROW_MARK, config_hash, run_in_subprocess
+
 DEVICES = ("cpu", "cuda", "fake")
 PHASE_WINDOWS = tuple(f"s{s}_{k}" for s in (1, 2) for k in ("forward", "backward", "optimizer"))
-BREAKDOWN = ("params", "grads", "optimizer_state", "activations", "temporaries")
+BREAKDOWN = CATEGORIES  # one at_peak_{category}_bytes column each
 
 COLUMNS = (
     ["config_hash", "status", "error", "device",
@@ -138,14 +139,6 @@ def expand(base_job: dict, axes) -> list[dict]:
     return out
 
 
-def config_hash(job_dict: dict, device: str) -> str:
-    from fmest_torch_runner.runner import RUNNER_VERSION
-
-    text = json.dumps({"job": job_dict, "device": device, "runner": RUNNER_VERSION},
-                      sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 # -- output ------------------------------------------------------------------------------------
 
 def _fmt(v: Any) -> Any:
@@ -231,8 +224,6 @@ def environment(device: str) -> dict:
     gpu = ""
     if device == "cuda" and torch.cuda.is_available():
         gpu = torch.cuda.get_device_name()
-    from fmest_torch_runner.runner import RUNNER_VERSION
-
     return {"device": device, "torch_version": torch.__version__,
             "transformers_version": v("transformers"), "peft_version": v("peft"),
             "fmest_version": v("fmest"), "runner_version": RUNNER_VERSION,
@@ -326,9 +317,6 @@ def probe_one(job_dict: dict, device: str, *, theory: bool = True) -> dict:
     return row
 
 
-_MARK = "FMEST_PROBE_ROW "
-
-
 def worker_main(argv: Optional[list[str]] = None) -> int:
     """``python -m fmest_torch_runner.probe --worker --device D [--threads N] [--no-theory]``
     reads one job JSON on stdin and prints its row as one marked JSON line."""
@@ -346,49 +334,17 @@ def worker_main(argv: Optional[list[str]] = None) -> int:
 
         torch.set_num_threads(args.threads)
     row = probe_one(job_dict, args.device, theory=not args.no_theory)
-    sys.stdout.write(_MARK + json.dumps(row, default=str) + "\n")
+    sys.stdout.write(ROW_MARK + json.dumps(row, default=str) + "\n")
     sys.stdout.flush()
     return 0
-
-
-def run_in_subprocess(job_dict: dict, device: str, *, threads: int = 0, timeout: float = 600,
-                      theory: bool = True) -> dict:
-    """Run one configuration in a fresh interpreter; a crash or timeout is a row too."""
-    cmd = [sys.executable, "-m", "fmest_torch_runner.probe", "--worker", "--device", device]
-    if threads:
-        cmd += ["--threads", str(threads)]
-    if not theory:
-        cmd.append("--no-theory")
-    env = dict(os.environ)
-    if threads:
-        env.setdefault("OMP_NUM_THREADS", str(threads))
-    base = {"config_hash": config_hash(job_dict, device), "device": device,
-            "model": job_dict.get("model"),
-            "job_json": json.dumps(job_dict, sort_keys=True, default=str)}
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, input=json.dumps(job_dict), capture_output=True, text=True,
-                              timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {**base, "status": "error", "error": f"timeout after {timeout:.0f} s",
-                "run_wall_seconds": time.perf_counter() - t0}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(_MARK):
-            return json.loads(line[len(_MARK):])
-    tail = " | ".join(proc.stderr.strip().splitlines()[-3:])[-500:]
-    # -9: SIGKILL, in practice the kernel's OOM killer
-    status = "oom" if proc.returncode in (-9, 137) or "MemoryError" in proc.stderr else "error"
-    return {**base, "status": status,
-            "error": f"worker exited with {proc.returncode}: {tail}",
-            "run_wall_seconds": time.perf_counter() - t0}
 
 
 # -- the command -------------------------------------------------------------------------------
 
 def add_arguments(parser) -> None:
-    from fmest.cli import add_estimate_arguments
+    from fmest.flags import JOB_FLAGS, add_arguments as add_flags, format_flag
 
-    add_estimate_arguments(parser)
+    add_flags(parser, (*JOB_FLAGS, format_flag("table", "json")))
     g = parser.add_argument_group("probe")
     g.add_argument("--device", choices=DEVICES, default="cpu",
                    help="cpu: real steps, allocator truth; cuda: real steps on a GPU; "
@@ -438,7 +394,7 @@ class _Progress:
 
 
 def run_command(args, engine) -> int:
-    from fmest.cli import job_dict_from_args
+    from fmest.api import job_dict
     from fmest.convert import job_from_dict, job_to_dict
 
     if args.jobs < 1:
@@ -449,7 +405,7 @@ def run_command(args, engine) -> int:
     placeholder = False
     if args.sweep and not args.model and not args.input_file:
         args.model, placeholder = "__from_sweep__", True
-    base = job_dict_from_args(args)
+    base = job_dict(args)
     axes = load_sweep(args.sweep) if args.sweep else []
     jobs = expand(base, axes)
     normalised = []

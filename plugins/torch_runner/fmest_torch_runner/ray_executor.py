@@ -1,6 +1,7 @@
 """``fmest probe --executor ray [--address ADDR]``: a sweep as Ray tasks, one per configuration.
 
-Each task runs the local executor's unit of work, :func:`fmest_torch_runner.probe.run_in_subprocess`,
+Each task runs the local executor's unit of work,
+:func:`fmest_torch_runner.worker_process.run_in_subprocess`,
 on whichever node Ray picks, so a row from the fleet is the same row a laptop writes: a fresh
 interpreter per configuration, the same timeout, out-of-memory and crash handling. Ray adds the
 placement (``num_gpus=1`` per configuration for ``--device cuda``, ``num_cpus=--threads``
@@ -32,7 +33,7 @@ from typing import Any, Callable, Optional
 
 from fmest.errors import InputError
 
-from fmest_torch_runner.probe import config_hash, run_in_subprocess
+from fmest_torch_runner.worker_process import config_hash, run_in_subprocess
 
 #: Attempts after the first for a configuration whose worker died (the issue's "retried once").
 RETRIES_AFTER_WORKER_DEATH = 1
@@ -145,7 +146,7 @@ def run_sweep(todo: list[dict], device: str, *, on_row: Callable[[dict], Any],
         try:
             ray.init(address=address, **options)
         except (ConnectionError, ValueError, RuntimeError) as exc:
-            root = exc
+            root: BaseException = exc
             while root.__cause__ is not None:  # ray wraps the reason (auth, version)
                 root = root.__cause__
             # ... and may carry it as the last line of a formatted traceback

@@ -32,7 +32,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
-CATEGORIES = ("params", "grads", "optimizer_state", "activations", "temporaries")
+from fmest_torch_runner.records import CATEGORIES
+
 _PHASE_CATEGORY = {"forward": "activations", "backward": "temporaries",
                    "optimizer": "temporaries", "setup": "temporaries"}
 

@@ -21,7 +21,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 ray = pytest.importorskip("ray")
 
-from fmest.cli import build_parser, job_dict_from_args, main  # noqa: E402
+from fmest.api import job_dict  # noqa: E402
+from fmest.cli import build_parser, main  # noqa: E402
 from fmest.convert import job_from_dict, job_to_dict  # noqa: E402
 from fmest.testing import new_engine  # noqa: E402
 
@@ -60,7 +61,7 @@ def _argv(device: str, grid: str, output: str) -> list[str]:
 def _hashes(argv: list[str]) -> list[str]:
     """The configurations ``argv`` runs, hashed as ``fmest probe`` hashes them."""
     args = build_parser(new_engine(entrypoints=True).commands()).parse_args(argv)
-    jobs = expand(job_dict_from_args(args), load_sweep(args.sweep))
+    jobs = expand(job_dict(args), load_sweep(args.sweep))
     return [config_hash(job_to_dict(job_from_dict(d)), args.device) for d in jobs]
 
 

@@ -1,0 +1,264 @@
+"""The searches a report shows beside its estimate, in one place, run once by the use case
+(:mod:`fmest.api`): the largest micro-batch that fits (``memory.max_micro_batch``) and the
+fewest GPUs that fit (``memory.min_gpus``).
+
+Both ask the engine's memory decision over the plugins cheap enough to search (a trace per
+candidate would take minutes) and both use the structure of memory to guess first:
+
+* Per-GPU memory is affine in the micro-batch (activations, logits and their buffers grow
+  with it, model state does not: Korthikanti et al. 2022, eq. 1-2), so two probes (b = 1, 2)
+  give the line, and the line's crossing of the usable memory is the guess.
+* Per-GPU memory falls as ``A + B / n`` with the GPUs ``n`` the state is spread over (ZeRO /
+  FSDP shard it over dp; tp x pp split it), so the smallest and largest counts give the
+  curve, and its crossing is the guess.
+
+A guess is checked at the boundary (it fits, one more micro-batch / one count fewer does
+not); when the check fails the search falls back to bisection between the probes it has. So
+the answer is the one an exhaustive search gives whenever memory is monotone in the searched
+quantity, in 3-4 memory decisions instead of 10-25.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
+
+from fmest.errors import InfeasibleError, InputError
+from fmest.job import Job
+
+if TYPE_CHECKING:
+    from fmest.engine import Engine, EstimateContext
+
+#: Largest micro-batch searched (a power of two: the answer is min(largest that fits, this)).
+MAX_MICRO_BATCH = 4096
+#: Largest GPU count searched (a 512-node cluster of 8-GPU nodes).
+MAX_GPUS = 4096
+DEFAULT_GPUS_PER_NODE = 8
+GIB = 1024**3
+
+
+# -- largest micro-batch ------------------------------------------------------------------------
+
+def max_micro_batch(engine: "Engine", job: Job, ctx: "EstimateContext", *,
+                    limit: int = MAX_MICRO_BATCH) -> int:
+    """Largest micro-batch whose estimated peak fits the GPU (0 if even 1 does not)."""
+    from fmest.engine import calibrated, paged_to_host, usable_memory_bytes
+
+    cap = usable_memory_bytes(job, ctx)
+    peaks: dict[int, Optional[float]] = {}
+
+    def peak(b: int) -> Optional[float]:
+        if b not in peaks:
+            j = job.evolve(training={"micro_batch_size": b})
+            chosen = engine.decide("memory", j, ctx=ctx, searching=True).chosen
+            peaks[b] = None if chosen is None else \
+                paged_to_host(j, ctx, calibrated(job, chosen)).total_bytes
+        return peaks[b]
+
+    def fits(b: int) -> bool:
+        p = peak(b)
+        return p is not None and p <= cap
+
+    if not fits(1):
+        return 0
+    guess = _affine_guess(peak(1), peak(2), cap, limit)
+    if guess is not None and fits(guess) and (guess >= limit or not fits(guess + 1)):
+        return guess
+    # the line missed (rounding, a term that is not affine): the exhaustive search, which
+    # reuses the probes made so far
+    lo, hi = 1, 2
+    while hi <= limit and fits(hi):
+        lo, hi = hi, hi * 2
+    if hi > limit:
+        return lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _affine_guess(p1: Optional[float], p2: Optional[float], cap: float,
+                  limit: int) -> Optional[int]:
+    """The largest b with ``p1 + (b - 1) * (p2 - p1) <= cap``, within [1, limit]."""
+    if p1 is None or p2 is None:
+        return None
+    slope = p2 - p1
+    if slope <= 0:
+        return limit
+    return max(1, min(limit, 1 + math.floor((cap - p1) / slope)))
+
+
+# -- fewest GPUs -------------------------------------------------------------------------------
+
+class MinGpus(NamedTuple):
+    """``gpus`` (None when no count fits), why, how many GPUs one step of the strategy adds,
+    the job at that count and the job one step fewer (None when there is none)."""
+
+    gpus: Optional[int]
+    reason: str
+    step_gpus: int
+    job: Optional[Job]
+    fewer: Optional[Job] = None
+
+
+def _fits_at(engine: "Engine", job: Job) -> tuple[bool, Optional[float]]:
+    """(fits, peak bytes) of ``job`` as the engine's verdict reads it: its policy over the
+    plugins cheap enough to search, the job's calibration knobs, and the usable memory after
+    its safety margin (fmest.calibration)."""
+    from fmest.calibration import calibrate_memory, usable_bytes
+
+    try:
+        ctx = engine.context(job)
+        est = engine.decide("memory", job, ctx=ctx, searching=True).chosen
+    except (InputError, InfeasibleError):
+        return False, None
+    if est is None:
+        return False, None
+    knobs = job.calibration
+    peak = calibrate_memory(est, activation_factor=knobs.activation_factor,
+                            fragmentation_gib=knobs.fragmentation_gib,
+                            misc_overhead_gib=knobs.misc_overhead_gib).total_bytes
+    return peak <= usable_bytes(ctx.gpu.memory_bytes, knobs.safety_margin), peak
+
+
+def _with_world(job: Job, *, dp: int, tp: int, pp: int, gpus_per_node: int) -> Job:
+    world = dp * tp * pp * job.parallelism.cp
+    gpn = min(world, gpus_per_node)
+    return job.evolve(parallelism={"dp": dp, "tp": tp, "pp": pp},
+                      hardware={"gpus_per_node": gpn, "nodes": world // gpn})
+
+
+def _world_gpus(job: Job) -> int:
+    """GPUs of a job built by :func:`_with_world`, which always sets ``gpus_per_node``."""
+    gpn = job.hardware.gpus_per_node
+    assert gpn is not None, "_with_world sets hardware.gpus_per_node"
+    return gpn * job.hardware.nodes
+
+
+def _runnable(world: int, gpus_per_node: int) -> bool:
+    return world <= gpus_per_node or world % gpus_per_node == 0
+
+
+def min_gpus(engine: "Engine", job: Job) -> MinGpus:
+    """The fewest GPUs of the job's type at which ``job`` fits, keeping its strategy.
+
+    * A strategy that shards state over data-parallel ranks (ZeRO-1/2/3, FSDP) grows ``dp``;
+      one step is ``tp x pp x cp`` GPUs.
+    * Plain data parallelism (DDP / ZeRO-0) keeps a full replica per rank, so more ranks never
+      help; when the user set ``tp``/``pp`` those grow together, keeping their ratio
+      (``tp x k``, ``pp x k`` for k = 1, 2, 4, ...), the data-parallel degree kept.
+    * Counts beyond one node are whole nodes (``gpus_per_node``, default 8), so the layout the
+      answer names can be run.
+
+    ``None`` comes with the reason: the per-GPU floor that no count goes below (activations,
+    unsharded layers, buffers) or a layout limit (heads, layers)."""
+    par = job.parallelism
+    cap = engine.registries.gpus.get(job.hardware.gpu).memory_bytes
+    if job.mode != "training":
+        return MinGpus(None, "min_gpus is searched for training jobs", 1, None)
+    gpn = job.hardware.gpus_per_node or DEFAULT_GPUS_PER_NODE
+    strategy = engine.context(job).sharding     # raises InputError naming a bad field
+    mp = par.tp * par.pp * par.cp
+    make: Callable[[int], Job]
+    if strategy.shards:
+        candidates = [d for d in range(1, MAX_GPUS // mp + 1) if _runnable(d * mp, gpn)]
+
+        def make(d: int) -> Job:
+            return _with_world(job, dp=d, tp=par.tp, pp=par.pp, gpus_per_node=gpn)
+        what = f"dp (one step = tp*pp*cp = {mp} GPUs) under {strategy.name}"
+        step = mp
+    else:
+        dp = par.dp or 1
+        model = engine.resolve_model(job)
+        candidates, k = [], 1
+        while par.tp * k * par.pp * k * par.cp * dp <= MAX_GPUS:
+            tp, pp = par.tp * k, par.pp * k
+            if (par.tp > 1 or par.pp > 1 or k == 1) and pp <= model.num_layers \
+                    and model.num_attention_heads % tp == 0 and tp <= max(gpn, par.tp):
+                candidates.append(k)
+            if par.tp == 1 and par.pp == 1:
+                break
+            k *= 2
+
+        def make(k: int) -> Job:
+            return _with_world(job, dp=dp, tp=par.tp * k, pp=par.pp * k, gpus_per_node=gpn)
+        what = f"tp and pp together (ratio {par.tp}:{par.pp}) under {strategy.name}"
+        step = mp * dp
+    if not candidates:
+        return MinGpus(None, f"no layout of {strategy.name} with these degrees is valid for "
+                       "the model", step, None)
+    jobs = [make(c) for c in candidates]
+    found, peak = _first_fitting(engine, jobs)
+    if found is None:
+        last = len(jobs) - 1
+        if not strategy.shards and par.tp == 1 and par.pp == 1:
+            return MinGpus(None, f"{strategy.name} keeps a full replica of the model state on "
+                           "every GPU, so no count fits; shard it (--zero 3 / --fsdp "
+                           "full_shard) or split the model (--tp/--pp)", step, None)
+        floor = "" if peak is None else f"; per-GPU memory stays at {peak / GIB:.1f} GiB"
+        n = _world_gpus(jobs[last])
+        return MinGpus(None, f"does not fit on {cap / GIB:.0f} GiB GPUs at any count up to "
+                       f"{n} growing {what}{floor} (activations, unsharded layers and buffers "
+                       "do not shrink with more GPUs)", step, None)
+    best = jobs[found]
+    fewer = jobs[found - 1] if found > 0 else None
+    return MinGpus(_world_gpus(best), f"fewest {job.hardware.gpu} GPUs that fit, growing "
+                   f"{what}", step, best, fewer)
+
+
+def _first_fitting(engine: "Engine", jobs: list[Job]
+                   ) -> tuple[Optional[int], Optional[float]]:
+    """Index of the first of ``jobs`` (ever more GPUs) that fits, or None, and the peak of the
+    last job (the floor no count goes below, when none fits)."""
+    probed: dict[int, tuple[bool, Optional[float]]] = {}
+
+    def probe(i: int) -> tuple[bool, Optional[float]]:
+        if i not in probed:
+            probed[i] = _fits_at(engine, jobs[i])
+        return probed[i]
+
+    last = len(jobs) - 1
+    first_fit, first_peak = probe(0)
+    if first_fit:
+        return 0, None
+    last_fit, last_peak = probe(last)
+    if not last_fit:
+        return None, last_peak
+    guess = _inverse_guess(jobs, first_peak, last_peak, engine)
+    if guess is not None and probe(guess)[0] and (guess == 0 or not probe(guess - 1)[0]):
+        return guess, None
+    # bisect between the largest count known not to fit and the smallest known to fit
+    lo = max(i for i, (fit, _) in probed.items() if not fit)
+    hi = min(i for i, (fit, _) in probed.items() if fit and i > lo)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if probe(mid)[0]:
+            hi = mid
+        else:
+            lo = mid
+    return hi, None
+
+
+def _inverse_guess(jobs: list[Job], first_peak: Optional[float], last_peak: Optional[float],
+                   engine: "Engine") -> Optional[int]:
+    """The first job whose GPU count ``n`` has ``A + B / n <= usable memory``, the curve
+    through the first and the last job's peaks."""
+    if first_peak is None or last_peak is None:
+        return None
+    from fmest.calibration import usable_bytes
+
+    n0, n1 = _world_gpus(jobs[0]), _world_gpus(jobs[-1])
+    if n1 == n0 or first_peak <= last_peak:
+        return None
+    b = (first_peak - last_peak) / (1 / n0 - 1 / n1)
+    a = last_peak - b / n1
+    job = jobs[0]
+    cap = usable_bytes(engine.registries.gpus.get(job.hardware.gpu).memory_bytes,
+                       job.calibration.safety_margin)
+    if cap <= a:
+        return None
+    need = b / (cap - a)
+    return next((i for i, j in enumerate(jobs) if _world_gpus(j) >= need), None)
