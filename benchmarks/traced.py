@@ -77,7 +77,8 @@ def compare(max_params_b: float) -> None:
 
                     try:
                         run_spec_from_job(tjob, ctx.model, optimizer_name=ctx.optimizer.name,
-                                          sharding=ctx.sharding)
+                                          sharding=ctx.sharding,
+                                          precision=ctx.transforms.precision)
                         note = "; ".join(f.error for f in d.failures)[:70] or "no traced answer"
                     except Unsupported as exc:
                         note = f"unsupported: {exc}"[:70]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from fmest import hookspecs
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
 
 
 def _hooks():
@@ -49,3 +50,23 @@ def test_every_cli_flag_is_in_docs_cli():
             for opt in action.option_strings:
                 if opt.startswith("--") and opt != "--help":
                     assert f"`{opt}`" in text, f"{opt} of fmest {name} missing from docs/cli.md"
+
+
+def test_every_environment_variable_is_in_docs_environment():
+    """Every variable the product or a plugin reads by a literal name has a row in
+    docs/environment.md (what it changes, whether it changes answers, its default)."""
+    import re
+
+    text = (DOCS / "environment.md").read_text()
+    # variables are named in string literals, often through a helper (_env_list("FMEST_..."))
+    pattern = re.compile(r"""["'`]((?:FMEST|HF|HUGGING_FACE|RAY)_[A-Z0-9_]+)\b""")
+    not_variables = {"FMEST_PROBE_ROW"}   # the probe worker's output line marker
+    names: dict[str, str] = {}
+    roots = [ROOT / "core" / "fmest", *sorted((ROOT / "plugins").glob("*/fmest_*"))]
+    for root in roots:
+        for path in root.rglob("*.py"):
+            for name in set(pattern.findall(path.read_text(encoding="utf-8"))) - not_variables:
+                names.setdefault(name, str(path.relative_to(ROOT)))
+    assert "FMEST_DISABLE_PLUGINS" in names     # the scan finds what it should
+    missing = {n: where for n, where in names.items() if f"`{n}`" not in text}
+    assert missing == {}

@@ -10,10 +10,13 @@ import json
 
 import pytest
 
+import fmest
+from fmest.engine import Engine
+
 from fmest.cli import main
 from fmest.errors import InputError
 from fmest.plan import Constraints, plan
-from fmest.plan.min_gpus import min_gpus
+from fmest.searches import min_gpus
 from fmest.testing import new_pm
 
 DONE_WHEN = ["plan", "--model", "meta-llama/Llama-3.1-8B", "--dataset-tokens", "1e9",
@@ -461,3 +464,25 @@ def test_a_strategy_copied_under_another_name_is_a_duplicate():
     assert (twin[0]["pp"] == 1).sum() == (plain[0]["pp"] == 1).sum() > 0
     dup = "duplicate of an equivalent layout"
     assert twin[3][dup] - plain[3].get(dup, 0) > 0
+
+
+@pytest.mark.parametrize("stack,sharding", [("torchtune", {"fsdp": "full_shard"}),
+                                            ("megatron-core", {"fsdp": "full_shard"}),
+                                            ("llm-foundry", {"zero_stage": 3}),
+                                            ("pytorch", {"zero_stage": 2})])
+def test_planner_resolves_precision_as_the_engine_does(stack, sharding):
+    """One precision rule: the planner's array formulas take the training stack's policy, as
+    the engine's transforms do (torchtune + FSDP is pure bf16, not FSDP's amp)."""
+    from fmest.plan.planner import _precision_bytes
+    from fmest.stacks import resolve_job_stack
+
+    engine = Engine()
+    job = fmest.to_job({"model": "meta-llama/Llama-2-7b-hf", "training": {"stack": stack},
+                        "parallelism": sharding,
+                        "hardware": {"gpu": "A100-80GB", "gpus_per_node": 8}})
+    ctx = engine.context(job)
+    wire, per_param, _ = _precision_bytes(job, ctx.sharding,
+                                          resolve_job_stack(job, engine.registries.stacks))
+    precision = ctx.transforms.precision
+    assert wire == (4.0 if precision in ("amp", "master") else 2.0)
+    assert per_param == (4.0 if precision == "amp" else 2.0)

@@ -100,7 +100,7 @@ def _sized_job(job, given: int, engine):
     """(job to estimate, num_gpus): the job as given, or at its fewest fitting GPUs."""
     if given > 0:
         return job, given
-    from fmest.plan.min_gpus import min_gpus
+    from fmest.searches import min_gpus
 
     found = min_gpus(engine, job)
     if found.gpus is None:

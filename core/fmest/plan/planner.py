@@ -385,13 +385,13 @@ def _inner_axes(shardings, ckpts, mbs):
     return h.ravel(), o.ravel(), c.ravel(), m.ravel()
 
 
-def _precision_bytes(job: Job, strategy) -> tuple[float, float, float]:
+def _precision_bytes(job: Job, strategy, stack) -> tuple[float, float, float]:
     """(gradient bytes on the wire, gradient bytes per trainable param, activation bytes):
     fp32 reductions under amp/master, the compute dtype under pure (core's precision rule)."""
     from fmest.precision import resolve_precision
 
     act = 4.0 if job.training.dtype == "fp32" else 2.0
-    prec = resolve_precision(job.training, strategy)
+    prec = resolve_precision(job.training, strategy, stack)
     wire = 4.0 if prec in ("amp", "master") else act
     per_param = 4.0 if prec == "amp" else act
     return wire, per_param, act
@@ -501,7 +501,7 @@ def _duplicates(arrays: dict, ctx: dict) -> np.ndarray:
     keys, inverse = np.unique(flags, axis=0, return_inverse=True)
     ids: dict = {}
     behaviour = np.array([ids.setdefault(effective_behaviour(
-        shardings[h][1], precision=resolve_precision(training, shardings[h][1]),
+        shardings[h][1], precision=resolve_precision(training, shardings[h][1], ctx["stack"]),
         data_parallel=bool(d), tensor_parallel=bool(t), pipeline=bool(p)), len(ids))
         for h, d, t, p in keys])[inverse.ravel()]
     if len(ids) == len(keys):     # every strategy behaves differently here
@@ -589,7 +589,7 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
         name, strategy = shardings[h_idx]
         states = calib.states(name, "optimizer" if offload else "none")
         times = calib.times(gpu.name, ckpts[ck_idx])
-        wire, per_param, act_b = _precision_bytes(job, strategy)
+        wire, per_param, act_b = _precision_bytes(job, strategy, ctx["stack"])
         rows = (sel["hidx"] == h_idx) & (sel["off"] == offload) & (sel["ckidx"] == ck_idx)
         values = dict(
             w_bytes=states.weights, master_bytes=states.master, opt_bytes=states.optimizer,
@@ -664,7 +664,8 @@ def _sharding_arrays(sel: dict, gpn: int, ctx: dict) -> dict:
         out["ddp_bucket"][rows] = strategy.ddp_bucket
         out["bucket_elements"][rows] = (strategy.reduce_bucket_elements
                                         + strategy.allgather_bucket_elements)
-        out["amp"][rows] = resolve_precision(ctx["job"].training, strategy) == "amp"
+        out["amp"][rows] = resolve_precision(ctx["job"].training, strategy,
+                                             ctx["stack"]) == "amp"
         if not strategy.shards:
             continue
         shard_n = np.minimum(group[rows], gpn) if strategy.hybrid else group[rows]
@@ -863,7 +864,12 @@ def evaluate_space(job: Job, cons: Constraints, *, engine=None,
     tokens, fixed_steps = _total_tokens(engine, job)
     steps = fixed_steps if fixed_steps is not None else (
         math.ceil(tokens / gbt) if tokens is not None else None)
+    from fmest.stacks import resolve_job_stack
+
     ctx = dict(job=job, model=model,
+               # the stack decides precision before the sharding strategy does (one rule:
+               # fmest.precision.resolve_precision, as the engine applies it)
+               stack=resolve_job_stack(job, engine.registries.stacks),
                calib=_Calibration(engine, job, model, [o.spec.name for o in options]),
                cons=cons,
                shardings=shardings, samples=gbt // job.training.seq_len, steps=steps,

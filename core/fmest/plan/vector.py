@@ -2,9 +2,9 @@
 
 Each array holds one value per candidate configuration. The structure mirrors the analytic
 plugins (docs/memory_model.md, docs/time_model.md); the per-model scale comes from engine
-probes (:mod:`fmest.plan.calibrate`). Constants below that are not probed mirror the
-time_roofline plugin's formulas (``plugins/time_roofline/fmest_time_roofline/formulas.py``,
-each cited there); ``tests/test_plan_vector.py`` keeps the two in agreement.
+probes (:mod:`fmest.plan.calibrate`). The time constants that are not probed are the
+time_roofline plugin's own objects, defined once in :mod:`fmest.physics.time_constants` (each
+cited there); ``tests/test_plan_vector.py`` keeps the two formulas in agreement.
 """
 
 from __future__ import annotations
@@ -13,31 +13,19 @@ import numpy as np
 
 from fmest.device_terms import (ALLOCATOR_RESERVE_FRACTION, CUBLAS_WORKSPACE_BYTES,
                                 CUDA_CONTEXT_BYTES, NCCL_BUFFER_BYTES)
+from fmest.physics.time_constants import (
+    COMPILE_MEMORY_BOUND_SPEEDUP, CPU_ADAM_PARAMS_PER_S_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_S,
+    DEFAULT_PCIE_BYTES_PER_S, HBM_EFFICIENCY, INTER_NODE_COLLECTIVE_EFFICIENCY,
+    INTER_NODE_LATENCY_S, INTRA_NODE_COLLECTIVE_EFFICIENCY,
+    INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU, INTRA_NODE_LATENCY_S, OVERLAP_INTERFERENCE_FRACTION,
+    PCIE_EFFICIENCY)
 
-#: Ring bus bandwidth / unidirectional link within a node; NVLink4 parts reach 0.82
-#: (time_roofline ``INTRA_NODE_COLLECTIVE_EFFICIENCY``, nccl-tests busbw, HN section 5).
-INTRA_NODE_EFFICIENCY = 0.78
-INTRA_NODE_EFFICIENCY_NVLINK4 = 0.82
-NVLINK4_PREFIXES = ("H100-SXM", "H800", "H200", "GH200")
-#: Across nodes, fraction of the per-GPU NIC (time_roofline ``INTER_NODE_COLLECTIVE_EFFICIENCY``).
-INTER_NODE_EFFICIENCY = 0.72
-#: NIC fallback, 200 Gb/s per GPU (time_roofline ``DEFAULT_INTER_NODE_BYTES_PER_S``).
-DEFAULT_NIC_BYTES_PER_S = 25e9
-#: Per-hop latency of a collective step (time_roofline ``INTRA/INTER_NODE_LATENCY_S``).
-INTRA_LATENCY_S = 5e-6
-INTER_LATENCY_S = 10e-6
-#: Share of hidden communication still paid as SM/HBM interference (time_roofline
-#: ``OVERLAP_INTERFERENCE_FRACTION``; FLUX arXiv:2406.06858 section 2).
-OVERLAP_INTERFERENCE = 0.2
-#: PCIe achievable fraction and fallback link (time_roofline ``PCIE_EFFICIENCY``).
-PCIE_EFFICIENCY = 0.80
-DEFAULT_PCIE_BYTES_PER_S = 32e9
-#: Achievable HBM fraction and torch.compile's fusion speed-up of memory-bound work
-#: (time_roofline ``HBM_EFFICIENCY``, ``COMPILE_MEMORY_BOUND_SPEEDUP``).
-HBM_EFFICIENCY = 0.85
-COMPILE_MEMORY_SPEEDUP = 2.5
-#: ZeRO-Offload CPU-Adam rate per node (Ren et al. 2021, arXiv:2101.06840, section 6).
-CPU_ADAM_PARAMS_PER_S_PER_NODE = 1.0e9
+#: Names ``fmest.plan.planner`` reads for its link rates, bound to the shared objects (not
+#: copies) until it calls ``intra_node_collective_efficiency(gpu.name)`` and the canonical names.
+DEFAULT_NIC_BYTES_PER_S = DEFAULT_INTER_NODE_BYTES_PER_S
+INTRA_NODE_EFFICIENCY = INTRA_NODE_COLLECTIVE_EFFICIENCY
+NVLINK4_PREFIXES = tuple(INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU)
+INTRA_NODE_EFFICIENCY_NVLINK4 = max(INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU.values())
 
 
 def ring_all_reduce_seconds(bytes_per_rank, ranks, bus_bytes_per_s, latency_s):
@@ -60,7 +48,7 @@ def exposed_seconds(comm_seconds, window_seconds):
     """Communication left on the critical path when it overlaps ``window_seconds`` of
     compute, plus the interference share of the hidden part."""
     hidden = np.minimum(comm_seconds, np.maximum(window_seconds, 0.0))
-    return comm_seconds - hidden + OVERLAP_INTERFERENCE * hidden
+    return comm_seconds - hidden + OVERLAP_INTERFERENCE_FRACTION * hidden
 
 
 def group_bus_bandwidth(size, stride, gpus_per_node, intra_bytes_per_s, nic_bytes_per_s):
@@ -70,11 +58,11 @@ def group_bus_bandwidth(size, stride, gpus_per_node, intra_bytes_per_s, nic_byte
     inter = (size > 1) & (size * stride > gpus_per_node)
     per_node = np.maximum(1, gpus_per_node // np.maximum(1, stride))
     nodes = np.maximum(2, np.ceil(size / per_node))
-    nic = nic_bytes_per_s * INTER_NODE_EFFICIENCY
+    nic = nic_bytes_per_s * INTER_NODE_COLLECTIVE_EFFICIENCY
     span = np.maximum(nodes, size)
     inter_bw = np.minimum(np.maximum(intra_bytes_per_s, nic), nic * (span - 1) / (nodes - 1))
     bw = np.where(inter, inter_bw, intra_bytes_per_s)
-    return bw, np.where(inter, INTER_LATENCY_S, INTRA_LATENCY_S), inter
+    return bw, np.where(inter, INTER_NODE_LATENCY_S, INTRA_NODE_LATENCY_S), inter
 
 
 def inflight_microbatches(pp, microbatches, virtual_stages):
@@ -275,8 +263,9 @@ def step_seconds(cfg: dict) -> np.ndarray:
     # (time_roofline: 3 x grad bytes x local params x (m-1)/m at HBM efficiency)
     accum = cfg["accum"]
     grad_local = local_trainable(cfg) / mp
+    compile_speedup = np.where(cfg["compiled"], COMPILE_MEMORY_BOUND_SPEEDUP, 1.0)
     membound = membound + 3 * cfg["grad_wire_bytes"] * grad_local * (accum - 1) / accum \
-        / (cfg["hbm_bw"] * HBM_EFFICIENCY) / np.where(cfg["compiled"], COMPILE_MEMORY_SPEEDUP, 1.0)
+        / (cfg["hbm_bw"] * HBM_EFFICIENCY) / compile_speedup
     stage_layers = cfg["layers"] / cfg["pp"]
     gpn = cfg["gpn"]
     act_elems = tokens * cfg["hidden"]
@@ -285,10 +274,11 @@ def step_seconds(cfg: dict) -> np.ndarray:
     tp_t = passes * stage_layers * 2 * ring_all_reduce_seconds(act_elems * cfg["act_bytes"],
                                                                cfg["tp"], tbw, tlat)
     pp_inter = (cfg["pp"] > 1) & (cfg["world"] > gpn)
-    hop_bw = np.where(pp_inter, cfg["nic_bw"] * INTER_NODE_EFFICIENCY, cfg["intra_bw"])
-    pp_t = np.where(cfg["pp"] > 1, 2 * (act_elems * cfg["act_bytes"] / cfg["tp"] / hop_bw
-                                      + np.where(pp_inter, INTER_LATENCY_S, INTRA_LATENCY_S)),
-                    0.0)
+    hop_bw = np.where(pp_inter, cfg["nic_bw"] * INTER_NODE_COLLECTIVE_EFFICIENCY,
+                      cfg["intra_bw"])
+    hop_latency_s = np.where(pp_inter, INTER_NODE_LATENCY_S, INTRA_NODE_LATENCY_S)
+    pp_t = np.where(cfg["pp"] > 1,
+                    2 * (act_elems * cfg["act_bytes"] / cfg["tp"] / hop_bw + hop_latency_s), 0.0)
     # context parallel: the ring's exposure depends on the local attention time, so compute,
     # memory-bound work and ring traffic come from probes at this tp and cp (a + b mb), the
     # layers split over the stages and the head and loss on the last one

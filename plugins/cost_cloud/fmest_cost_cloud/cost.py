@@ -24,7 +24,8 @@ from fmest.errors import InputError
 from fmest.estimates import CostEstimate, Provenance
 from fmest.prices import PriceQuote
 
-from fmest_cost_cloud.table import is_stale, max_age_days
+from fmest_cost_cloud.index import price_index
+from fmest_cost_cloud.table import is_stale, max_age_days, today
 
 CHEAPEST = "cheapest"
 CUSTOM = "custom"
@@ -101,7 +102,7 @@ def filter_quotes(rows: Sequence[tuple[PriceQuote, str]], *, gpu_label: str,
                              "the other filters given", value=price_type,
                              accepted=_distinct(r[0].price_type for r in rows))
         rows = kept
-    return rows
+    return list(rows)
 
 
 def cheapest_for_job(rows: Sequence[tuple[PriceQuote, str]],
@@ -116,23 +117,14 @@ def cheapest_for_job(rows: Sequence[tuple[PriceQuote, str]],
 
 
 def rows_for_gpu(registries, gpu_name: str) -> list[tuple[PriceQuote, str]]:
-    """Registered price rows whose GPU resolves (name or alias) to ``gpu_name``."""
-    out = []
-    for quote, plugin in registries.prices.with_sources():
-        spec = registries.gpus.find(quote.gpu)
-        if spec is not None and spec.name == gpu_name:
-            out.append((quote, plugin))
-    return out
+    """Registered price rows whose GPU resolves (name or alias) to ``gpu_name``, in
+    registration order (a dict lookup in the registries' :func:`price_index`)."""
+    return list(price_index(registries).rows_by_gpu.get(gpu_name, ()))
 
 
 def rentable_gpus(registries) -> list[str]:
     """Canonical names of the GPUs that some registered row prices."""
-    names = set()
-    for quote in registries.prices.values():
-        spec = registries.gpus.find(quote.gpu)
-        if spec is not None:
-            names.add(spec.name)
-    return sorted(names)
+    return list(price_index(registries).rentable_gpus)
 
 
 def estimate_cost(job, ctx, time, *, on: Optional[date] = None,
@@ -146,7 +138,7 @@ def estimate_cost(job, ctx, time, *, on: Optional[date] = None,
                          checkpoint_overhead_fraction=pricing.checkpoint_overhead_fraction,
                          startup_overhead_hours=pricing.startup_overhead_hours)
     notes: list[str] = []
-    if hours is None:
+    if total_seconds is None:  # and so hours (billed_hours answers None without a run time)
         notes.append("no run time (no workload given): only the hourly rate is priced")
     elif pricing.checkpoint_overhead_fraction or pricing.startup_overhead_hours:
         notes.append(f"billed hours = run {total_seconds / 3600:.3f} h x (1 + "
@@ -190,6 +182,7 @@ def estimate_cost(job, ctx, time, *, on: Optional[date] = None,
                      "offer(s) skipped")
         rows = node_sized
     limit = max_age if max_age is not None else max_age_days()
+    on = on if on is not None else today()  # read FMEST_PRICE_TODAY once, not once per row
     choosing = pricing.provider is None or pricing.provider.strip().lower() == CHEAPEST
     fresh = [r for r in rows if not is_stale(r[0].observed, on, limit)]
     if choosing and fresh and len(fresh) < len(rows):

@@ -335,19 +335,19 @@ class FakeTime:
 
 def test_engine_asks_the_plugin_and_stamps_its_name():
     engine = new_engine((cost_plugin, "cost_cloud"), (FakeTime(), "fake_time"))
-    report = engine.estimate(job_on(gpus=12, provider="coreweave"), search_batch=False)
+    report = engine.estimate(job_on(gpus=12, provider="coreweave"))
     assert report.cost.provenance.plugin == "cost_cloud"
     assert report.cost.usd == pytest.approx(2 * 49.24 * 10)
     assert "cost_cloud" in report.decisions["cost"].rule
     # a GPU nobody rents: memory and time still come back, cost is simply absent
-    report = engine.estimate(job_on(gpu="T4"), search_batch=False)
+    report = engine.estimate(job_on(gpu="T4"))
     assert report.time is not None and report.cost is None
 
 
 def test_engine_surfaces_bad_pricing_input():
     engine = new_engine((cost_plugin, "cost_cloud"), (FakeTime(), "fake_time"))
     with pytest.raises(InputError, match="pricing.provider"):
-        engine.estimate(job_on(provider="nosuchcloud"), search_batch=False)
+        engine.estimate(job_on(provider="nosuchcloud"))
 
 
 def test_entry_point_is_declared():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 
 def add_learn_arguments(p) -> None:
@@ -48,7 +49,8 @@ def _row(name: str, directory, source: str) -> dict:
 
     from fmest_learned_lgbm.bundle import load_bundle
 
-    row = {"name": name, "path": str(directory) if directory else None, "source": source}
+    row: dict[str, Any] = {"name": name, "path": str(directory) if directory else None,
+                           "source": source}
     if directory is None:
         return dict(row, status="broken")
     try:

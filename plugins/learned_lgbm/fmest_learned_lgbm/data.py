@@ -138,7 +138,8 @@ def _probe_sample(r: dict, path: str, i: int) -> Sample:
 def _fmte_sample(r: dict, path: str, i: int) -> Sample:
     gpus = int(float(r.get("number_gpus") or 1))
     batch = int(float(r["batch_size"]))
-    seq = int(float(r.get("seq_len") or r.get("tokens_per_sample")))
+    # a row without either length is skipped naming the column it lacks (KeyError)
+    seq = int(float(r.get("seq_len") or r["tokens_per_sample"]))
     job: dict[str, Any] = {"model": str(r["model_name"]).strip(),
                            "training": {"micro_batch_size": batch, "seq_len": seq,
                                         "dtype": _FMTE_DTYPES.get(

@@ -16,7 +16,7 @@ import json
 import random
 import statistics
 import time
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 PROBE_FIELDS = ("job_json", "status", "device", "measured_peak_bytes", "measured_reserved_bytes",
                 "measured_step_seconds", "probe", "error", "torch_version")
@@ -167,12 +167,13 @@ def probe_grid(n: int, *, families=FAMILIES, seed: int = 0) -> list[dict]:
         technique = rnd.choice(("full", "full", "lora"))
         dtype, precision = rnd.choice((("fp32", "pure"), ("fp32", "pure"), ("bf16", "amp"),
                                        ("bf16", "pure")))
-        training = {"dtype": dtype, "precision": precision, "technique": technique,
-                    "seq_len": rnd.choice((32, 64, 128, 256)),
-                    "micro_batch_size": rnd.choice((1, 2, 4)),
-                    "activation_checkpointing": rnd.choice(("none", "none", "full")),
-                    "attention": rnd.choice(("sdpa", "eager")),
-                    "optimizer": "adamw", "optimizer_impl": rnd.choice(("foreach", "for_loop"))}
+        training: dict[str, Any] = {
+            "dtype": dtype, "precision": precision, "technique": technique,
+            "seq_len": rnd.choice((32, 64, 128, 256)),
+            "micro_batch_size": rnd.choice((1, 2, 4)),
+            "activation_checkpointing": rnd.choice(("none", "none", "full")),
+            "attention": rnd.choice(("sdpa", "eager")),
+            "optimizer": "adamw", "optimizer_impl": rnd.choice(("foreach", "for_loop"))}
         if technique == "lora":
             training["lora_rank"] = rnd.choice((4, 8, 16))
             training["lora_target_modules"] = LORA_TARGETS.get(fam, ["q_proj", "v_proj"])

@@ -28,7 +28,7 @@ from fmest.errors import FmestError, InputError
 
 from fmest_learned_lgbm import __version__
 from fmest_learned_lgbm.baseline import baseline_version, comparable_bytes, theory_answers
-from fmest_learned_lgbm.bundle import FORMAT, QUANTILES, gated_point, sha256_file
+from fmest_learned_lgbm.bundle import FORMAT, gated_point, sha256_file
 from fmest_learned_lgbm.data import DataFile, Sample, read_dataset
 from fmest_learned_lgbm.features import (DEFAULT_FEATURES, FEATURE_SETS, domain_reasons, family,
                                          feature_values, kind, model_name)
@@ -164,9 +164,9 @@ def build_tables(samples: Sequence[Sample], engine, targets: Sequence[str],
     return tables
 
 
-def feature_spec(table: Table, rows: Optional[Sequence[int]] = None) -> list[dict]:
+def feature_spec(table: Table, rows: Optional[Sequence[int]] = None) -> list[dict[str, Any]]:
     idx = range(len(table)) if rows is None else rows
-    spec = []
+    spec: list[dict[str, Any]] = []
     for n in table.names:
         vals = [table.values[i][n] for i in idx]
         if kind(n) == "categorical":
@@ -293,6 +293,17 @@ def quantity_error(target: str, y: float, point: float) -> float:
 
 
 @attrs.frozen(kw_only=True)
+class RawPrediction:
+    """One held-out row's quantile predictions (log ratio) before shrinkage and margin, and
+    whether the row lies inside the fold model's training domain."""
+
+    p10: float
+    p50: float
+    p90: float
+    in_domain: bool
+
+
+@attrs.frozen(kw_only=True)
 class HeldOut:
     """One held-out row's answer: quantiles (log ratio), point, interval and domain."""
 
@@ -338,7 +349,7 @@ def summarize(table: Table, pred: dict[int, HeldOut], groups: Sequence[str]) -> 
         return abs(quantity_error(t, table.y[i], point))
 
     def stats(rs, ws):
-        out = {"rows": len(rs), "sources": len({groups[i] for i in rs})}
+        out: dict[str, float] = {"rows": len(rs), "sources": len({groups[i] for i in rs})}
         for which in ("theory", "learned", "hybrid"):
             e = [err(i, which) for i in rs]
             out[f"median_abs_error_{which}"] = _median(e)
@@ -364,10 +375,10 @@ def summarize(table: Table, pred: dict[int, HeldOut], groups: Sequence[str]) -> 
 
 
 def _cv_predictions(table: Table, rows: Sequence[int], groups: Sequence[str],
-                    max_folds: int) -> dict[int, dict[str, float]]:
+                    max_folds: int) -> dict[int, RawPrediction]:
     """Held-out quantile predictions for ``rows``, one model per fold of groups."""
     folds = group_folds([groups[i] for i in rows], max_folds)
-    pred: dict[int, dict[str, float]] = {}
+    pred: dict[int, RawPrediction] = {}
     for held_local in folds:
         held = [rows[k] for k in held_local]
         held_set = set(held)
@@ -377,8 +388,8 @@ def _cv_predictions(table: Table, rows: Sequence[int], groups: Sequence[str],
         spec, boosters = fit(table, train_rows)
         p = _predict(boosters, table, spec, held)
         for k, i in enumerate(held):
-            pred[i] = {q: p[q][k] for q in QUANTILES}
-            pred[i]["in_domain"] = not domain_reasons(spec, table.values[i])
+            pred[i] = RawPrediction(p10=p["p10"][k], p50=p["p50"][k], p90=p["p90"][k],
+                                    in_domain=not domain_reasons(spec, table.values[i]))
     return pred
 
 
@@ -388,7 +399,7 @@ def _cv_predictions(table: Table, rows: Sequence[int], groups: Sequence[str],
 GATE = True
 
 
-def _choose(table: Table, pred: dict[int, dict[str, float]]) -> tuple[float, float, bool]:
+def _choose(table: Table, pred: dict[int, RawPrediction]) -> tuple[float, float, bool]:
     """(shrinkage, margin, gate) from held-out predictions.
 
     Shrinkage: the share of the (gated) correction with the smallest held-out |log error|
@@ -402,12 +413,12 @@ def _choose(table: Table, pred: dict[int, dict[str, float]]) -> tuple[float, flo
     weights = table.weights(rows) or [1.0] * len(rows)
 
     def loss(lam):
-        return sum(w * abs(gated_point(lam, GATE, pred[i]["p10"], pred[i]["p50"],
-                                       pred[i]["p90"]) - table.y[i])
+        return sum(w * abs(gated_point(lam, GATE, pred[i].p10, pred[i].p50, pred[i].p90)
+                           - table.y[i])
                    for w, i in zip(weights, rows))
 
     shrink = min(SHRINKAGE, key=lambda v: (loss(v), -v))
-    scores = [max(pred[i]["p10"] - table.y[i], table.y[i] - pred[i]["p90"]) for i in rows]
+    scores = [max(pred[i].p10 - table.y[i], table.y[i] - pred[i].p90) for i in rows]
     # Calibrated per row, not per source: the promise is that 80 % of measurements fall
     # inside (a source-weighted margin over-covers the large, well-predicted tables).
     margin = max(0.0, _quantile(scores, COVERAGE))
@@ -435,17 +446,17 @@ def train_target(table: Table, rows: Optional[Sequence[int]] = None, *,
         shrink, margin, gate = _choose(table, raw)
         held = {}
         for i, r in raw.items():
-            point = gated_point(shrink, gate, r["p10"], r["p50"], r["p90"])
-            held[i] = HeldOut(p10=r["p10"], p50=r["p50"], p90=r["p90"], point=point,
-                              low=min(r["p10"] - margin, point),
-                              high=max(r["p90"] + margin, point), in_domain=r["in_domain"])
+            point = gated_point(shrink, gate, r.p10, r.p50, r.p90)
+            held[i] = HeldOut(p10=r.p10, p50=r.p50, p90=r.p90, point=point,
+                              low=min(r.p10 - margin, point),
+                              high=max(r.p90 + margin, point), in_domain=r.in_domain)
         folds = min(max_folds, n_groups)
         cv = summarize(table, held, groups)
         cv.update(method=f"grouped by {group_by}: " + (
             "leave-one-group-out" if folds == n_groups else f"{folds} folds"),
             group_by=group_by, folds=folds, groups=n_groups, margin=margin, shrinkage=shrink,
             gate=gate,
-            interval_coverage_raw=(sum(raw[i]["p10"] <= table.y[i] <= raw[i]["p90"]
+            interval_coverage_raw=(sum(raw[i].p10 <= table.y[i] <= raw[i].p90
                                        for i in raw) / len(raw)) if raw else math.nan)
     spec, boosters = fit(table, rows)
     return {"spec": spec, "boosters": boosters, "shrinkage": shrink, "margin": margin,

@@ -128,7 +128,7 @@ def test_evidence_bundle_answers_with_intervals_and_fits_probability(evidence_bu
                                       "technique": "lora", "activation_checkpointing": "full"},
                          "options": {"method": "hybrid",
                                      "learned_model": str(evidence_bundle)}})
-    report = engine().estimate(job, quantities=("memory", "time"), search_batch=False)
+    report = engine().estimate(job, quantities=("memory", "time"))
     for est, value in ((report.memory, report.memory.total_bytes),
                        (report.time, report.time.step_seconds)):
         assert est.provenance.basis == "learned" and est.provenance.in_domain
@@ -140,7 +140,7 @@ def test_evidence_bundle_answers_with_intervals_and_fits_probability(evidence_bu
     assert out["headroom_p90_bytes"] == (out["headroom_bytes"] + out["total_bytes"]
                                          - int(out["provenance"]["interval"][1]))
     theory = engine().estimate(job_from_dict({"model": "llama-2-7b-hf"}),
-                               quantities=("memory",), search_batch=False)
+                               quantities=("memory",))
     assert report_to_dict(theory)["memory"]["fits_probability"] is None
 
 
@@ -152,7 +152,7 @@ def test_out_of_domain_falls_back_to_theory_under_learned_and_hybrid(evidence_bu
                                           "activation_checkpointing": "selective"},
                              "options": {"method": method,
                                          "learned_model": str(evidence_bundle)}})
-        report = engine().estimate(job, quantities=("memory", "time"), search_batch=False)
+        report = engine().estimate(job, quantities=("memory", "time"))
         assert report.time.provenance.basis == "analytic", method
         rule = report.decisions["time"].rule
         assert "outside its training domain" in rule, rule
@@ -189,12 +189,12 @@ def test_shipped_default_bundle_answers_an_8b_job_with_intervals():
     base = {"model": "meta-llama/Llama-3.1-8B", "hardware": {"gpu": "H100-SXM"},
             "parallelism": {"dp": 8, "fsdp": "full_shard"}, "training": {"seq_len": 8192}}
     job = job_from_dict({**base, "options": {"method": "hybrid"}})
-    report = engine().estimate(job, quantities=("memory", "time"), search_batch=False)
+    report = engine().estimate(job, quantities=("memory", "time"))
     for est in (report.memory, report.time):
         assert est.provenance.basis == "learned", report.decisions
         assert est.provenance.interval is not None and "P10-P90" in est.provenance.detail
     # a sane step: within 3x of the analytic roofline (the CPU-probe bundle said 7.4 hours)
-    theory = engine().estimate(job_from_dict(base), quantities=("time",), search_batch=False)
+    theory = engine().estimate(job_from_dict(base), quantities=("time",))
     ratio = report.time.step_seconds / theory.time.step_seconds
     assert 1 / 3 < ratio < 3, ratio
 

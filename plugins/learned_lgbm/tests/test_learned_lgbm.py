@@ -122,7 +122,7 @@ def test_learn_reads_parquet_and_prints_aligned_table(probes, tmp_path, capsys):
 
 def test_hybrid_answers_learned_in_domain(bundle, probes):
     job = _job(probes, method="hybrid", learned_model=str(bundle))
-    report = engine().estimate(job, quantities=("memory",), search_batch=False)
+    report = engine().estimate(job, quantities=("memory",))
     m = report.memory
     assert m.provenance.basis == "learned" and m.provenance.plugin == "learned_lgbm"
     assert m.provenance.in_domain is True
@@ -157,7 +157,7 @@ def test_theory_method_never_answers_nor_imports_lightgbm(bundle, probes):
 def test_out_of_domain_falls_back_to_theory_with_reason(bundle):
     job = job_from_dict({"model": "llama-2-7b-hf",
                          "options": {"method": "hybrid", "learned_model": str(bundle)}})
-    report = engine().estimate(job, quantities=("memory",), search_batch=False)
+    report = engine().estimate(job, quantities=("memory",))
     d = report.decisions["memory"]
     assert report.memory.provenance.basis == "analytic"
     assert "skipped learned_lgbm (learned, outside its training domain)" in d.rule
@@ -166,7 +166,7 @@ def test_out_of_domain_falls_back_to_theory_with_reason(bundle):
     assert any("outside training range" in n for n in learned.notes)
     # so does the learned policy (issue 13: out of domain -> theory under every policy)
     job = job.evolve(options={"method": "learned"})
-    report = engine().estimate(job, quantities=("memory",), search_batch=False)
+    report = engine().estimate(job, quantities=("memory",))
     assert report.memory.provenance.basis == "analytic"
     assert "outside its training domain" in report.decisions["memory"].rule
 
@@ -177,7 +177,7 @@ def test_cpu_trained_time_model_does_not_answer_gpu_jobs(bundle, probes):
     correction: such a model gives no answer for a GPU job, under any policy."""
     for method in ("hybrid", "learned"):
         job = _job(probes, method=method, learned_model=str(bundle))
-        report = engine().estimate(job, quantities=("memory", "time"), search_batch=False)
+        report = engine().estimate(job, quantities=("memory", "time"))
         cands = report.decisions["time"].candidates
         assert [c.provenance.basis for c in cands] == ["analytic"]
         assert report.time.provenance.basis == "analytic"
@@ -214,7 +214,7 @@ def test_broken_bundle_names_file_and_falls_back(bundle, probes, tmp_path, damag
         load_bundle(b)
     assert needle in str(err.value)
     job = _job(probes, method="hybrid", learned_model=str(b))
-    report = engine().estimate(job, quantities=("memory",), search_batch=False)
+    report = engine().estimate(job, quantities=("memory",))
     assert report.memory.provenance.basis == "analytic"
     warning = [w for w in report.warnings if "learned_lgbm" in w]
     assert warning and needle in warning[0], report.warnings
@@ -238,7 +238,7 @@ def test_entry_point_discovery(bundle, probes, tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     assert resolve_bundle_dir("team") == pkg / "bundle"
     job = _job(probes, method="hybrid", learned_model="team")
-    report = engine().estimate(job, quantities=("memory",), search_batch=False)
+    report = engine().estimate(job, quantities=("memory",))
     assert report.memory.provenance.basis == "learned"
     assert main(["learned-models"], engine=engine()) == 0
     out = capsys.readouterr().out
@@ -277,7 +277,7 @@ def test_fm_training_estimator_method_selects_policy(bundle, probes):
                              "infra": {"numGpusPerPod": 1}}]})
         assert jobs[0].options.method == method
         job = jobs[0].evolve(options={"learned_model": str(bundle)})
-        d = engine().estimate(job, quantities=("memory",), search_batch=False)\
+        d = engine().estimate(job, quantities=("memory",))\
             .decisions["memory"]
         # a 7B job is outside the tiny-model bundle: theory under every policy, and the
         # learned/hybrid policies say they skipped the learned answer

@@ -15,9 +15,12 @@ adds what a decoder-only layer does not have.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from attrs import frozen
+
+if TYPE_CHECKING:
+    from fmest.models.spec import ModelSpec
 
 #: T5's position bias is computed in fp32 (``relative_attention_bias`` embedding output, added
 #: to fp32 scores); one [1, heads, q, k] tensor per stack is saved for backward.
@@ -38,7 +41,7 @@ class StackLengths:
     target_len: int
 
 
-def stack_lengths(model, *, seq_len: int, source_len: Optional[int] = None,
+def stack_lengths(model: ModelSpec, *, seq_len: int, source_len: Optional[int] = None,
                   target_len: Optional[int] = None) -> StackLengths:
     """``--source-len`` / ``--target-len``, each defaulting to ``seq_len`` (issue 14)."""
     return StackLengths(encoder_layers=model.num_encoder_layers,
@@ -47,7 +50,7 @@ def stack_lengths(model, *, seq_len: int, source_len: Optional[int] = None,
                         target_len=target_len or seq_len)
 
 
-def cross_attention_extra_bytes(model, *, batch: int, target_len: int, source_len: int,
+def cross_attention_extra_bytes(model: ModelSpec, *, batch: int, target_len: int, source_len: int,
                                 act_bytes: float, tp: int = 1) -> float:
     """What one decoder layer's cross-attention block saves beyond a self-attention block's
     share already counted by the per-layer formula: its own norm input and query/output
@@ -66,7 +69,7 @@ def cross_attention_extra_bytes(model, *, batch: int, target_len: int, source_le
     return (target + source) * act_bytes + scores
 
 
-def relative_bias_bytes(model, *, batch: int, source_len: int, target_len: int,
+def relative_bias_bytes(model: ModelSpec, *, batch: int, source_len: int, target_len: int,
                         tp: int = 1) -> float:
     """T5's saved position-bias tensors: encoder [heads, src, src] and decoder [heads, tgt,
     tgt] in fp32 (batch-independent: broadcast over the batch). BART has none."""
@@ -77,7 +80,7 @@ def relative_bias_bytes(model, *, batch: int, source_len: int, target_len: int,
     return heads * (source_len ** 2 + target_len ** 2) * POSITION_BIAS_BYTES
 
 
-def encdec_activation_bytes(model, per_layer_bytes: Callable[[int], float], *,
+def encdec_activation_bytes(model: ModelSpec, per_layer_bytes: Callable[[int], float], *,
                             lengths: StackLengths, batch: int, act_bytes: float,
                             tp: int = 1) -> float:
     """Saved activations of both stacks: ``encoder_layers x per_layer(source_len)`` +
@@ -93,7 +96,7 @@ def encdec_activation_bytes(model, per_layer_bytes: Callable[[int], float], *,
         model, batch=batch, source_len=lengths.source_len, target_len=lengths.target_len, tp=tp)
 
 
-def encdec_training_flops(model, *, lengths: StackLengths, batch: int,
+def encdec_training_flops(model: ModelSpec, *, lengths: StackLengths, batch: int,
                           flops_per_token_per_layer: Callable[[str, int], float]) -> float:
     """Forward FLOPs of one micro-batch: encoder layers over source tokens, decoder layers over
     target tokens (``flops_per_token_per_layer(stack, seq_len)``, ``stack`` in ``encoder`` /

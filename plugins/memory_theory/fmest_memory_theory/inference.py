@@ -16,11 +16,18 @@ Tuning" and engine arguments: ``gpu_memory_utilization`` default 0.9, ``block_si
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from attrs import frozen
 
 from fmest.models.images import vlm_sequence_len
+from fmest_memory_theory.memo import by_identity
+
+if TYPE_CHECKING:
+    from fmest.engine import EstimateContext
+    from fmest.estimates import MemoryEstimate
+    from fmest.job import Job
+    from fmest.models.spec import ModelSpec
 
 GIB = float(1 << 30)
 
@@ -85,13 +92,26 @@ class ShardPlan:
     ep: int = 1
 
 
-def weight_bytes_per_gpu(model, fmt: str, *, shard: ShardPlan, group_size: int = 128,
+_WEIGHT_BYTES: dict[tuple, tuple[object, float]] = {}
+
+
+def weight_bytes_per_gpu(model: ModelSpec, fmt: str, *, shard: ShardPlan, group_size: int = 128,
                          unquantized_bytes: float = 2.0) -> float:
     """Weights on one GPU: linear layers (not the output head) in ``fmt``; embeddings, head, norms
     and vision tower in ``unquantized_bytes`` (GPTQ/AWQ/bitsandbytes/vLLM fp8 keep ``lm_head``
     and embeddings unquantized). Layers split over ``pp`` stages and ``tp`` ranks; experts over
     ``ep`` x ``tp`` (vLLM's fused-MoE shards experts over the TP x EP group).
+
+    Cached per model object and arguments: the batch and context searches of one estimate
+    (:func:`max_batch`, :func:`max_context`) ask for the same weights some fifty times.
     """
+    return by_identity(_WEIGHT_BYTES, model, (fmt, shard, group_size, unquantized_bytes),
+                       lambda: _weight_bytes_per_gpu(model, fmt, shard, group_size,
+                                                     unquantized_bytes))
+
+
+def _weight_bytes_per_gpu(model: ModelSpec, fmt: str, shard: ShardPlan, group_size: int,
+                          unquantized_bytes: float) -> float:
     per_param = weight_bytes_per_param(fmt, group_size=group_size)
     layer_bytes = expert_bytes = other_bytes = 0.0
     for lin in model.linears:
@@ -118,7 +138,7 @@ def kv_heads_per_gpu(num_kv_heads: int, tp: int) -> float:
     return max(1.0, num_kv_heads / tp)
 
 
-def kv_bytes_per_token_per_layer(model, kv_bytes: float, *, tp: int = 1) -> float:
+def kv_bytes_per_token_per_layer(model: ModelSpec, kv_bytes: float, *, tp: int = 1) -> float:
     """K and V of one token in one self-attention layer on one GPU.
 
     Multi-head/grouped-query attention: 2 x kv_heads x head_dim (Ainslie et al. 2023, GQA).
@@ -132,7 +152,7 @@ def kv_bytes_per_token_per_layer(model, kv_bytes: float, *, tp: int = 1) -> floa
     return 2.0 * kv_heads_per_gpu(model.num_kv_heads, tp) * model.head_dim * kv_bytes
 
 
-def sliding_layers(model) -> int:
+def sliding_layers(model: ModelSpec) -> int:
     """Layers that attend only within ``sliding_window`` tokens: all layers for Mistral-style
     configs, 5 of 6 for Gemma 3 (``sliding_window_pattern``), every other one for Gemma 2."""
     if not model.sliding_window:
@@ -155,7 +175,7 @@ def paged_tokens(tokens: int, block_tokens: int) -> int:
     return int(math.ceil(tokens / block_tokens) * block_tokens)
 
 
-def kv_cache_bytes_per_gpu(model, *, batch: int, context: int, kv_bytes: float,
+def kv_cache_bytes_per_gpu(model: ModelSpec, *, batch: int, context: int, kv_bytes: float,
                            shard: ShardPlan, block_tokens: int = DEFAULT_KV_BLOCK_TOKENS,
                            source_len: Optional[int] = None) -> float:
     """The KV cache of ``batch`` sequences of ``context`` tokens on one GPU.
@@ -177,12 +197,14 @@ def kv_cache_bytes_per_gpu(model, *, batch: int, context: int, kv_bytes: float,
     window_tokens = min(context, model.sliding_window or context)
     tokens = full_layers * paged_tokens(context, block_tokens) \
         + local * paged_tokens(window_tokens, block_tokens)
-    if cross:  # Llama-3.2-Vision: cross-attention layers cache the image tokens, not the text
+    # Llama-3.2-Vision: cross-attention layers cache the image tokens, not the text (a model
+    # has cross-attention layers only with a vision side: cross_attention_layers)
+    if cross and model.vision is not None:
         tokens += cross * paged_tokens(model.vision.tokens_per_image, block_tokens)
     return batch * tokens * per_layer / shard.pp
 
 
-def cross_attention_layers(model) -> int:
+def cross_attention_layers(model: ModelSpec) -> int:
     """Decoder-only VLM layers that cross-attend to image tokens instead of self-attending
     (Llama-3.2-Vision's ``cross_attention_layers``); 0 for other models."""
     if model.vision is None:
@@ -191,8 +213,8 @@ def cross_attention_layers(model) -> int:
                if lin.kind == "cross_attention" and lin.name == "q_proj")
 
 
-def prefill_activation_bytes(model, *, chunk_tokens: int, max_seqs: int, act_bytes: float,
-                             shard: ShardPlan) -> float:
+def prefill_activation_bytes(model: ModelSpec, *, chunk_tokens: int, max_seqs: int,
+                             act_bytes: float, shard: ShardPlan) -> float:
     """Peak transient memory of a forward pass over ``chunk_tokens`` tokens (no activations
     are kept for backward): the larger of the attention and MLP working sets of one layer, plus
     fp32 logits of the last token of up to ``max_seqs`` sequences.
@@ -266,13 +288,15 @@ class ServingSetup:
     prompt_tokens: Optional[int] = None
 
 
-def full_prompt_logits_bytes(model, *, tokens: int, act_bytes: float, shard: ShardPlan) -> float:
+def full_prompt_logits_bytes(model: ModelSpec, *, tokens: int, act_bytes: float,
+                             shard: ShardPlan) -> float:
     """``transformers`` generate: the first forward pass computes logits for every prompt token
     in the compute dtype and upcasts them to fp32 (both alive at the peak)."""
     return tokens * model.vocab_size * (act_bytes + LOGIT_BYTES) / shard.tp
 
 
-def inference_memory(model, setup: ServingSetup, *, capacity_bytes: float) -> InferenceMemory:
+def inference_memory(model: ModelSpec, setup: ServingSetup, *,
+                     capacity_bytes: float) -> InferenceMemory:
     """Assemble the per-GPU inference memory of ``model`` served as ``setup``."""
     kv_bytes = KV_FORMAT_BYTES[setup.kv_format]
     if setup.runtime == "transformers":
@@ -295,7 +319,7 @@ def inference_memory(model, setup: ServingSetup, *, capacity_bytes: float) -> In
         usable_bytes=capacity_bytes * setup.gpu_memory_utilization)
 
 
-def _largest(fits, low: int, high: int) -> int:
+def _largest(fits: Callable[[int], bool], low: int, high: int) -> int:
     """Largest integer in [low, high] with ``fits(n)`` true (``fits`` monotone), or 0."""
     if not fits(low):
         return 0
@@ -308,7 +332,7 @@ def _largest(fits, low: int, high: int) -> int:
     return low
 
 
-def max_batch(model, setup: ServingSetup, *, capacity_bytes: float,
+def max_batch(model: ModelSpec, setup: ServingSetup, *, capacity_bytes: float,
               limit: int = 1 << 20) -> int:
     """Most concurrent sequences of ``setup.context`` tokens that fit (0 when none)."""
     import attrs
@@ -317,7 +341,7 @@ def max_batch(model, setup: ServingSetup, *, capacity_bytes: float,
                                                capacity_bytes=capacity_bytes).fits, 1, limit)
 
 
-def max_context(model, setup: ServingSetup, *, capacity_bytes: float,
+def max_context(model: ModelSpec, setup: ServingSetup, *, capacity_bytes: float,
                 limit: int = 1 << 24) -> int:
     """Longest context (tokens per sequence) that fits at ``setup.batch`` sequences (0 when
     none); may exceed the model's trained context, which the caller reports."""
@@ -327,7 +351,7 @@ def max_context(model, setup: ServingSetup, *, capacity_bytes: float,
                                                capacity_bytes=capacity_bytes).fits, 1, limit)
 
 
-def _transformers_memory(model, setup: ServingSetup, kv_bytes: float,
+def _transformers_memory(model: ModelSpec, setup: ServingSetup, kv_bytes: float,
                          capacity_bytes: float) -> InferenceMemory:
     """``model.generate`` in transformers: nothing pre-allocated, no paging, one prefill pass
     over every prompt token with full-prompt logits (see ``RUNTIMES``)."""
@@ -358,7 +382,7 @@ _DTYPE_FORMAT = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "
                  "nf4": "nf4"}
 
 
-def serving_setup(job, ctx) -> ServingSetup:
+def serving_setup(job: Job, ctx: EstimateContext) -> ServingSetup:
     """The :class:`ServingSetup` of a job in inference mode (fields documented in
     docs/inference.md and :class:`fmest.job.Inference`)."""
     inf = job.inference
@@ -382,7 +406,7 @@ def serving_setup(job, ctx) -> ServingSetup:
         gpu_memory_utilization=inf.gpu_memory_utilization)
 
 
-def estimate_inference_memory(job, ctx):
+def estimate_inference_memory(job: Job, ctx: EstimateContext) -> MemoryEstimate:
     """A :class:`fmest.estimates.MemoryEstimate` for serving: components ``weights``,
     ``kv_cache``, ``activations``, ``cuda_graphs``, ``cuda_context``; the notes give the
     largest batch at the job's context and the largest context at its batch."""
@@ -399,10 +423,11 @@ def estimate_inference_memory(job, ctx):
              f"{setup.kv_format}, {setup.batch} sequence(s) x {setup.context} tokens",
              f"usable memory = {setup.gpu_memory_utilization:g} x capacity "
              f"({mem.usable_bytes / GIB:.1f} GiB; gpu_memory_utilization)"]
-    batch = context = None
+    metrics: dict[str, float] = {}
     if model.model_type != "weights_only":  # a weights-only model has no KV cache to size
         batch = max_batch(model, setup, capacity_bytes=capacity)
         context = max_context(model, setup, capacity_bytes=capacity)
+        metrics.update(max_batch=batch, max_context=context)
         notes += [f"largest batch at {setup.context} tokens: {batch}",
                   f"largest context at batch {setup.batch}: {context} tokens"
                   + (f" (beyond the model's {model.max_position_embeddings} positions)"
@@ -413,8 +438,6 @@ def estimate_inference_memory(job, ctx):
                               "format + paged KV cache + prefill working set + runtime reserve"),
         phase="decode", phase_peaks_bytes={"decode": int(sum(components.values()))},
         notes=tuple(notes),
-        metrics={**({"max_batch": batch, "max_context": context} if batch is not None
-                    else {}),
-                 "usable_bytes": mem.usable_bytes,
+        metrics={**metrics, "usable_bytes": mem.usable_bytes,
                  "free_for_kv_bytes": mem.free_for_kv_bytes,
                  "context_tokens": setup.context})

@@ -7,12 +7,15 @@ and applies activation checkpointing.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Optional
+
 from attrs import frozen
 
 from fmest_memory_theory import formulas as F
 
-_MLP_OUT_NAMES = frozenset({"down_proj", "w2", "c_proj", "fc2", "dense_4h_to_h",
-                            "output_linear", "down", "mlp.c_proj"})
+if TYPE_CHECKING:
+    from fmest.models.spec import ModelSpec
+    from fmest_memory_theory.inventory import LoraNumbers, ModelNumbers
 
 
 @frozen(kw_only=True)
@@ -78,13 +81,17 @@ class _Needs:
     mlp_out: bool
 
 
-def _needs(lora, inputs: LayerInputs) -> _Needs:
-    same_dtype = lora is not None and inputs.adapter_bytes == inputs.act_bytes
-    full = inputs.trainable_all
-    return _Needs(attn_in=full or (same_dtype and lora.in_attn),
-                  o_in=full or (same_dtype and lora.on_attn_out),
-                  mlp_in=full or (same_dtype and lora.on_mlp_in),
-                  mlp_out=full or (same_dtype and lora.on_mlp_out))
+_NEEDS_ALL = _Needs(attn_in=True, o_in=True, mlp_in=True, mlp_out=True)
+_NEEDS_NONE = _Needs(attn_in=False, o_in=False, mlp_in=False, mlp_out=False)
+
+
+def _needs(lora: Optional[LoraNumbers], inputs: LayerInputs) -> _Needs:
+    if inputs.trainable_all:
+        return _NEEDS_ALL
+    if lora is None or inputs.adapter_bytes != inputs.act_bytes:
+        return _NEEDS_NONE
+    return _Needs(attn_in=lora.in_attn, o_in=lora.on_attn_out, mlp_in=lora.on_mlp_in,
+                  mlp_out=lora.on_mlp_out)
 
 
 def norm_block_bytes(hidden: float, inputs: LayerInputs, output_needed: bool) -> float:
@@ -103,7 +110,7 @@ def norm_block_bytes(hidden: float, inputs: LayerInputs, output_needed: bool) ->
             + (inputs.tokens * hidden * inputs.act_bytes if output_needed else 0.0))
 
 
-def attention_block_bytes(model, dims, inputs: LayerInputs,
+def attention_block_bytes(model: ModelSpec, dims: ModelNumbers, inputs: LayerInputs,
                           needs: _Needs) -> tuple[float, float, float]:
     """(q/k/v projections' outputs, the attention core, the output projection's input)."""
     tokens, act, tp = inputs.tokens, inputs.act_bytes, inputs.tp
@@ -124,22 +131,12 @@ def attention_block_bytes(model, dims, inputs: LayerInputs,
     return qkv, core, o_in
 
 
-def _activation_function(model) -> str | None:
-    """The MLP activation's name from the raw HF config (GPT-2 ``activation_function``,
-    most others ``hidden_act``); None when unknown."""
-    cfg = getattr(model, "hf_config", None) or {}
-    act = cfg.get("activation_function") or cfg.get("hidden_act") or cfg.get("dense_act_fn")
-    proj = cfg.get("feed_forward_proj")
-    if act is None and isinstance(proj, str):  # T5: "gated-gelu" runs gelu_new (T5Config)
-        act = "gelu_new" if proj == "gated-gelu" else proj.split("-")[-1]
-    return act if isinstance(act, str) else None
-
-
-def dense_mlp_bytes(model, intermediate: float, inputs: LayerInputs, needs: _Needs) -> float:
-    """A dense MLP's saved tensors; an unfused activation (GPT-2 ``gelu_new``) saves more."""
+def dense_mlp_bytes(model: ModelSpec, dims: ModelNumbers, intermediate: float,
+                    inputs: LayerInputs, needs: _Needs) -> float:
+    """A dense MLP's saved tensors; an unfused activation (GPT-2 ``gelu_new``,
+    ``ModelNumbers.mlp_activation``) saves more."""
     tokens, act, tp = inputs.tokens, inputs.act_bytes, inputs.tp
-    extra = F.activation_extra_saved_bytes(tokens, intermediate / tp, act,
-                                           _activation_function(model))
+    extra = F.activation_extra_saved_bytes(tokens, intermediate / tp, act, dims.mlp_activation)
     if model.gated_mlp and inputs.fused_activation:
         # fused SwiGLU: gate and up in the compute dtype, the product as the down GEMM input
         return tokens * intermediate / tp * (
@@ -151,31 +148,31 @@ def dense_mlp_bytes(model, intermediate: float, inputs: LayerInputs, needs: _Nee
                                            output_needed=needs.mlp_out)
 
 
-def mlp_block_bytes(model, dims, inputs: LayerInputs, needs: _Needs) -> tuple[float, float]:
+def mlp_block_bytes(model: ModelSpec, dims: ModelNumbers, inputs: LayerInputs,
+                    needs: _Needs) -> tuple[float, float]:
     """(saved bytes averaged over dense and MoE layers, the widest intermediate a token
     passes): MoE layers keep top-k expert activations, dispatch copies (formulas
     .moe_dispatch_bytes), shared experts and fp32 router logits."""
     tokens, act, tp = inputs.tokens, inputs.act_bytes, inputs.tp
-    mlp_dense = dense_mlp_bytes(model, model.intermediate_size, inputs, needs)
+    mlp_dense = dense_mlp_bytes(model, dims, model.intermediate_size, inputs, needs)
     if not dims.moe_layers:
         return mlp_dense, model.intermediate_size
     top_k = model.experts_per_token or 1
     moe_inter = model.moe_intermediate_size or model.intermediate_size
-    shared = sum(lin.out_features for lin in model.linears
-                 if lin.kind == "shared_expert" and lin.name not in _MLP_OUT_NAMES)
-    shared_inter = shared / (2 if model.gated_mlp else 1)
+    shared_inter = dims.shared_expert_intermediate
     mlp_moe = (F.gated_mlp_saved_bytes(tokens * top_k, moe_inter / tp, act,
                                        product_needed=needs.mlp_out)
                + F.moe_dispatch_bytes(tokens, model.hidden_size / inputs.norm_divisor, top_k,
                                       act)
-               + (dense_mlp_bytes(model, shared_inter, inputs, needs) if shared_inter else 0.0)
+               + (dense_mlp_bytes(model, dims, shared_inter, inputs, needs) if shared_inter
+                  else 0.0)
                + tokens * model.num_experts * F.FP32_BYTES)  # router logits
     mlp = (dims.dense_layers * mlp_dense + dims.moe_layers * mlp_moe) / model.num_layers
     widest = max(model.intermediate_size if dims.dense_layers else 0, moe_inter * top_k)
     return mlp, widest
 
 
-def lora_input_bytes(lora, inputs: LayerInputs) -> float:
+def lora_input_bytes(lora: Optional[LoraNumbers], inputs: LayerInputs) -> float:
     """peft casts each adapted module's input to the adapter dtype (``_cast_input_dtype``) and
     the adapter keeps a copy of it plus the rank-sized ``x A`` product for its weight grads.
     Without autocast the copy is in the adapter dtype (fp32 adapters: an fp32 copy). Under
@@ -194,7 +191,8 @@ def lora_input_bytes(lora, inputs: LayerInputs) -> float:
     return extra + inputs.tokens * lora.rank_elements_per_token * saved
 
 
-def selective_saved_bytes(model, dims, inputs: LayerInputs, widest: float) -> float:
+def selective_saved_bytes(model: ModelSpec, dims: ModelNumbers, inputs: LayerInputs,
+                          widest: float) -> float:
     """torchtitan op-level SAC keeps the layer input, the attention output and every other
     matmul output (q, v, MLP gate, MLP down), recomputes norms and pointwise ops
     (torchtitan parallelize_llama ``_save_list``; the s^2 core is never kept)."""
@@ -210,7 +208,8 @@ def selective_saved_bytes(model, dims, inputs: LayerInputs, widest: float) -> fl
             * act)
 
 
-def layer_activation_bytes(model, dims, lora, inputs: LayerInputs) -> tuple[float, float]:
+def layer_activation_bytes(model: ModelSpec, dims: ModelNumbers, lora: Optional[LoraNumbers],
+                           inputs: LayerInputs) -> tuple[float, float]:
     """(saved per layer, working set while that layer runs backward) for one micro-batch,
     under ``inputs.checkpointing`` (none / full: only the layer input is kept and the layer is
     recomputed / selective)."""

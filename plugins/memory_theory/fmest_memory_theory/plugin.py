@@ -16,18 +16,19 @@ The estimate runs as named phases over small frozen records (docs/memory_model.m
    activations, one layer's backward working set, logits and loss) -> :func:`phase_components`;
 3. :func:`assemble` adds the GPU-side terms of :mod:`fmest.device_terms`.
 
-Formulas and constants live in :mod:`fmest_memory_theory.formulas`.
+Formulas and constants live in :mod:`fmest_memory_theory.formulas`; the per-model numbers
+the phases read (sums over the model's inventory, computed once per model) in
+:mod:`fmest_memory_theory.inventory`.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import attrs
 from attrs import frozen
 
-from fmest.counting import lora_modules
 from fmest.estimates import MemoryEstimate, Provenance
 from fmest.hookspecs import hookimpl
 from fmest.transforms import (OptimizerSizing, ShardingPlan, ShardingStrategy, dtype_info,
@@ -37,138 +38,28 @@ from fmest_memory_theory import formulas as F
 from fmest_memory_theory.encdec import encdec_activation_bytes, stack_lengths
 from fmest_memory_theory.host import host_memory_per_node
 from fmest_memory_theory.inference import estimate_inference_memory
+from fmest_memory_theory.inventory import (LoraNumbers, ModelNumbers, lora_numbers,
+                                           model_numbers)
+from fmest_memory_theory.layer import LayerInputs, layer_activation_bytes
+from fmest_memory_theory.memo import by_identity
 from fmest_memory_theory.vision import (image_tokens, vision_activation_bytes,
                                         vision_trainable_params, vlm_sequence_len)
-from fmest_memory_theory.layer import LayerInputs, layer_activation_bytes
+
+if TYPE_CHECKING:
+    from fmest.engine import EstimateContext
+    from fmest.job import Job, Layout, Parallelism, Training
+    from fmest.models.spec import LinearModule, ModelSpec, VisionSpec
+    from fmest.stacks import ResolvedStack
 
 COMPONENTS = ("weights", "master_weights", "lora_adapters", "gradients", "optimizer_states",
               "optimizer_temporaries", "activations", "logits_and_loss", "framework_buffers",
               "cuda_context", "allocator_reserve")
 _TENSOR_COMPONENTS = COMPONENTS[:-2]
 
-#: Module names of attention output and MLP down projections across the supported families
-#: (their input is the attention output / the MLP product, not the normalized hidden state).
-ATTN_OUT_NAMES = frozenset({"o_proj", "out_proj", "dense", "c_proj", "wo", "output_proj",
-                            "attn_out", "self_attention.dense"})
-MLP_OUT_NAMES = frozenset({"down_proj", "w2", "c_proj", "fc2", "dense_4h_to_h",
-                           "output_linear", "down", "mlp.c_proj"})
-
-
-# ---------------------------------------------------------------------------------------------
-# per-model derived numbers (cached: ModelSpec is frozen and hashable, hf_config excluded)
-# ---------------------------------------------------------------------------------------------
-
-@frozen
-class ModelNumbers:
-    layer_dense_params: float      # all layers, non-expert linears + per-layer norms
-    layer_expert_params: float     # all layers, expert linears
-    embedding_params: float
-    head_params: float
-    final_norm_params: float
-    largest_layer_params: float    # one layer (dense + experts), unsharded
-    largest_tensor_params: float
-    matrix_shapes: tuple           # (rows, cols, count) of every matrix, for Adafactor
-    vector_params: float
-    q_dim: int
-    k_dim: int
-    v_dim: int
-    o_dim: int
-    moe_layers: int
-    dense_layers: int
-
-
-def _attention_dims(model) -> tuple[int, int, int, int]:
-    """(q, k, v, o) projection widths; MLA models (``qk_head_dim``) expand k/v to every head."""
-    head_dim = model.head_dim
-    if model.qk_head_dim:
-        qk = model.num_attention_heads * model.qk_head_dim
-        vo = model.num_attention_heads * (model.v_head_dim or head_dim)
-        return qk, qk, vo, vo
-    q_dim = model.num_attention_heads * head_dim
-    kv_dim = model.num_kv_heads * head_dim
-    return q_dim, kv_dim, kv_dim, q_dim
-
-
-@functools.lru_cache(maxsize=256)
-def model_numbers(model) -> ModelNumbers:
-    num_layers = model.num_layers
-    dense = expert = head = 0.0
-    shapes = []
-    largest = 0.0
-    for lin in model.linears:
-        largest = max(largest, lin.in_features * lin.out_features)
-        shapes.append((lin.out_features, lin.in_features, lin.layers * lin.copies))
-        if lin.kind == "head":
-            head += lin.params
-        elif lin.kind == "expert":
-            expert += lin.params
-        else:
-            dense += lin.params
-    groups = model.groups
-    emb = sum(grp.params for grp in groups if grp.kind in ("embedding", "position"))
-    norms = sum(grp.params for grp in groups if grp.kind == "norm")
-    other = sum(grp.params for grp in groups if grp.kind == "other")
-    final_norm = sum(grp.params for grp in groups if grp.kind == "norm" and "final" in grp.name)
-    vectors = norms + other + sum(lin.bias_params for lin in model.linears)
-    for grp in groups:
-        if grp.kind == "embedding":
-            largest = max(largest, grp.params)
-            shapes.append((model.vocab_size, max(1, grp.params // max(1, model.vocab_size)), 1))
-        elif grp.kind == "position":
-            vectors += grp.params
-    layer_dense = dense + (norms - final_norm) + other
-    q_dim, k_dim, v_dim, o_dim = _attention_dims(model)
-    moe_layers = (model.num_moe_layers or num_layers) if model.is_moe else 0
-    return ModelNumbers(
-        layer_dense_params=layer_dense, layer_expert_params=expert, embedding_params=emb,
-        head_params=head, final_norm_params=final_norm,
-        largest_layer_params=(layer_dense + expert) / num_layers, largest_tensor_params=largest,
-        matrix_shapes=tuple(shapes), vector_params=vectors, q_dim=q_dim, k_dim=k_dim,
-        v_dim=v_dim, o_dim=o_dim, moe_layers=moe_layers, dense_layers=num_layers - moe_layers)
-
-
-@frozen
-class LoraNumbers:
-    adapter_params: float          # all layers
-    shapes: tuple                  # (rows, cols, count) of every A and B
-    in_attn: bool                  # adapters on q/k/v-like modules
-    on_attn_out: bool
-    on_mlp_in: bool
-    on_mlp_out: bool
-    input_elements_per_token: float  # sum of in_features of adapted modules, one layer
-    sharded_input_elements_per_token: float  # inputs that are TP-sharded (o/down)
-    rank_elements_per_token: float   # r per adapted module, one layer
-
-
-@functools.lru_cache(maxsize=256)
-def lora_numbers(model, targets: tuple, rank: int) -> LoraNumbers:
-    from fmest.job import Training
-
-    mods = lora_modules(model, Training(technique="lora", lora_target_modules=targets,
-                                        lora_rank=rank))
-    params = 0.0
-    shapes = []
-    flags = dict(in_attn=False, on_attn_out=False, on_mlp_in=False, on_mlp_out=False)
-    in_el = sharded_el = rank_el = 0.0
-    for mod in mods:
-        count = mod.layers * mod.copies
-        params += F.lora_adapter_params(rank, mod.in_features, mod.out_features) * count
-        shapes += [(rank, mod.in_features, count), (mod.out_features, rank, count)]
-        per_layer = mod.layers / model.num_layers * (mod.active_copies if mod.kind == "expert"
-                                                     else 1.0)
-        is_out = mod.name in ATTN_OUT_NAMES or mod.name in MLP_OUT_NAMES
-        if mod.kind == "attention":
-            flags["on_attn_out" if mod.name in ATTN_OUT_NAMES else "in_attn"] = True
-        else:
-            flags["on_mlp_out" if mod.name in MLP_OUT_NAMES else "on_mlp_in"] = True
-        in_el += mod.in_features * per_layer
-        if is_out:
-            sharded_el += mod.in_features * per_layer
-        rank_el += rank * per_layer
-    return LoraNumbers(adapter_params=params, shapes=tuple(shapes), **flags,
-                       input_elements_per_token=in_el,
-                       sharded_input_elements_per_token=sharded_el,
-                       rank_elements_per_token=rank_el)
+#: every training estimate's provenance: one frozen record, not one built per estimate
+PROVENANCE = Provenance(basis="analytic", detail=(
+    "step-2 phase peak; Korthikanti 2022 activations, ZeRO 2020 states, QLoRA 2023 "
+    "NF4; allocator reserve %.0f%% of allocated" % (100 * F.ALLOCATOR_RESERVE_FRACTION)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,10 +70,10 @@ def lora_numbers(model, targets: tuple, rank: int) -> LoraNumbers:
 class JobSetup:
     """What every phase reads: the job, the model numbers and the resolved transforms."""
 
-    training: object
-    parallelism: object
-    layout: object
-    model: object
+    training: Training
+    parallelism: Parallelism
+    layout: Layout
+    model: ModelSpec
     dims: ModelNumbers
     lora: Optional[LoraNumbers]
     sizing: OptimizerSizing       # optimizer transform (per-element bytes)
@@ -197,19 +88,27 @@ class JobSetup:
     dtensor_sp: bool
     offload_optimizer: bool
     offload_params: bool
-    stack: object = None          # fmest.stacks.ResolvedStack (None: eager PyTorch)
+    #: the loss as it runs: ``training.loss``, or ``fused`` when the stack fuses a standard
+    #: cross-entropy (read this, not ``training.loss``)
+    loss: str
+    stack: Optional[ResolvedStack] = None   # None: eager PyTorch
     expert_plan: Optional[ShardingPlan] = None  # divisors of expert weights (expert-DP group)
 
 
-def job_setup(job, ctx) -> JobSetup:
+def effective_loss(loss: str, stack: Optional[ResolvedStack]) -> str:
+    """The stack's fused cross-entropy never holds the fp32 logits (Megatron
+    cross_entropy_loss_fusion, Liger fused linear CE, Unsloth chunked CE): a ``standard`` loss
+    runs as ``fused`` under a stack that fuses ``loss``."""
+    if loss == "standard" and stack is not None and stack.fuses("loss"):
+        return "fused"
+    return loss
+
+
+def job_setup(job: Job, ctx: EstimateContext) -> JobSetup:
     """Phase 1: the job and the core's transforms (``ctx.transforms``) as one record."""
     training, par, lay, model = job.training, job.parallelism, ctx.layout, ctx.model
     transforms = transforms_of(job, ctx)
     sizing, plan, stack = transforms.optimizer, transforms.sharding, transforms.stack
-    if stack is not None and stack.fuses("loss") and training.loss == "standard":
-        # the stack's fused cross-entropy never holds the fp32 logits (Megatron
-        # cross_entropy_loss_fusion, Liger fused linear CE, Unsloth chunked CE)
-        training = attrs.evolve(training, loss="fused")
     lora = training.technique in ("lora", "qlora")
     # PyTorch-native TP (DTensor) is what composes with FSDP (torchtitan): loss_parallel and
     # separately all-gathered SP inputs (ShardingStrategy.native_tensor_parallel)
@@ -227,8 +126,8 @@ def job_setup(job, ctx) -> JobSetup:
         accumulating=training.grad_accum_steps > 1 or lay.pp > 1, dtensor_tp=dtensor_tp,
         dtensor_sp=dtensor_tp and par.sequence_parallel,
         offload_optimizer=par.cpu_offload in ("optimizer", "params"),
-        offload_params=par.cpu_offload == "params", stack=stack,
-        expert_plan=transforms.expert_sharding or plan)
+        offload_params=par.cpu_offload == "params", loss=effective_loss(training.loss, stack),
+        stack=stack, expert_plan=transforms.expert_sharding or plan)
 
 
 @frozen(kw_only=True)
@@ -243,10 +142,12 @@ class Stage:
     inflight: float
 
 
+@functools.lru_cache(maxsize=256)
 def pipeline_stages(num_layers: int, pp: int, schedule: str, micro: int,
                     vstages: int) -> tuple[Stage, ...]:
     """The distinct stages: the first holds the most in-flight micro-batches, the last the
-    head (formulas.pipeline_inflight_microbatches)."""
+    head (formulas.pipeline_inflight_microbatches). Cached: a pure function of five numbers
+    that every estimate asks."""
     if pp <= 1:
         return (Stage(name="all", layers=num_layers, has_embedding=True, has_head=True,
                       inflight=1.0),)
@@ -288,15 +189,6 @@ def stage_params(setup: JobSetup, stage: Stage) -> StageParams:
 
 
 @frozen(kw_only=True)
-class _Divisors:
-    """A stage's sharding divisors, dense and expert weights blended (:func:`_blended_divisor`)."""
-
-    params_divisor: float
-    grads_divisor: float
-    optimizer_divisor: float
-
-
-@frozen(kw_only=True)
 class ModelState:
     """Model-state bytes of one stage (the optimizer and sharding transforms applied)."""
 
@@ -310,23 +202,22 @@ class ModelState:
     states: float
     temps: float                 # optimizer-step temporaries
     temps_in_backward: float     # optimizer-in-backward temporaries
-    quantized: tuple             # the QLoRA-quantized linears
+    quantized: tuple[LinearModule, ...]  # the QLoRA-quantized linears
 
 
-def _base_weight_bytes(setup: JobSetup, params: StageParams) -> tuple[float, tuple]:
+def _base_weight_bytes(setup: JobSetup,
+                       params: StageParams) -> tuple[float, tuple[LinearModule, ...]]:
     """Stage weights before sharding; QLoRA stores its linears (but the head) in NF4 or
     LLM.int8 (Dettmers et al. 2023 section 3; Dettmers et al. 2022)."""
-    training, tp = setup.training, setup.layout.tp
+    training, tp, dims = setup.training, setup.layout.tp, setup.dims
     if training.technique != "qlora":
         return params.total * setup.sizing.weight_bytes, ()
-    quant = tuple(lin for lin in setup.model.linears if lin.kind not in ("head",))
-    q_params = sum(lin.weight_params for lin in quant) * params.fraction / tp
+    q_params = dims.quantizable_weight_params * params.fraction / tp
     if training.quantization_bits == 4:
         q_bytes = q_params * F.nf4_bytes_per_param(training.double_quantization)
     else:
-        q_bytes = sum(F.int8_weight_bytes(lin.in_features, lin.out_features) * lin.layers
-                      * lin.copies for lin in quant) * params.fraction / tp
-    return q_bytes + (params.total - q_params) * setup.act_bytes, quant
+        q_bytes = dims.quantizable_int8_bytes * params.fraction / tp
+    return q_bytes + (params.total - q_params) * setup.act_bytes, dims.quantizable
 
 
 def _optimizer_state_bytes(setup: JobSetup, trainable: float) -> float:
@@ -334,16 +225,16 @@ def _optimizer_state_bytes(setup: JobSetup, trainable: float) -> float:
     Shazeer & Stern 2018; others: formulas.optimizer_state_bytes)."""
     sizing, lora = setup.sizing, setup.lora
     if sizing.factored:
-        shapes = lora.shapes if lora else setup.dims.matrix_shapes
-        vectors = 0.0 if lora else setup.dims.vector_params
-        elements = F.factored_state_elements(list(shapes), vectors) * trainable / max(
-            1.0, (lora.adapter_params if lora else setup.model.param_counts().total))
+        # the whole model's (or the adapters') factored elements, scaled to this stage
+        numbers = lora if lora is not None else setup.dims
+        total = lora.adapter_params if lora else setup.dims.total_params
+        elements = numbers.factored_state_elements * trainable / max(1.0, total)
         return (elements + trainable * sizing.states) * sizing.state_bytes
     return F.optimizer_state_bytes(trainable, sizing.states, sizing.state_bytes,
                                    sizing.state_overhead_bytes)
 
 
-def _step_temporaries(setup: JobSetup, trainable: float, opt_div: int) -> float:
+def _step_temporaries(setup: JobSetup, trainable: float, opt_div: float) -> float:
     """Parameter-sized temporaries of the update (``OptimizerSpec.step_temp_states``); a
     for-loop or in-backward update holds one tensor's worth at a time."""
     sizing, training, lora = setup.sizing, setup.training, setup.lora
@@ -387,19 +278,19 @@ def model_state_terms(setup: JobSetup, params: StageParams) -> ModelState:
         params.total - _frozen_vision_params(setup) * params.fraction / setup.layout.tp
     weight_share = params.expert / params.total if params.total else 0.0
     trained_share = 0.0 if lora or not trainable else min(1.0, params.expert / trainable)
-    plan = _Divisors(params_divisor=_blended_divisor(setup, "params_divisor", weight_share),
-                     grads_divisor=_blended_divisor(setup, "grads_divisor", trained_share),
-                     optimizer_divisor=_blended_divisor(setup, "optimizer_divisor",
-                                                        trained_share))
+    # the stage's sharding divisors, dense and expert weights blended
+    params_divisor = _blended_divisor(setup, "params_divisor", weight_share)
+    grads_divisor = _blended_divisor(setup, "grads_divisor", trained_share)
+    optimizer_divisor = _blended_divisor(setup, "optimizer_divisor", trained_share)
     adapter_divisor = setup.plan.params_divisor
-    weights = 0.0 if setup.offload_params else base_bytes / plan.params_divisor
+    weights = 0.0 if setup.offload_params else base_bytes / params_divisor
     adapters = trainable * sizing.trainable_bytes / adapter_divisor if lora else 0.0
     if lora and setup.offload_params:
         adapters = 0.0
-    master = trainable * sizing.master_bytes / plan.optimizer_divisor
-    grads_full = trainable * sizing.grad_bytes / plan.grads_divisor
-    states = _optimizer_state_bytes(setup, trainable) / plan.optimizer_divisor
-    temps = _step_temporaries(setup, trainable, plan.optimizer_divisor)
+    master = trainable * sizing.master_bytes / optimizer_divisor
+    grads_full = trainable * sizing.grad_bytes / grads_divisor
+    states = _optimizer_state_bytes(setup, trainable) / optimizer_divisor
+    temps = _step_temporaries(setup, trainable, optimizer_divisor)
     if setup.offload_optimizer:
         master = states = temps = 0.0
     if setup.offload_params:
@@ -447,8 +338,10 @@ def _bucket_bytes(setup: JobSetup, state: ModelState) -> float:
     return out
 
 
-def _gathered_param_buffers(setup: JobSetup, params: StageParams, state: ModelState) -> Buffers:
-    """Unsharded parameters (and gradients) of a parameter-sharding strategy."""
+def _gathered_param_buffers(setup: JobSetup, params: StageParams, state: ModelState,
+                            static: float) -> Buffers:
+    """Unsharded parameters (and gradients) of a parameter-sharding strategy, beside the
+    ``static`` buckets."""
     strategy, lay, act = setup.strategy, setup.layout, setup.act_bytes
     lora = setup.lora is not None
     layer_unsharded = (setup.dims.largest_layer_params / lay.tp) * act
@@ -461,7 +354,7 @@ def _gathered_param_buffers(setup: JobSetup, params: StageParams, state: ModelSt
         if not lora:   # one layer's unsharded grads (+ fp32 copy for reduce)
             fwd_bwd += layer_unsharded / act * (act + (F.FP32_BYTES if setup.sizing.precision
                                                        == "amp" else 0))
-        return Buffers(fwd_bwd=fwd_bwd)
+        return Buffers(static=static, fwd_bwd=fwd_bwd)
     # SHARD_GRAD_OP, or parameters kept unsharded under PP (torchtitan:
     # reshard_after_forward=False): the stage's parameters stay unsharded through forward and
     # backward, and unsharded gradients accumulate over micro-batches (fp32 under amp with
@@ -469,29 +362,32 @@ def _gathered_param_buffers(setup: JobSetup, params: StageParams, state: ModelSt
     fwd_bwd = state.base_bytes * act / max(setup.sizing.weight_bytes, 1) if not lora \
         else state.base_bytes
     if lora or not setup.accumulating:
-        return Buffers(fwd_bwd=fwd_bwd)
+        return Buffers(static=static, fwd_bwd=fwd_bwd)
     # FSDP2 upcasts every unsharded gradient it accumulates without sync to ``reduce_dtype``,
     # whatever ``reshard_after_forward`` says: under PP FULL_SHARD and SHARD_GRAD_OP run the
     # same (torchtitan sets reshard_after_forward=False for both)
     acc_b = F.FSDP_PP_ACCUMULATED_GRAD_BYTES if (
         lay.pp > 1 and strategy.fp32_grad_accum and setup.sizing.precision == "amp") else act
     acc_buf = params.total * acc_b
-    return Buffers(fwd_bwd=fwd_bwd + acc_buf, accumulated=acc_buf, unsharded_accumulation=True)
+    return Buffers(static=static, fwd_bwd=fwd_bwd + acc_buf, accumulated=acc_buf,
+                   unsharded_accumulation=True)
 
 
-def _autocast_buffers(setup: JobSetup, params: StageParams, stage: Stage) -> Buffers:
+def _autocast_buffers(setup: JobSetup, params: StageParams, stage: Stage,
+                      static: float) -> Buffers:
     """torch.autocast caches compute-dtype copies of fp32 weights (``cached_cast``) until the
     autocast region exits after forward; what outlives it is what the matmuls saved. Under
     full checkpointing only the (not checkpointed) output projection keeps its copy into
-    backward, and the recomputed block re-casts its own weights for its backward."""
+    backward, and the recomputed block re-casts its own weights for its backward. Beside the
+    ``static`` buckets."""
     act, tp = setup.act_bytes, setup.layout.tp
     head_copy = (params.head or (setup.dims.embedding_params / tp if stage.has_head else 0.0)) \
         * act
     copies = (params.dense + params.expert) * act + head_copy
     if setup.training.activation_checkpointing == "full":
-        return Buffers(fwd_only=copies - head_copy, fwd_bwd=head_copy,
+        return Buffers(static=static, fwd_only=copies - head_copy, fwd_bwd=head_copy,
                        autocast_layer=(setup.dims.largest_layer_params / tp) * act)
-    return Buffers(fwd_bwd=copies)
+    return Buffers(static=static, fwd_bwd=copies)
 
 
 def framework_buffer_terms(setup: JobSetup, params: StageParams, state: ModelState,
@@ -502,16 +398,11 @@ def framework_buffer_terms(setup: JobSetup, params: StageParams, state: ModelSta
     plan = setup.plan
     if "parameters" in setup.strategy.shards and plan.params_divisor > 1 \
             or setup.offload_params:
-        inner = _gathered_param_buffers(setup, params, state)
-    elif (setup.sizing.precision == "amp" and setup.lora is None
-          and setup.act_bytes < F.FP32_BYTES):
-        inner = _autocast_buffers(setup, params, stage)
-    else:
-        inner = Buffers()
-    return Buffers(static=static, fwd_bwd=inner.fwd_bwd, fwd_only=inner.fwd_only,
-                   accumulated=inner.accumulated,
-                   unsharded_accumulation=inner.unsharded_accumulation,
-                   autocast_layer=inner.autocast_layer)
+        return _gathered_param_buffers(setup, params, state, static)
+    if (setup.sizing.precision == "amp" and setup.lora is None
+            and setup.act_bytes < F.FP32_BYTES):
+        return _autocast_buffers(setup, params, stage, static)
+    return Buffers(static=static)
 
 
 @frozen(kw_only=True)
@@ -528,27 +419,29 @@ class Activations:
 
 
 def _layer_inputs(setup: JobSetup) -> LayerInputs:
-    training, lay = setup.training, setup.layout
+    """The job side of the per-layer activation count, with the stack's fused kernels as
+    LayerInputs fields (no stack: eager PyTorch, nothing fused)."""
+    training, lay, stack = setup.training, setup.layout, setup.stack
     return LayerInputs(
         tokens=setup.tokens, batch=training.micro_batch_size, seq=setup.seq_local,
         act_bytes=setup.act_bytes, tp=lay.tp, sequence_parallel=setup.parallelism
         .sequence_parallel, attention=training.attention, compiled=training.compile,
         trainable_all=setup.lora is None, adapter_bytes=setup.adapter_act_bytes,
         checkpointing=training.activation_checkpointing, dtensor_sp=setup.dtensor_sp,
-        autocast=setup.sizing.precision == "amp", **_stack_layer_inputs(setup))
+        autocast=setup.sizing.precision == "amp",
+        fused_norm=stack is not None and stack.fuses("norm"),
+        fused_activation=stack is not None and stack.fuses("activation"),
+        fused_layout=stack is not None and stack.fuses("layout"),
+        gemm_input_bytes=_saved_gemm_input_bytes(setup))
 
 
-def _stack_layer_inputs(setup: JobSetup) -> dict:
-    """The stack's fused kernels as LayerInputs fields; under a stack that fuses the fp8 cast
-    into the GEMM producers (Transformer Engine), saved GEMM inputs are the fp8 copies."""
-    stack = setup.stack
-    if stack is None:
-        return {}
-    fp8_saved = stack.fuses("fp8_cast") and setup.training.dtype == "fp8"
-    return {"fused_norm": stack.fuses("norm"), "fused_activation": stack.fuses("activation"),
-            "fused_layout": stack.fuses("layout"),
-            "gemm_input_bytes": (dtype_info(setup.training.dtype).operand_bytes
-                                 if fp8_saved else None)}
+def _saved_gemm_input_bytes(setup: JobSetup) -> Optional[int]:
+    """Under a stack that fuses the fp8 cast into the GEMM producers (Transformer Engine),
+    saved GEMM inputs are the fp8 copies; None: the compute dtype's."""
+    stack, dtype = setup.stack, setup.training.dtype
+    if stack is not None and stack.fuses("fp8_cast") and dtype == "fp8":
+        return dtype_info(dtype).operand_bytes
+    return None
 
 
 def _final_norm_bytes(setup: JobSetup) -> float:
@@ -565,7 +458,8 @@ def _final_norm_bytes(setup: JobSetup) -> float:
         tp if setup.parallelism.sequence_parallel else 1)
 
 
-def _logits(tokens, vocab, act_bytes, loss, compiled, vocab_parallel=False):
+def _logits(tokens: float, vocab: float, act_bytes: int, loss: str, compiled: bool,
+            vocab_parallel: bool = False) -> tuple[float, float, float]:
     """(held, forward extra, backward extra): formulas.logits_bytes plus the compute-dtype
     logits that exist before the fp32 upcast in forward (standard loss)."""
     held, bwd_extra = F.logits_bytes(tokens, vocab, act_bytes, loss=loss, compiled=compiled,
@@ -594,9 +488,9 @@ def _encdec_saved_bytes(setup: JobSetup, stage: Stage) -> float:
     return whole * stage.layers / model.num_layers * stage.inflight
 
 
-def _vision_saved_bytes(setup: JobSetup) -> float:
+def _vision_saved_bytes(setup: JobSetup, vision: VisionSpec) -> float:
     """The vision tower's activations for one micro-batch (trained or frozen)."""
-    training, vision = setup.training, setup.model.vision
+    training = setup.training
     tokens = image_tokens(vision, training.image_size)
     return vision_activation_bytes(
         vision, tokens, images=training.micro_batch_size * training.images_per_sample,
@@ -618,7 +512,7 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
     if model.is_encoder_decoder and not training.activation_offload:
         saved_all = _encdec_saved_bytes(setup, stage)
     if model.vision is not None and stage.has_embedding:
-        saved_all += _vision_saved_bytes(setup) * stage.inflight
+        saved_all += _vision_saved_bytes(setup, model.vision) * stage.inflight
     if lay.pp > 1 and not stage.has_head:
         # the pipeline runtime keeps each in-flight chunk's stage output until its backward
         # (``PipelineStage.fwd_cache``); no layer of the stage saves it
@@ -629,7 +523,7 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
     held = fwd_tr = bwd_tr = head_grad = 0.0
     if stage.has_head:
         saved_all += _final_norm_bytes(setup)
-        held, fwd_tr, bwd_tr = _logits(tokens, model.vocab_size / lay.tp, act, training.loss,
+        held, fwd_tr, bwd_tr = _logits(tokens, model.vocab_size / lay.tp, act, setup.loss,
                                        training.compile, vocab_parallel=setup.dtensor_tp)
         # the output projection's weight gradient appears with the logits' gradient (the
         # embedding's, when tied)
@@ -638,24 +532,24 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
             if setup.lora is None else 0.0
     work_l += buffers.autocast_layer
     if state.quantized:   # bnb / torchao NF4 dequantize one weight at a time (not the head)
-        work_l += max(lin.in_features * lin.out_features for lin in state.quantized) \
-            / lay.tp * act
+        work_l += setup.dims.largest_quantizable_params / lay.tp * act
     return Activations(saved_layer=saved_l, work_layer=work_l, saved_all=saved_all,
                        logits_held=held, logits_fwd_extra=fwd_tr, logits_bwd_extra=bwd_tr,
                        head_grad=head_grad)
 
 
-def _backward_candidates(setup, static, state, buffers, acts, stage, acc_grads):
+def _backward_candidates(setup: JobSetup, static: dict[str, float], state: ModelState,
+                         buffers: Buffers, acts: Activations, stage: Stage,
+                         acc_grads: float) -> list[dict[str, float]]:
     """The moments of backward that can peak: the loss gradient, the head's weight gradient,
     the first layer's backward, and the end of backward (every grad sharded)."""
-    training = setup.training
     both = buffers.static + buffers.fwd_bwd
     # chunked loss: the output weight's earlier chunk contributions are summed in place while
     # the next one is computed (``InputBuffer::accumulate``)
-    head_contrib = acts.head_grad if training.loss == "chunked" else 0.0
+    head_contrib = acts.head_grad if setup.loss == "chunked" else 0.0
     # standard loss: the head's weight gradient appears only after log-softmax backward has
     # freed the nll gradient and saved log-softmax; fused/chunked losses produce it at once
-    standard = training.loss == "standard"
+    standard = setup.loss == "standard"
     head_first = 0.0 if (setup.accumulating or standard) else acts.head_grad
     return [
         dict(static, gradients=acc_grads + head_first + head_contrib,
@@ -705,49 +599,45 @@ def phase_components(setup: JobSetup, state: ModelState, buffers: Buffers, acts:
 class StagePeak:
     allocated: float
     phase: str
-    components: dict
-    phase_allocated: dict
+    components: dict[str, float]
+    phase_allocated: dict[str, float]
     stage: str
 
 
 def stage_peak(setup: JobSetup, stage: Stage) -> StagePeak:
-    """The phases of one stage and the one that peaks."""
+    """The phases of one stage and the one that peaks (the first of equal totals)."""
     params = stage_params(setup, stage)
     state = model_state_terms(setup, params)
     buffers = framework_buffer_terms(setup, params, state, stage)
     acts = activation_terms(setup, params, state, buffers, stage)
     phases = phase_components(setup, state, buffers, acts, stage)
     totals = {name: sum(comp.values()) for name, comp in phases.items()}
-    best = None
-    for name, comp in phases.items():
-        if best is None or totals[name] > totals[best]:
-            best = name
+    best = max(totals, key=totals.__getitem__)
     return StagePeak(allocated=totals[best], phase=best, components=phases[best],
                      phase_allocated=totals, stage=stage.name)
 
 
-def _split_vision(setup: JobSetup, peak: StagePeak, components: dict) -> None:
+def _split_vision(setup: JobSetup, peak: StagePeak, components: dict[str, int]) -> None:
     """Show a VLM's tower and projector weights and the tower's activations as their own
     components (moved out of ``weights`` / ``activations``; the total is unchanged)."""
     vision = setup.model.vision
     if vision is None:
         return
-    share = (vision.tower_params + vision.projector_params) / max(
-        1.0, setup.model.param_counts().total)
+    share = (vision.tower_params + vision.projector_params) / max(1.0, setup.dims.total_params)
     moved = int(round(components.get("weights", 0) * share))
     components["weights"] -= moved
     components["vision_weights"] = moved
     if peak.phase != "optimizer":
         acts = min(components.get("activations", 0),
-                   int(round(_vision_saved_bytes(setup))))
+                   int(round(_vision_saved_bytes(setup, vision))))
         components["activations"] -= acts
         components["vision_activations"] = acts
 
 
 def _host_bytes(setup: JobSetup) -> float:
     """Host RAM per node (fmest_memory_theory.host): model loading, offloaded state."""
-    lay, dims, training = setup.layout, setup.dims, setup.training
-    total = setup.model.param_counts().total
+    lay, dims = setup.layout, setup.dims
+    total = dims.total_params
     lora = setup.lora
     trainable = lora.adapter_params if lora else total - _frozen_vision_params(setup)
     sharded_init = setup.plan.params_divisor > 1  # ZeRO-3 / FSDP full shard materialize sharded
@@ -768,7 +658,8 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
                   for name in _TENSOR_COMPONENTS}
     _split_vision(setup, peak, components)
     components["cuda_context"] = int(round(ctx_bytes))
-    fitted = setup.stack.fitted.reserve_fraction if setup.stack is not None else None
+    stack = setup.stack
+    fitted = stack.fitted.reserve_fraction if stack is not None else None
     components["allocator_reserve"] = int(round(
         F.allocator_reserve_bytes(peak.allocated) if fitted is None
         else fitted * peak.allocated))
@@ -776,22 +667,31 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
     phase_peaks = {name: int(round(value * (1 + F.ALLOCATOR_RESERVE_FRACTION) + ctx_bytes))
                    for name, value in peak.phase_allocated.items()}
     phase_peaks[peak.phase] = total
-    notes = (f"precision={setup.sizing.precision}", f"optimizer_impl={setup.sizing.impl}",
-             f"stage={peak.stage}", f"shard_group={setup.plan.group_size}")
-    if setup.stack is not None:
-        notes += (setup.stack.summary(),) + _stack_memory_notes(setup, fitted)
+    notes: tuple[str, ...] = (
+        f"precision={setup.sizing.precision}", f"optimizer_impl={setup.sizing.impl}",
+        f"stage={peak.stage}", f"shard_group={setup.plan.group_size}")
+    if stack is not None:
+        notes += (stack_summary(stack),) + _stack_memory_notes(setup, stack, fitted)
     return MemoryEstimate(
         total_bytes=total, components=components, phase=peak.phase,
         phase_peaks_bytes=phase_peaks, host_bytes=int(_host_bytes(setup)),
-        provenance=Provenance(basis="analytic", detail=(
-            "step-2 phase peak; Korthikanti 2022 activations, ZeRO 2020 states, QLoRA 2023 "
-            "NF4; allocator reserve %.0f%% of allocated" % (100 * F.ALLOCATOR_RESERVE_FRACTION))),
-        notes=notes)
+        provenance=PROVENANCE, notes=notes)
 
 
-def _stack_memory_notes(setup: JobSetup, fitted) -> tuple:
+_STACK_SUMMARIES: dict[tuple, tuple[object, str]] = {}
+
+
+def stack_summary(stack: ResolvedStack) -> str:
+    """``stack.summary()``, built once per resolved stack (the engine resolves it once per
+    context, and every estimate of that context, each micro-batch candidate included, notes
+    it)."""
+    return by_identity(_STACK_SUMMARIES, stack, (), stack.summary)
+
+
+def _stack_memory_notes(setup: JobSetup, stack: ResolvedStack,
+                        fitted: Optional[float]) -> tuple[str, ...]:
     """What the stack changed in memory, by name (issue 12)."""
-    stack, sizing, out = setup.stack, setup.sizing, []
+    sizing, out = setup.sizing, []
     if sizing.grad_bytes == F.FP32_BYTES and sizing.precision == "master":
         out.append(f"{stack.name}: gradients accumulate in an fp32 buffer (4 B/param)")
     if stack.profile.contiguous_grad_buffer and "gradients" not in setup.strategy.shards:
@@ -799,7 +699,7 @@ def _stack_memory_notes(setup: JobSetup, fitted) -> tuple:
     if stack.profile.workspace_bytes:
         out.append(f"{stack.name}: framework workspaces "
                    f"{stack.profile.workspace_bytes / 2**20:.0f} MiB")
-    if setup.training.loss == "fused" and stack.fuses("loss"):
+    if setup.loss == "fused" and stack.fuses("loss"):
         out.append(f"{stack.name}: fused cross-entropy (no fp32 logits)")
     if fitted is not None:
         out.append(f"{stack.name}: allocator reserve {fitted:.3f} x allocated "
@@ -807,21 +707,19 @@ def _stack_memory_notes(setup: JobSetup, fitted) -> tuple:
     return tuple(out)
 
 
-def estimate_bytes(job, ctx) -> MemoryEstimate:
-    """The :class:`MemoryEstimate` of ``job`` (see module doc)."""
+def estimate_bytes(job: Job, ctx: EstimateContext) -> MemoryEstimate:
+    """The :class:`MemoryEstimate` of ``job`` (see module doc): the stage that peaks highest
+    (the first of equal peaks)."""
     setup = job_setup(job, ctx)
     training, par = setup.training, setup.parallelism
-    best = None
-    for stage in pipeline_stages(setup.model.num_layers, setup.layout.pp, par.pp_schedule,
-                                 training.grad_accum_steps, par.pp_virtual_stages):
-        peak = stage_peak(setup, stage)
-        if best is None or peak.allocated > best.allocated:
-            best = peak
+    stages = pipeline_stages(setup.model.num_layers, setup.layout.pp, par.pp_schedule,
+                             training.grad_accum_steps, par.pp_virtual_stages)
+    best = max((stage_peak(setup, stage) for stage in stages), key=lambda peak: peak.allocated)
     return assemble(setup, best)
 
 
 @hookimpl
-def fmest_estimate_memory(job, ctx):
+def fmest_estimate_memory(job: Job, ctx: EstimateContext) -> MemoryEstimate:
     """Analytic per-GPU peak memory (basis ``analytic``); answers every job (serving memory
     for ``mode: inference``, fmest_memory_theory.inference)."""
     if job.mode == "inference":

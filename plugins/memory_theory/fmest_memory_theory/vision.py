@@ -15,15 +15,21 @@ working set is alive (about ``(4 x hidden + intermediate) x patches`` elements) 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fmest.models.images import ImageTokens, image_tokens, vlm_sequence_len  # noqa: F401
+
+if TYPE_CHECKING:
+    from fmest.models.spec import VisionSpec
 
 #: Korthikanti et al. 2022 eq. 1 without the 5as/h attention-score term (flash/SDPA): bytes per
 #: token per hidden unit a 16-bit transformer layer saves for backward.
 SAVED_BYTES_PER_TOKEN_HIDDEN = 34.0
 
 
-def vision_activation_bytes(vision, tokens: ImageTokens, *, images: int, act_bytes: float,
-                            trained: bool, checkpointing: bool = False) -> float:
+def vision_activation_bytes(vision: VisionSpec, tokens: ImageTokens, *, images: int,
+                            act_bytes: float, trained: bool,
+                            checkpointing: bool = False) -> float:
     """Activation bytes of the tower for ``images`` images on one GPU (micro-batch x images per
     sample). Trained: every layer saves ``34 x patches x hidden`` bytes (scaled to the compute
     dtype), or only its input under full checkpointing; frozen: one layer's working set plus the
@@ -41,7 +47,7 @@ def vision_activation_bytes(vision, tokens: ImageTokens, *, images: int, act_byt
     return working + hidden * patches * act_bytes
 
 
-def vision_forward_flops(vision, tokens: ImageTokens, *, images: int) -> float:
+def vision_forward_flops(vision: VisionSpec, tokens: ImageTokens, *, images: int) -> float:
     """Forward FLOPs of the tower and projector for ``images`` images: 2 x parameters per patch
     (Kaplan et al. 2020) plus bidirectional attention (4 x patches x hidden per patch and layer,
     Narayanan et al. 2021 eq. 2 without the causal half)."""
@@ -52,7 +58,8 @@ def vision_forward_flops(vision, tokens: ImageTokens, *, images: int) -> float:
     return linear + attention
 
 
-def vision_trainable_params(vision, *, train_tower: bool, train_projector: bool = True) -> int:
+def vision_trainable_params(vision: VisionSpec, *, train_tower: bool,
+                            train_projector: bool = True) -> int:
     """Parameters of the image side that get gradients and optimizer states."""
     return (vision.tower_params if train_tower else 0) + \
         (vision.projector_params if train_projector else 0)

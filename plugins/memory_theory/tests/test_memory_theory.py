@@ -255,7 +255,9 @@ def test_max_micro_batch_search_runs():
     eng = _engine()
     job = job_from_dict({"model": "Llama-3.2-1B", "training": {"seq_len": 2048},
                          "hardware": {"gpu": "H100-SXM"}})
-    report = eng.estimate(job, quantities=("memory",))
+    from fmest.api import estimate_jobs
+
+    report = estimate_jobs([(job, None)], engine=eng, quantities=("memory",))
     assert report.max_micro_batch >= 1
 
 

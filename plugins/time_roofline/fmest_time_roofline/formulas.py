@@ -4,7 +4,9 @@ Every function is pure, has its unit in its name and cites its source. Every con
 documented, and either taken from evidence in ``docs/research/hardware_notes.md``
 (HN §n) or marked ``calibrated`` (fitted once, globally, against the throughput rows of
 ``measured_dev.csv`` by ``benchmarks/accuracy_time.py``; never per row). The derivations are in
-``docs/time_model.md``.
+``docs/time_model.md``. The constants the planner's array formulas also use (HBM and collective
+efficiencies, latencies, overlap interference, PCIe, CPU-Adam, the compile speed-up) are defined
+in :mod:`fmest.physics.time_constants` and imported here under the same names.
 """
 
 from __future__ import annotations
@@ -12,6 +14,13 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from fmest.physics.gpu_prefix import value_by_gpu_prefix
+from fmest.physics.time_constants import (
+    COMPILE_MEMORY_BOUND_SPEEDUP, CPU_ADAM_PARAMS_PER_S_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_S,
+    DEFAULT_PCIE_BYTES_PER_S, HBM_EFFICIENCY, INTER_NODE_COLLECTIVE_EFFICIENCY,
+    INTER_NODE_LATENCY_S, INTRA_NODE_COLLECTIVE_EFFICIENCY,
+    INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU, INTRA_NODE_LATENCY_S, OVERLAP_INTERFERENCE_FRACTION,
+    PCIE_EFFICIENCY, intra_node_collective_efficiency)
 from fmest.transforms import dtype_info
 
 # ---------------------------------------------------------------------------------------------
@@ -82,16 +91,8 @@ FUSED_ATTENTION_BWD_EFFICIENCY = {"H100": 0.50, "H800": 0.50, "H200": 0.50, "H20
 #: 5 matmuls vs 2; Dao 2023, Algorithm 2; torch.utils.flop_counter sdpa_backward_flop_count).
 FLASH_BACKWARD_FLOPS_FACTOR = 2.5
 
-#: Achievable fraction of peak HBM bandwidth for streaming kernels (HN §4: STREAM triad on
-#: A100 83 %, H100 89 %, H200 86 %).
-HBM_EFFICIENCY = 0.85
-
-#: torch.compile (Inductor) fuses chains of elementwise ops into one kernel, so norms,
-#: activations, residual adds and RoPE read and write HBM once instead of once per op.
-#: Evidence: torchtune 3B single A100 +27 % tokens/s, torchtitan Llama-3.1-8B on 8/128 H100
-#: +16 %/+16 % (measured_dev.csv rows tt32-3b-compile, titan24-8b-*-r2). Calibrated (global):
-#: the memory-bound time is divided by this factor under ``--compile``.
-COMPILE_MEMORY_BOUND_SPEEDUP = 2.5
+# HBM_EFFICIENCY and COMPILE_MEMORY_BOUND_SPEEDUP: fmest.physics.time_constants (imported above;
+# the planner's array formulas read the same objects).
 
 #: Share of a step in which no useful kernel runs in an eager PyTorch training loop (kernel
 #: launch gaps, Python, data loading, host syncs, logging). The MFU survey of HN §2 puts
@@ -132,39 +133,8 @@ def host_dispatch_seconds(*, layers: float, checkpointing: str, lora_modules_per
     return ops * micro_batches * HOST_SECONDS_PER_EAGER_OP
 
 
-#: Achieved ring bus bandwidth as a fraction of the unidirectional link speed (HN §5):
-#: within a node 0.77-0.78 on 8xA100 (NVLink3), 0.82 ring on 8xH200; across nodes 0.70-0.75 of
-#: the per-GPU NIC.
-INTRA_NODE_COLLECTIVE_EFFICIENCY = 0.78
-#: NVLink4 (Hopper) ring collectives reach a higher fraction: 8xH200 ring all-reduce
-#: (``NCCL_NVLS_ENABLE=0``) 367.6 GB/s busbw of 450 GB/s = 0.82; H100 NVLink P2P 376 of 450 =
-#: 0.83 (HN §5). Hopper parts share the NVLink4/NVSwitch fabric, so they use this value; NVLS
-#: (in-switch all-reduce, >100 %) is not assumed because TP/FSDP use all-gather/reduce-scatter.
-INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU = {"H100-SXM": 0.82, "H800": 0.82, "H200": 0.82,
-                                           "GH200": 0.82}
-INTER_NODE_COLLECTIVE_EFFICIENCY = 0.72
-#: Per-step latency of a collective algorithm step (NCCL: a few microseconds per hop within a
-#: node, ~10 us across nodes; HN §5 "latency term for small messages").
-INTRA_NODE_LATENCY_S = 5e-6
-INTER_NODE_LATENCY_S = 10e-6
-#: Fallback NIC bandwidth per GPU when the GPU table has none: 200 Gb/s (HN §7, GCP A3 Mega).
-DEFAULT_INTER_NODE_BYTES_PER_S = 25e9
-#: Overlapped communication is not free: NCCL kernels occupy SMs and HBM bandwidth while
-#: compute runs, slowing it (Chang et al. 2024, FLUX, arXiv:2406.06858 §2; Pati et al. 2024,
-#: T3, arXiv:2401.16677 §3: 10-30 % slowdown of concurrent GEMMs). This fraction of every hidden
-#: second of communication is added to the step. Calibrated (global) within that range.
-OVERLAP_INTERFERENCE_FRACTION = 0.2
-
-#: Achievable fraction of a PCIe link (HN §5: EFA/p2p measurements reach 83-97 % of spec;
-#: pinned host copies reach ~80 % of PCIe spec in practice).
-PCIE_EFFICIENCY = 0.80
-#: Fallback host link: PCIe Gen4 x16, 32 GB/s per direction (PCI-SIG).
-DEFAULT_PCIE_BYTES_PER_S = 32e9
-
-#: CPU optimizer throughput for ZeRO-Offload: DeepSpeed CPU-Adam updates ~1e9 parameters/s
-#: per node-socket group (Ren et al. 2021, ZeRO-Offload, arXiv:2101.06840, §6: CPU-Adam 1B
-#: params in ~1 s on a 2-socket host). Shared by the GPUs of a node.
-CPU_ADAM_PARAMS_PER_S_PER_NODE = 1.0e9
+# Collective efficiencies and latencies, the overlap interference, the PCIe link and the CPU-Adam
+# rate: fmest.physics.time_constants (imported above), shared with fmest.plan.vector.
 
 # ---------------------------------------------------------------------------------------------
 # Elementwise (memory-bound) traffic
@@ -220,19 +190,11 @@ def storage_dtype(dtype: str) -> str:
     return dtype_info(dtype).storage_dtype
 
 
-def _lookup_prefix(table: dict, name: str, default):
-    best = None
-    for key, value in table.items():
-        if name.upper().startswith(key.upper()) and (best is None or len(key) > len(best[0])):
-            best = (key, value)
-    return best[1] if best else default
-
-
 def mamf_fraction(gpu_name: str, dtype: str) -> float:
     """Best-shape GEMM fraction of dense peak for a GPU and dtype (HN §3, ml-engineering
     MAMF table); ``MAMF_FRACTION_DEFAULT`` when the GPU was not measured."""
     table = MAMF_FRACTION_FP8 if dtype == "fp8" else MAMF_FRACTION_BF16
-    return _lookup_prefix(table, gpu_name, MAMF_FRACTION_DEFAULT)
+    return value_by_gpu_prefix(table, gpu_name, MAMF_FRACTION_DEFAULT)
 
 
 def power_cap_derate(gpu_name: str) -> float:
@@ -245,13 +207,13 @@ def attention_efficiency(gpu_name: str, direction: str = "fwd", kernel: str = "s
     (``ATTENTION_FWD_EFFICIENCY`` / ``ATTENTION_BWD_EFFICIENCY``: FA3 paper figures for FA2
     on H100, FA2 paper range on A100); ``kernel`` ``te-fused`` (a stack's cuDNN/FA3-class
     kernel) uses ``FUSED_ATTENTION_*_EFFICIENCY`` where the GPU has a figure."""
-    default = _lookup_prefix(ATTENTION_BWD_EFFICIENCY if direction == "bwd"
-                             else ATTENTION_FWD_EFFICIENCY, gpu_name,
-                             ATTENTION_EFFICIENCY_DEFAULT)
+    default = value_by_gpu_prefix(ATTENTION_BWD_EFFICIENCY if direction == "bwd"
+                                  else ATTENTION_FWD_EFFICIENCY, gpu_name,
+                                  ATTENTION_EFFICIENCY_DEFAULT)
     if kernel == "te-fused":
         fused = FUSED_ATTENTION_BWD_EFFICIENCY if direction == "bwd" \
             else FUSED_ATTENTION_FWD_EFFICIENCY
-        return _lookup_prefix(fused, gpu_name, default)
+        return value_by_gpu_prefix(fused, gpu_name, default)
     return default
 
 
@@ -471,14 +433,6 @@ def tp_all_gather_bytes_per_element(lin_dtype: str, act_bytes: float) -> float:
     torchtitan/parallelisms/parallelize_llama.py). The reduce-scatters carry bf16 partial sums.
     """
     return dtype_bytes("fp8") if lin_dtype == "fp8" else act_bytes
-
-
-def intra_node_collective_efficiency(gpu_name: str) -> float:
-    """Achieved ring busbw / unidirectional link speed within a node (HN §5):
-    ``INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU`` for NVLink4 parts, else
-    ``INTRA_NODE_COLLECTIVE_EFFICIENCY``."""
-    return _lookup_prefix(INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU, gpu_name,
-                          INTRA_NODE_COLLECTIVE_EFFICIENCY)
 
 
 def link_bytes_per_s(gpu, *, inter_node: bool, size: int = 2, nodes: int = 2) -> float:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+import attrs
 from attrs import frozen
 
 from fmest.counting import lora_modules, total_params, trainable_params
@@ -87,17 +88,33 @@ def device_rates(job, gpu, stack=None) -> Optional[Rates]:
             raise InputError("options.mfu", "is a fraction of peak between 0 and 1", value=mfu)
         notes.append(f"--mfu {mfu:g} replaces the matmul and attention efficiency "
                      "(no GEMM-shape fall-off); memory-bound work and communication are added")
-        fraction, half_dim, fwd_eff, bwd_eff = mfu, 0.0, mfu, mfu
+        fraction, half_dim = mfu, 0.0
     else:
         fraction = F.mamf_fraction(gpu.name, training.dtype)
         half_dim = F.GEMM_HALF_SATURATION_DIM
-        kernel = stack.profile.attention_kernel if stack is not None else "sdpa"
-        fwd_eff = F.attention_efficiency(gpu.name, "fwd", kernel)
-        bwd_eff = F.attention_efficiency(gpu.name, "bwd", kernel)
+    kernel = stack.profile.attention_kernel if stack is not None else "sdpa"
+    fwd_eff, bwd_eff = attention_efficiencies(job, gpu, kernel)
     return Rates(linear_peak=lin_peak * derate, attention_peak=attn_peak * derate,
                  hbm_bytes_per_s=gpu.hbm_bytes_per_s, linear_fraction=fraction,
                  half_dim=half_dim, attention_fwd_eff=fwd_eff, attention_bwd_eff=bwd_eff,
                  notes=tuple(notes))
+
+
+def attention_efficiencies(job, gpu, kernel: str) -> tuple[float, float]:
+    """(forward, backward) fraction of peak of the attention ``kernel`` on ``gpu``;
+    ``options.mfu`` when given (it replaces every efficiency)."""
+    mfu = job.options.mfu
+    if mfu is not None:
+        return mfu, mfu
+    return (F.attention_efficiency(gpu.name, "fwd", kernel),
+            F.attention_efficiency(gpu.name, "bwd", kernel))
+
+
+def eager_kernel_rates(job, gpu, rates: Rates) -> Rates:
+    """``rates`` with PyTorch SDPA's attention efficiencies instead of a stack's kernel: what
+    ``device_rates`` gives without the stack (the stack changes nothing else)."""
+    fwd_eff, bwd_eff = attention_efficiencies(job, gpu, "sdpa")
+    return attrs.evolve(rates, attention_fwd_eff=fwd_eff, attention_bwd_eff=bwd_eff)
 
 
 @frozen(kw_only=True)
@@ -551,7 +568,7 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     if host_bound:
         # the GPU waits for the host to dispatch eager ops: the step is the host's time
         parts["framework_overhead"] = host - busy
-    stack_notes = []
+    stack_notes: list[str] = []
     if stack is not None:
         parts, stack_notes = apply_stack_time(job, model, shape, rates, matmuls, attention,
                                               transforms, stack, parts, gpu, layout)
@@ -588,7 +605,7 @@ def apply_stack_time(job, model, shape: StepShape, rates: Rates, matmuls: Matmul
     scaled = {name: value * factor for name, value in parts.items()}
     notes = [stack.summary()]
     accum = shape.grad_accum
-    eager_rates = device_rates(job, gpu)
+    eager_rates = eager_kernel_rates(job, gpu, rates)
     eager_mm = matmul_times(job, model, shape, eager_rates)
     eager_mem = memory_bound_seconds(job, model, shape, eager_rates, eager_mm,
                                      transforms.communication)

@@ -35,7 +35,7 @@ def _job(**over):
 
 
 def _time(engine, job):
-    return engine.estimate(job, quantities=("time", "tokens"), search_batch=False)
+    return engine.estimate(job, quantities=("time", "tokens"))
 
 
 # -- FLOPs vs torch.utils.flop_counter on real (tiny) transformers models -----------------
@@ -410,10 +410,10 @@ def test_expert_parallel_ranks_update_only_their_experts(engine):
                training={"seq_len": 4096, "grad_accum_steps": 4},
                parallelism={"dp": 8, "ep": 8}, hardware={"gpu": "H100-SXM-80GB", "nodes": 1,
                                                           "gpus_per_node": 8})
-    spec = engine.estimate(job, quantities=("time",), search_batch=False).context.model
+    spec = engine.estimate(job, quantities=("time",)).context.model
     counts = spec.param_counts()
     shape = plugin.step_shape(job, spec, engine.estimate(
-        job, quantities=("time",), search_batch=False).context.layout)
+        job, quantities=("time",)).context.layout)
     local = plugin.local_trainable_params(spec, job.training, shape)
     assert local == pytest.approx(counts.total - counts.experts * (1 - 1 / 8))
     no_ep = _job(model="mistralai/Mixtral-8x7B-v0.1",

@@ -100,9 +100,10 @@ def run_spec_from_job(job: Job, spec: ModelSpec, *, optimizer_name: Optional[str
 
 
 def fsdp_traceable(job: Job, sharding: ShardingStrategy, world_size: int, *,
-                   device: str = "fake") -> Optional[str]:
+                   precision: str, device: str = "fake") -> Optional[str]:
     """None when ``job`` with ``sharding`` over ``world_size`` ranks can be traced with FSDP2
-    on a fake process group, else the reason it cannot."""
+    on a fake process group, else the reason it cannot. ``precision``: the engine's resolved
+    policy (``ctx.transforms.precision``: the training stack decides before the strategy)."""
     if device != "fake":
         return f"FSDP2 tracing is fake-mode only (device {device})"
     if world_size <= 1:
@@ -113,8 +114,8 @@ def fsdp_traceable(job: Job, sharding: ShardingStrategy, world_size: int, *,
                 "fully_shard does)")
     if job.training.technique != "full":
         return f"technique {job.training.technique!r} under FSDP is not traced"
-    if resolve_precision(job.training, sharding) not in ("pure", "amp"):
-        return "precision 'master' under FSDP is not traced"
+    if precision not in ("pure", "amp"):
+        return f"precision {precision!r} under FSDP is not traced"
     return None
 
 

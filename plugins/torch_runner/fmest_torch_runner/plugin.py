@@ -126,8 +126,10 @@ def fsdp_world_size(job, ctx) -> int:
         return 1
     from fmest_torch_runner.runner import fsdp_traceable
 
-    group = transforms_of(job, ctx).sharding.group_size
-    return group if fsdp_traceable(job, ctx.sharding, group) is None else 1
+    transforms = transforms_of(job, ctx)
+    group = transforms.sharding.group_size
+    traceable = fsdp_traceable(job, ctx.sharding, group, precision=transforms.precision)
+    return group if traceable is None else 1
 
 
 def parallel_factors(job, ctx, *, fsdp_traced: bool = False) -> tuple[dict[str, float],

@@ -286,8 +286,10 @@ def probe_one(job_dict: dict, device: str, *, theory: bool = True) -> dict:
     from fmest_torch_runner.runner import Unsupported, run, run_spec_from_job
 
     try:
+        # the engine's precision (the training stack decides before the sharding strategy)
+        precision = ctx.transforms.precision if ctx.transforms is not None else None
         spec = run_spec_from_job(job, ctx.model, optimizer_name=ctx.optimizer.name,
-                                 device=device, sharding=ctx.sharding)
+                                 device=device, sharding=ctx.sharding, precision=precision)
     except Unsupported as exc:
         row.update(status="unsupported", error=str(exc))
         row.update(environment(device))

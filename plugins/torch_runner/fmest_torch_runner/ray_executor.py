@@ -20,9 +20,9 @@ error, so every configuration of the sweep ends as a row. A task that raises is 
 ``ray`` is an optional dependency: ``pip install 'fmest-torch-runner[ray]'``. Nodes of a cluster
 need the same packages (fmest, fmest-torch-runner, torch, transformers) as the driver.
 
-Fault injection for tests: ``FMEST_PROBE_TEST_WORKER_EXIT="HASH:N[,HASH:N]"`` in the driver's
-environment makes the task of configuration ``HASH`` kill its worker (``os._exit``) on each of its
-first ``N`` attempts, before any probe starts.
+Each task is given its attempt number (1 for the first); the rows do not depend on it. A test
+that must see workers die replaces :func:`probe_task` with a body that exits on chosen attempts
+(``tests/test_ray_executor.py``), so the product carries no fault-injection switch.
 """
 
 from __future__ import annotations
@@ -37,8 +37,6 @@ from fmest_torch_runner.worker_process import config_hash, run_in_subprocess
 
 #: Attempts after the first for a configuration whose worker died (the issue's "retried once").
 RETRIES_AFTER_WORKER_DEATH = 1
-TEST_EXIT_ENV = "FMEST_PROBE_TEST_WORKER_EXIT"
-_TEST_EXIT_CODE = 17
 
 
 def import_ray():
@@ -58,25 +56,10 @@ def task_resources(device: str, threads: int) -> dict[str, float]:
     return {"num_cpus": max(1, threads)}
 
 
-def worker_exits_for_test() -> dict[str, int]:
-    """``{config_hash: attempts}`` from ``FMEST_PROBE_TEST_WORKER_EXIT`` (see the module doc)."""
-    out = {}
-    for item in os.environ.get(TEST_EXIT_ENV, "").split(","):
-        name, _, attempts = item.strip().partition(":")
-        if name:
-            try:
-                out[name] = int(attempts or 1)
-            except ValueError:
-                raise InputError(TEST_EXIT_ENV, "expected HASH:ATTEMPTS[,HASH:ATTEMPTS]",
-                                 value=item) from None
-    return out
-
-
 def probe_task(job_dict: dict, device: str, threads: int, timeout: float, theory: bool,
-               kill_worker: bool = False) -> dict:
-    """The body of one Ray task: one configuration in a fresh subprocess of the worker."""
-    if kill_worker:  # fault injection: the worker dies as a lost node's would
-        os._exit(_TEST_EXIT_CODE)
+               attempt: int = 1) -> dict:
+    """The body of one Ray task: one configuration in a fresh subprocess of the worker
+    (``attempt``: 1 for the first try, 2 after its worker died once)."""
     return run_in_subprocess(job_dict, device, threads=threads, timeout=timeout, theory=theory)
 
 
@@ -159,11 +142,9 @@ def run_sweep(todo: list[dict], device: str, *, on_row: Callable[[dict], Any],
         _check_cluster(ray, device, resources)
         task = ray.remote(probe_task).options(max_retries=0, **resources)
         pending: dict[Any, tuple[dict, int]] = {}
-        exits = worker_exits_for_test()
 
         def submit(job_dict: dict, attempt: int) -> None:
-            kill = exits.get(config_hash(job_dict, device), 0) >= attempt
-            ref = task.remote(job_dict, device, threads, timeout, theory, kill)
+            ref = task.remote(job_dict, device, threads, timeout, theory, attempt)
             pending[ref] = (job_dict, attempt)
 
         for job_dict in todo:

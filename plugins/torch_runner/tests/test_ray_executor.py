@@ -27,7 +27,8 @@ from fmest.convert import job_from_dict, job_to_dict  # noqa: E402
 from fmest.testing import new_engine  # noqa: E402
 
 from fmest_torch_runner.probe import config_hash, expand, load_sweep  # noqa: E402
-from fmest_torch_runner.ray_executor import TEST_EXIT_ENV, task_resources  # noqa: E402
+from fmest_torch_runner import ray_executor  # noqa: E402
+from fmest_torch_runner.ray_executor import task_resources  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
@@ -82,7 +83,18 @@ def test_sweep_survives_killed_workers_and_resumes(local_ray, sweep_dir, monkeyp
     hashes = _hashes(argv)
     assert len(set(hashes)) == 6
     comes_back, always_dies = hashes[1], hashes[4]
-    monkeypatch.setenv(TEST_EXIT_ENV, f"{comes_back}:1,{always_dies}:2")
+    # the worker of `comes_back` dies on its first attempt, that of `always_dies` on both
+    dies_until = {comes_back: 1, always_dies: 2}
+    real_task = ray_executor.probe_task
+
+    def dying_task(job_dict, device, threads, timeout, theory, attempt=1):
+        from fmest_torch_runner.worker_process import config_hash as hash_of
+
+        if dies_until.get(hash_of(job_dict, device), 0) >= attempt:
+            os._exit(17)   # as a lost node's worker would
+        return real_task(job_dict, device, threads, timeout, theory, attempt)
+
+    monkeypatch.setattr(ray_executor, "probe_task", dying_task)
 
     assert main(argv) == 0
     rows = _rows(sweep_dir / "rows.csv")
