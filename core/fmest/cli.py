@@ -14,7 +14,7 @@ import contextvars
 import json
 import re
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from fmest.errors import FmestError, InputError, error_body, error_object
 
@@ -242,10 +242,13 @@ def cmd_plugins(args, engine_factory) -> int:
     return 0
 
 
-def build_parser(commands: dict | None = None) -> argparse.ArgumentParser:
+def build_parser(commands: dict | None = None, *,
+                 only: str | None = None) -> argparse.ArgumentParser:
     """The ``fmest`` parser: the built-in commands from the flag table, then the plugins'
     ``commands`` (name -> (help, add_arguments, run), :meth:`fmest.engine.Engine.commands`).
-    ``parser.fmest_commands`` maps each command name to its help and sub-parser."""
+    ``parser.fmest_commands`` maps each command name to its help and sub-parser. With
+    ``only``, every command is listed but only that one gets its arguments (``fmest --help``
+    and ``fmest plan`` need not import what the other commands' arguments need)."""
     from fmest import __version__
     from fmest.flags import ESTIMATE_FLAGS, EXPORT_FLAGS, add_arguments
 
@@ -255,22 +258,24 @@ def build_parser(commands: dict | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     table: dict[str, tuple[str, argparse.ArgumentParser]] = {}
 
-    def command(name: str, help: str) -> argparse.ArgumentParser:
+    def command(name: str, help: str, add: Callable[[argparse.ArgumentParser], None]) -> None:
         table[name] = (help, sub.add_parser(name, help=help))
-        return table[name][1]
+        if only is None or only == name:
+            add(table[name][1])
 
-    add_arguments(command("estimate", "estimate memory, time, throughput and cost of a job"),
-                  ESTIMATE_FLAGS)
-    add_arguments(command("export", "write the job as a DeepSpeed, accelerate, axolotl or "
-                          "TrainingArguments config"), EXPORT_FLAGS)
-    for name, help_ in (("models", "list the shipped model presets"),
-                        ("gpus", "list the known accelerators"),
-                        ("plugins", "list the plugins and the hooks they implement")):
-        command(name, help_).add_argument(
-            "--format", choices=("table", "json", "csv") if name != "plugins"
-            else ("table", "json"), default="table")
+    def listing_format(*formats: str) -> Callable[[argparse.ArgumentParser], None]:
+        return lambda p: p.add_argument("--format", choices=formats, default="table")
+
+    command("estimate", "estimate memory, time, throughput and cost of a job",
+            lambda p: add_arguments(p, ESTIMATE_FLAGS))
+    command("export", "write the job as a DeepSpeed, accelerate, axolotl or TrainingArguments "
+            "config", lambda p: add_arguments(p, EXPORT_FLAGS))
+    command("models", "list the shipped model presets", listing_format("table", "json", "csv"))
+    command("gpus", "list the known accelerators", listing_format("table", "json", "csv"))
+    command("plugins", "list the plugins and the hooks they implement",
+            listing_format("table", "json"))
     for name, (help_, add_args, _run) in (commands or {}).items():
-        add_args(command(name, help_))
+        command(name, help_, add_args)
     parser.fmest_commands = table  # type: ignore[attr-defined]  # read by docs generators
     return parser
 
@@ -285,21 +290,34 @@ def main(argv: Sequence[str] | None = None, *, engine=None) -> int:
 
 
 def _main(argv: list[str], engine) -> int:
-    engine_box: dict = {"engine": engine}
+    box: dict = {"engine": engine, "pm": engine.pm if engine is not None else None}
+
+    def plugin_manager():
+        if box["pm"] is None:
+            from fmest.plugins import new_plugin_manager
+
+            box["pm"] = new_plugin_manager()
+        return box["pm"]
 
     def engine_factory():
-        if engine_box["engine"] is None:
+        if box["engine"] is None:   # the plugins loaded for the command line, reused
             from fmest.engine import Engine
 
-            engine_box["engine"] = Engine()
-        return engine_box["engine"]
+            box["engine"] = Engine(plugin_manager())
+        return box["engine"]
 
     try:
         builtin = {"estimate": cmd_estimate, "models": cmd_models, "gpus": cmd_gpus,
                    "plugins": cmd_plugins, "export": cmd_export}
         first = next((a for a in argv if not a.startswith("-")), None)
-        commands = {} if first in builtin else engine_factory().commands()
-        parser = build_parser(commands)
+        commands: dict = {}
+        if first not in builtin:   # the plugins' commands; an engine only if one runs
+            from fmest.plugins import plugin_commands
+
+            errors = engine._errors if engine is not None else \
+                plugin_manager().fmest_load_errors
+            commands = plugin_commands(plugin_manager(), errors)
+        parser = build_parser(commands, only=first)
         args = parser.parse_args(argv)
         if args.command is None:
             parser.print_help()

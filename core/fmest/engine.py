@@ -306,10 +306,25 @@ class Engine:
 
             pm = new_plugin_manager()
         self.pm = pm
-        self.registries = Registries(pm)
-        self.load_errors = list(getattr(pm, "fmest_load_errors", [])) + self.registries.errors
+        #: failures of loading plugins and of their command registrations
+        self._errors: list = list(getattr(pm, "fmest_load_errors", []))
+        # filled at start-up so a duplicate registration fails here, naming both plugins
+        # (``fmest --help`` lists the plugins' commands without an engine)
+        self._registries: Optional[Registries] = Registries(pm)
         self._model_cache: dict[tuple, ModelSpec] = {}
         self._asked_cache: dict[tuple, Callable[[str], bool]] = {}
+
+    @property
+    def registries(self) -> Registries:
+        """Every registry, filled from the registration hooks at start-up."""
+        if self._registries is None:
+            self._registries = Registries(self.pm)
+        return self._registries
+
+    @property
+    def load_errors(self) -> list:
+        """Plugins that failed to load or to register something, each named."""
+        return self._errors + self.registries.errors
 
     # -- the typed facade over the hooks ------------------------------------------------------
     def _asked(self, policy, searching: bool):
@@ -386,18 +401,9 @@ class Engine:
     def commands(self) -> dict:
         """CLI sub-commands from ``fmest_register_commands``: name -> (help, add_arguments,
         run); a plugin whose registration fails is named in ``load_errors``."""
-        out: dict = {}
+        from fmest.plugins import plugin_commands
 
-        def make(plugin):
-            def register(name, help, add_arguments, run):
-                if not (isinstance(name, str) and callable(add_arguments) and callable(run)):
-                    raise TypeError("register(name, help, add_arguments, run) needs a name and "
-                                    "two callables")
-                out[name] = (help, add_arguments, run)
-            return register
-
-        call_register(self.pm, "fmest_register_commands", make, self.load_errors)
-        return out
+        return plugin_commands(self.pm, self._errors)
 
     # -- resolution ---------------------------------------------------------------------
     def resolve_model(self, job: Job) -> ModelSpec:

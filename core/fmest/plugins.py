@@ -210,6 +210,24 @@ def call_register(pm: pluggy.PluginManager, hook_name: str, make_register, error
                                     f"{hook_name}: {type(exc).__name__}: {exc}"))
 
 
+def plugin_commands(pm: pluggy.PluginManager, errors: list) -> dict:
+    """CLI sub-commands from ``fmest_register_commands``: name -> (help, add_arguments, run);
+    a plugin whose registration fails is appended to ``errors`` and the others go on. Needs
+    no registries, so ``fmest --help`` loads the plugins but builds nothing."""
+    out: dict = {}
+
+    def make(plugin):
+        def register(name, help, add_arguments, run):
+            if not (isinstance(name, str) and callable(add_arguments) and callable(run)):
+                raise TypeError("register(name, help, add_arguments, run) needs a name and "
+                                "two callables")
+            out[name] = (help, add_arguments, run)
+        return register
+
+    call_register(pm, "fmest_register_commands", make, errors)
+    return out
+
+
 def plugin_hooks(pm: pluggy.PluginManager) -> dict[str, list[str]]:
     """Plugin name -> the fmest hooks it implements (for ``fmest plugins``)."""
     out: dict[str, list[str]] = {}

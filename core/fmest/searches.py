@@ -142,6 +142,16 @@ def _runnable(world: int, gpus_per_node: int) -> bool:
     return world <= gpus_per_node or world % gpus_per_node == 0
 
 
+def _runnable_dp(mp: int, gpus_per_node: int, most: int) -> list[int]:
+    """Every dp in 1..most whose world ``dp * mp`` is :func:`_runnable`: the counts within one
+    node, then the multiples of the smallest dp that fills whole nodes (computed, not
+    scanned: the scan of 4096 counts cost more than the search)."""
+    within = list(range(1, min(most, gpus_per_node // mp) + 1))
+    step = gpus_per_node // math.gcd(mp, gpus_per_node)
+    start = max(step, (len(within) // step + 1) * step)
+    return within + list(range(start, most + 1, step))
+
+
 def min_gpus(engine: "Engine", job: Job) -> MinGpus:
     """The fewest GPUs of the job's type at which ``job`` fits, keeping its strategy.
 
@@ -164,10 +174,13 @@ def min_gpus(engine: "Engine", job: Job) -> MinGpus:
     mp = par.tp * par.pp * par.cp
     make: Callable[[int], Job]
     if strategy.shards:
-        candidates = [d for d in range(1, MAX_GPUS // mp + 1) if _runnable(d * mp, gpn)]
+        candidates = _runnable_dp(mp, gpn, MAX_GPUS // mp)
 
         def make(d: int) -> Job:
             return _with_world(job, dp=d, tp=par.tp, pp=par.pp, gpus_per_node=gpn)
+
+        def world(d: int) -> int:
+            return d * mp
         what = f"dp (one step = tp*pp*cp = {mp} GPUs) under {strategy.name}"
         step = mp
     else:
@@ -185,12 +198,15 @@ def min_gpus(engine: "Engine", job: Job) -> MinGpus:
 
         def make(k: int) -> Job:
             return _with_world(job, dp=dp, tp=par.tp * k, pp=par.pp * k, gpus_per_node=gpn)
+
+        def world(k: int) -> int:
+            return dp * par.tp * k * par.pp * k * par.cp
         what = f"tp and pp together (ratio {par.tp}:{par.pp}) under {strategy.name}"
         step = mp * dp
     if not candidates:
         return MinGpus(None, f"no layout of {strategy.name} with these degrees is valid for "
                        "the model", step, None)
-    jobs = [make(c) for c in candidates]
+    jobs = _LazyJobs(make, candidates, world)
     found, peak = _first_fitting(engine, jobs)
     if found is None:
         last = len(jobs) - 1
@@ -209,10 +225,37 @@ def min_gpus(engine: "Engine", job: Job) -> MinGpus:
                    f"{what}", step, best, fewer)
 
 
-def _first_fitting(engine: "Engine", jobs: list[Job]
+class _LazyJobs:
+    """The candidate jobs of a search, built when probed (a search probes a handful of the
+    hundreds of counts it could)."""
+
+    def __init__(self, make: Callable[[int], Job], candidates: list[int],
+                 world: Callable[[int], int]) -> None:
+        self._make, self._candidates = make, candidates
+        self._built: dict[int, Job] = {}
+        #: GPUs of each candidate, computed without building its job
+        self.worlds = [world(c) for c in candidates]
+
+    def __len__(self) -> int:
+        return len(self._candidates)
+
+    def __getitem__(self, i: int) -> Job:
+        i = i % len(self._candidates)
+        if i not in self._built:
+            self._built[i] = self._make(self._candidates[i])
+        return self._built[i]
+
+
+def _first_fitting(engine: "Engine", jobs: _LazyJobs
                    ) -> tuple[Optional[int], Optional[float]]:
     """Index of the first of ``jobs`` (ever more GPUs) that fits, or None, and the peak of the
-    last job (the floor no count goes below, when none fits)."""
+    last job (the floor no count goes below, when none fits).
+
+    The smallest and largest counts bracket the answer; each next probe is where the curve
+    ``A + B / n`` through the bracket's two ends crosses the usable memory (regula falsi in
+    ``1 / n``), kept strictly inside the bracket, until the bracket closes."""
+    from fmest.calibration import usable_bytes
+
     probed: dict[int, tuple[bool, Optional[float]]] = {}
 
     def probe(i: int) -> tuple[bool, Optional[float]]:
@@ -221,44 +264,44 @@ def _first_fitting(engine: "Engine", jobs: list[Job]
         return probed[i]
 
     last = len(jobs) - 1
-    first_fit, first_peak = probe(0)
-    if first_fit:
+    if probe(0)[0]:
         return 0, None
     last_fit, last_peak = probe(last)
     if not last_fit:
         return None, last_peak
-    guess = _inverse_guess(jobs, first_peak, last_peak, engine)
-    if guess is not None and probe(guess)[0] and (guess == 0 or not probe(guess - 1)[0]):
-        return guess, None
-    # bisect between the largest count known not to fit and the smallest known to fit
-    lo = max(i for i, (fit, _) in probed.items() if not fit)
-    hi = min(i for i, (fit, _) in probed.items() if fit and i > lo)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if probe(mid)[0]:
-            hi = mid
-        else:
-            lo = mid
-    return hi, None
-
-
-def _inverse_guess(jobs: list[Job], first_peak: Optional[float], last_peak: Optional[float],
-                   engine: "Engine") -> Optional[int]:
-    """The first job whose GPU count ``n`` has ``A + B / n <= usable memory``, the curve
-    through the first and the last job's peaks."""
-    if first_peak is None or last_peak is None:
-        return None
-    from fmest.calibration import usable_bytes
-
-    n0, n1 = _world_gpus(jobs[0]), _world_gpus(jobs[-1])
-    if n1 == n0 or first_peak <= last_peak:
-        return None
-    b = (first_peak - last_peak) / (1 / n0 - 1 / n1)
-    a = last_peak - b / n1
     job = jobs[0]
     cap = usable_bytes(engine.registries.gpus.get(job.hardware.gpu).memory_bytes,
                        job.calibration.safety_margin)
+    lo, hi = 0, last                 # lo does not fit, hi fits
+    while hi - lo > 1:
+        guess = _inverse_guess(jobs.worlds, lo, hi, probed[lo][1], probed[hi][1], cap)
+        if guess is None:
+            guess = (lo + hi) // 2
+        if probe(guess)[0]:
+            hi = guess
+        else:
+            lo = guess
+    return hi, None
+
+
+def _inverse_guess(worlds: list[int], lo: int, hi: int, lo_peak: Optional[float],
+                   hi_peak: Optional[float], cap: float) -> Optional[int]:
+    """The first index in (lo, hi) whose GPU count ``n`` has ``A + B / n <= cap`` on the curve
+    through the peaks at ``lo`` and ``hi``; the index just below ``hi`` when the curve says
+    ``hi`` itself, so every probe narrows the bracket."""
+    if lo_peak is None or hi_peak is None or lo_peak <= hi_peak:
+        return None
+    n0, n1 = worlds[lo], worlds[hi]
+    b = (lo_peak - hi_peak) / (1 / n0 - 1 / n1)
+    a = hi_peak - b / n1
     if cap <= a:
         return None
     need = b / (cap - a)
-    return next((i for i, j in enumerate(jobs) if _world_gpus(j) >= need), None)
+    first, last = lo + 1, hi - 1
+    while first < last:             # GPU counts grow with the index
+        mid = (first + last) // 2
+        if worlds[mid] >= need:
+            last = mid
+        else:
+            first = mid + 1
+    return first

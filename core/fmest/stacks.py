@@ -139,7 +139,7 @@ class FittedConstants:
 
 
 @functools.lru_cache(maxsize=8)
-def _fitted_table(path: str, mtime: float) -> dict:
+def _fitted_table(path: str, mtime_ns: int) -> dict:
     with open(path) as fh:
         data = json.load(fh)
     return data.get("stacks", data) if isinstance(data, dict) else {}
@@ -148,11 +148,19 @@ def _fitted_table(path: str, mtime: float) -> dict:
 def fitted_constants(stack: str) -> FittedConstants:
     """The fitted constants of ``stack``: from ``$FMEST_FITTED_CONSTANTS`` when set (its
     ``stacks`` entry, or a fitter's overrides under any key holding ``time_factor`` /
-    ``reserve_fraction`` maps), else the shipped ``stacks_fitted.json``."""
+    ``reserve_fraction`` maps), else the shipped ``stacks_fitted.json``. The file is read
+    once per version (path and modification time): one ``stat`` per call after that."""
     path = os.environ.get(FITTED_ENV) or str(FITTED_FILE)
-    if not os.path.exists(path):
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError:
         return FittedConstants()
-    table = _fitted_table(path, os.path.getmtime(path))
+    return _constants_of(path, mtime, stack)
+
+
+@functools.lru_cache(maxsize=64)
+def _constants_of(path: str, mtime_ns: int, stack: str) -> FittedConstants:
+    table = _fitted_table(path, mtime_ns)
     merged: dict = {}
     if "time_factor" in table or "reserve_fraction" in table:
         merged = table

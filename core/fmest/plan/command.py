@@ -14,10 +14,12 @@ import json
 import math
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fmest.errors import InputError
-from fmest.plan.planner import Constraints, Plan, PlanResult, plan
+
+if TYPE_CHECKING:   # the planner (numpy) loads when a plan runs, not when its flags are built
+    from fmest.plan.planner import Constraints, Plan, PlanResult
 
 GIB = 1024**3
 PROGRESS_MIN_STEPS = 8
@@ -31,7 +33,9 @@ def add_arguments(p) -> None:
     add_flags(p, PLAN_FLAGS)
 
 
-def constraints_from_args(args) -> Constraints:
+def constraints_from_args(args) -> "Constraints":
+    from fmest.plan.planner import Constraints
+
     return Constraints(gpus=args.gpus or (), max_gpus=args.max_gpus, max_nodes=args.max_nodes,
                        budget_usd=args.budget_usd, deadline_hours=args.deadline_hours,
                        providers=args.providers or (),
@@ -71,6 +75,8 @@ def plan_from_args(args, engine, *, job_layers=None, progress=None):
         raise InputError("--input-file", f"the input holds {len(pairs)} jobs; plan one at a "
                          "time (split the EstimateInput)")
     cons = constraints_from_args(args)
+    from fmest.plan.planner import plan
+
     return plan(pairs[0][0], cons, engine=engine, progress=progress), cons
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fmest.hookspecs import hookimpl
 
-from fmest_cost_cloud import command
 from fmest_cost_cloud.cost import estimate_cost
 from fmest_cost_cloud.table import shipped_quotes
 
@@ -22,4 +21,6 @@ def fmest_estimate_cost(job, ctx, time):
 
 @hookimpl
 def fmest_register_commands(register):
+    from fmest_cost_cloud import command
+
     register("prices", command.HELP, command.add_arguments, command.run)

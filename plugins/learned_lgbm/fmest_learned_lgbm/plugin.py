@@ -24,10 +24,14 @@ from fmest.hookspecs import hookimpl
 # None of these import lightgbm at module level: a theory estimate never loads it.
 from fmest_learned_lgbm.baseline import (NOT_ALLOCATED, analytic, baseline_version,
                                          comparable_bytes)
-from fmest_learned_lgbm.bundle import cached_bundle, resolve_bundle_dir
-from fmest_learned_lgbm.features import feature_values
+
+# bundle and feature code load when a policy first asks for a learned answer (the default
+# policy never does): loading the plugin for `fmest --help` or a theory estimate stays cheap
+
 
 def _bundle_for(job):
+    from fmest_learned_lgbm.bundle import cached_bundle, resolve_bundle_dir
+
     return cached_bundle(resolve_bundle_dir(job.options.learned_model))
 
 
@@ -84,6 +88,8 @@ def _predict(target, job, ctx, baseline):
         theory = baseline.step_seconds
     if not theory or theory <= 0:
         return None
+    from fmest_learned_lgbm.features import feature_values
+
     values = feature_values(model.names, job, ctx, theory=float(theory), device="cuda",
                             counter=counter)
     if not _same_device_kind(model, values):
