@@ -212,3 +212,30 @@ def test_builtin_registries_are_filled():
     for alias in ("A100-40GB", "A100-80GB", "H100-SXM", "H200", "RTX-4090", "L40S"):
         assert alias in eng.registries.gpus
     assert len(eng.registries.models) >= 40
+
+
+def test_one_estimate_resolves_the_job_once_and_asks_each_plugin_once(monkeypatch):
+    """The engine answers quantities only: one estimate checks and resolves the job once and
+    asks each plugin once per quantity (the searches a report shows are the use case's)."""
+    import fmest.engine as engine_module
+    from fmest.engine import Engine
+
+    eng = Engine()
+    calls: dict[str, int] = {}
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] = calls.get(name, 0) + 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(engine_module, "check_job", counted("check_job", engine_module.check_job))
+    monkeypatch.setattr(eng, "resolve_job", counted("resolve_job", eng.resolve_job))
+    for name in ("ask_memory", "correct_memory", "ask_time", "correct_time", "ask_tokens",
+                 "ask_cost"):
+        monkeypatch.setattr(eng, name, counted(name, getattr(eng, name)))
+    job = JOB.evolve(training={"technique": "lora"}, hardware={"gpu": "A100-80GB"})
+    report = eng.estimate(job)
+    assert report.cost is not None
+    assert calls == {"check_job": 1, "resolve_job": 1, "ask_memory": 1, "correct_memory": 1,
+                     "ask_time": 1, "correct_time": 1, "ask_tokens": 1, "ask_cost": 1}

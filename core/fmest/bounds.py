@@ -244,6 +244,11 @@ CONFLICTS: tuple[Conflict, ...] = (
 )
 
 
+#: the class of ``attrs.Factory(...)`` defaults: attrs' stubs declare ``Factory`` as a function
+#: returning what the factory makes, so mypy cannot take it as an ``isinstance`` class
+_FACTORY: type[Any] = type(attrs.Factory(list))
+
+
 def _given_fn(job) -> Callable[[str], bool]:
     """``given(path)``: the field differs from its default. A field left at (or set to) its
     default changes nothing, so it contradicts nothing; a job exported with every field
@@ -252,8 +257,8 @@ def _given_fn(job) -> Callable[[str], bool]:
     def check(path: str) -> bool:
         section, _, name = path.partition(".")
         obj = getattr(job, section)
-        default = attrs.fields_dict(type(obj))[name].default
-        if isinstance(default, attrs.Factory):
+        default: Any = attrs.fields_dict(type(obj))[name].default
+        if isinstance(default, _FACTORY):
             default = default.factory()
         return getattr(obj, name) != default
     return check
@@ -545,6 +550,9 @@ def answer_problem(result) -> Optional[str]:
         if not isinstance(mapping, dict):
             return f"{name} is a {type(mapping).__name__}, not a mapping"
         for key, value in mapping.items():
+            kind_of = type(value)   # the common case inline: plain ints and finite floats
+            if (kind_of is int and value >= 0) or (kind_of is float and 0 <= value < math.inf):
+                continue
             if _bad_number(value):
                 return f"{name}[{key!r}] = {value!r} is not a finite number >= 0"
     interval = getattr(getattr(result, "provenance", None), "interval", None)

@@ -312,6 +312,9 @@ class Engine:
         # (``fmest --help`` lists the plugins' commands without an engine)
         self._registries: Optional[Registries] = Registries(pm)
         self._model_cache: dict[tuple, ModelSpec] = {}
+        #: id(job) -> (job, job with its LoRA targets resolved); the job is kept so its id
+        #: is not reused
+        self._resolved: dict[int, tuple[Job, Job]] = {}
         self._asked_cache: dict[tuple, Callable[[str], bool]] = {}
 
     @property
@@ -435,7 +438,14 @@ class Engine:
         the exporters all see the modules that are adapted."""
         if job.training.lora_target_modules or job.training.technique not in ("lora", "qlora"):
             return job
-        return resolve_lora_targets(job, self.resolve_model(job))
+        hit = self._resolved.get(id(job))
+        if hit is not None and hit[0] is job:    # the same job asked again (a search, a loop)
+            return hit[1]
+        if len(self._resolved) > 256:
+            self._resolved.clear()
+        resolved = resolve_lora_targets(job, self.resolve_model(job))
+        self._resolved[id(job)] = (job, resolved)
+        return resolved
 
     def context(self, job: Job) -> EstimateContext:
         """Resolve and cross-check a job; raises :class:`InputError` naming the field."""
@@ -516,6 +526,8 @@ class Engine:
             (answers, failures), (more, more_failures) = \
                 self.ask_cost(job, ctx, time, only=only), ([], [])
         decision = policy.choose(quantity, answers + more)
+        if not failures and not more_failures:
+            return decision
         return attrs.evolve(decision, failures=tuple(failures + more_failures))
 
     # -- public operations ------------------------------------------------------------------

@@ -8,7 +8,7 @@ attributed to the wrong plugin.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import attrs
 from attrs import field, frozen
@@ -222,6 +222,22 @@ class CostEstimate:
     notes: tuple[str, ...] = ()
 
 
+#: (id of a plugin's provenance record, plugin) -> (that record, the record naming the plugin):
+#: plugins build one provenance record and return it with every answer, so the stamped copy
+#: is made once (the record is kept so its id is not reused)
+_STAMPED: dict[tuple[int, str], tuple[Any, Any]] = {}
+
+
 def with_plugin(estimate, plugin: str):
-    """A copy of ``estimate`` whose provenance names ``plugin``."""
-    return attrs.evolve(estimate, provenance=attrs.evolve(estimate.provenance, plugin=plugin))
+    """A copy of ``estimate`` whose provenance names ``plugin`` (``estimate`` itself when it
+    already does)."""
+    provenance = estimate.provenance
+    if provenance.plugin == plugin:
+        return estimate
+    key = (id(provenance), plugin)
+    hit = _STAMPED.get(key)
+    if hit is None or hit[0] is not provenance:
+        if len(_STAMPED) > 1024:     # plugins that build a record per answer: stay bounded
+            _STAMPED.clear()
+        hit = _STAMPED[key] = (provenance, attrs.evolve(provenance, plugin=plugin))
+    return attrs.evolve(estimate, provenance=hit[1])
