@@ -78,11 +78,6 @@ FOOTER = ("note: the hand-set constants in fmest's formulas were checked against
           "LOSO column; 'unseen' = rows from the other sources.")
 
 
-def dev_sources(rows) -> set[str]:
-    """Source ids of the original development set (rows ``dev-*``)."""
-    return {r["source"] for r in rows if r["id"].startswith("dev-")}
-
-
 # -- baselines ----------------------------------------------------------------------------------
 def korthikanti_activation_bytes(*, seq_len: int, micro_batch: int, hidden: int, heads: int,
                                  layers: int, tp: int, checkpointing: str,

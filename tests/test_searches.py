@@ -75,3 +75,12 @@ def test_min_gpus_says_why_when_no_count_fits():
     job = JOB.evolve(parallelism={"zero_stage": 3})
     found = searches.min_gpus(eng, job)
     assert found.gpus is None and "does not fit" in found.reason and "81." in found.reason
+
+
+def test_runnable_counts_are_within_a_node_or_whole_nodes():
+    for mp in (1, 2, 3, 4, 6, 8, 16):
+        for gpn in (1, 2, 4, 8):
+            most = 4096 // mp
+            scan = [d for d in range(1, most + 1)
+                    if d * mp <= gpn or (d * mp) % gpn == 0]
+            assert searches._runnable_dp(mp, gpn, most) == scan

@@ -138,14 +138,10 @@ def _world_gpus(job: Job) -> int:
     return gpn * job.hardware.nodes
 
 
-def _runnable(world: int, gpus_per_node: int) -> bool:
-    return world <= gpus_per_node or world % gpus_per_node == 0
-
-
 def _runnable_dp(mp: int, gpus_per_node: int, most: int) -> list[int]:
-    """Every dp in 1..most whose world ``dp * mp`` is :func:`_runnable`: the counts within one
-    node, then the multiples of the smallest dp that fills whole nodes (computed, not
-    scanned: the scan of 4096 counts cost more than the search)."""
+    """Every dp in 1..most whose world ``dp * mp`` can run: within one node, or whole nodes
+    (the multiples of the smallest dp that fills them). Computed, not scanned: the scan of
+    4096 counts cost more than the search."""
     within = list(range(1, min(most, gpus_per_node // mp) + 1))
     step = gpus_per_node // math.gcd(mp, gpus_per_node)
     start = max(step, (len(within) // step + 1) * step)

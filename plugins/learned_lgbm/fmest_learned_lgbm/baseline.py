@@ -49,11 +49,6 @@ def analytic(candidates: Sequence) -> Optional[object]:
     return pool[0] if pool else None
 
 
-def baseline_name(candidate) -> str:
-    """The entry-point name of the plugin that gave the baseline."""
-    return candidate.provenance.plugin if candidate is not None else "unknown"
-
-
 def baseline_version(plugin: str) -> str:
     """The installed version of the distribution providing entry point ``plugin`` of group
     ``fmest`` (read from package metadata; nothing is imported)."""

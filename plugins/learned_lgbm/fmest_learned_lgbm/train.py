@@ -463,11 +463,6 @@ def train_target(table: Table, rows: Optional[Sequence[int]] = None, *,
             "gate": gate, "cv": cv}
 
 
-def cross_validate(table: Table) -> dict[str, Any]:
-    """Grouped CV of ``table`` (see :func:`train_target`); the ``cv`` summary."""
-    return train_target(table)["cv"]
-
-
 def loso_evaluate(table: Table, *, inner_folds: int = INNER_FOLDS,
                   progress=None) -> dict[str, Any]:
     """The honest figure: for each source, the whole training (inner CV choosing shrinkage

@@ -94,15 +94,3 @@ def encdec_activation_bytes(model: ModelSpec, per_layer_bytes: Callable[[int], f
     encoder_output = batch * lengths.source_len * model.hidden_size * act_bytes
     return encoder + decoder + encoder_output + relative_bias_bytes(
         model, batch=batch, source_len=lengths.source_len, target_len=lengths.target_len, tp=tp)
-
-
-def encdec_training_flops(model: ModelSpec, *, lengths: StackLengths, batch: int,
-                          flops_per_token_per_layer: Callable[[str, int], float]) -> float:
-    """Forward FLOPs of one micro-batch: encoder layers over source tokens, decoder layers over
-    target tokens (``flops_per_token_per_layer(stack, seq_len)``, ``stack`` in ``encoder`` /
-    ``decoder``); training multiplies by 3 (forward + 2 x backward, Kaplan et al. 2020)."""
-    encoder = lengths.encoder_layers * batch * lengths.source_len \
-        * flops_per_token_per_layer("encoder", lengths.source_len)
-    decoder = lengths.decoder_layers * batch * lengths.target_len \
-        * flops_per_token_per_layer("decoder", lengths.target_len)
-    return encoder + decoder
