@@ -91,8 +91,12 @@ def _load_model_config(value: Any, base: Path) -> Any:
 
 
 def load_sweep(path: str) -> list[tuple[list[str], list[Any]]]:
-    """The axes of a sweep file: ``[(paths, values)]`` (one path unless zipped with ``+``)."""
+    """The axes of a sweep file: ``[(paths, values)]`` (one path unless zipped with ``+``).
+    A key is a job field path (``training.seq_len``) or a flag's JSON name (``seq_len``,
+    ``micro_batch``, ``zero``), mapped through the flag table (:func:`fmest.flags.job_path`)."""
     import yaml
+
+    from fmest.flags import job_path
 
     try:
         with open(path, encoding="utf-8") as fh:
@@ -107,7 +111,7 @@ def load_sweep(path: str) -> list[tuple[list[str], list[Any]]]:
     base = Path(path).resolve().parent
     axes = []
     for key, values in grid.items():
-        paths = [p.strip() for p in str(key).split("+")]
+        paths = [job_path(p.strip()) for p in str(key).split("+")]
         if not isinstance(values, list):
             values = [values]
         if not values:
