@@ -459,3 +459,23 @@ def test_a_registered_strategy_is_selected_by_name():
         eng.context(JOB.evolve(parallelism={"sharding": "acme_shard", "zero_stage": 3}))
     with pytest.raises(UnknownNameError, match="accepted: .*acme_shard"):
         eng.context(JOB.evolve(parallelism={"sharding": "nope"}))
+
+
+def test_every_plugin_is_packaged_the_same_way():
+    """One packaging style: flat layout, an explicit package list, an entry point of group
+    ``fmest`` named after the folder, a ``test`` extra, a README and a tests/ folder."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    for folder in sorted((root / "plugins").iterdir()):
+        if not (folder / "pyproject.toml").exists():
+            continue
+        meta = tomllib.loads((folder / "pyproject.toml").read_text())
+        package = f"fmest_{folder.name}"
+        assert meta["build-system"]["requires"] == ["setuptools>=68", "wheel"], folder.name
+        assert meta["tool"]["setuptools"]["packages"][0] == package, folder.name
+        assert (folder / package / "__init__.py").exists(), folder.name
+        assert not (folder / "src").exists(), folder.name
+        assert folder.name in meta["project"]["entry-points"]["fmest"], folder.name
+        assert "test" in meta["project"]["optional-dependencies"], folder.name
+        assert (folder / "README.md").exists() and (folder / "tests").is_dir(), folder.name
