@@ -295,6 +295,11 @@ def full_prompt_logits_bytes(model: ModelSpec, *, tokens: int, act_bytes: float,
     return tokens * model.vocab_size * (act_bytes + LOGIT_BYTES) / shard.tp
 
 
+def _weights_bytes(model: ModelSpec, setup: ServingSetup) -> float:
+    return weight_bytes_per_gpu(model, setup.weight_format, shard=setup.shard,
+                                group_size=setup.group_size, unquantized_bytes=setup.act_bytes)
+
+
 def inference_memory(model: ModelSpec, setup: ServingSetup, *,
                      capacity_bytes: float) -> InferenceMemory:
     """Assemble the per-GPU inference memory of ``model`` served as ``setup``."""
@@ -303,9 +308,7 @@ def inference_memory(model: ModelSpec, setup: ServingSetup, *,
         return _transformers_memory(model, setup, kv_bytes, capacity_bytes)
     chunk = min(setup.chunk_tokens, max(setup.context, 1) * setup.batch)
     return InferenceMemory(
-        weights_bytes=weight_bytes_per_gpu(model, setup.weight_format, shard=setup.shard,
-                                           group_size=setup.group_size,
-                                           unquantized_bytes=setup.act_bytes),
+        weights_bytes=_weights_bytes(model, setup),
         kv_cache_bytes=kv_cache_bytes_per_gpu(model, batch=setup.batch, context=setup.context,
                                               kv_bytes=kv_bytes, shard=setup.shard,
                                               block_tokens=setup.block_tokens,
@@ -362,9 +365,7 @@ def _transformers_memory(model: ModelSpec, setup: ServingSetup, kv_bytes: float,
         + full_prompt_logits_bytes(model, tokens=prefill_tokens, act_bytes=setup.act_bytes,
                                    shard=setup.shard)
     return InferenceMemory(
-        weights_bytes=weight_bytes_per_gpu(model, setup.weight_format, shard=setup.shard,
-                                           group_size=setup.group_size,
-                                           unquantized_bytes=setup.act_bytes),
+        weights_bytes=_weights_bytes(model, setup),
         kv_cache_bytes=kv_cache_bytes_per_gpu(model, batch=setup.batch, context=setup.context,
                                               kv_bytes=kv_bytes, shard=setup.shard,
                                               block_tokens=1, source_len=setup.source_len),

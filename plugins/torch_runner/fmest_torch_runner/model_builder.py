@@ -155,6 +155,8 @@ def build_model(run: RunSpec, mode: str,
         else:
             with torch.device(device):
                 model = base = auto_class.from_config(cfg, **kwargs)
+            # unlike the meta build, adapters are added outside the device context: peft puts
+            # them beside the weights they adapt
             if run.gradient_checkpointing:
                 _enable_gc(base, gc_kwargs)
             if run.technique == "lora":
