@@ -258,12 +258,13 @@ def build_parser(commands: dict | None = None, *,
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     table: dict[str, tuple[str, argparse.ArgumentParser]] = {}
 
-    def command(name: str, help: str, add: Callable[[argparse.ArgumentParser], None]) -> None:
+    # ``add`` fills a sub-parser; what it returns (argparse's Action) is ignored
+    def command(name: str, help: str, add: Callable[[argparse.ArgumentParser], object]) -> None:
         table[name] = (help, sub.add_parser(name, help=help))
         if only is None or only == name:
             add(table[name][1])
 
-    def listing_format(*formats: str) -> Callable[[argparse.ArgumentParser], None]:
+    def listing_format(*formats: str) -> Callable[[argparse.ArgumentParser], object]:
         return lambda p: p.add_argument("--format", choices=formats, default="table")
 
     command("estimate", "estimate memory, time, throughput and cost of a job",

@@ -127,11 +127,11 @@ def _first_error(exc: BaseException, path: str) -> InputError:
             return inner.at(f"{path}.{inner.field}" if path else inner.field)
         return _first_error(inner, path)
     if isinstance(exc, IterableValidationError):
-        noted, plain = exc.group_exceptions()
-        if noted:
-            inner, note = noted[0]
-            return _first_error(inner, f"{path}[{note.index}]")
-        return _first_error(plain[0], path)
+        indexed, rest = exc.group_exceptions()
+        if indexed:
+            inner, at = indexed[0]
+            return _first_error(inner, f"{path}[{at.index}]")
+        return _first_error(rest[0], path)
     if isinstance(exc, ForbiddenExtraKeysError):
         accepted = sorted(a.name for a in attrs.fields(exc.cl))
         extra = sorted(exc.extra_fields)[0]

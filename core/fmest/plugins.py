@@ -55,7 +55,16 @@ def _env_list(name: str) -> set[str] | None:
     return {p.strip() for p in raw.split(",") if p.strip()}
 
 
-def _register(pm: pluggy.PluginManager, plugin, name: str) -> None:
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager with the plugins that failed to load or register, each named
+    (``fmest_load_errors``: the engine reports them, the others go on)."""
+
+    def __init__(self, project_name: str = "fmest") -> None:
+        super().__init__(project_name)
+        self.fmest_load_errors: list[LoadError] = []
+
+
+def _register(pm: PluginManager, plugin, name: str) -> None:
     """Register ``plugin`` as ``name``; a validation error is recorded under that name."""
     try:
         pm.register(plugin, name=name)
@@ -65,7 +74,7 @@ def _register(pm: pluggy.PluginManager, plugin, name: str) -> None:
         pm.fmest_load_errors.append(LoadError(name, f"{type(exc).__name__}: {exc}"))
 
 
-def check_pending(pm: pluggy.PluginManager) -> None:
+def check_pending(pm: PluginManager) -> None:
     """pluggy's ``check_pending`` until clean: each plugin with a hook implementation that
     matches no spec (a misspelled hook name) is recorded by name and unregistered."""
     while True:
@@ -80,12 +89,11 @@ def check_pending(pm: pluggy.PluginManager) -> None:
 
 def new_plugin_manager(*, entrypoints: bool | None = None, defaults: bool = True,
                        disable: set[str] | None = None,
-                       only: set[str] | None = None) -> pluggy.PluginManager:
+                       only: set[str] | None = None) -> PluginManager:
     """A fresh plugin manager with the hook specs, default plugins and (optionally) the
     installed entry-point plugins. Arguments override the environment variables."""
-    pm = pluggy.PluginManager("fmest")
+    pm = PluginManager("fmest")
     pm.add_hookspecs(hookspecs)
-    pm.fmest_load_errors = []  # type: ignore[attr-defined]
     disabled = disable if disable is not None else (_env_list("FMEST_DISABLE_PLUGINS") or set())
     allowed = only if only is not None else _env_list("FMEST_PLUGINS")
     if entrypoints is None:

@@ -14,11 +14,12 @@ import csv
 import io
 import sys
 import time
-from typing import Any, Iterable, Iterator, Optional, Sequence, TextIO
+from typing import Any, Iterable, Iterator, Literal, Optional, Sequence, TextIO
 
 from attrs import frozen
 
-ALIGNS = ("left", "right")
+Align = Literal["left", "right"]
+ALIGNS: tuple[Align, ...] = ("left", "right")
 
 
 @frozen(kw_only=True)
@@ -26,7 +27,7 @@ class Column:
     """One column: its header (a contract: scripts read these names) and its alignment."""
 
     name: str
-    align: str = "left"
+    align: Align = "left"
 
 
 def is_tty(stream: Optional[TextIO] = None) -> bool:

@@ -348,19 +348,19 @@ def render_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
     if t is not None:
         lines.append("")
         lines.append(f"Step time ({t.provenance.basis}, {t.provenance.plugin})")
-        rows = [(name, _fmt_seconds(s), "") for name, s in t.breakdown.items()]
-        rows.append(("step", _fmt_seconds(t.step_seconds), ""))
+        time_rows = [(name, _fmt_seconds(s), "") for name, s in t.breakdown.items()]
+        time_rows.append(("step", _fmt_seconds(t.step_seconds), ""))
         if t.provenance.interval:
-            rows.append(("P10-P90", f"{_fmt_seconds(t.provenance.interval[0])} - "
-                         f"{_fmt_seconds(t.provenance.interval[1])}", "interval"))
+            time_rows.append(("P10-P90", f"{_fmt_seconds(t.provenance.interval[0])} - "
+                              f"{_fmt_seconds(t.provenance.interval[1])}", "interval"))
         if t.mfu is not None:
-            rows.append(("MFU", f"{t.mfu * 100:.1f} %", ""))
+            time_rows.append(("MFU", f"{t.mfu * 100:.1f} %", ""))
         if t.total_seconds is not None:
             steps = f"{t.total_steps:,.0f} steps" if t.total_steps is not None else ""
             label = "1M tokens" if job.mode == "inference" else "total run"
-            rows.append((label, _fmt_seconds(t.total_seconds), steps))
+            time_rows.append((label, _fmt_seconds(t.total_seconds), steps))
         lines.append(_table([Column(name="part"), Column(name="time", align="right"),
-                             Column(name="")], rows, indent="  ", tty=tty))
+                             Column(name="")], time_rows, indent="  ", tty=tty))
     k = report.tokens
     if k is not None:
         lines.append("")

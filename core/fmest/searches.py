@@ -169,6 +169,7 @@ def min_gpus(engine: "Engine", job: Job) -> MinGpus:
     strategy = engine.context(job).sharding     # raises InputError naming a bad field
     mp = par.tp * par.pp * par.cp
     make: Callable[[int], Job]
+    world: Callable[[int], int]
     if strategy.shards:
         candidates = _runnable_dp(mp, gpn, MAX_GPUS // mp)
 

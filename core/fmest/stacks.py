@@ -28,7 +28,7 @@ import json
 import os
 import tomllib
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from attrs import evolve, field, frozen
 
@@ -102,10 +102,11 @@ class StackProfile:
             raise ValueError(f"StackProfile.host_model_copy: {value!r} not in {HOST_MODEL_COPIES}")
 
     @classmethod
-    def from_table(cls, name: str, table: dict) -> "StackProfile":
+    def from_table(cls, name: str, table: Mapping[str, Any]) -> "StackProfile":
         """A profile from one ``[name]`` table of ``stacks.toml``."""
-        return cls(name=name, **{key: tuple(value) if key == "aliases" else value
-                                 for key, value in table.items()})
+        fields: dict[str, Any] = {key: tuple(value) if key == "aliases" else value
+                                  for key, value in table.items()}
+        return cls(name=name, **fields)
 
 
 @functools.lru_cache(maxsize=4)
@@ -280,7 +281,7 @@ def apply_to_sizing(stack: Optional[ResolvedStack], sizing, training, strategy, 
     if stack is None:
         return sizing
     impl = stack.optimizer_impl(training.optimizer_impl)
-    changes = {}
+    changes: dict[str, Any] = {}
     if (impl != sizing.impl and training.optimizer_impl == "auto"
             and impl in optimizer.step_temp_states):   # an implementation this optimizer has
         changes.update(impl=impl, temp_states=optimizer.step_temp_states[impl])

@@ -14,12 +14,13 @@ import json
 import math
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
 
 from fmest.errors import InputError
 
 if TYPE_CHECKING:   # the planner (numpy) loads when a plan runs, not when its flags are built
     from fmest.plan.planner import Constraints, Plan, PlanResult
+    from fmest.render import Progress
 
 GIB = 1024**3
 PROGRESS_MIN_STEPS = 8
@@ -44,13 +45,13 @@ def constraints_from_args(args) -> "Constraints":
                        top=args.top, refine=max(0, args.refine))
 
 
-def _progress(stream=None):
+def _progress(stream: Optional[TextIO] = None) -> Callable[[int, int], None]:
     """The planner's progress callback: a :class:`fmest.render.Progress` on stderr (a bar on
     a terminal, a line every few seconds in a log), shown for searches of
     ``PROGRESS_MIN_STEPS`` GPU counts or more."""
     from fmest.render import Progress
 
-    state: dict = {}
+    state: dict[str, Progress] = {}
 
     def report(done: int, total: int) -> None:
         if total < PROGRESS_MIN_STEPS:
@@ -227,7 +228,7 @@ def _export(result: PlanResult, args, engine) -> None:
         return
     from fmest.configs.export import export_job
 
-    first_error = None
+    first_error: InputError | None = None
     for rank, p in enumerate(result.plans, 1):
         try:
             files = export_job(p.job, args.export, registries=engine.registries)
@@ -238,7 +239,8 @@ def _export(result: PlanResult, args, engine) -> None:
             print(f"fmest plan: {args.export} cannot express plan 1 ({first_error}); exported "
                   f"plan {rank}", file=sys.stderr)
         break
-    else:
+    else:   # every plan (there is at least one) failed: the first failure says why
+        assert first_error is not None
         raise first_error
     os.makedirs(args.export_dir, exist_ok=True)
     for name, text in files.items():

@@ -28,7 +28,10 @@ def plan_response(flags, body: Any, service) -> str:
     (``flags``: :data:`fmest.flags.PLAN_FLAGS`)."""
     from fmest.inputs import read_document
 
+    output = _plan_output()
+    if output is None:  # the route exists only where plan_available() said yes
+        raise RuntimeError("fmest.plan exposes no plan_output(args, engine, *, job_layers)")
     args, job_input = args_from_body(flags, body)
     layers = read_document(job_input, source=INPUT_SOURCE) if job_input is not None else None
     with service.exclusive:  # a plan runs thousands of estimates: one at a time
-        return json.dumps(_plan_output()(args, service.engine, job_layers=layers), default=str)
+        return json.dumps(output(args, service.engine, job_layers=layers), default=str)
