@@ -390,7 +390,7 @@ def implied_peak_share(res: dict) -> float:
 def weighted_median(values: list[float], weights: list[float]) -> Optional[float]:
     if not values:
         return None
-    pairs = sorted(zip(values, weights))
+    pairs = sorted(zip(values, weights, strict=True))
     half = sum(weights) / 2.0
     acc = 0.0
     for value, weight in pairs:

@@ -75,8 +75,8 @@ def main(argv=None) -> int:
     rows = []
     t0 = time.perf_counter()
     for held in families:
-        train = [s for s, f in zip(samples, fam_of) if f != held]
-        test = [s for s, f in zip(samples, fam_of) if f == held]
+        train = [s for s, f in zip(samples, fam_of, strict=True) if f != held]
+        test = [s for s, f in zip(samples, fam_of, strict=True) if f == held]
         with tempfile.TemporaryDirectory() as tmp:
             train_bundle([], engine, tmp, targets=("memory",), samples=train, files=files)
             model = load_bundle(tmp).targets["memory"]
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
         if k == len(table) - 1:
             print("  ".join("-" * w for w in widths))
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                        for i, (c, w) in enumerate(zip(r, widths))))
+                        for i, (c, w) in enumerate(zip(r, widths, strict=True))))
     allr = rows
     mean_t = statistics.mean(r["theory"] for r in allr)
     mean_h = statistics.mean(r["hybrid"] for r in allr)

@@ -168,7 +168,7 @@ def print_evaluation(meta: dict) -> None:
     widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
     for r in lines:
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                        for i, (c, w) in enumerate(zip(r, widths))))
+                        for i, (c, w) in enumerate(zip(r, widths, strict=True))))
     verdict = "hybrid beats theory on both" if ev.get("hybrid_beats_theory") else \
         "hybrid does NOT beat theory on both memory and throughput"
     print(f"\n{verdict} (rule for making hybrid the default method)")

@@ -158,7 +158,7 @@ def main() -> int:
                       "-" if r["best_step"] is None else f"{r['best_step']:.2f}", r["best"]))
     widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
     for row in table:
-        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
     total = sum(r["evaluated"] for r in rows)
     secs = sum(r["seconds"] for r in rows)
     print(f"\nall setups: {total:,} configurations in {secs:.2f} s = {total / secs:,.0f} "

@@ -77,10 +77,12 @@ def main() -> int:
     for name, data in JOBS.items():
         job = fmest.to_job(data)
         ctx = engine.context(job)
-        mem = p50(lambda: engine.estimate_memory(job, ctx), args.repeats)
-        full = p50(lambda: estimate_jobs([(job, None)], engine=engine), args.repeats // 4)
-        part = p50(lambda: estimate_jobs([(job, None)], engine=engine,
-                                         searches=("max_micro_batch",)), args.repeats // 4)
+        mem = p50(lambda job=job, ctx=ctx: engine.estimate_memory(job, ctx), args.repeats)
+        full = p50(lambda job=job: estimate_jobs([(job, None)], engine=engine),
+                   args.repeats // 4)
+        part = p50(lambda job=job: estimate_jobs([(job, None)], engine=engine,
+                                                 searches=("max_micro_batch",)),
+                   args.repeats // 4)
         worst = {"memory": max(worst["memory"], mem), "report": max(worst["report"], full),
                  "report_no_min_gpus": max(worst["report_no_min_gpus"], part)}
         print(f"{name:<24} {_us(mem):>16} {_us(full):>14} {_us(part):>14}")

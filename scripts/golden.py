@@ -114,7 +114,7 @@ def differences(want: object, got: object, path: str = "$", rel: float = 1e-9) -
     if isinstance(want, list) and isinstance(got, list):
         if len(want) != len(got):
             return [f"{path}: {len(want)} items -> {len(got)}"]
-        return [d for i, (a, b) in enumerate(zip(want, got))
+        return [d for i, (a, b) in enumerate(zip(want, got, strict=True))
                 for d in differences(a, b, f"{path}[{i}]", rel)]
     if isinstance(want, float) and isinstance(got, (int, float)) and \
             not isinstance(got, bool):

@@ -107,7 +107,7 @@ def test_listing_csv_matches_json(engine, capsys, command, key):
     assert rc == 0, err
     got = list(csv.DictReader(io.StringIO(text)))
     assert len(got) == len(rows) > 0
-    for want, have in zip(rows, got):
+    for want, have in zip(rows, got, strict=True):
         assert have[key] == want[key]
         for field, value in want.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -288,11 +288,11 @@ def test_rich_rendering_on_a_terminal_has_aligned_columns():
     lines = [ln for ln in columns_of(text) if not set(ln.strip()) <= set("─ ")]
     assert len(lines) == 4
     # left-aligned columns start at one offset, right-aligned ones end at one offset
-    starts = {ln.index(cell) for ln, (cell, _, _) in zip(lines[1:], rows)}
+    starts = {ln.index(cell) for ln, (cell, _, _) in zip(lines[1:], rows, strict=False)}
     assert starts == {lines[0].index("name")}
-    ends = {ln.index(num) + len(num) for ln, (_, num, _) in zip(lines[1:], rows)}
+    ends = {ln.index(num) + len(num) for ln, (_, num, _) in zip(lines[1:], rows, strict=False)}
     assert ends == {lines[0].index("GiB") + 3}
-    notes = {ln.index(note) for ln, (_, _, note) in zip(lines[1:], rows) if note}
+    notes = {ln.index(note) for ln, (_, _, note) in zip(lines[1:], rows, strict=False) if note}
     assert notes == {lines[0].index("note")}
 
 

@@ -259,7 +259,7 @@ def test_one_job_input_keeps_the_single_object(tmp_path, capsys):
 
 
 def test_false_strings_are_false_everywhere(tmp_path, capsys):
-    (first, second), _ = zip(*read_input(TWO_JOBS))
+    (first, second), _ = zip(*read_input(TWO_JOBS), strict=True)
     assert (first.training.attention, first.training.activation_checkpointing) == \
         ("sdpa", "none")
     assert (second.training.attention, second.training.activation_checkpointing) == \

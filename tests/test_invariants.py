@@ -106,7 +106,7 @@ def sharded_memory(model: str, training: dict, parallelism: dict) -> int | None:
 def _ladder(values, *context):
     """Assert a sequence of (label, bytes) never grows."""
     known = [(label, b) for label, b in values if b is not None]
-    for (la, a), (lb, b) in zip(known, known[1:]):
+    for (la, a), (lb, b) in zip(known, known[1:], strict=False):
         assert b <= a + TOLERANCE, \
             f"{lb} reads {(b - a) / 2**30:.2f} GiB above {la}: {context}"
 
@@ -156,7 +156,7 @@ def test_memory_never_falls_as_batch_or_sequence_grows(model, training, par):
     by_seq = [memory(model, {**training, "seq_len": s}, par) for s in (256, 512, 1024)]
     for series in (by_batch, by_seq):
         known = [b for b in series if b is not None]
-        assert all(b >= a - TOLERANCE for a, b in zip(known, known[1:])), \
+        assert all(b >= a - TOLERANCE for a, b in zip(known, known[1:], strict=False)), \
             (series, model, training, par)
 
 

@@ -28,10 +28,11 @@ __all__ = ["estimate", "estimate_jobs", "estimate_memory", "estimate_time", "est
 def to_job(job: Any):
     """A :class:`fmest.job.Job` from a job, dict or JSON text (fmest's layout or an
     EstimateInput; for an EstimateInput with several jobs, the first: use
-    :func:`fmest.inputs.read_input` for all of them)."""
+    :func:`fmest.inputs.read_input` for all of them). A dataset file the job names is not
+    counted here (:func:`estimate` counts it)."""
     from fmest.inputs import read_input
 
-    return read_input(job)[0][0]
+    return read_input(job, count_dataset=False)[0][0]
 
 
 def _engine(engine):

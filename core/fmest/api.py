@@ -39,13 +39,14 @@ def _values(given: Given) -> dict[str, Any]:
     return dict(vars(given)) if isinstance(given, argparse.Namespace) else dict(given)
 
 
-def read_jobs(given: Given, *, job_layers: Optional[Sequence["Layer"]] = None
-              ) -> list[tuple["Job", "InputReport"]]:
+def read_jobs(given: Given, *, job_layers: Optional[Sequence["Layer"]] = None,
+              count_dataset: bool = True) -> list[tuple["Job", "InputReport"]]:
     """Every job the options describe, each with its :class:`fmest.inputs.InputReport`: the
     job input (``-f``, or an EstimateInput given with ``--config``), then the other
     ``--config`` files, then the flags (flags win). ``job_layers`` (from
     :func:`fmest.inputs.read_document`) replaces reading ``input_file`` (the service passes a
-    request body this way)."""
+    request body this way). ``count_dataset=False``: leave a ``--dataset`` file unread (doors
+    that do not estimate; :func:`fmest.inputs.build_job`)."""
     from fmest.flags import read_flags
     from fmest.inputs import build_jobs, read_configs, read_file
 
@@ -62,15 +63,17 @@ def read_jobs(given: Given, *, job_layers: Optional[Sequence["Layer"]] = None
         job_layers = job_layers or more
     missing = InputError("--model", "required (a preset name, local config.json or Hub id; "
                          "see 'fmest models')")
-    return build_jobs(job_layers, [*config_layers, read_flags(values)], require_model=missing)
+    return build_jobs(job_layers, [*config_layers, read_flags(values)], require_model=missing,
+                      count_dataset=count_dataset)
 
 
-def job_dict(given: Given) -> dict:
+def job_dict(given: Given, *, count_dataset: bool = False) -> dict:
     """The first job the options describe, as a dict in fmest's layout (for commands that take
-    one job)."""
+    one job, such as ``fmest probe``); a ``--dataset`` file is not read unless
+    ``count_dataset``."""
     from fmest.convert import job_to_dict
 
-    return job_to_dict(read_jobs(given)[0][0])
+    return job_to_dict(read_jobs(given, count_dataset=count_dataset)[0][0])
 
 
 def _engine(engine: Optional["Engine"]) -> "Engine":
@@ -134,7 +137,7 @@ def export_files(given: Given, engine: Optional["Engine"] = None) -> dict[str, s
     from fmest.configs.export import export_job
 
     values = _values(given)
-    pairs = read_jobs(values)
+    pairs = read_jobs(values, count_dataset=False)   # a config file never needs the count
     if len(pairs) > 1:
         raise InputError("--to", f"the input holds {len(pairs)} jobs; export writes one job's "
                          "config (split the EstimateInput)")
@@ -146,7 +149,7 @@ def models_rows(registries: "Registries") -> list[dict]:
     (not a built-in table), sorted by name."""
     def model_type(name: str) -> str:
         known = registries.model_info.get(name, {}).get("model_type")
-        return known if known is not None else registries.models.find(name)().model_type
+        return known if known is not None else registries.models.get(name)().model_type
 
     return [{"name": name, "model_type": model_type(name),
              "aliases": _display_aliases(registries, name),

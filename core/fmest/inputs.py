@@ -13,9 +13,10 @@ the values it could not resolve):
 Merge order (later wins): the job input (``-f`` / the API / an EstimateInput), then config files
 in the order given, then command-line flags. :func:`build_jobs` structures each merged job once
 with the private cattrs converter (:mod:`fmest.convert`); a bad value names the field and the
-source it came from. Every job carries an :class:`InputReport` (origins, ignored keys,
-unresolved values, the number of jobs the input held) that rides on its report, so every door
-reports the same.
+source it came from. A dataset file that sizes the run (``workload.dataset_path``) is counted
+then, once (:func:`fmest.datasets.resolve_dataset`), so no estimate reads a file. Every job
+carries an :class:`InputReport` (origins, ignored keys, unresolved values, the number of jobs
+the input held) that rides on its report, so every door reports the same.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from attrs import field, frozen
 
 from fmest.bounds import check_job
 from fmest.convert import SECTIONS, job_from_dict, job_to_dict
+from fmest.datasets import resolve_dataset
 from fmest.errors import InputError
 from fmest.job import Job
 
@@ -285,11 +287,26 @@ def _solve_batches(layers: Sequence[Layer], values: dict) -> tuple[set, dict]:
     return keys, still_open
 
 
+def _named(exc: InputError, values: dict, named: dict) -> InputError:
+    """``exc`` named by the source key its field came from, for sources with their own key
+    names (``"ds.json: train_micro_batch_size_per_gpu (-> training.micro_batch_size)"``)."""
+    hit = values.get(exc.field)
+    if hit is None or not named.get(exc.field):
+        return exc
+    return exc.at(f"{hit[1]} (-> {exc.field})")
+
+
 def build_job(layers: Sequence[Layer], *, job_index: int = 0, job_count: int = 1,
-              require_model: Optional[InputError] = None) -> tuple[Job, InputReport]:
+              require_model: Optional[InputError] = None,
+              count_dataset: bool = True) -> tuple[Job, InputReport]:
     """Merge ``layers`` (later wins) and structure the job once. A bad value raises
     :class:`InputError` naming the field and, for sources with their own key names, the origin.
-    ``require_model`` is raised when no layer names the model (the CLI names its flag)."""
+    ``require_model`` is raised when no layer names the model (the CLI names its flag).
+
+    A ``workload.dataset_path`` that sizes the run is counted here, once
+    (:func:`fmest.datasets.resolve_dataset`), into ``workload.dataset_tokens``, whose origin
+    names the file and how it was counted; doors that do not estimate (``fmest export``,
+    ``fmest probe``'s job) pass ``count_dataset=False`` and never read the file."""
     values: dict = {}
     named: dict = {}
     for layer in layers:
@@ -307,10 +324,17 @@ def build_job(layers: Sequence[Layer], *, job_index: int = 0, job_count: int = 1
         # the documented bounds and conflict rules, here so a refusal names the source key
         check_job(job)
     except InputError as exc:
-        hit = values.get(exc.field)
-        if hit is None or not named.get(exc.field):
-            raise
-        raise exc.at(f"{hit[1]} (-> {exc.field})") from None
+        raise _named(exc, values, named) from None
+    if count_dataset:
+        # read once, here: no estimate hook reads a file (errors name workload.dataset_path)
+        job, counted = resolve_dataset(job)
+        if counted is not None:
+            values["workload.dataset_tokens"] = (job.workload.dataset_tokens, counted)
+            named["workload.dataset_tokens"] = True
+            try:
+                check_job(job)   # dataset_tokens has a bound
+            except InputError as exc:
+                raise _named(exc, values, named) from None
     unresolved = {}
     for i, layer in enumerate(layers):
         later = {p for lay in layers[i + 1:] for p in lay.values}
@@ -328,10 +352,11 @@ def build_job(layers: Sequence[Layer], *, job_index: int = 0, job_count: int = 1
 
 
 def build_jobs(job_layers: Sequence[Layer], over: Sequence[Layer] = (), *,
-               require_model: Optional[InputError] = None) -> list[tuple[Job, InputReport]]:
+               require_model: Optional[InputError] = None,
+               count_dataset: bool = True) -> list[tuple[Job, InputReport]]:
     """One job per job layer (at least one), each merged with the ``over`` layers (config
     files, then flags) in that order. The ignored keys of every job's input are reported on
-    every job."""
+    every job. ``count_dataset``: see :func:`build_job`."""
     job_layers = list(job_layers) or [Layer(source="input", name_errors=False)]
     count = len(job_layers)
     every = tuple(dict.fromkeys(i for layer in job_layers for i in layer.ignored))
@@ -342,16 +367,18 @@ def build_jobs(job_layers: Sequence[Layer], over: Sequence[Layer] = (), *,
                           unresolved=layer.unresolved, files=layer.files,
                           name_errors=layer.name_errors, batch_rules=layer.batch_rules)
         out.append(build_job([layer, *over], job_index=index, job_count=count,
-                             require_model=require_model))
+                             require_model=require_model, count_dataset=count_dataset))
     return out
 
 
-def read_input(data: Any, source: str = "input") -> list[tuple[Job, InputReport]]:
-    """The Python API's door: a job, dict, JSON text or EstimateInput -> jobs with reports."""
+def read_input(data: Any, source: str = "input", *,
+               count_dataset: bool = True) -> list[tuple[Job, InputReport]]:
+    """The Python API's door: a job, dict, JSON text or EstimateInput -> jobs with reports
+    (``count_dataset``: see :func:`build_job`)."""
     if isinstance(data, (str, os.PathLike)) and not str(data).lstrip().startswith("{") \
             and os.path.isfile(str(data)):
-        return build_jobs(read_file(str(data), flag="job"))
-    return build_jobs(read_document(data, source))
+        return build_jobs(read_file(str(data), flag="job"), count_dataset=count_dataset)
+    return build_jobs(read_document(data, source), count_dataset=count_dataset)
 
 
 __all__ = ["Ignored", "InputReport", "Layer", "build_job", "build_jobs", "read_configs",

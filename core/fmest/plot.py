@@ -145,7 +145,7 @@ def write_plot(report, path: str) -> list[str]:
     paths = [str(target) if len(jobs) == 1 else
              str(target.with_name(f"{target.stem}-{i}{target.suffix}"))
              for i in range(1, len(jobs) + 1)]
-    for data, out in zip(jobs, paths):
+    for data, out in zip(jobs, paths, strict=True):
         try:
             figure(data).savefig(out, format=fmt, dpi=110)
         except OSError as exc:

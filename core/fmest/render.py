@@ -58,11 +58,11 @@ def plain_table(columns: Sequence[Column | str], rows: Iterable[Sequence[Any]], 
     cols = _columns(columns)
     body = [[_cell(v) for v in row] for row in rows]
     head = [c.name for c in cols]
-    widths = [max(len(x) for x in col) for col in zip(head, *body)] if cols else []
+    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)] if cols else []
 
     def line(cells: list[str]) -> str:
         return indent + "  ".join(cell.rjust(w) if c.align == "right" else cell.ljust(w)
-                                  for c, cell, w in zip(cols, cells, widths)).rstrip()
+                                  for c, cell, w in zip(cols, cells, widths, strict=True)).rstrip()
 
     return "\n".join([line(head)] + [line(b) for b in body])
 

@@ -156,7 +156,13 @@ def adr_api(reader: Callable[[dict], tuple[list, list]]):
         data = _as_dict(estimate_input)
         jobs, _ignored = reader(data)
         eng = _engine(engine)
-        job, num_gpus = _sized_job(jobs[0], _gpus_given(data), eng)
+        job = jobs[0]
+        if any(q in quantities for q in ("time", "tokens", "cost")):
+            # the jobs skip fmest's input door, where a dataset is counted (fmest.datasets)
+            from fmest.datasets import resolve_dataset
+
+            job = resolve_dataset(job)[0]
+        job, num_gpus = _sized_job(job, _gpus_given(data), eng)
         return eng.estimate(job, quantities=quantities), num_gpus
 
     def estimate_memory(estimate_input: Any, model_path: Optional[str] = None, *,

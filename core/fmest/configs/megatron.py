@@ -344,7 +344,7 @@ def _model_config(sink: Sink, state: _State) -> None:
     keys = {name: k for name, (_v, k) in state.dims.items()}
     need = ("num_layers", "hidden_size", "num_attention_heads")
     if not all(n in dims for n in need):
-        for name, key in keys.items():
+        for key in keys.values():
             sink.ignore(key, "raw model dimensions need num_layers, hidden_size and "
                         "num_attention_heads; give --model")
         return

@@ -20,12 +20,12 @@ import numpy as np
 from attrs import field, frozen
 
 from fmest.errors import FmestError, InputError
+from fmest.flags import OBJECTIVES
 from fmest.job import PRICE_TYPES, Job, _tuple_of_str, resolve_layout
 from fmest.plan import calibrate as cal
 from fmest.plan import space as sp
 from fmest.plan import vector as vec
 
-OBJECTIVES = ("cost", "time", "pareto")
 #: Global batch used when neither ``--global-batch-tokens`` nor the job fixes one (the job is
 #: one sample per step): 2^20 tokens, inside the 0.5M-4M token batches of published LLM
 #: pre-training and fine-tuning runs (Brown et al. 2020, GPT-3 Table 2.1: 0.5M-3.2M; Touvron
@@ -198,9 +198,10 @@ def _global_batch_tokens(job: Job, cons: Constraints) -> int:
     return sp.global_samples(DEFAULT_GLOBAL_BATCH_TOKENS, seq) * seq
 
 
-def _total_tokens(engine, job: Job) -> tuple[Optional[float], Optional[int]]:
+def _total_tokens(job: Job) -> tuple[Optional[float], Optional[int]]:
     """(tokens the run trains on, fixed optimizer steps): from the workload fields; a
-    ``dataset_path`` is counted by the engine's time estimate of the job itself."""
+    ``dataset_path`` was counted into ``dataset_tokens`` at the input door
+    (:func:`fmest.datasets.resolve_dataset`), so the plan reads no file."""
     w = job.workload
     if w.max_steps is not None:
         return None, w.max_steps
@@ -209,13 +210,6 @@ def _total_tokens(engine, job: Job) -> tuple[Optional[float], Optional[int]]:
     if w.num_samples is not None:
         avg = w.avg_seq_len if w.avg_seq_len is not None else job.training.seq_len
         return w.num_samples * avg * w.epochs, None
-    if w.dataset_path:
-        report = engine.estimate(job, quantities=("memory", "time"))
-        t = report.time
-        if t is not None and t.total_steps:
-            tokens = (job.training.micro_batch_size * job.training.grad_accum_steps
-                      * report.context.layout.dp * job.training.seq_len)
-            return t.total_steps * tokens, None
     return None, None
 
 
@@ -861,7 +855,7 @@ def evaluate_space(job: Job, cons: Constraints, *, engine=None,
     options = _gpu_options(engine, cons)
     shardings = _shardings(engine)
     gbt = _global_batch_tokens(job, cons)
-    tokens, fixed_steps = _total_tokens(engine, job)
+    tokens, fixed_steps = _total_tokens(job)
     steps = fixed_steps if fixed_steps is not None else (
         math.ceil(tokens / gbt) if tokens is not None else None)
     from fmest.stacks import resolve_job_stack

@@ -226,7 +226,7 @@ def _dp_seconds(cfg, per_mb):
     expert = _dp_collective_seconds(
         cfg, gbytes * grad_expert / ep, pbytes * param_expert / ep, expert_group,
         cfg["tp"] * ep, np.minimum(expert_group, cfg["s_shard_group"]))
-    ar, replicated_ag, rs, ag = (d + np.where(split, e, 0.0) for d, e in zip(dense, expert))
+    ar, replicated_ag, rs, ag = (d + np.where(split, e, 0.0) for d, e in zip(dense, expert, strict=True))
     replicated = exposed_seconds(ar * (1 - tail), bwd_mb) + ar * tail \
         + np.where(cfg["opt_sharded"], replicated_ag, 0.0)
     accum = cfg["accum"]

@@ -57,7 +57,7 @@ def select_rows(engine, *, gpu: Optional[str] = None, provider: Optional[str] = 
         raise InputError(CLI_FIELDS.price_type, "not an accepted value", value=price_type,
                          accepted=PRICE_TYPES)
     resolved = {}
-    for quote, plugin in reg.prices.with_sources():
+    for quote, _plugin in reg.prices.with_sources():
         spec = reg.gpus.find(quote.gpu)
         resolved[id(quote)] = spec.name if spec is not None else None
     rows = reg.prices.with_sources()

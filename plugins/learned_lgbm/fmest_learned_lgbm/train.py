@@ -216,7 +216,7 @@ def fit(table: Table, rows: Sequence[int]):
     used = np.zeros(len(spec))
     for b in boosters.values():
         used += b.feature_importance("split")
-    for f, n in zip(spec, used):
+    for f, n in zip(spec, used, strict=True):
         f["used"] = bool(n > 0)
     return spec, boosters
 
@@ -247,7 +247,7 @@ def _weighted_quantile(xs, weights, q):
     :func:`_quantile`)."""
     if weights is None:
         return _quantile(xs, q)
-    pairs = sorted(zip(xs, weights))
+    pairs = sorted(zip(xs, weights, strict=True))
     if not pairs:
         return math.nan
     total = sum(w for _x, w in pairs)
@@ -359,7 +359,7 @@ def summarize(table: Table, pred: dict[int, HeldOut], groups: Sequence[str]) -> 
         inside = [pred[i].low <= table.y[i] <= pred[i].high for i in rs]
         out["interval_coverage"] = sum(inside) / len(rs)
         out["interval_coverage_source_weighted"] = (
-            sum(w for w, ok in zip(ws, inside) if ok) / sum(ws))
+            sum(w for w, ok in zip(ws, inside, strict=True) if ok) / sum(ws))
         out["in_domain_share"] = sum(pred[i].in_domain for i in rs) / len(rs)
         return out
 
@@ -415,7 +415,7 @@ def _choose(table: Table, pred: dict[int, RawPrediction]) -> tuple[float, float,
     def loss(lam):
         return sum(w * abs(gated_point(lam, GATE, pred[i].p10, pred[i].p50, pred[i].p90)
                            - table.y[i])
-                   for w, i in zip(weights, rows))
+                   for w, i in zip(weights, rows, strict=True))
 
     shrink = min(SHRINKAGE, key=lambda v: (loss(v), -v))
     scores = [max(pred[i].p10 - table.y[i], table.y[i] - pred[i].p90) for i in rows]

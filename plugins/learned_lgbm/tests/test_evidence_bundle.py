@@ -96,7 +96,7 @@ def test_rows_with_sources_are_weighed_equally_and_held_out_one_source_at_a_time
     rows = list(range(len(table)))
     weights = table.weights(rows)
     per_source: dict[str, float] = {}
-    for i, w in zip(rows, weights):
+    for i, w in zip(rows, weights, strict=True):
         per_source[table.groups[i]] = per_source.get(table.groups[i], 0.0) + w
     assert all(abs(v - 1.0) < 1e-9 for v in per_source.values())  # 6 rows weigh as 24
     assert not any(f in table.names for f in ("source", "id", "source_url"))

@@ -24,6 +24,7 @@ import attrs
 from attrs import frozen
 
 from fmest.counting import lora_modules, total_params, trainable_params
+from fmest.datasets import needs_counting
 from fmest.errors import InputError
 from fmest.estimates import ACTIVATION_COMPONENTS, Provenance, TimeEstimate, TokensEstimate
 from fmest.hookspecs import hookimpl
@@ -633,9 +634,10 @@ def apply_stack_time(job, model, shape: StepShape, rates: Rates, matmuls: Matmul
     return scaled, notes
 
 
-def workload_tokens(job, model) -> tuple[Optional[float], str]:
+def workload_tokens(job) -> tuple[Optional[float], str]:
     """Tokens the run trains on (epochs included) and how they were obtained; ``None`` when
-    the job has no workload."""
+    the job has no workload. A ``dataset_path`` was counted into ``dataset_tokens`` at the
+    input door (:func:`fmest.datasets.resolve_dataset`); this plugin reads no file."""
     w = job.workload
     if w.dataset_tokens is not None:
         return w.dataset_tokens * w.epochs, f"dataset_tokens {w.dataset_tokens:.4g} x epochs {w.epochs:g}"
@@ -643,13 +645,17 @@ def workload_tokens(job, model) -> tuple[Optional[float], str]:
         avg = w.avg_seq_len if w.avg_seq_len is not None else job.training.seq_len
         return w.num_samples * avg * w.epochs, (f"num_samples {w.num_samples} x avg_seq_len "
                                                 f"{avg:g} x epochs {w.epochs:g}")
-    if w.dataset_path:
-        from fmest_time_roofline.dataset import count_dataset_tokens
-
-        counted = count_dataset_tokens(w.dataset_path, model=model, model_ref=job.model)
-        return counted.tokens * w.epochs, (f"dataset {w.dataset_path}: {counted.tokens:,} tokens "
-                                           f"({counted.method}) x epochs {w.epochs:g}")
     return None, ""
+
+
+def uncounted_dataset_note(job) -> Optional[str]:
+    """Why a job sized by an uncounted ``dataset_path`` (a Job built in Python that skipped
+    the input door) has no total steps; ``None`` otherwise."""
+    if not needs_counting(job.workload):
+        return None
+    return (f"no total steps: the dataset {job.workload.dataset_path} was not counted; count "
+            "it at the input door (fmest.inputs, or fmest.datasets.resolve_dataset(job)) or "
+            "give dataset_tokens")
 
 
 @hookimpl
@@ -667,7 +673,10 @@ def fmest_estimate_time(job, ctx, memory):
         total_steps = float(job.workload.max_steps)
         notes.append(f"total steps = max_steps {job.workload.max_steps}")
     else:
-        tokens, how = workload_tokens(job, ctx.model)
+        tokens, how = workload_tokens(job)
+        uncounted = uncounted_dataset_note(job)
+        if uncounted is not None:
+            notes.append(uncounted)
         if tokens is not None:
             total_steps = float(math.ceil(tokens / res["tokens_per_step"]))
             notes.append(f"total steps = ceil({how} / {res['tokens_per_step']:,} tokens per step "

@@ -1,19 +1,16 @@
 """Tests of the time_roofline plugin: FLOP formulas against torch's FlopCounterMode on tiny
-real models, properties of the step time, workload arithmetic and dataset errors."""
+real models, properties of the step time and workload arithmetic (dataset files are counted at
+the input door: tests/test_datasets.py)."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import fmest_time_roofline.plugin as plugin
 from fmest.convert import job_from_dict
-from fmest.errors import InputError
 from fmest.testing import new_engine
 from fmest_time_roofline import formulas as F
-from fmest_time_roofline.dataset import count_dataset_tokens
 
 TINY = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 688,
         "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
@@ -233,66 +230,17 @@ def test_no_torch_on_estimate_path():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-# -- dataset files --------------------------------------------------------------------------
+# -- workload ------------------------------------------------------------------------------
 
-def test_dataset_jsonl_approximation(tmp_path, engine):
-    f = tmp_path / "d.jsonl"
-    f.write_text("\n".join(json.dumps({"text": "x" * 400}) for _ in range(10)) + "\n")
-    c = count_dataset_tokens(str(f), progress=False)
-    assert c.tokens == 1000 and c.records == 10 and "characters per token" in c.method
-    t = _time(engine, _job(workload={"dataset_path": str(f)})).time
-    assert t.total_steps == 1
-
-
-def test_dataset_csv_and_text(tmp_path):
-    f = tmp_path / "d.csv"
-    f.write_text("prompt,response\n" + "aaaa,bbbb\n" * 5)
-    assert count_dataset_tokens(str(f), progress=False).tokens == 2 * 5 + round(5 / 4)  # + "\n"
-    t = tmp_path / "d.txt"
-    t.write_text("abcd" * 100)
-    assert count_dataset_tokens(str(t), progress=False).tokens == 100
-
-
-def test_dataset_local_tokenizer(tmp_path):
-    tokenizers = pytest.importorskip("tokenizers")
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    tok = Tokenizer(models.WordLevel({"hello": 0, "world": 1, "[UNK]": 2}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.save(str(tmp_path / "tokenizer.json"))
-    (tmp_path / "config.json").write_text(json.dumps(TINY))
-    f = tmp_path / "d.jsonl"
-    f.write_text(json.dumps({"text": "hello world hello"}) + "\n")
-    c = count_dataset_tokens(str(f), model_ref=str(tmp_path), progress=False)
-    assert c.tokens == 3 and "tokenizer.json" in c.method
-
-
-@pytest.mark.parametrize("name,content,needle", [
-    ("bad.jsonl", '{"text": "ok"}\n{not json\n', "line 2"),
-    ("bad.xyz", "hello", "unsupported"),
-    ("empty.jsonl", "\n\n", "no text"),
-    ("missing.jsonl", None, "no such file"),
-])
-def test_bad_dataset_names_the_field(tmp_path, engine, name, content, needle):
-    f = tmp_path / name
-    if content is not None:
-        f.write_text(content)
-    with pytest.raises(InputError) as err:
-        _time(engine, _job(workload={"dataset_path": str(f)}))
-    assert err.value.field == "workload.dataset_path"
-    assert needle in str(err.value)
-
-
-def test_progress_bar_writes_to_stream(tmp_path):
-    import io
-
-    from fmest_time_roofline.dataset import ProgressBar
-
-    buf = io.StringIO()
-    bar = ProgressBar(100, enabled=True, stream=buf)
-    bar.update(50, force=True)
-    bar.close()
-    assert "50.0%" in buf.getvalue() and "100.0%" in buf.getvalue()
+def test_an_uncounted_dataset_is_a_note_not_a_read(tmp_path, engine):
+    # the input door counts a dataset file (tests/test_datasets.py); this plugin reads no file,
+    # so a job that skipped the door, even naming a missing file, gets a step time and a note
+    job = _job(workload={"dataset_path": str(tmp_path / "missing.jsonl")})
+    t = _time(engine, job).time
+    assert t.step_seconds > 0 and t.total_steps is None and t.total_seconds is None
+    assert any("not counted" in n and "input door" in n for n in t.notes)
+    t = _time(engine, job.evolve(workload={"dataset_tokens": 4096.0})).time
+    assert t.total_steps == 2 and not any("not counted" in n for n in t.notes)
 
 
 def test_attention_is_its_own_op_class():

@@ -35,13 +35,13 @@ def patched_mask_helper() -> Iterator[None]:
     if orig is None:
         yield
         return
-    setattr(mu, "find_packed_sequence_indices", lambda *a, **k: None)
+    mu.find_packed_sequence_indices = lambda *a, **k: None
     vlm_checks = _disabled_vlm_checks()
     try:
         with vlm_checks:
             yield
     finally:
-        setattr(mu, "find_packed_sequence_indices", orig)
+        mu.find_packed_sequence_indices = orig
 
 
 @contextlib.contextmanager
@@ -58,11 +58,11 @@ def _disabled_vlm_checks() -> Iterator[None]:
     if orig is None:
         yield
         return
-    setattr(llava, "torch_compilable_check", lambda *a, **k: None)
+    llava.torch_compilable_check = lambda *a, **k: None
     try:
         yield
     finally:
-        setattr(llava, "torch_compilable_check", orig)
+        llava.torch_compilable_check = orig
 
 
 def run_fake(run: RunSpec, res: RunResult, round_bytes: int) -> None:

@@ -65,7 +65,7 @@ def optimizer_step(params: list[torch.nn.Parameter], masters: Optional[list[torc
     import torch
 
     if masters is not None:
-        for param, master in zip(params, masters):
+        for param, master in zip(params, masters, strict=True):
             master.grad = param.grad.float() if param.grad is not None else None
             param.grad = None
     optimizer.step()
@@ -73,7 +73,7 @@ def optimizer_step(params: list[torch.nn.Parameter], masters: Optional[list[torc
                      if isinstance(value, torch.Tensor)], "optimizer_state")
     if masters is not None:
         with torch.no_grad():
-            for param, master in zip(params, masters):
+            for param, master in zip(params, masters, strict=True):
                 param.copy_(master)
                 master.grad = None
     optimizer.zero_grad(set_to_none=True)

@@ -86,7 +86,8 @@ def _load_model_config(value: Any, base: Path) -> Any:
             with open(path, encoding="utf-8") as fh:
                 return json.load(fh)
         except OSError as exc:
-            raise InputError("--sweep model_config", f"cannot read {path}: {exc.strerror}")
+            raise InputError("--sweep model_config",
+                             f"cannot read {path}: {exc.strerror}") from None
     return value
 
 
@@ -125,7 +126,7 @@ def load_sweep(path: str) -> list[tuple[list[str], list[Any]]]:
         for v in values:
             vs = v if len(paths) > 1 else [v]
             vs = [_load_model_config(x, base) if p == "model_config" else x
-                  for p, x in zip(paths, vs)]
+                  for p, x in zip(paths, vs, strict=True)]
             fixed.append(vs)
         axes.append((paths, fixed))
     return axes
@@ -136,8 +137,8 @@ def expand(base_job: dict, axes) -> list[dict]:
     out = []
     for combo in itertools.product(*[vals for _, vals in axes]):
         d = copy.deepcopy(base_job)
-        for (paths, _), vs in zip(axes, combo):
-            for p, v in zip(paths, vs):
+        for (paths, _), vs in zip(axes, combo, strict=True):
+            for p, v in zip(paths, vs, strict=True):
                 _set_path(d, p, copy.deepcopy(v))
         out.append(d)
     return out

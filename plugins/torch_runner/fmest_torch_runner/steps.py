@@ -81,7 +81,7 @@ def make_batch(model: torch.nn.Module, run: RunSpec, device: str) -> dict[str, t
     if vision is None:
         ids = torch.randint(0, vocab, (batch, run.seq_len), device=device)
         return {"input_ids": ids, "labels": ids}
-    image_token = getattr(cfg, "image_token_id", None) or getattr(cfg, "image_token_index")
+    image_token = getattr(cfg, "image_token_id", None) or cfg.image_token_index
     side = vision.image_size
     per_image = (side // vision.patch_size) ** 2  # CLS dropped ("default" feature select)
     image_ids = run.images_per_sample * per_image

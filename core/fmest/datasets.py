@@ -1,9 +1,14 @@
 """Count the tokens of a dataset file (``--dataset FILE``): JSONL, JSON, CSV/TSV, Parquet, text.
 
+Read once, at the input door (:func:`fmest.inputs.build_job` calls :func:`resolve_dataset`), so
+no estimate hook reads a file: the count becomes ``workload.dataset_tokens`` and its origin is
+reported with the job's other input origins.
+
 With the model's tokenizer when one is available locally (a model folder holding
 ``tokenizer.json``; loaded with the ``tokenizers`` library, no network), otherwise by the
 documented approximation of ``CHARS_PER_TOKEN`` characters per token. A tiny progress bar goes
-to stderr when stderr is a terminal or the file is larger than ``PROGRESS_MIN_BYTES``.
+to stderr when stderr is a terminal or the file is larger than ``PROGRESS_MIN_BYTES``. Every
+problem is an :class:`fmest.errors.InputError` on ``workload.dataset_path``.
 """
 
 from __future__ import annotations
@@ -11,15 +16,16 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import sys
-import time
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, TextIO
 
 from attrs import frozen
 
 from fmest.errors import InputError
+
+if TYPE_CHECKING:
+    from fmest.job import Job, Workload
 
 FIELD = "workload.dataset_path"
 
@@ -33,6 +39,8 @@ PROGRESS_MIN_BYTES = 64 * 1024 * 1024
 #: string value of the record is counted.
 TEXT_FIELDS = ("text", "content", "prompt", "completion", "instruction", "input", "output",
                "response", "question", "answer", "messages", "conversations")
+#: Where the error text sends a user who reads Parquet without pyarrow (the core's extra).
+PARQUET_EXTRA = "pip install 'fmest[parquet]'"
 
 
 @frozen(kw_only=True)
@@ -47,7 +55,7 @@ class ProgressBar:
     """Bytes read of a dataset file, on stderr through :class:`fmest.render.Progress` (a bar on
     a terminal; in a log, a line with the percentage every few seconds)."""
 
-    def __init__(self, total_bytes: int, *, enabled: bool, stream=None, width: int = 30):
+    def __init__(self, total_bytes: int, *, enabled: bool, stream: Optional[TextIO] = None):
         from fmest.render import Progress
 
         self.total = max(1, total_bytes)
@@ -74,7 +82,7 @@ def _show_progress(size: int) -> bool:
     return tty or size > PROGRESS_MIN_BYTES
 
 
-def _record_text(rec) -> str:
+def _record_text(rec: Any) -> str:
     if isinstance(rec, str):
         return rec
     if isinstance(rec, dict):
@@ -89,21 +97,25 @@ def _record_text(rec) -> str:
 class _Counted(io.RawIOBase):
     """Wraps a binary file and reports how far it has been read (for the progress bar)."""
 
-    def __init__(self, fh, bar: ProgressBar):
+    def __init__(self, fh: io.FileIO, bar: ProgressBar):
         self.fh, self.bar, self.done = fh, bar, 0
 
-    def readable(self):
+    def readable(self) -> bool:
         return True
 
-    def readinto(self, b):
+    def readinto(self, b: Any) -> Optional[int]:
         n = self.fh.readinto(b)
         self.done += n or 0
         self.bar.update(self.done)
         return n
 
+    def close(self) -> None:
+        self.fh.close()
+        super().close()
 
-def _open_text(path: Path, bar: ProgressBar):
-    raw = _Counted(open(path, "rb"), bar)
+
+def _open_text(path: Path, bar: ProgressBar) -> io.TextIOWrapper:
+    raw = _Counted(io.FileIO(path, "rb"), bar)
     return io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8", errors="replace")
 
 
@@ -145,16 +157,16 @@ def _csv_texts(path: Path, bar: ProgressBar, delimiter: str) -> Iterator[str]:
             for rec in reader:
                 yield _record_text({k: v for k, v in rec.items() if k is not None})
         except csv.Error as exc:
-            raise InputError(FIELD, f"{path.name}: malformed CSV ({exc})", value=str(path)) from None
+            raise InputError(FIELD, f"{path.name}: malformed CSV ({exc})",
+                             value=str(path)) from None
 
 
 def _parquet_texts(path: Path, bar: ProgressBar) -> Iterator[str]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise InputError(FIELD, "reading Parquet needs pyarrow (pip install "
-                         "'fmest-time-roofline[parquet]'), or convert the file to JSONL",
-                         value=str(path)) from None
+        raise InputError(FIELD, f"reading Parquet needs pyarrow ({PARQUET_EXTRA}), or convert "
+                         "the file to JSONL", value=str(path)) from None
     try:
         pf = pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises its own ArrowInvalid
@@ -175,6 +187,7 @@ def _text_texts(path: Path, bar: ProgressBar) -> Iterator[str]:
 
 
 def iter_texts(path: Path, bar: ProgressBar) -> Iterable[str]:
+    """The text of each record of ``path``, by its suffix."""
     suffix = "".join(path.suffixes[-1:]).lower()
     if suffix in (".jsonl", ".ndjson"):
         return _jsonl_texts(path, bar)
@@ -190,7 +203,7 @@ def iter_texts(path: Path, bar: ProgressBar) -> Iterable[str]:
                      accepted=[".jsonl", ".json", ".csv", ".tsv", ".parquet", ".txt"])
 
 
-def local_tokenizer(model_ref: Optional[str]):
+def local_tokenizer(model_ref: Optional[str]) -> Any:
     """A ``tokenizers.Tokenizer`` from a local model folder (or a file next to a local
     ``config.json``) holding ``tokenizer.json``; ``None`` when there is none or the library is
     missing."""
@@ -210,9 +223,10 @@ def local_tokenizer(model_ref: Optional[str]):
         return None
 
 
-def count_dataset_tokens(path: str, *, model=None, model_ref: Optional[str] = None,
+def count_dataset_tokens(path: str, *, model_ref: Optional[str] = None,
                          progress: Optional[bool] = None) -> TokenCount:
-    """Tokens in a dataset file: exact with a local tokenizer, else characters / 4."""
+    """Tokens in a dataset file: exact with a local tokenizer (``model_ref``: a model folder
+    or its ``config.json``), else characters / ``CHARS_PER_TOKEN``."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise InputError(FIELD, "no such file", value=str(path))
@@ -227,7 +241,11 @@ def count_dataset_tokens(path: str, *, model=None, model_ref: Optional[str] = No
             if tok is not None and text:
                 tokens += len(tok.encode(text, add_special_tokens=False).ids)
     except UnicodeDecodeError as exc:
-        raise InputError(FIELD, f"{p.name}: not UTF-8 text ({exc.reason})", value=str(path)) from None
+        raise InputError(FIELD, f"{p.name}: not UTF-8 text ({exc.reason})",
+                         value=str(path)) from None
+    except OSError as exc:
+        raise InputError(FIELD, f"{p.name}: cannot read ({exc.strerror})",
+                         value=str(path)) from None
     finally:
         bar.close()
     if records == 0 or chars == 0:
@@ -239,3 +257,34 @@ def count_dataset_tokens(path: str, *, model=None, model_ref: Optional[str] = No
     est = int(round(chars / CHARS_PER_TOKEN))
     return TokenCount(tokens=est, records=records, characters=chars,
                       method=f"~{CHARS_PER_TOKEN:g} characters per token (no local tokenizer)")
+
+
+def needs_counting(workload: "Workload") -> bool:
+    """Whether the workload is sized by its ``dataset_path`` alone: a file is named and
+    ``max_steps``, ``dataset_tokens`` and ``num_samples`` (which take precedence) are unset."""
+    return bool(workload.dataset_path) and workload.max_steps is None \
+        and workload.dataset_tokens is None and workload.num_samples is None
+
+
+def resolve_dataset(job: "Job", *, progress: Optional[bool] = None
+                    ) -> tuple["Job", Optional[str]]:
+    """``job`` with its ``dataset_path`` counted once into ``workload.dataset_tokens`` (the
+    path is kept), and the origin of the count (``"data.jsonl: 10 records, 4,000 characters,
+    ~4 characters per token (no local tokenizer)"``); ``(job, None)`` when the job is not a
+    training job or is sized otherwise (:func:`needs_counting`). The tokenizer is the job's
+    model's when the model is a local folder with ``tokenizer.json``."""
+    if job.mode != "training" or not needs_counting(job.workload):
+        return job, None
+    path = str(job.workload.dataset_path)
+    counted = count_dataset_tokens(path, model_ref=job.model, progress=progress)
+    if counted.tokens <= 0:
+        raise InputError(FIELD, f"{Path(path).name}: the tokenizer gives no tokens "
+                         f"({counted.method})", value=path)
+    origin = (f"{Path(path).name}: {counted.records:,} records, {counted.characters:,} "
+              f"characters, {counted.method}")
+    return job.evolve(workload={"dataset_tokens": float(counted.tokens)}), origin
+
+
+__all__ = ["CHARS_PER_TOKEN", "FIELD", "PROGRESS_MIN_BYTES", "TEXT_FIELDS", "ProgressBar",
+           "TokenCount", "count_dataset_tokens", "iter_texts", "local_tokenizer",
+           "needs_counting", "resolve_dataset"]
