@@ -32,7 +32,6 @@ import tempfile
 from typing import Callable, Iterable, Optional, Protocol, Sequence
 
 import attrs
-
 import stack_constants
 
 ENV_VAR = "FMEST_FITTED_CONSTANTS"

@@ -31,8 +31,14 @@ from fmest.gpus import shipped_gpus
 from fmest.models.aliases import alias_loader
 from fmest.models.local import _ShippedPresets
 from fmest.models.presets import find_preset, load_preset
-from fmest_memory_theory.inference import (GIB, ServingSetup, ShardPlan, inference_memory,
-                                           kv_bytes_per_token_per_layer, weight_bytes_per_gpu)
+from fmest_memory_theory.inference import (
+    GIB,
+    ServingSetup,
+    ShardPlan,
+    inference_memory,
+    kv_bytes_per_token_per_layer,
+    weight_bytes_per_gpu,
+)
 from fmest_time_roofline.inference import DECODE_STEP_OVERHEAD_S, GpuRates, inference_time
 
 CSV_PATH = Path(__file__).resolve().parent / "data" / "parts" / "inference.csv"

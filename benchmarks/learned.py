@@ -43,7 +43,6 @@ def _engine():
 def main(argv=None) -> int:
     from fmest.convert import job_from_dict
     from fmest.errors import FmestError
-
     from fmest_learned_lgbm.baseline import allocated_bytes
     from fmest_learned_lgbm.bundle import load_bundle
     from fmest_learned_lgbm.data import read_dataset

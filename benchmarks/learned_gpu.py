@@ -41,7 +41,6 @@ import json
 import math
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -82,6 +81,7 @@ def evidence_rows() -> list[dict]:
     """One probe-dataset row per scored evidence row (module doc)."""
     import accuracy
     import measured
+
     from fmest.convert import job_from_dict
     from fmest.engine import Engine
 
@@ -123,7 +123,6 @@ def write_dataset(path: Path = DATA) -> list[dict]:
 def retrain(out: Path = BUNDLE) -> dict:
     """Rebuild the data set from the evidence and retrain the default bundle (one command)."""
     from fmest.engine import Engine
-
     from fmest_learned_lgbm.train import cv_table, train_bundle
 
     started = time.time()
@@ -188,7 +187,6 @@ def _held_out_bundles(sources, tmp: Path) -> dict[str, Path]:
     """A memory bundle per source, trained on every other source's rows (no nested
     evaluation): what hybrid would have answered had the source never been published."""
     from fmest.engine import Engine
-
     from fmest_learned_lgbm.data import read_dataset
     from fmest_learned_lgbm.train import train_bundle
 
@@ -210,7 +208,6 @@ def traced_side_by_side(limit: int) -> None:
 
     from fmest.convert import job_from_dict
     from fmest.engine import Engine
-
     from fmest_learned_lgbm.baseline import comparable_bytes
 
     engine = Engine()

@@ -17,7 +17,6 @@ import itertools
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import time

@@ -41,10 +41,10 @@ def _gib(x):
 
 
 def compare(max_params_b: float) -> None:
+    import measured
+
     from fmest.convert import job_from_dict
     from fmest.engine import Engine
-
-    import measured
 
     engine = Engine()
     lines = []
@@ -100,11 +100,11 @@ def compare(max_params_b: float) -> None:
 
 
 def timing() -> None:
-    from fmest.convert import job_from_dict
-    from fmest.engine import Engine
-
     import torch  # noqa: F401  (import cost excluded from the timings)
     import transformers  # noqa: F401
+
+    from fmest.convert import job_from_dict
+    from fmest.engine import Engine
 
     engine = Engine()
     print(f"\n{'preset':<14} {'seq':>5} {'batch':>5}  {'cold s':>7}  {'cold cpu s':>10}  "

@@ -11,7 +11,7 @@ import pytest
 
 from fmest.cli import main
 from fmest.configs import FORMATS, detect_format, load_configs
-from fmest.configs.export import EXPRESSIBLE, EXPORT_FORMATS, export_job
+from fmest.configs.export import EXPORT_FORMATS, EXPRESSIBLE, export_job
 from fmest.convert import job_from_dict
 from fmest.errors import InputError
 from fmest.job import resolve_layout

@@ -17,9 +17,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from fmest.api import estimate_jobs
-
 import fmest
+from fmest.api import estimate_jobs
 from fmest.cli import main
 from fmest.errors import InputError
 from fmest.estimates import MemoryEstimate, Provenance, TimeEstimate

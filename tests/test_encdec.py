@@ -4,8 +4,12 @@ source/target lengths."""
 from __future__ import annotations
 
 from fmest.models.presets import load_preset
-from fmest_memory_theory.encdec import (cross_attention_extra_bytes, encdec_activation_bytes,
-                                        relative_bias_bytes, stack_lengths)
+from fmest_memory_theory.encdec import (
+    cross_attention_extra_bytes,
+    encdec_activation_bytes,
+    relative_bias_bytes,
+    stack_lengths,
+)
 
 
 def test_presets_have_both_stacks():
@@ -78,8 +82,8 @@ def test_step_time_follows_the_source_length():
     from fmest.testing import new_engine
 
     def step(src):
-        import io
         import contextlib
+        import io
 
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):

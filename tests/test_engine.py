@@ -7,7 +7,6 @@ import types
 import pytest
 
 from fmest.api import estimate_jobs
-
 from fmest.errors import DuplicateRegistrationError, InputError, UnknownNameError
 from fmest.estimates import MemoryEstimate, Provenance
 from fmest.hookspecs import hookimpl

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import pytest
 
+import fmest_memory_theory.plugin as memory_plugin
+import fmest_time_roofline.plugin as time_plugin
 from fmest.convert import job_from_dict
 from fmest.testing import new_engine
 from fmest.transforms import expert_data_parallel_size, transforms_of
-
-import fmest_memory_theory.plugin as memory_plugin
-import fmest_time_roofline.plugin as time_plugin
 
 MIXTRAL = "mixtral-8x7b-v0.1"
 NODES_8 = {"gpu": "H100-SXM-80GB", "gpus_per_node": 8, "nodes": 8}

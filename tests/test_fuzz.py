@@ -26,14 +26,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fmest
+import fmest_cost_cloud.plugin as cost_cloud_plugin
+import fmest_learned_lgbm.plugin as learned_lgbm_plugin
+import fmest_memory_theory.plugin as memory_theory_plugin
+import fmest_time_roofline.plugin as time_roofline_plugin
 from fmest.cli import build_parser, main
 from fmest.convert import SECTIONS
 from fmest.errors import FmestError, InputError
 from fmest.testing import new_engine
-import fmest_memory_theory.plugin as memory_theory_plugin
-import fmest_time_roofline.plugin as time_roofline_plugin
-import fmest_cost_cloud.plugin as cost_cloud_plugin
-import fmest_learned_lgbm.plugin as learned_lgbm_plugin
 
 ROOT = Path(__file__).resolve().parent
 CONFIGS = ROOT / "data" / "configs"

@@ -14,13 +14,13 @@ import io
 import json
 import math
 
-import fmest_cost_cloud.plugin as cost_cloud_plugin
-import fmest_memory_theory.plugin as memory_theory_plugin
-import fmest_time_roofline.plugin as time_roofline_plugin
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import fmest_cost_cloud.plugin as cost_cloud_plugin
+import fmest_memory_theory.plugin as memory_theory_plugin
+import fmest_time_roofline.plugin as time_roofline_plugin
 from fmest.cli import main
 from fmest.estimates import CostEstimate, MemoryEstimate, Provenance, TimeEstimate
 from fmest.gpus import GIB, GpuSpec

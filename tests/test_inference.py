@@ -10,11 +10,20 @@ from hypothesis import strategies as st
 
 from fmest.gpus import shipped_gpus
 from fmest.models.presets import load_preset
-from fmest_memory_theory.inference import (GIB, ServingSetup, ShardPlan, inference_memory,
-                                           kv_bytes_per_token_per_layer, kv_cache_bytes_per_gpu,
-                                           max_batch, max_context, paged_tokens,
-                                           weight_bytes_per_gpu, weight_bytes_per_param)
-from fmest_time_roofline.inference import (GpuRates, inference_time, usd_per_million_tokens)
+from fmest_memory_theory.inference import (
+    GIB,
+    ServingSetup,
+    ShardPlan,
+    inference_memory,
+    kv_bytes_per_token_per_layer,
+    kv_cache_bytes_per_gpu,
+    max_batch,
+    max_context,
+    paged_tokens,
+    weight_bytes_per_gpu,
+    weight_bytes_per_param,
+)
+from fmest_time_roofline.inference import GpuRates, inference_time, usd_per_million_tokens
 
 H100 = next(g for g in shipped_gpus() if g.name == "H100-SXM-80GB")
 

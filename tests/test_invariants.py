@@ -42,13 +42,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import fmest_cost_cloud.plugin as cost_cloud_plugin
+import fmest_memory_theory.plugin as memory_theory_plugin
+import fmest_time_roofline.plugin as time_roofline_plugin
 from fmest.errors import InputError
 from fmest.job import Job
 from fmest.report import reports_to_dict
 from fmest.testing import new_engine
-import fmest_memory_theory.plugin as memory_theory_plugin
-import fmest_time_roofline.plugin as time_roofline_plugin
-import fmest_cost_cloud.plugin as cost_cloud_plugin
 
 PROPS = settings(max_examples=40, derandomize=True, deadline=None, database=None,
                  suppress_health_check=list(HealthCheck))

@@ -11,9 +11,8 @@ import json
 import pytest
 
 import fmest
-from fmest.engine import Engine
-
 from fmest.cli import main
+from fmest.engine import Engine
 from fmest.errors import InputError
 from fmest.plan import Constraints, plan
 from fmest.searches import min_gpus
@@ -244,7 +243,6 @@ def test_estimate_json_has_min_gpus(engine, capsys):
 
 def test_plan_reads_an_estimate_input_file(engine, tmp_path, capsys):
     import re as _re
-
     from pathlib import Path
 
     text = (Path(__file__).parent / "data" / "adr_estimate_input_example.jsonc").read_text()
@@ -274,10 +272,9 @@ def test_refine_uses_the_jobs_method_for_the_best_k(engine):
 
 
 def test_pareto_layers_property():
+    import numpy as np
     from hypothesis import given, settings
     from hypothesis import strategies as st
-
-    import numpy as np
 
     from fmest.plan.planner import pareto_layers, pareto_mask
 

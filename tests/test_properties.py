@@ -9,9 +9,24 @@ from hypothesis import strategies as st
 
 from fmest.convert import job_from_dict, job_to_dict
 from fmest.estimates import BASES, MemoryEstimate, Provenance, TimeEstimate
-from fmest.job import (ATTENTIONS, CHECKPOINTING, CPU_OFFLOAD, DTYPES, FSDP_STRATEGIES, LOSSES,
-                       PRECISIONS, PRICE_TYPES, TECHNIQUES, Hardware, Job, Options, Parallelism,
-                       Pricing, Training, Workload)
+from fmest.job import (
+    ATTENTIONS,
+    CHECKPOINTING,
+    CPU_OFFLOAD,
+    DTYPES,
+    FSDP_STRATEGIES,
+    LOSSES,
+    PRECISIONS,
+    PRICE_TYPES,
+    TECHNIQUES,
+    Hardware,
+    Job,
+    Options,
+    Parallelism,
+    Pricing,
+    Training,
+    Workload,
+)
 from fmest.policies import builtin_policies
 
 SETTINGS = settings(max_examples=60, deadline=None)
@@ -79,10 +94,9 @@ def test_policies_do_not_depend_on_answer_order(cands, rnd):
        st.floats(min_value=1.0, max_value=10.0, allow_nan=False),
        st.sampled_from(("on_demand", "spot")))
 def test_cost_never_falls_as_time_grows(total_seconds, factor, price_type):
-    from fmest_cost_cloud.cost import estimate_cost
     import fmest_cost_cloud.plugin as cost_cloud
-
     from fmest.testing import new_engine
+    from fmest_cost_cloud.cost import estimate_cost
 
     engine = _ENGINE.get("e") or _ENGINE.setdefault("e", new_engine((cost_cloud, "cost_cloud")))
     job = Job(model="llama-2-7b", hardware=Hardware(gpu="H100-SXM", gpus_per_node=8),

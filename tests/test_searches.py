@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from fmest import searches
+from fmest import searches, to_job
 from fmest.estimates import MemoryEstimate, Provenance
 from fmest.hookspecs import hookimpl
-from fmest import to_job
 from fmest.testing import new_engine
 
 GIB = 1024**3

@@ -242,9 +242,9 @@ def test_page_and_its_assets_are_served_offline(client):
 def test_concurrent_requests_get_the_sequential_answers():
     """A cold service (empty model caches) under 16 threads answers every request as a
     fresh engine does one at a time."""
-    from fmest.serve.local import serving
-
     import httpx
+
+    from fmest.serve.local import serving
 
     bodies = [{"model": model, "per_device_batch": batch, "gpu": gpu}
               for model in ("Llama-2-7b-hf", "Qwen/Qwen2.5-7B", "mistralai/Mixtral-8x7B-v0.1")
@@ -266,9 +266,11 @@ def test_openapi_schema_holds_for_generated_requests():
     schemathesis = pytest.importorskip("schemathesis")
     from hypothesis import HealthCheck, given, settings
     from schemathesis.checks import not_a_server_error
-    from schemathesis.specs.openapi.checks import (content_type_conformance,
-                                                   response_schema_conformance,
-                                                   status_code_conformance)
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
 
     app = create_app()
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)

@@ -6,14 +6,13 @@ import json
 
 import pytest
 
+import fmest_memory_theory.plugin as memory_plugin
+import fmest_time_roofline.plugin as time_plugin
 from fmest.convert import job_from_dict
 from fmest.errors import InputError
 from fmest.hookspecs import hookimpl
 from fmest.stacks import FITTED_ENV, StackProfile, load_profiles
 from fmest.testing import new_engine
-
-import fmest_memory_theory.plugin as memory_plugin
-import fmest_time_roofline.plugin as time_plugin
 
 PLUGINS = ((memory_plugin, "memory_theory"), (time_plugin, "time_roofline"))
 PROFILES = ("pytorch", "hf-trainer", "deepspeed", "megatron-core", "megatron-deepspeed",

@@ -7,8 +7,9 @@ import importlib
 import re
 import shutil
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "writing_a_plugin.md"
@@ -55,7 +56,6 @@ def test_template_builds_a_working_gpu_and_price_plugin(tmp_path, monkeypatch):
     import fmest_cost_cloud.plugin as cost_cloud
     import fmest_memory_theory.plugin as memory_theory
     import fmest_time_roofline.plugin as time_roofline
-
     from fmest.testing import new_engine
 
     engine = new_engine((plugin, name), (cost_cloud, "cost_cloud"),

@@ -7,16 +7,15 @@ from __future__ import annotations
 import attrs
 import pytest
 
+import fmest_memory_theory.plugin as memory_plugin
+import fmest_time_roofline.plugin as time_plugin
 from fmest.convert import job_from_dict
 from fmest.default_plugins import parallelism as builtin_parallelism
 from fmest.default_plugins.optimizers import BUILTIN_OPTIMIZERS
 from fmest.hookspecs import hookimpl
 from fmest.job import Training
-from fmest.testing import new_engine, new_pm
+from fmest.testing import new_engine
 from fmest.transforms import DTYPES, ShardingStrategy
-
-import fmest_memory_theory.plugin as memory_plugin
-import fmest_time_roofline.plugin as time_plugin
 
 STRATEGIES = {s.name: s for s in builtin_parallelism.BUILTIN_STRATEGIES}
 OPTIMIZERS = {o.name: o for o in BUILTIN_OPTIMIZERS}

@@ -6,8 +6,12 @@ from __future__ import annotations
 import pytest
 
 from fmest.models.presets import load_preset
-from fmest_memory_theory.vision import (image_tokens, vision_activation_bytes,
-                                        vision_forward_flops, vision_trainable_params)
+from fmest_memory_theory.vision import (
+    image_tokens,
+    vision_activation_bytes,
+    vision_forward_flops,
+    vision_trainable_params,
+)
 
 
 @pytest.mark.parametrize("name, tokens", [

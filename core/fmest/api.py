@@ -25,7 +25,7 @@ import attrs
 from fmest.errors import InputError
 
 if TYPE_CHECKING:
-    from fmest.engine import Engine, Report, Registries
+    from fmest.engine import Engine, Registries, Report
     from fmest.inputs import InputReport, Layer
     from fmest.job import Job
 

@@ -216,9 +216,9 @@ def cmd_gpus(args, engine_factory) -> int:
 
 
 def cmd_plugins(args, engine_factory) -> int:
-    from fmest.plugins import plugin_hooks
-
     from importlib.metadata import entry_points
+
+    from fmest.plugins import plugin_hooks
 
     engine = engine_factory()
     hooks = plugin_hooks(engine.pm)

@@ -22,8 +22,17 @@ import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
 from fmest.errors import InputError
-from fmest.job import (Calibration, Hardware, Inference, Job, Options, Parallelism, Pricing,
-                       Training, Workload)
+from fmest.job import (
+    Calibration,
+    Hardware,
+    Inference,
+    Job,
+    Options,
+    Parallelism,
+    Pricing,
+    Training,
+    Workload,
+)
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
 

@@ -13,12 +13,17 @@ from typing import Any, Callable, Optional
 import attrs
 from attrs import field, frozen
 
+from fmest.bounds import answer_problem, check_context, check_job, check_model, registered_problem
 from fmest.counting import resolve_lora_targets
-from fmest.bounds import (answer_problem, check_context, check_job, check_model,
-                          registered_problem)
 from fmest.errors import FmestError, InfeasibleError, InputError, PluginError, UnknownNameError
-from fmest.estimates import (BASES, CostEstimate, MemoryEstimate, TimeEstimate, TokensEstimate,
-                             with_plugin)
+from fmest.estimates import (
+    BASES,
+    CostEstimate,
+    MemoryEstimate,
+    TimeEstimate,
+    TokensEstimate,
+    with_plugin,
+)
 from fmest.gpus import GpuSpec
 from fmest.job import Job, Layout, resolve_layout
 from fmest.models.spec import ModelSpec
@@ -26,8 +31,8 @@ from fmest.plugins import call_each, call_first, call_register
 from fmest.policies import Decision, Failure
 from fmest.prices import PriceQuote
 from fmest.registry import ListRegistry, Registry
-from fmest.transforms import OptimizerSpec, ShardingStrategy, Transforms, resolve_transforms
 from fmest.stacks import StackProfile, resolve_job_stack
+from fmest.transforms import OptimizerSpec, ShardingStrategy, Transforms, resolve_transforms
 
 QUANTITIES = ("memory", "time", "tokens", "cost")
 #: raised by a plugin, these reach the user (a bad value; a configuration that cannot run)

@@ -7,11 +7,12 @@ from __future__ import annotations
 import html
 from typing import Any, Optional
 
-from fmest.serving import inference_lines, inference_summary
 from fmest.convert import job_to_dict, unstructure
 from fmest.counting import total_params, trainable_params
 from fmest.estimates import fits_probability
-from fmest.render import Column, csv_text, render_table as _table
+from fmest.render import Column, csv_text
+from fmest.render import render_table as _table
+from fmest.serving import inference_lines, inference_summary
 
 #: :class:`fmest.engine.Report`, not imported: its to_dict/_repr_html_ call this module
 Report = Any

@@ -26,10 +26,10 @@ from __future__ import annotations
 import functools
 import json
 import os
-import tomllib
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+import tomllib
 from attrs import evolve, field, frozen
 
 from fmest.errors import InputError

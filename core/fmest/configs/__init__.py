@@ -15,8 +15,17 @@ from typing import Any, Optional
 
 from attrs import field, frozen
 
-from fmest.configs import (accelerate, axolotl, deepspeed, fm_training_estimator,
-                           llama_factory, megatron, torchtitan, torchtune, training_args)
+from fmest.configs import (
+    accelerate,
+    axolotl,
+    deepspeed,
+    fm_training_estimator,
+    llama_factory,
+    megatron,
+    torchtitan,
+    torchtune,
+    training_args,
+)
 from fmest.configs._base import Sink
 from fmest.errors import InputError
 

@@ -9,7 +9,6 @@ axolotl and TrainingArguments importers (keys with or without the ``fsdp_`` pref
 
 from __future__ import annotations
 
-
 from fmest.configs._base import NOT_ESTIMATED, Sink, join
 
 FORMAT = "accelerate"

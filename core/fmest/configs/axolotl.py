@@ -9,7 +9,6 @@ base, i.e. fmest's ``qlora`` with 8-bit weights.
 
 from __future__ import annotations
 
-
 from fmest.configs._base import DATA, HYPERPARAM, LOGGING, Sink, model_name, target_list
 
 FORMAT = "axolotl"

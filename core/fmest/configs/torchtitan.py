@@ -14,8 +14,8 @@ bf16 compute), ``pipeline_parallel_microbatch_size = 1``, ``activation_checkpoin
 from __future__ import annotations
 
 import os
+
 import tomllib
-from typing import Any
 
 from fmest.configs._base import DATA, HYPERPARAM, LOGGING, Sink, join, section
 from fmest.errors import InputError

@@ -29,7 +29,8 @@ PROGRESS_MIN_STEPS = 8
 def add_arguments(p) -> None:
     """The job flags plus the planning constraints (:data:`fmest.flags.PLAN_FLAGS`;
     docs/plan.md)."""
-    from fmest.flags import PLAN_FLAGS, add_arguments as add_flags
+    from fmest.flags import PLAN_FLAGS
+    from fmest.flags import add_arguments as add_flags
 
     add_flags(p, PLAN_FLAGS)
 
@@ -183,7 +184,8 @@ _RIGHT = {"GiB/GPU", "headroom", "step s", "tokens/s", "total", "USD"}
 
 
 def render_table(result: PlanResult, *, tty: bool | None = None) -> str:
-    from fmest.render import Column, render_table as table
+    from fmest.render import Column
+    from fmest.render import render_table as table
 
     rows = _rows(result)
     lines = []

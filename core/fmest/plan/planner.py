@@ -19,9 +19,10 @@ import attrs
 import numpy as np
 from attrs import field, frozen
 
-from fmest.errors import FmestError, InputError
+from fmest.errors import InputError
 from fmest.flags import OBJECTIVES
 from fmest.job import PRICE_TYPES, Job, _tuple_of_str, resolve_layout
+from fmest.physics import time_constants as tc
 from fmest.plan import calibrate as cal
 from fmest.plan import space as sp
 from fmest.plan import vector as vec
@@ -464,7 +465,7 @@ def _prune_structure(arrays: dict, ctx: dict, gpn: int, pruner: _Pruner) -> dict
     arrays = pruner.apply(arrays, sp.RULE["offload"], (arrays["off"] == 1) & ~opt_sharded)
     calib = ctx["calib"]
     refused = np.zeros((len(shardings), 2), dtype=bool)
-    for h_idx, off in set(zip(arrays["hidx"].tolist(), arrays["off"].tolist())):
+    for h_idx, off in set(zip(arrays["hidx"].tolist(), arrays["off"].tolist(), strict=True)):
         refused[h_idx, off] = calib.states(shardings[h_idx][0],
                                            ("none", "optimizer")[off]) is None
     arrays = pruner.apply(arrays, sp.RULE["refused"], refused[arrays["hidx"], arrays["off"]])
@@ -578,7 +579,7 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
     ckpts = sp.CHECKPOINTING
     size = sel["tp"].size
     arr: dict = {}
-    keys = sorted(set(zip(sel["hidx"].tolist(), sel["off"].tolist(), sel["ckidx"].tolist())))
+    keys = sorted(set(zip(sel["hidx"].tolist(), sel["off"].tolist(), sel["ckidx"].tolist(), strict=True)))
     for h_idx, offload, ck_idx in keys:
         name, strategy = shardings[h_idx]
         states = calib.states(name, "optimizer" if offload else "none")
@@ -701,16 +702,16 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
         moe_layers=float((model.num_moe_layers or model.num_layers) if model.is_moe else 0),
         experts_per_token=float(model.experts_per_token or 0), trainable=float(trainable_params(model, job.training)) or params,
         intra_bw=_intra_bw(gpu),
-        nic_bw=float(gpu.inter_node_bytes_per_s or vec.DEFAULT_NIC_BYTES_PER_S),
-        pcie_bw=float(gpu.pcie_bytes_per_s or vec.DEFAULT_PCIE_BYTES_PER_S))
+        nic_bw=float(gpu.inter_node_bytes_per_s or tc.DEFAULT_INTER_NODE_BYTES_PER_S),
+        pcie_bw=float(gpu.pcie_bytes_per_s or tc.DEFAULT_PCIE_BYTES_PER_S))
     return arr
 
 
 def _intra_bw(gpu) -> float:
-    link = gpu.intra_node_bytes_per_s or gpu.pcie_bytes_per_s or vec.DEFAULT_PCIE_BYTES_PER_S
-    eff = vec.INTRA_NODE_EFFICIENCY_NVLINK4 if gpu.name.startswith(vec.NVLINK4_PREFIXES) \
-        else vec.INTRA_NODE_EFFICIENCY
-    return float(link) * eff
+    """Achieved collective bandwidth within a node: the link (NVLink, else PCIe) times the
+    ring efficiency the time plugin uses for this GPU (one rule: fmest.physics)."""
+    link = gpu.intra_node_bytes_per_s or gpu.pcie_bytes_per_s or tc.DEFAULT_PCIE_BYTES_PER_S
+    return float(link) * tc.intra_node_collective_efficiency(gpu.name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -845,7 +846,7 @@ def evaluate_space(job: Job, cons: Constraints, *, engine=None,
     started = _time.perf_counter()
     try:
         engine.context(job)    # validates the job (raises InputError naming the field)
-    except InputError as exc:
+    except InputError:
         # a capability the job's own GPU lacks is no error of the plan, which searches other
         # GPUs: each GPU type that lacks it is rejected with the reason
         gpu = engine.registries.gpus.find(job.hardware.gpu)
@@ -933,8 +934,8 @@ def plan(job: Job, cons: Constraints = Constraints(), *, engine=None,
             secs = np.array([p.total_seconds if p.total_seconds is not None else p.step_seconds
                              for p in plans])
             layers = pareto_layers(cost, secs)
-            plans = [attrs.evolve(p, pareto=bool(lay == 0)) for p, lay in zip(plans, layers)]
-            layer_of = {id(p): int(lay) for p, lay in zip(plans, layers)}
+            plans = [attrs.evolve(p, pareto=bool(lay == 0)) for p, lay in zip(plans, layers, strict=True)]
+            layer_of = {id(p): int(lay) for p, lay in zip(plans, layers, strict=True)}
             plans.sort(key=lambda p: ((layer_of[id(p)],) if cons.objective == "pareto" else ())
                        + _plan_key(p, cons.objective))
             plans = plans[:cons.top]

@@ -170,9 +170,8 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
             return result
         return Response(result, media_type="application/json")
 
-    from fmest.serve.plan import plan_available, plan_response
-
     from fmest import flags as flag_table
+    from fmest.serve.plan import plan_available, plan_response
 
     plan_flags = flag_table.PLAN_FLAGS if plan_available(service) else None
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fmest.errors import InputError
 from fmest import flags as flag_table
+from fmest.errors import InputError
 from fmest.flags import Flag, convert, defaults, json_flags
 
 #: How the service names the request's job input in messages (``-f`` names its file).

@@ -10,7 +10,6 @@ from typing import Optional
 
 from fmest.errors import InputError, near_names
 from fmest.job import PRICE_TYPES
-
 from fmest_cost_cloud.cost import CLI_FIELDS, filter_quotes, rentable_gpus
 from fmest_cost_cloud.table import age_days, is_stale, max_age_days, today
 
@@ -112,7 +111,8 @@ CSV_FIELDS = ("provider", "instance", "gpu", "gpu_name", "gpus_per_instance", "r
 def render_table(rows: list[dict], on: date, max_age: int, *, tty: Optional[bool] = None) -> str:
     """The table (fmest.render: rich on a terminal, plain text when piped); prices with four
     decimals, STALE marks old prices."""
-    from fmest.render import Column, render_table as table
+    from fmest.render import Column
+    from fmest.render import render_table as table
 
     right = {"GPUs", "$/GPU-h", "$/instance-h"}
     head = [Column(name=n, align="right" if n in right else "left")

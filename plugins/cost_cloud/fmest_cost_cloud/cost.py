@@ -23,7 +23,6 @@ from attrs import frozen
 from fmest.errors import InputError
 from fmest.estimates import CostEstimate, Provenance
 from fmest.prices import PriceQuote
-
 from fmest_cost_cloud.index import price_index
 from fmest_cost_cloud.table import is_stale, max_age_days, today
 

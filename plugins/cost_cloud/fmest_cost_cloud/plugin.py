@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fmest.hookspecs import hookimpl
-
 from fmest_cost_cloud.cost import estimate_cost
 from fmest_cost_cloud.table import shipped_quotes
 

@@ -16,10 +16,10 @@ import pytest
 
 pytest.importorskip("fmest_cost_cloud", reason="pip install -e plugins/cost_cloud")
 
-from hypothesis import given, strategies as st  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st
 
 import fmest_cost_cloud.plugin as cost_plugin  # noqa: E402
-from fmest_cost_cloud.table import is_stale  # noqa: E402
 from fmest.cli import main  # noqa: E402
 from fmest.errors import DuplicateRegistrationError, InputError  # noqa: E402
 from fmest.estimates import Provenance, TimeEstimate  # noqa: E402
@@ -29,8 +29,13 @@ from fmest.prices import PriceQuote  # noqa: E402
 from fmest.testing import new_engine  # noqa: E402
 from fmest_cost_cloud.command import gpu_names_matching  # noqa: E402
 from fmest_cost_cloud.cost import billed_hours, estimate_cost, instances_needed  # noqa: E402
-from fmest_cost_cloud.table import (COLUMNS, PriceTableError, read_quotes,  # noqa: E402
-                                    shipped_quotes)
+from fmest_cost_cloud.table import (  # noqa: E402
+    COLUMNS,
+    PriceTableError,
+    is_stale,  # noqa: E402
+    read_quotes,
+    shipped_quotes,
+)
 
 TODAY = date(2026, 11, 22)  # the day the shipped table was built
 TEN_HOURS = 36000.0

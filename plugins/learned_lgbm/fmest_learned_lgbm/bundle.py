@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from fmest.errors import InputError, PluginError
-
 from fmest_learned_lgbm.features import check_names, domain_reasons
 
 PLUGIN = "learned_lgbm"

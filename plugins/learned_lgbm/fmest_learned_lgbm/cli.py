@@ -46,7 +46,6 @@ def add_list_arguments(p) -> None:
 def _row(name: str, directory, source: str) -> dict:
     """One bundle as ``learned-models`` lists it."""
     from fmest.errors import FmestError
-
     from fmest_learned_lgbm.bundle import load_bundle
 
     row: dict[str, Any] = {"name": name, "path": str(directory) if directory else None,

@@ -22,8 +22,7 @@ from fmest.estimates import MemoryEstimate, Provenance, TimeEstimate
 from fmest.hookspecs import hookimpl
 
 # None of these import lightgbm at module level: a theory estimate never loads it.
-from fmest_learned_lgbm.baseline import (NOT_ALLOCATED, analytic, baseline_version,
-                                         comparable_bytes)
+from fmest_learned_lgbm.baseline import NOT_ALLOCATED, analytic, baseline_version, comparable_bytes
 
 # bundle and feature code load when a policy first asks for a learned answer (the default
 # policy never does): loading the plugin for `fmest --help` or a theory estimate stays cheap

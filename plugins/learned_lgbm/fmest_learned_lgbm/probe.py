@@ -24,8 +24,8 @@ PROBE_FIELDS = ("job_json", "status", "device", "measured_peak_bytes", "measured
 
 def _own_probe(job, ctx, steps_timed: int = 3) -> tuple[str, Optional[int], Optional[float], str]:
     import torch
-    from torch.profiler import ProfilerActivity, profile
     from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
     from transformers import AutoConfig, AutoModelForCausalLM
 
     tr = job.training

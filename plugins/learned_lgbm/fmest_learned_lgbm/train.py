@@ -25,13 +25,19 @@ from typing import Any, Optional, Sequence
 import attrs
 
 from fmest.errors import FmestError, InputError
-
 from fmest_learned_lgbm import __version__
 from fmest_learned_lgbm.baseline import baseline_version, comparable_bytes, theory_answers
 from fmest_learned_lgbm.bundle import FORMAT, gated_point, sha256_file
 from fmest_learned_lgbm.data import DataFile, Sample, read_dataset
-from fmest_learned_lgbm.features import (DEFAULT_FEATURES, FEATURE_SETS, domain_reasons, family,
-                                         feature_values, kind, model_name)
+from fmest_learned_lgbm.features import (
+    DEFAULT_FEATURES,
+    FEATURE_SETS,
+    domain_reasons,
+    family,
+    feature_values,
+    kind,
+    model_name,
+)
 
 TARGETS = ("memory", "time")
 ALPHAS = {"p10": 0.1, "p50": 0.5, "p90": 0.9}

@@ -21,7 +21,6 @@ from fmest.estimates import MemoryEstimate, Provenance, fits_probability  # noqa
 from fmest.policies import builtin_policies  # noqa: E402
 from fmest.report import report_to_dict  # noqa: E402
 from fmest.testing import new_engine  # noqa: E402
-
 from fmest_learned_lgbm import plugin as learned_plugin  # noqa: E402
 from fmest_learned_lgbm.baseline import comparable_bytes, theory_answers  # noqa: E402
 from fmest_learned_lgbm.bundle import gated_point, load_bundle  # noqa: E402

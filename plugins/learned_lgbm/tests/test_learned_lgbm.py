@@ -21,7 +21,6 @@ from fmest.cli import main  # noqa: E402
 from fmest.convert import job_from_dict  # noqa: E402
 from fmest.errors import InputError, PluginError  # noqa: E402
 from fmest.testing import new_engine  # noqa: E402
-
 from fmest_learned_lgbm import plugin as learned_plugin  # noqa: E402
 from fmest_learned_lgbm.bundle import load_bundle, resolve_bundle_dir  # noqa: E402
 from fmest_learned_lgbm.data import read_dataset  # noqa: E402
@@ -141,13 +140,13 @@ def test_theory_method_never_answers_nor_imports_lightgbm(bundle, probes):
     report = eng.estimate(job, quantities=("memory",))
     assert all(c.provenance.plugin != "learned_lgbm"
                for c in report.decisions["memory"].candidates)
-    code = textwrap.dedent(f"""
+    code = textwrap.dedent("""
         import sys
         from fmest.testing import new_engine
         from fmest.convert import job_from_dict
         import fmest_memory_theory.plugin as m, fmest_learned_lgbm.plugin as l
         e = new_engine((m, "memory_theory"), (l, "learned_lgbm"))
-        r = e.estimate(job_from_dict({{"model": "llama-2-7b-hf"}}), quantities=("memory",))
+        r = e.estimate(job_from_dict({"model": "llama-2-7b-hf"}), quantities=("memory",))
         assert r.memory.provenance.basis == "analytic"
         assert "lightgbm" not in sys.modules, "lightgbm imported for a theory estimate"
     """)

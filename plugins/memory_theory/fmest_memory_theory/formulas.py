@@ -12,6 +12,7 @@ from __future__ import annotations
 #: Bytes per element of each training dtype, and the fp8 storage rule, are core's single table
 #: :data:`fmest.transforms.DTYPES` (resolved per job into ``ctx.transforms.optimizer``).
 from fmest.transforms import FP32_BYTES  # noqa: E402
+
 INT8_BYTES = 1
 
 # -- quantized base weights -----------------------------------------------------------------
@@ -106,10 +107,13 @@ FSDP_PP_ACCUMULATED_GRAD_BYTES = FP32_BYTES
 #: plugin (``F.cuda_context_bytes``) and the benchmarks.
 from fmest.device_terms import (  # noqa: E402
     ALLOCATOR_RESERVE_FRACTION as ALLOCATOR_RESERVE_FRACTION,
+)
+from fmest.device_terms import (
     allocator_reserve_bytes as allocator_reserve_bytes,
+)
+from fmest.device_terms import (
     cuda_context_bytes as cuda_context_bytes,
 )
-
 
 # ============================================================================================
 # Weights

@@ -31,19 +31,26 @@ from attrs import frozen
 
 from fmest.estimates import MemoryEstimate, Provenance
 from fmest.hookspecs import hookimpl
-from fmest.transforms import (OptimizerSizing, ShardingPlan, ShardingStrategy, dtype_info,
-                              transforms_of)
-
+from fmest.transforms import (
+    OptimizerSizing,
+    ShardingPlan,
+    ShardingStrategy,
+    dtype_info,
+    transforms_of,
+)
 from fmest_memory_theory import formulas as F
 from fmest_memory_theory.encdec import encdec_activation_bytes, stack_lengths
 from fmest_memory_theory.host import host_memory_per_node
 from fmest_memory_theory.inference import estimate_inference_memory
-from fmest_memory_theory.inventory import (LoraNumbers, ModelNumbers, lora_numbers,
-                                           model_numbers)
+from fmest_memory_theory.inventory import LoraNumbers, ModelNumbers, lora_numbers, model_numbers
 from fmest_memory_theory.layer import LayerInputs, layer_activation_bytes
 from fmest_memory_theory.memo import by_identity
-from fmest_memory_theory.vision import (image_tokens, vision_activation_bytes,
-                                        vision_trainable_params, vlm_sequence_len)
+from fmest_memory_theory.vision import (
+    image_tokens,
+    vision_activation_bytes,
+    vision_trainable_params,
+    vlm_sequence_len,
+)
 
 if TYPE_CHECKING:
     from fmest.engine import EstimateContext

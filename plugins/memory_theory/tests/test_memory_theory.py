@@ -4,15 +4,14 @@
 from __future__ import annotations
 
 import pytest
-
-from fmest.precision import resolve_precision
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fmest_memory_theory.plugin as plugin
-from fmest_memory_theory import formulas as F
 from fmest.convert import job_from_dict
+from fmest.precision import resolve_precision
 from fmest.testing import new_engine
+from fmest_memory_theory import formulas as F
 
 GIB = 2**30
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

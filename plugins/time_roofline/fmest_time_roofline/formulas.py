@@ -15,12 +15,30 @@ import math
 from typing import Optional
 
 from fmest.physics.gpu_prefix import value_by_gpu_prefix
+
+# the constants shared with the planner's array formulas, defined once in the core; the ones
+# this module does not use itself are re-exported (``F.X``) for the plugin and the tests
 from fmest.physics.time_constants import (
-    COMPILE_MEMORY_BOUND_SPEEDUP, CPU_ADAM_PARAMS_PER_S_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_S,
-    DEFAULT_PCIE_BYTES_PER_S, HBM_EFFICIENCY, INTER_NODE_COLLECTIVE_EFFICIENCY,
-    INTER_NODE_LATENCY_S, INTRA_NODE_COLLECTIVE_EFFICIENCY,
-    INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU, INTRA_NODE_LATENCY_S, OVERLAP_INTERFERENCE_FRACTION,
-    PCIE_EFFICIENCY, intra_node_collective_efficiency)
+    COMPILE_MEMORY_BOUND_SPEEDUP,
+    DEFAULT_INTER_NODE_BYTES_PER_S,
+    DEFAULT_PCIE_BYTES_PER_S,
+    HBM_EFFICIENCY,
+    INTER_NODE_COLLECTIVE_EFFICIENCY,
+    INTER_NODE_LATENCY_S,
+    INTRA_NODE_LATENCY_S,
+    OVERLAP_INTERFERENCE_FRACTION,
+    PCIE_EFFICIENCY,
+    intra_node_collective_efficiency,
+)
+from fmest.physics.time_constants import (
+    CPU_ADAM_PARAMS_PER_S_PER_NODE as CPU_ADAM_PARAMS_PER_S_PER_NODE,
+)
+from fmest.physics.time_constants import (
+    INTRA_NODE_COLLECTIVE_EFFICIENCY as INTRA_NODE_COLLECTIVE_EFFICIENCY,
+)
+from fmest.physics.time_constants import (
+    INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU as INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU,
+)
 from fmest.transforms import dtype_info
 
 # ---------------------------------------------------------------------------------------------

@@ -19,9 +19,14 @@ from typing import Optional
 
 from attrs import frozen
 
-from fmest_time_roofline.formulas import (HBM_EFFICIENCY, INTRA_NODE_COLLECTIVE_EFFICIENCY,
-                                          INTRA_NODE_LATENCY_S, attention_efficiency,
-                                          linear_forward_flops_per_token, mamf_fraction)
+from fmest_time_roofline.formulas import (
+    HBM_EFFICIENCY,
+    INTRA_NODE_COLLECTIVE_EFFICIENCY,
+    INTRA_NODE_LATENCY_S,
+    attention_efficiency,
+    linear_forward_flops_per_token,
+    mamf_fraction,
+)
 
 #: Decode steps are chains of small kernels, about a dozen per layer (norms, QKV, rotary,
 #: attention, output, MLP, residuals), each with a fixed launch/tail cost of about a microsecond

@@ -30,7 +30,6 @@ from fmest.estimates import ACTIVATION_COMPONENTS, Provenance, TimeEstimate, Tok
 from fmest.hookspecs import hookimpl
 from fmest.models.images import vlm_sequence_len
 from fmest.transforms import CommunicationPlan, Transforms, transforms_of
-
 from fmest_time_roofline import formulas as F
 from fmest_time_roofline.inference import estimate_inference_time, estimate_inference_tokens
 

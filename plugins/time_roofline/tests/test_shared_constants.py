@@ -29,10 +29,17 @@ def test_plugin_formulas_use_the_shared_object(name):
     assert getattr(formulas, name) is getattr(physics, name)
 
 
-@pytest.mark.parametrize("name", SHARED)
-def test_planner_uses_the_shared_object(name):
-    # a copy (``X = 0.85``) is a different float object: ``is`` tells it from the import
-    assert getattr(vector, name) is getattr(physics, name)
+def test_the_planner_holds_no_copy_of_a_shared_constant():
+    """The planner's array formulas (vector.py) and its link rates (planner.py, which reads
+    ``fmest.physics.time_constants`` as ``tc``) name the shared objects; a copy (``X = 0.85``)
+    is a different object, which ``is`` tells from the import."""
+    from fmest.plan import planner
+
+    assert planner.tc is physics
+    held = [name for name in SHARED if hasattr(vector, name)]
+    assert len(held) >= 8
+    for name in held:
+        assert getattr(vector, name) is getattr(physics, name), name
 
 
 def test_inference_uses_the_shared_objects():
@@ -40,17 +47,13 @@ def test_inference_uses_the_shared_objects():
         assert getattr(inference, name) is getattr(physics, name)
 
 
-def test_planner_aliases_are_bound_to_the_shared_objects():
-    assert vector.DEFAULT_NIC_BYTES_PER_S is physics.DEFAULT_INTER_NODE_BYTES_PER_S
-    assert vector.INTRA_NODE_EFFICIENCY is physics.INTRA_NODE_COLLECTIVE_EFFICIENCY
+def test_planner_intra_node_rate_is_the_plugins_rule_for_every_registered_gpu():
+    from fmest.plan.planner import _intra_bw
 
-
-def test_planner_nvlink_rule_gives_the_plugins_efficiency_for_every_registered_gpu():
-    # fmest.plan.planner picks INTRA_NODE_EFFICIENCY_NVLINK4 for names starting with
-    # NVLINK4_PREFIXES; the plugin reads the prefix table. Both must agree on every GPU.
-    names = new_engine(entrypoints=True).registries.gpus.names()
-    assert names
-    for name in names:
-        planner = vector.INTRA_NODE_EFFICIENCY_NVLINK4 if name.startswith(
-            vector.NVLINK4_PREFIXES) else vector.INTRA_NODE_EFFICIENCY
-        assert planner == physics.intra_node_collective_efficiency(name), name
+    gpus = new_engine(entrypoints=True).registries.gpus.values()
+    assert gpus
+    for gpu in gpus:
+        link = gpu.intra_node_bytes_per_s or gpu.pcie_bytes_per_s or \
+            physics.DEFAULT_PCIE_BYTES_PER_S
+        assert _intra_bw(gpu) == float(link) * physics.intra_node_collective_efficiency(
+            gpu.name), gpu.name

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from fmest.counting import LORA_TECHNIQUES, default_lora_targets
-
 from fmest_torch_runner.optimizer import optimizer_choice
 from fmest_torch_runner.records import RunSpec, Unsupported
 

@@ -12,7 +12,6 @@ if TYPE_CHECKING:
     import torch
 
     from fmest.job import Training
-
     from fmest_torch_runner.tracker import StorageTracker
 
 #: the optimizers the runner can instantiate (canonical fmest names)

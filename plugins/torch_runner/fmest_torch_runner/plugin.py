@@ -28,7 +28,11 @@ MIB = 1 << 20
 #: GPU-side terms: the same constants as the analytic plugin, from core (fmest.device_terms),
 #: plus extra NCCL buffers across nodes (typical value, not yet measured on a GPU).
 from fmest.device_terms import (  # noqa: E402
-    ALLOCATOR_RESERVE_FRACTION, CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, NCCL_BUFFER_BYTES)
+    ALLOCATOR_RESERVE_FRACTION,
+    CUBLAS_WORKSPACE_BYTES,
+    CUDA_CONTEXT_BYTES,
+    NCCL_BUFFER_BYTES,
+)
 
 NCCL_INTERNODE_EXTRA_BYTES = 256 * MIB
 #: the CUDA caching allocator hands out blocks in multiples of 512 bytes
@@ -76,7 +80,6 @@ def traced_run(run, *, round_bytes: int = ROUND_BYTES, use_cache: bool = True):
         except (OSError, ValueError, TypeError, KeyError):
             pass  # a corrupt entry is re-traced and overwritten
     from fmest.render import status
-
     from fmest_torch_runner.runner import run as run_steps
 
     with status(f"tracing {run.model_name} ({run.steps} steps on fake tensors)"):

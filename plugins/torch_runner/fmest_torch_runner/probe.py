@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from fmest.errors import InputError
-
 from fmest_torch_runner.records import CATEGORIES, RUNNER_VERSION
 from fmest_torch_runner.worker_process import ROW_MARK, config_hash, run_in_subprocess
 
@@ -349,7 +348,8 @@ def worker_main(argv: Optional[list[str]] = None) -> int:
 # -- the command -------------------------------------------------------------------------------
 
 def add_arguments(parser) -> None:
-    from fmest.flags import JOB_FLAGS, add_arguments as add_flags, format_flag
+    from fmest.flags import JOB_FLAGS, format_flag
+    from fmest.flags import add_arguments as add_flags
 
     add_flags(parser, (*JOB_FLAGS, format_flag("table", "json")))
     g = parser.add_argument_group("probe")

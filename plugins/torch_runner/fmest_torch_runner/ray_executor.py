@@ -32,7 +32,6 @@ import sys
 from typing import Any, Callable, Optional
 
 from fmest.errors import InputError
-
 from fmest_torch_runner.worker_process import config_hash, run_in_subprocess
 
 #: Attempts after the first for a configuration whose worker died (the issue's "retried once").

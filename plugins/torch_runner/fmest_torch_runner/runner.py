@@ -41,7 +41,13 @@ from fmest_torch_runner.from_job import fsdp_traceable, resolve_precision, run_s
 from fmest_torch_runner.measured import run_cpu, run_cuda
 from fmest_torch_runner.optimizer import SUPPORTED_OPTIMIZERS
 from fmest_torch_runner.records import (
-    CATEGORIES, MODES, RUNNER_VERSION, RunResult, RunSpec, Unsupported)
+    CATEGORIES,
+    MODES,
+    RUNNER_VERSION,
+    RunResult,
+    RunSpec,
+    Unsupported,
+)
 
 __all__ = ["CATEGORIES", "FSDP_IGNORED_WINDOW", "MODES", "RUNNER_VERSION",
            "SUPPORTED_OPTIMIZERS", "RunResult", "RunSpec", "Unsupported", "fsdp_traceable",

@@ -25,9 +25,8 @@ from fmest.api import job_dict  # noqa: E402
 from fmest.cli import build_parser, main  # noqa: E402
 from fmest.convert import job_from_dict, job_to_dict  # noqa: E402
 from fmest.testing import new_engine  # noqa: E402
-
-from fmest_torch_runner.probe import config_hash, expand, load_sweep  # noqa: E402
 from fmest_torch_runner import ray_executor  # noqa: E402
+from fmest_torch_runner.probe import config_hash, expand, load_sweep  # noqa: E402
 from fmest_torch_runner.ray_executor import task_resources  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -155,7 +154,6 @@ def test_cuda_needs_a_gpu_in_the_cluster(local_ray, sweep_dir, capsys):
 
 def test_unreachable_address_and_missing_ray_are_input_errors(monkeypatch):
     from fmest.errors import InputError
-
     from fmest_torch_runner import ray_executor
 
     with pytest.raises(InputError, match="no Ray cluster answers at 127.0.0.1:1"):

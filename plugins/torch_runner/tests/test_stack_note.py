@@ -11,7 +11,6 @@ pytest.importorskip("transformers")
 
 from fmest.convert import job_from_dict  # noqa: E402
 from fmest.testing import new_engine  # noqa: E402
-
 from fmest_torch_runner import plugin as tr_plugin  # noqa: E402
 
 TINY = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,

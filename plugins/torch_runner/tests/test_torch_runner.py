@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +22,6 @@ from fmest.errors import InputError  # noqa: E402
 from fmest.job import Training  # noqa: E402
 from fmest.models.hf import spec_from_hf_config  # noqa: E402
 from fmest.testing import new_engine  # noqa: E402
-
 from fmest_torch_runner import plugin as tr_plugin  # noqa: E402
 from fmest_torch_runner.runner import RunSpec, Unsupported, run, run_spec_from_job  # noqa: E402
 from fmest_torch_runner.tracker import StorageTracker  # noqa: E402
