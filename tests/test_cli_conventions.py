@@ -15,7 +15,7 @@ from importlib import resources
 import pytest
 
 from fmest.cli import EXIT_NO_FIT, main
-from fmest.render import Column, Progress, csv_text, render_table
+from fmest.output.render import Column, Progress, csv_text, render_table
 from fmest.testing import new_engine
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -303,7 +303,7 @@ def test_plain_rendering_when_not_a_terminal():
 
 
 def test_report_table_on_a_terminal(report):
-    from fmest.report import render_table as report_table
+    from fmest.output.report import report_table
 
     text = report_table(report, tty=True)
     assert ANSI.search(text)
@@ -326,7 +326,7 @@ def test_progress_goes_to_its_stream_only(capsys):
 
 
 def test_status_of_a_traced_run_goes_to_the_log_only_when_slow(monkeypatch):
-    import fmest.render as render
+    import fmest.output.render as render
 
     quick = io.StringIO()
     with render.status("tracing gpt2", stream=quick):

@@ -148,7 +148,7 @@ def run_api(obj, extra: tuple[str, ...] = ()):
     except InputError as exc:
         check_error(exc, extra)
         return None
-    from fmest.report import reports_to_dict
+    from fmest.output.report import reports_to_dict
 
     check_answer_json(json.loads(json.dumps(reports_to_dict(report), default=str)))
     return report

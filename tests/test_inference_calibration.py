@@ -1,12 +1,12 @@
-"""The seed-compatible calibration knobs (fmest.calibration)."""
+"""The seed-compatible calibration knobs (fmest.physics.calibration)."""
 
 from __future__ import annotations
 
 import pytest
 
-from fmest.calibration import GIB, calibrate_memory, usable_bytes
 from fmest.errors import InputError
 from fmest.estimates import MemoryEstimate, Provenance
+from fmest.physics.calibration import GIB, calibrate_memory, usable_bytes
 
 
 def _estimate():

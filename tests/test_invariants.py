@@ -47,7 +47,7 @@ import fmest_memory_theory.plugin as memory_theory_plugin
 import fmest_time_roofline.plugin as time_roofline_plugin
 from fmest.errors import InputError
 from fmest.job import Job
-from fmest.report import reports_to_dict
+from fmest.output.report import reports_to_dict
 from fmest.testing import new_engine
 
 PROPS = settings(max_examples=40, derandomize=True, deadline=None, database=None,

@@ -10,10 +10,10 @@ import pytest
 from fmest.cli import main
 from fmest.configs.export import export_job
 from fmest.convert import job_from_dict, job_to_dict
-from fmest.counting import LORA_DEFAULTS_FILE, default_lora_targets, peft_default_targets
 from fmest.errors import InputError
 from fmest.job import Job
 from fmest.models.presets import load_preset
+from fmest.physics.counting import LORA_DEFAULTS_FILE, default_lora_targets, peft_default_targets
 from fmest.testing import new_engine
 
 

@@ -385,8 +385,8 @@ def test_duplicates_are_the_same_job_by_the_engine(engine):
     step time of the one it keeps; strategies it keeps apart on that layout do not all."""
     import random
 
+    from fmest.physics.precision import resolve_precision
     from fmest.plan.planner import config_job, effective_behaviour, evaluate_space
-    from fmest.precision import resolve_precision
 
     job = _job("meta-llama/Llama-3.1-8B", dataset_tokens=1e9)
     res, _, _, rejected, ctx = evaluate_space(job, Constraints(gpus="H100-SXM", max_gpus=16),

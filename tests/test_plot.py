@@ -9,7 +9,7 @@ Image = pytest.importorskip("PIL.Image", reason="Pillow comes with matplotlib")
 
 import fmest  # noqa: E402
 from fmest.errors import InputError  # noqa: E402
-from fmest.plot import COLOURS, write_plot  # noqa: E402
+from fmest.output.plot import COLOURS, write_plot  # noqa: E402
 
 JOB = {"model": "meta-llama/Llama-2-7b-hf",
        "training": {"micro_batch_size": 2, "activation_checkpointing": "full"},

@@ -95,7 +95,7 @@ def __getattr__(name: str):
 
         return Engine
     if name == "report_to_dict":
-        from fmest.report import report_to_dict
+        from fmest.output.report import report_to_dict
 
         return report_to_dict
     raise AttributeError(name)

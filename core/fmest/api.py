@@ -2,7 +2,7 @@
 
 Each takes the options a user gave (``dest -> value`` from the flag table, :mod:`fmest.flags`,
 or an argparse namespace built from it) and/or jobs from the input door, and returns finished
-data; rendering is :mod:`fmest.report`'s. The engine answers quantities only; the searches a
+data; rendering is :mod:`fmest.output.report`'s. The engine answers quantities only; the searches a
 report shows beside them (largest micro-batch, fewest GPUs: :mod:`fmest.searches`) run here,
 once per job.
 
@@ -125,7 +125,7 @@ def estimate_output(given: Given, engine: Optional["Engine"] = None, *,
                     job_layers: Optional[Sequence["Layer"]] = None) -> dict:
     """The object ``fmest estimate --format json`` prints (see :func:`read_jobs` for
     ``job_layers``)."""
-    from fmest.report import reports_to_dict
+    from fmest.output.report import reports_to_dict
 
     return reports_to_dict(estimate_jobs(read_jobs(given, job_layers=job_layers),
                                          engine=engine))

@@ -1,7 +1,7 @@
 """The ``fmest`` command line: the console entry point (:func:`entry`, :func:`main`).
 
 The options come from the flag table (:mod:`fmest.flags`), the work from the use cases
-(:mod:`fmest.api`), the text from the renderers (:mod:`fmest.report`, :mod:`fmest.render`);
+(:mod:`fmest.api`), the text from the renderers (:mod:`fmest.output.report`, :mod:`fmest.output.render`);
 this module parses, calls and prints, and nothing else imports it. Flags override values from
 ``-f/--input-file`` (a job JSON or fm-training-estimator ``EstimateInput``) and ``--config``
 files; flags not given leave those values alone.
@@ -88,7 +88,7 @@ def _summarised(report, args) -> Any:
 
 def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
     from fmest import api
-    from fmest.plot import plot_format, write_plot
+    from fmest.output.plot import plot_format, write_plot
 
     if args.plot:
         plot_format(args.plot)  # a bad file name fails before any work
@@ -102,7 +102,7 @@ def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
         if args.format == "json":
             print(json.dumps(out, indent=2, default=str))
         else:
-            from fmest.report import estimate_csv
+            from fmest.output.report import estimate_csv
 
             sys.stdout.write(estimate_csv(out))
         if args.plot:
@@ -113,14 +113,14 @@ def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
     if args.plot:
         write_plot(report, args.plot)
     reports = report.all_reports
-    from fmest.render import render_table as table
-    from fmest.report import render_table
+    from fmest.output.render import render_table as table
+    from fmest.output.report import report_table
 
     for r in reports:
         if len(reports) > 1:
             print(f"{'' if r is report else chr(10)}== job {r.input.job_index + 1} of "
                   f"{len(reports)}: {r.job.model} ==")
-        print(render_table(_summarised(r, args), explain=bool(r.job.options.explain)))
+        print(report_table(_summarised(r, args), explain=bool(r.job.options.explain)))
         if r.input is not None and r.input.files and r.job.options.explain:
             print("\nWhere each setting came from (flags override these):")
             print(table(["field", "origin"], r.input.origins.items(), indent="  "))
@@ -164,7 +164,7 @@ def cmd_export(args: argparse.Namespace, engine_factory) -> int:
 def cmd_models(args, engine_factory) -> int:
     """The model registry: every plugin's presets (not a built-in table)."""
     from fmest.api import models_rows
-    from fmest.render import csv_text, render_table
+    from fmest.output.render import csv_text, render_table
 
     rows = models_rows(engine_factory().registries)
     if args.format == "json":
@@ -188,7 +188,7 @@ MODELS_CSV_FIELDS = ("name", "model_type", "aliases", "source", "retrieved", "pl
 
 def cmd_gpus(args, engine_factory) -> int:
     from fmest.api import gpus_rows
-    from fmest.render import Column, csv_text, render_table
+    from fmest.output.render import Column, csv_text, render_table
 
     engine = engine_factory()
     gpus = engine.registries.gpus.values()
@@ -229,7 +229,7 @@ def cmd_plugins(args, engine_factory) -> int:
         print(json.dumps({"plugins": hooks, "learned_models": bundles,
                           "load_errors": [str(e) for e in engine.load_errors]}, indent=2))
         return 0
-    from fmest.render import render_table
+    from fmest.output.render import render_table
 
     print(render_table(["plugin", "hooks"],
                        [(name, ", ".join(h.removeprefix("fmest_") for h in hs))

@@ -52,11 +52,11 @@ class TokenCount:
 
 
 class ProgressBar:
-    """Bytes read of a dataset file, on stderr through :class:`fmest.render.Progress` (a bar on
+    """Bytes read of a dataset file, on stderr through :class:`fmest.output.render.Progress` (a bar on
     a terminal; in a log, a line with the percentage every few seconds)."""
 
     def __init__(self, total_bytes: int, *, enabled: bool, stream: Optional[TextIO] = None):
-        from fmest.render import Progress
+        from fmest.output.render import Progress
 
         self.total = max(1, total_bytes)
         self.enabled = enabled

@@ -14,7 +14,6 @@ import attrs
 from attrs import field, frozen
 
 from fmest.bounds import answer_problem, check_context, check_job, check_model, registered_problem
-from fmest.counting import resolve_lora_targets
 from fmest.errors import FmestError, InfeasibleError, InputError, PluginError, UnknownNameError
 from fmest.estimates import (
     BASES,
@@ -27,6 +26,7 @@ from fmest.estimates import (
 from fmest.gpus import GpuSpec
 from fmest.job import Job, Layout, resolve_layout
 from fmest.models.spec import ModelSpec
+from fmest.physics.counting import resolve_lora_targets
 from fmest.plugins import call_each, call_first, call_register
 from fmest.policies import Decision, Failure
 from fmest.prices import PriceQuote
@@ -199,7 +199,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``fmest estimate --format json`` object (``{"jobs": [...]}`` for several)."""
-        from fmest.report import reports_to_dict
+        from fmest.output.report import reports_to_dict
 
         return reports_to_dict(self)
 
@@ -211,12 +211,12 @@ class Report:
         return json.dumps(self.to_dict(), default=str, **dumps_kwargs)
 
     def __repr__(self) -> str:
-        from fmest.report import short_repr
+        from fmest.output.report import short_repr
 
         return short_repr(self)
 
     def _repr_html_(self) -> str:
-        from fmest.report import render_html
+        from fmest.output.report import render_html
 
         return render_html(self)
 
@@ -240,8 +240,8 @@ def sharding_name(job: Job) -> str:
 
 
 def calibrated(job: Job, memory: MemoryEstimate) -> MemoryEstimate:
-    """``memory`` with the job's calibration knobs applied (fmest.calibration)."""
-    from fmest.calibration import calibrate_memory
+    """``memory`` with the job's calibration knobs applied (fmest.physics.calibration)."""
+    from fmest.physics.calibration import calibrate_memory
 
     cal = job.calibration
     return calibrate_memory(memory, activation_factor=cal.activation_factor,
@@ -288,7 +288,7 @@ def paged_to_host(job: Job, ctx: "EstimateContext", memory: MemoryEstimate) -> M
 def usable_memory_bytes(job: Job, ctx: "EstimateContext") -> float:
     """GPU memory the fits verdict may use: capacity less the safety margin (inference with no
     margin given: ``1 - gpu_memory_utilization``, what the serving runtime leaves free)."""
-    from fmest.calibration import usable_bytes
+    from fmest.physics.calibration import usable_bytes
 
     margin = job.calibration.safety_margin
     if not margin and job.mode == "inference":
@@ -439,7 +439,7 @@ class Engine:
     def resolve_job(self, job: Job) -> Job:
         """``job`` with the defaults that depend on its model made explicit: empty
         ``training.lora_target_modules`` become PEFT's default for the model type
-        (:func:`fmest.counting.resolve_lora_targets`), so plugins, the report's job dict and
+        (:func:`fmest.physics.counting.resolve_lora_targets`), so plugins, the report's job dict and
         the exporters all see the modules that are adapted."""
         if job.training.lora_target_modules or job.training.technique not in ("lora", "qlora"):
             return job

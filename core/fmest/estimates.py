@@ -43,7 +43,7 @@ MEMORY_COMPONENTS: dict[str, tuple[str, str]] = {
     "grads": (ALLOCATED, "gradients (traced)"),
     "optimizer_state": (ALLOCATED, "optimizer state (traced)"),
     "temporaries": (ALLOCATED, "short-lived tensors at the peak (traced)"),
-    # GPU-side terms (fmest.device_terms)
+    # GPU-side terms (fmest.physics.device_terms)
     "cuda_context": (OUTSIDE, "CUDA context and cuBLAS workspaces (plus NCCL buffers when the "
                               "estimate has no separate nccl_buffers)"),
     "nccl_buffers": (OUTSIDE, "NCCL communicator buffers"),
@@ -54,7 +54,7 @@ MEMORY_COMPONENTS: dict[str, tuple[str, str]] = {
     # inference (issue 14)
     "kv_cache": (ALLOCATED, "KV cache of the served sequences (inference)"),
     "cuda_graphs": (OUTSIDE, "captured CUDA graphs' private memory pools (inference)"),
-    # calibration knobs (fmest.calibration)
+    # calibration knobs (fmest.physics.calibration)
     "fragmentation": (RESERVE, "allocator fragmentation added by --fragmentation-gib"),
     "misc_overhead": (OUTSIDE, "other memory added by --misc-overhead-gib"),
 }

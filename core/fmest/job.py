@@ -275,7 +275,7 @@ class Inference:
 @frozen(kw_only=True)
 class Calibration:
     """The LLM/VLM memory estimator's calibration knobs, applied to any memory answer
-    (fmest.calibration): ``activation_factor`` scales activations, ``fragmentation_gib`` and
+    (fmest.physics.calibration): ``activation_factor`` scales activations, ``fragmentation_gib`` and
     ``misc_overhead_gib`` add components, ``safety_margin`` is the share of GPU memory the fits
     verdict keeps free (inference: ``1 - gpu_memory_utilization`` when 0)."""
 

@@ -107,8 +107,8 @@ class MinGpus(NamedTuple):
 def _fits_at(engine: "Engine", job: Job) -> tuple[bool, Optional[float]]:
     """(fits, peak bytes) of ``job`` as the engine's verdict reads it: its policy over the
     plugins cheap enough to search, the job's calibration knobs, and the usable memory after
-    its safety margin (fmest.calibration)."""
-    from fmest.calibration import calibrate_memory, usable_bytes
+    its safety margin (fmest.physics.calibration)."""
+    from fmest.physics.calibration import calibrate_memory, usable_bytes
 
     try:
         ctx = engine.context(job)
@@ -251,7 +251,7 @@ def _first_fitting(engine: "Engine", jobs: _LazyJobs
     The smallest and largest counts bracket the answer; each next probe is where the curve
     ``A + B / n`` through the bracket's two ends crosses the usable memory (regula falsi in
     ``1 / n``), kept strictly inside the bracket, until the bracket closes."""
-    from fmest.calibration import usable_bytes
+    from fmest.physics.calibration import usable_bytes
 
     probed: dict[int, tuple[bool, Optional[float]]] = {}
 

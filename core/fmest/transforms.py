@@ -136,7 +136,7 @@ class OptimizerSpec:
 
     def sizing(self, training, precision: str) -> OptimizerSizing:
         """Per-element bytes under ``precision`` (``pure``/``amp``/``master``, see
-        :mod:`fmest.precision`): ZeRO paper (Rajbhandari et al. 2020, section 3.1) mixed
+        :mod:`fmest.physics.precision`): ZeRO paper (Rajbhandari et al. 2020, section 3.1) mixed
         precision: compute-dtype weights and grads + fp32 master, momentum and variance;
         ``amp`` keeps fp32 weights and grads (torch.autocast); ``pure`` keeps everything in
         the compute dtype. LoRA trains fp32 adapters under amp/master (peft
@@ -245,7 +245,7 @@ class ShardingStrategy:
     Behaviour flags (each with what it changes):
 
     * ``auto_precision``: the precision ``precision="auto"`` resolves to for full training in
-      half precision (``None``: the dtype decides; :func:`fmest.precision.resolve_precision`).
+      half precision (``None``: the dtype decides; :func:`fmest.physics.precision.resolve_precision`).
     * ``ddp_bucket``: unsharded gradients are copied into persistent flat all-reduce buckets
       (PyTorch DDP, FSDP NO_SHARD): one more copy of the gradients in memory.
     * ``reduce_bucket_elements``/``allgather_bucket_elements``: flat compute-dtype buckets of
@@ -404,10 +404,10 @@ def grad_reduce_bytes_per_element(sizing: OptimizerSizing) -> float:
 
 @functools.lru_cache(maxsize=256)
 def _param_totals(model, technique: str, targets: tuple, rank: int) -> tuple[int, int]:
-    """(trainable, total) parameters of a model under a technique (fmest.counting), cached:
+    """(trainable, total) parameters of a model under a technique (fmest.physics.counting), cached:
     ``ModelSpec`` is frozen and hashable, and the batch search resolves many contexts."""
-    from fmest.counting import total_params, trainable_params
     from fmest.job import Training
+    from fmest.physics.counting import total_params, trainable_params
 
     training = Training(technique=technique, lora_target_modules=targets, lora_rank=rank)
     return trainable_params(model, training), total_params(model, training)
@@ -418,8 +418,8 @@ def _expert_param_totals(model, technique: str, targets: tuple, rank: int) -> tu
     """(trainable, total) parameters of a model's expert (MoE) linears: their weights under
     full training; under LoRA the adapters on expert linears (trainable) plus the frozen
     expert weights (total)."""
-    from fmest.counting import lora_modules
     from fmest.job import Training
+    from fmest.physics.counting import lora_modules
 
     experts = model.param_counts().experts
     if technique == "full":
@@ -471,7 +471,7 @@ def resolve_transforms(job, *, model, layout, optimizer: OptimizerSpec,
     overlap of data-parallel collectives, :func:`fmest.stacks.apply_to_collectives`).
     ``stack``: the job's :class:`fmest.stacks.ResolvedStack` (``None``: eager PyTorch),
     carried on the result."""
-    from fmest.precision import resolve_precision
+    from fmest.physics.precision import resolve_precision
     from fmest.stacks import apply_to_collectives, apply_to_sizing
 
     training, par = job.training, job.parallelism

@@ -77,8 +77,8 @@ def _resolved(job: Job, registries) -> Job:
 
 def _lora_defaults(job: Job, registries) -> Job:
     """``job`` with empty LoRA ``target_modules`` made PEFT's default for its model type, so the
-    exported file names the modules the estimate adapted (fmest.counting.resolve_lora_targets)."""
-    from fmest.counting import LORA_TECHNIQUES, resolve_lora_targets
+    exported file names the modules the estimate adapted (fmest.physics.counting.resolve_lora_targets)."""
+    from fmest.physics.counting import LORA_TECHNIQUES, resolve_lora_targets
 
     if job.training.lora_target_modules or job.training.technique not in LORA_TECHNIQUES:
         return job

@@ -68,7 +68,7 @@ def _mem_probe(engine, job, **sections):
 
 def _alloc(total_bytes: float, world: int) -> float:
     """Allocated bytes from a reported peak (undo the allocator reserve and the context)."""
-    from fmest.device_terms import ALLOCATOR_RESERVE_FRACTION, cuda_context_bytes
+    from fmest.physics.device_terms import ALLOCATOR_RESERVE_FRACTION, cuda_context_bytes
 
     return (total_bytes - cuda_context_bytes(world)) / (1.0 + ALLOCATOR_RESERVE_FRACTION)
 
@@ -284,7 +284,7 @@ def optimizer_seconds_per_param(engine, job, gpu: str, sharding: str) -> float:
     report = engine.estimate(j, quantities=("memory", "time"))
     if report.time is None:
         return 0.0
-    from fmest.counting import trainable_params
+    from fmest.physics.counting import trainable_params
 
     trainable = float(trainable_params(report.context.model, j.training)) or 1.0
     return report.time.breakdown.get("optimizer_step", 0.0) / trainable

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
 from fmest.errors import InputError
 
 if TYPE_CHECKING:   # the planner (numpy) loads when a plan runs, not when its flags are built
+    from fmest.output.render import Progress
     from fmest.plan.planner import Constraints, Plan, PlanResult
-    from fmest.render import Progress
 
 GIB = 1024**3
 PROGRESS_MIN_STEPS = 8
@@ -47,10 +47,10 @@ def constraints_from_args(args) -> "Constraints":
 
 
 def _progress(stream: Optional[TextIO] = None) -> Callable[[int, int], None]:
-    """The planner's progress callback: a :class:`fmest.render.Progress` on stderr (a bar on
+    """The planner's progress callback: a :class:`fmest.output.render.Progress` on stderr (a bar on
     a terminal, a line every few seconds in a log), shown for searches of
     ``PROGRESS_MIN_STEPS`` GPU counts or more."""
-    from fmest.render import Progress
+    from fmest.output.render import Progress
 
     state: dict[str, Progress] = {}
 
@@ -99,7 +99,7 @@ def run(args, engine) -> int:
     elif fmt == "csv":
         sys.stdout.write(render_csv(result))
     else:
-        print(render_table(result))
+        print(plan_table(result))
     if args.export:
         _export(result, args, engine)
     if args.plot:
@@ -183,9 +183,9 @@ HEADER = ["#", "GPU x n", "layout", "strategy", "mb x accum", "ckpt", "GiB/GPU",
 _RIGHT = {"GiB/GPU", "headroom", "step s", "tokens/s", "total", "USD"}
 
 
-def render_table(result: PlanResult, *, tty: bool | None = None) -> str:
-    from fmest.render import Column
-    from fmest.render import render_table as table
+def plan_table(result: PlanResult, *, tty: bool | None = None) -> str:
+    from fmest.output.render import Column
+    from fmest.output.render import render_table as table
 
     rows = _rows(result)
     lines = []

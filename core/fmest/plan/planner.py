@@ -383,7 +383,7 @@ def _inner_axes(shardings, ckpts, mbs):
 def _precision_bytes(job: Job, strategy, stack) -> tuple[float, float, float]:
     """(gradient bytes on the wire, gradient bytes per trainable param, activation bytes):
     fp32 reductions under amp/master, the compute dtype under pure (core's precision rule)."""
-    from fmest.precision import resolve_precision
+    from fmest.physics.precision import resolve_precision
 
     act = 4.0 if job.training.dtype == "fp32" else 2.0
     prec = resolve_precision(job.training, strategy, stack)
@@ -485,7 +485,7 @@ def _duplicates(arrays: dict, ctx: dict) -> np.ndarray:
     """True for each configuration that is the same job in effect as another one kept: the
     same layout, offload, checkpointing and micro-batch under a strategy whose
     :func:`effective_behaviour` on that layout is equal (one GPU count, one GPU type)."""
-    from fmest.precision import resolve_precision
+    from fmest.physics.precision import resolve_precision
 
     size = arrays["tp"].size
     if size == 0:
@@ -640,7 +640,7 @@ def _context_parallel_arrays(sel: dict, gpu, ctx: dict, sel_gpn: int):
 def _sharding_arrays(sel: dict, gpn: int, ctx: dict) -> dict:
     """What each configuration's strategy shards, over how many ranks (the registered
     :class:`fmest.transforms.ShardingStrategy` answers), and its precision policy."""
-    from fmest.precision import resolve_precision
+    from fmest.physics.precision import resolve_precision
 
     size = sel["tp"].size
     out = {name: np.ones(size) for name in ("s_shard_group", "s_params", "s_grads", "s_opt")}
@@ -677,7 +677,7 @@ def _sharding_arrays(sel: dict, gpn: int, ctx: dict) -> dict:
 
 def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -> dict:
     """The arrays :mod:`fmest.plan.vector` reads, per selected configuration."""
-    from fmest.counting import trainable_params
+    from fmest.physics.counting import trainable_params
 
     job, model, gpu = ctx["job"], ctx["model"], opt.spec
     size = sel["tp"].size
@@ -863,7 +863,7 @@ def evaluate_space(job: Job, cons: Constraints, *, engine=None,
 
     ctx = dict(job=job, model=model,
                # the stack decides precision before the sharding strategy does (one rule:
-               # fmest.precision.resolve_precision, as the engine applies it)
+               # fmest.physics.precision.resolve_precision, as the engine applies it)
                stack=resolve_job_stack(job, engine.registries.stacks),
                calib=_Calibration(engine, job, model, [o.spec.name for o in options]),
                cons=cons,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fmest.device_terms import (
+from fmest.physics.device_terms import (
     ALLOCATOR_RESERVE_FRACTION,
     CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
@@ -81,7 +81,7 @@ def bubble_fraction(pp, microbatches, virtual_stages):
 
 def context_bytes(world):
     """CUDA context + cuBLAS workspaces (+ NCCL buffers beyond one GPU), as
-    :func:`fmest.device_terms.cuda_context_bytes`."""
+    :func:`fmest.physics.device_terms.cuda_context_bytes`."""
     return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + np.where(world > 1, NCCL_BUFFER_BYTES,
                                                                   0)
 

@@ -77,10 +77,10 @@ class _ServiceEngine:
 def estimate_response(args, job_input, service: _ServiceEngine) -> str:
     """The JSON text ``fmest estimate --format json -f INPUT FLAGS`` prints for the parsed
     body: the CLI's own use cases (:func:`fmest.api.read_jobs`, :func:`fmest.api.estimate_jobs`)
-    and renderer (:func:`fmest.report.reports_to_dict`)."""
+    and renderer (:func:`fmest.output.report.reports_to_dict`)."""
     from fmest import api
     from fmest.inputs import read_document
-    from fmest.report import reports_to_dict
+    from fmest.output.report import reports_to_dict
 
     layers = read_document(job_input, source=INPUT_SOURCE) if job_input is not None else None
     pairs = api.read_jobs(args, job_layers=layers)

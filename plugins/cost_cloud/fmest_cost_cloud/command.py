@@ -108,11 +108,12 @@ CSV_FIELDS = ("provider", "instance", "gpu", "gpu_name", "gpus_per_instance", "r
               "stale", "source_url", "notes", "plugin")
 
 
-def render_table(rows: list[dict], on: date, max_age: int, *, tty: Optional[bool] = None) -> str:
-    """The table (fmest.render: rich on a terminal, plain text when piped); prices with four
+def prices_table(rows: list[dict], on: date, max_age: int, *,
+                 tty: Optional[bool] = None) -> str:
+    """The table (fmest.output.render: rich on a terminal, plain text when piped); prices with four
     decimals, STALE marks old prices."""
-    from fmest.render import Column
-    from fmest.render import render_table as table
+    from fmest.output.render import Column
+    from fmest.output.render import render_table as table
 
     right = {"GPUs", "$/GPU-h", "$/instance-h"}
     head = [Column(name=n, align="right" if n in right else "left")
@@ -140,11 +141,11 @@ def run(args, engine) -> int:
     if args.format == "json":
         print(json.dumps(dicts, indent=2))
     elif args.format == "csv":
-        from fmest.render import csv_text
+        from fmest.output.render import csv_text
 
         sys.stdout.write(csv_text(CSV_FIELDS, dicts))
     elif not dicts:
         print("no price rows registered (is a price plugin installed? see 'fmest plugins')")
     else:
-        print(render_table(dicts, on, max_age))
+        print(prices_table(dicts, on, max_age))
     return 0

@@ -77,7 +77,7 @@ def run_list(args, engine) -> int:
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return 0
-    from fmest.render import Column, render_table
+    from fmest.output.render import Column, render_table
 
     def held_out(r: dict, q: str) -> str:
         e = r.get("loso", {}).get(q)

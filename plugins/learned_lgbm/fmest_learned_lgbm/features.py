@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from fmest.counting import total_params, trainable_params
 from fmest.engine import sharding_name
+from fmest.physics.counting import total_params, trainable_params
 
 
 def _log2(x: float) -> float:

@@ -697,7 +697,7 @@ def cv_table(meta: dict) -> str:
                           _pct(ev["median_abs_error_hybrid"]),
                           _pct(ev["p90_abs_error_theory"]), _pct(ev["p90_abs_error_hybrid"]),
                           f"{ev['interval_coverage']:.0%}"))
-    from fmest.render import Column, render_table
+    from fmest.output.render import Column, render_table
 
     out = [render_table([Column(name=h, align="left" if i < 4 else "right")
                          for i, h in enumerate(head)], lines[1:])]

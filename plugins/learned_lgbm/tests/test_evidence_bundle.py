@@ -18,8 +18,8 @@ time_roofline = pytest.importorskip("fmest_time_roofline.plugin")
 from fmest.cli import main  # noqa: E402
 from fmest.convert import job_from_dict  # noqa: E402
 from fmest.estimates import MemoryEstimate, Provenance, fits_probability  # noqa: E402
+from fmest.output.report import report_to_dict  # noqa: E402
 from fmest.policies import builtin_policies  # noqa: E402
-from fmest.report import report_to_dict  # noqa: E402
 from fmest.testing import new_engine  # noqa: E402
 from fmest_learned_lgbm import plugin as learned_plugin  # noqa: E402
 from fmest_learned_lgbm.baseline import comparable_bytes, theory_answers  # noqa: E402

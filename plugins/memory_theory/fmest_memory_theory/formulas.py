@@ -103,15 +103,15 @@ FSDP_PP_ACCUMULATED_GRAD_BYTES = FP32_BYTES
 
 # -- outside the tensors --------------------------------------------------------------------
 #: GPU-side terms (CUDA context, cuBLAS workspaces, NCCL buffers, allocator reserve) live in
-#: core's :mod:`fmest.device_terms`, shared with the traced plugin; re-exported here for the
+#: core's :mod:`fmest.physics.device_terms`, shared with the traced plugin; re-exported here for the
 #: plugin (``F.cuda_context_bytes``) and the benchmarks.
-from fmest.device_terms import (  # noqa: E402
+from fmest.physics.device_terms import (  # noqa: E402
     ALLOCATOR_RESERVE_FRACTION as ALLOCATOR_RESERVE_FRACTION,
 )
-from fmest.device_terms import (
+from fmest.physics.device_terms import (
     allocator_reserve_bytes as allocator_reserve_bytes,
 )
-from fmest.device_terms import (
+from fmest.physics.device_terms import (
     cuda_context_bytes as cuda_context_bytes,
 )
 

@@ -60,7 +60,7 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
 #: Set to 0 in eager mode (``cuda_graphs`` false).
 CUDA_GRAPH_BYTES = 0.5 * GIB
 #: CUDA context + cuBLAS workspaces + NCCL buffers: nvidia-smi memory outside PyTorch's allocator
-#: (the same terms as training, fmest.device_terms).
+#: (the same terms as training, fmest.physics.device_terms).
 NON_TORCH_BYTES = 0.75 * GIB
 #: logits are upcast to fp32 for sampling (vLLM sampler), one row per sequence in the step
 LOGIT_BYTES = 4.0

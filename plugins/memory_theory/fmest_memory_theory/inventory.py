@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Optional
 
 from attrs import frozen
 
-from fmest.counting import lora_modules
 from fmest.job import Training
+from fmest.physics.counting import lora_modules
 from fmest_memory_theory import formulas as F
 from fmest_memory_theory.memo import by_identity
 
@@ -193,7 +193,7 @@ def compute_model_numbers(model: ModelSpec) -> ModelNumbers:
 
 
 def compute_lora_numbers(model: ModelSpec, targets: tuple[str, ...], rank: int) -> LoraNumbers:
-    """The adapters peft puts on ``targets`` at ``rank`` (fmest.counting.lora_modules)."""
+    """The adapters peft puts on ``targets`` at ``rank`` (fmest.physics.counting.lora_modules)."""
     mods = lora_modules(model, Training(technique="lora", lora_target_modules=targets,
                                         lora_rank=rank))
     params = 0.0

@@ -14,7 +14,7 @@ The estimate runs as named phases over small frozen records (docs/memory_model.m
    :func:`model_state_terms` (weights, adapters, master copies, gradients, optimizer states and
    temporaries) -> :func:`framework_buffer_terms` -> :func:`activation_terms` (saved
    activations, one layer's backward working set, logits and loss) -> :func:`phase_components`;
-3. :func:`assemble` adds the GPU-side terms of :mod:`fmest.device_terms`.
+3. :func:`assemble` adds the GPU-side terms of :mod:`fmest.physics.device_terms`.
 
 Formulas and constants live in :mod:`fmest_memory_theory.formulas`; the per-model numbers
 the phases read (sums over the model's inventory, computed once per model) in
@@ -659,7 +659,7 @@ def _host_bytes(setup: JobSetup) -> float:
 
 
 def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
-    """Round the peak's components and add the GPU-side terms (:mod:`fmest.device_terms`)."""
+    """Round the peak's components and add the GPU-side terms (:mod:`fmest.physics.device_terms`)."""
     ctx_bytes = F.cuda_context_bytes(setup.layout.world_size)
     components = {name: int(round(peak.components.get(name, 0.0)))
                   for name in _TENSOR_COMPONENTS}

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import fmest_memory_theory.plugin as plugin
 from fmest.convert import job_from_dict
-from fmest.precision import resolve_precision
+from fmest.physics.precision import resolve_precision
 from fmest.testing import new_engine
 from fmest_memory_theory import formulas as F
 

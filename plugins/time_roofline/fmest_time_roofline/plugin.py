@@ -23,12 +23,12 @@ from typing import Optional
 import attrs
 from attrs import frozen
 
-from fmest.counting import lora_modules, total_params, trainable_params
 from fmest.datasets import needs_counting
 from fmest.errors import InputError
 from fmest.estimates import ACTIVATION_COMPONENTS, Provenance, TimeEstimate, TokensEstimate
 from fmest.hookspecs import hookimpl
 from fmest.models.images import vlm_sequence_len
+from fmest.physics.counting import lora_modules, total_params, trainable_params
 from fmest.transforms import CommunicationPlan, Transforms, transforms_of
 from fmest_time_roofline import formulas as F
 from fmest_time_roofline.inference import estimate_inference_time, estimate_inference_tokens

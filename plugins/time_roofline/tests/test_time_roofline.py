@@ -76,8 +76,8 @@ def test_lora_flops_match_flop_counter(engine):
     b, s = 2, 64
     counted = _counted_step_flops(model, torch.randint(0, 1000, (b, s)))
     spec = engine.resolve_model(job_from_dict({"model": "tiny", "model_config": TINY}))
-    from fmest.counting import lora_modules
     from fmest.job import Training
+    from fmest.physics.counting import lora_modules
 
     mods = lora_modules(spec, Training(technique="lora", lora_rank=r))
     ours = F.training_flops_per_token(spec, seq_len=s, technique="lora", lora_modules=mods,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from fmest.counting import LORA_TECHNIQUES, default_lora_targets
+from fmest.physics.counting import LORA_TECHNIQUES, default_lora_targets
 from fmest_torch_runner.optimizer import optimizer_choice
 from fmest_torch_runner.records import RunSpec, Unsupported
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def resolve_precision(training: Training, sharding: Optional[ShardingStrategy] = None) -> str:
-    """Core's rule (:func:`fmest.precision.resolve_precision`, shared with the memory and time
+    """Core's rule (:func:`fmest.physics.precision.resolve_precision`, shared with the memory and time
     plugins; the engine resolves it into ``ctx.transforms.precision``) for ``precision="auto"``;
     without a sharding strategy, one that shards nothing (a single GPU or DDP).
 
@@ -25,7 +25,7 @@ def resolve_precision(training: Training, sharding: Optional[ShardingStrategy] =
     full: fp32 weights + ``torch.autocast(dtype)``, LoRA: base in ``dtype``, adapters fp32
     (peft ``autocast_adapter_dtype``) + autocast; ``master`` = ``dtype`` weights and grads +
     an fp32 master copy the optimizer updates."""
-    from fmest.precision import resolve_precision as rule
+    from fmest.physics.precision import resolve_precision as rule
     from fmest.transforms import ShardingStrategy
 
     return rule(training, sharding if sharding is not None else ShardingStrategy(name="none"))

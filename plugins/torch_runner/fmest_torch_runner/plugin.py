@@ -25,9 +25,9 @@ from fmest.hookspecs import hookimpl
 from fmest.transforms import transforms_of
 
 MIB = 1 << 20
-#: GPU-side terms: the same constants as the analytic plugin, from core (fmest.device_terms),
+#: GPU-side terms: the same constants as the analytic plugin, from core (fmest.physics.device_terms),
 #: plus extra NCCL buffers across nodes (typical value, not yet measured on a GPU).
-from fmest.device_terms import (  # noqa: E402
+from fmest.physics.device_terms import (  # noqa: E402
     ALLOCATOR_RESERVE_FRACTION,
     CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
@@ -79,7 +79,7 @@ def traced_run(run, *, round_bytes: int = ROUND_BYTES, use_cache: bool = True):
                 return RunResult.from_dict(json.load(fh)["result"]), True
         except (OSError, ValueError, TypeError, KeyError):
             pass  # a corrupt entry is re-traced and overwritten
-    from fmest.render import status
+    from fmest.output.render import status
     from fmest_torch_runner.runner import run as run_steps
 
     with status(f"tracing {run.model_name} ({run.steps} steps on fake tensors)"):
@@ -98,7 +98,7 @@ def traced_run(run, *, round_bytes: int = ROUND_BYTES, use_cache: bool = True):
 
 def gpu_side_terms(peak_bytes: int, *, world_size: int, nodes: int) -> dict[str, int]:
     """Memory a GPU run holds beyond the tensors the trace sees (defaults from
-    :mod:`fmest.device_terms`, shared with the analytic plugin; overridable by environment
+    :mod:`fmest.physics.device_terms`, shared with the analytic plugin; overridable by environment
     variables):
 
     * ``cuda_context``: CUDA context + cuBLAS workspaces (``FMEST_CUDA_CONTEXT_BYTES``,

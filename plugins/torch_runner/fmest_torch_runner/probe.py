@@ -237,7 +237,7 @@ def environment(device: str) -> dict:
 
 
 def job_features(job, ctx) -> dict:
-    from fmest.counting import total_params, trainable_params
+    from fmest.physics.counting import total_params, trainable_params
 
     m, tr, par = ctx.model, job.training, job.parallelism
     row = {"model": job.model, "model_type": m.model_type, "num_layers": m.num_layers,
@@ -378,11 +378,11 @@ def add_arguments(parser) -> None:
 
 
 class _Progress:
-    """The sweep's progress on stderr (fmest.render: a bar on a terminal, one line per
+    """The sweep's progress on stderr (fmest.output.render: a bar on a terminal, one line per
     finished configuration in a log) with the count of each status."""
 
     def __init__(self, total: int, skipped: int) -> None:
-        from fmest.render import Progress
+        from fmest.output.render import Progress
 
         self.total, self.skipped, self.done = total, skipped, 0
         self.counts: dict[str, int] = {}

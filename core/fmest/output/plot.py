@@ -126,7 +126,7 @@ def _job_objects(report) -> list[dict[str, Any]]:
     """The ``--format json`` object of each job of a report (or of its JSON object)."""
     if isinstance(report, dict):
         return list(report["jobs"]) if "jobs" in report else [report]
-    from fmest.report import report_to_dict
+    from fmest.output.report import report_to_dict
 
     return [report_to_dict(r) for r in getattr(report, "all_reports", None) or [report]]
 

@@ -1,5 +1,5 @@
 """Rendering a :class:`fmest.engine.Report`: a JSON-ready dict (a contract other tools read),
-its CSV row, an aligned table for people (through :mod:`fmest.render`), a one-line ``repr`` and
+its CSV row, an aligned table for people (through :mod:`fmest.output.render`), a one-line ``repr`` and
 HTML for notebooks."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import html
 from typing import Any, Optional
 
 from fmest.convert import job_to_dict, unstructure
-from fmest.counting import total_params, trainable_params
 from fmest.estimates import fits_probability
-from fmest.render import Column, csv_text
-from fmest.render import render_table as _table
-from fmest.serving import inference_lines, inference_summary
+from fmest.output.render import Column, csv_text
+from fmest.output.render import render_table as _table
+from fmest.output.serving_summary import inference_lines, inference_summary
+from fmest.physics.counting import total_params, trainable_params
 
 #: :class:`fmest.engine.Report`, not imported: its to_dict/_repr_html_ call this module
 Report = Any
@@ -283,9 +283,9 @@ def _fmt_seconds(s: float | None) -> str:
     return f"{s / 86400:.1f} days"
 
 
-def render_table(report: Report, *, explain: bool = False, tty: Optional[bool] = None) -> str:
+def report_table(report: Report, *, explain: bool = False, tty: Optional[bool] = None) -> str:
     """The human-readable report: model, layout, memory breakdown and verdict, then time,
-    throughput and cost when present (tables through :mod:`fmest.render`: rich when ``tty``,
+    throughput and cost when present (tables through :mod:`fmest.output.render`: rich when ``tty``,
     default when stdout is a terminal)."""
     ctx, job = report.context, report.job
     lines: list[str] = []

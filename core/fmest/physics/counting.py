@@ -18,7 +18,7 @@ from fmest.job import Job, Training
 from fmest.models.spec import LinearModule, ModelSpec
 
 #: PEFT's per-model-type default ``target_modules`` (copied from peft, source in the file).
-LORA_DEFAULTS_FILE = Path(__file__).resolve().parent / "data" / "lora_default_targets.json"
+LORA_DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "data" / "lora_default_targets.json"
 #: The targets used when the model type is not in PEFT's table (the Llama-style default
 #: fmest used before; peft itself would raise "Please specify `target_modules`").
 FALLBACK_LORA_TARGETS = ("q_proj", "v_proj")
