@@ -29,7 +29,6 @@ from attrs import field, frozen
 
 from fmest.bounds import check_job
 from fmest.convert import SECTIONS, job_from_dict, job_to_dict
-from fmest.datasets import resolve_dataset
 from fmest.errors import InputError
 from fmest.job import Job
 
@@ -261,6 +260,8 @@ def _solve_batches(layers: Sequence[Layer], values: dict) -> tuple[set, dict]:
     file's global batch: the factor a rule derived is open again (a flag may have changed
     the others) and is written back into ``values``. Returns ``(the rules' keys, the
     unresolved messages of rules no GPU count splits)``."""
+    if not any(layer.batch_rules for layer in layers):
+        return set(), {}
     from fmest.configs import data_parallel, solve_train_batch, unsplit_reason
 
     keys: set = set()
@@ -325,8 +326,10 @@ def build_job(layers: Sequence[Layer], *, job_index: int = 0, job_count: int = 1
         check_job(job)
     except InputError as exc:
         raise _named(exc, values, named) from None
-    if count_dataset:
+    if count_dataset and job.workload.dataset_path:
         # read once, here: no estimate hook reads a file (errors name workload.dataset_path)
+        from fmest.datasets import resolve_dataset
+
         job, counted = resolve_dataset(job)
         if counted is not None:
             values["workload.dataset_tokens"] = (job.workload.dataset_tokens, counted)

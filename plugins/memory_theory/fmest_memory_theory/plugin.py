@@ -41,7 +41,6 @@ from fmest.transforms import (
 from fmest_memory_theory import formulas as F
 from fmest_memory_theory.encdec import encdec_activation_bytes, stack_lengths
 from fmest_memory_theory.host import host_memory_per_node
-from fmest_memory_theory.inference import estimate_inference_memory
 from fmest_memory_theory.inventory import LoraNumbers, ModelNumbers, lora_numbers, model_numbers
 from fmest_memory_theory.layer import LayerInputs, layer_activation_bytes
 from fmest_memory_theory.memo import by_identity
@@ -730,5 +729,7 @@ def fmest_estimate_memory(job: Job, ctx: EstimateContext) -> MemoryEstimate:
     """Analytic per-GPU peak memory (basis ``analytic``); answers every job (serving memory
     for ``mode: inference``, fmest_memory_theory.inference)."""
     if job.mode == "inference":
+        from fmest_memory_theory.inference import estimate_inference_memory
+
         return estimate_inference_memory(job, ctx)
     return estimate_bytes(job, ctx)

@@ -23,7 +23,6 @@ from typing import Optional
 import attrs
 from attrs import frozen
 
-from fmest.datasets import needs_counting
 from fmest.errors import InputError
 from fmest.estimates import ACTIVATION_COMPONENTS, Provenance, TimeEstimate, TokensEstimate
 from fmest.hookspecs import hookimpl
@@ -31,7 +30,6 @@ from fmest.models.images import vlm_sequence_len
 from fmest.physics.counting import lora_modules, total_params, trainable_params
 from fmest.transforms import CommunicationPlan, Transforms, transforms_of
 from fmest_time_roofline import formulas as F
-from fmest_time_roofline.inference import estimate_inference_time, estimate_inference_tokens
 
 BASIS = "analytic"
 _COLLECTIVE_SECONDS = {"all_reduce": F.all_reduce_seconds,
@@ -650,6 +648,10 @@ def workload_tokens(job) -> tuple[Optional[float], str]:
 def uncounted_dataset_note(job) -> Optional[str]:
     """Why a job sized by an uncounted ``dataset_path`` (a Job built in Python that skipped
     the input door) has no total steps; ``None`` otherwise."""
+    if not job.workload.dataset_path:
+        return None
+    from fmest.datasets import needs_counting
+
     if not needs_counting(job.workload):
         return None
     return (f"no total steps: the dataset {job.workload.dataset_path} was not counted; count "
@@ -662,6 +664,8 @@ def fmest_estimate_time(job, ctx, memory):
     """Roofline step time (see module doc); total time from the job's workload. Inference
     jobs: prefill + decode (fmest_time_roofline.inference)."""
     if job.mode == "inference":
+        from fmest_time_roofline.inference import estimate_inference_time
+
         return estimate_inference_time(job, ctx, memory)
     res = step_breakdown(job, ctx, memory)
     if res is None:
@@ -699,6 +703,8 @@ def fmest_estimate_tokens(job, ctx, time):
     if time is None or not time.step_seconds:
         return None
     if job.mode == "inference":
+        from fmest_time_roofline.inference import estimate_inference_tokens
+
         return estimate_inference_tokens(job, ctx, time)
     tr, lay = job.training, ctx.layout
     samples = tr.micro_batch_size * tr.grad_accum_steps * lay.dp
