@@ -131,8 +131,11 @@ def fmest_resolve_model(name, registries):
 def fmest_register_commands(register):
     """Register CLI sub-commands.
 
-    Fires when the CLI starts. Call ``register(name, help, add_arguments, run)``:
-    ``add_arguments(parser)`` adds argparse arguments, ``run(args, engine) -> int`` executes
+    Fires when the CLI starts a command that is not built in, and for ``fmest --help``, which
+    lists the commands without building an engine (keep it cheap: import what the command
+    needs inside its functions). Call ``register(name, help, add_arguments, run)``:
+    ``add_arguments(parser)`` adds argparse arguments (called only for the command being run;
+    job flags come from :data:`fmest.flags.JOB_FLAGS`), ``run(args, engine) -> int`` executes
     and returns the exit code. Returns nothing.
     """
 
