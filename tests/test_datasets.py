@@ -231,6 +231,11 @@ def test_explain_shows_where_the_count_came_from(engine, data, tmp_path):
     assert rc == 0, err
     row = next(ln for ln in out.splitlines() if "workload.dataset_tokens" in ln)
     assert f"d.jsonl: {RECORDS} records" in row
+    # with flags only, --explain shows the count's origin too
+    rc, out, err = _cli(engine, [*ESTIMATE, "--dataset", str(data), "--explain"])
+    assert rc == 0, err
+    row = next(ln for ln in out.splitlines() if "workload.dataset_tokens" in ln)
+    assert f"d.jsonl: {RECORDS} records" in row
 
 
 def test_plan_counts_the_dataset_once(engine, data, opens):

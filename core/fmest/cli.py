@@ -121,7 +121,9 @@ def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
             print(f"{'' if r is report else chr(10)}== job {r.input.job_index + 1} of "
                   f"{len(reports)}: {r.job.model} ==")
         print(report_table(_summarised(r, args), explain=bool(r.job.options.explain)))
-        if r.input is not None and r.input.files and r.job.options.explain:
+        counted = r.input is not None and "workload.dataset_tokens" in r.input.origins and \
+            not str(r.input.origins["workload.dataset_tokens"]).startswith("--")
+        if r.input is not None and (r.input.files or counted) and r.job.options.explain:
             print("\nWhere each setting came from (flags override these):")
             print(table(["field", "origin"], r.input.origins.items(), indent="  "))
     return _fit_exit(args, [r.fits for r in reports])
