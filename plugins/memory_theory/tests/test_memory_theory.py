@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import fmest_memory_theory.estimator as estimator
 import fmest_memory_theory.plugin as plugin
 from fmest.convert import job_from_dict
 from fmest.physics.precision import resolve_precision
@@ -114,7 +115,7 @@ def test_korthikanti_equations(tp, sp, per_sbh):
     inputs = LayerInputs(tokens=seq * batch, batch=batch, seq=seq, act_bytes=2, tp=tp,
                          sequence_parallel=sp, attention="sdpa", compiled=True,
                          trainable_all=True, adapter_bytes=2, checkpointing="none")
-    saved, _ = layer_activation_bytes(spec, plugin.model_numbers(spec), None, inputs)
+    saved, _ = layer_activation_bytes(spec, estimator.model_numbers(spec), None, inputs)
     log_sum_exp = batch * heads / tp * seq * F.LSE_BYTES
     assert saved == pytest.approx(seq * batch * hidden * per_sbh + log_sum_exp, rel=1e-12)
     # the published closed form itself, with the s^2 term (eager attention with dropout)
@@ -151,7 +152,7 @@ def test_lora_adapter_params_hu_2021():
 def test_components_sum_to_total(training, parallelism):
     est = _estimate(training=training, parallelism=parallelism)
     assert sum(est.components.values()) == est.total_bytes
-    assert set(plugin.COMPONENTS) <= set(est.components)
+    assert set(estimator.COMPONENTS) <= set(est.components)
     assert est.provenance.basis == "analytic"
     assert est.phase in ("forward", "backward", "optimizer")
     assert set(est.phase_peaks_bytes) == {"forward", "backward", "optimizer"}
@@ -243,10 +244,10 @@ def test_fast():
     eng = _engine()
     job = job_from_dict({"model": "Llama-2-7b-hf", "training": {"seq_len": 4096}})
     ctx = eng.context(job)
-    plugin.estimate_bytes(job, ctx)
+    estimator.estimate_bytes(job, ctx)
     t0 = time.perf_counter()
     for _ in range(200):
-        plugin.estimate_bytes(job, ctx)
+        estimator.estimate_bytes(job, ctx)
     assert (time.perf_counter() - t0) / 200 < 1e-3
 
 
@@ -420,8 +421,8 @@ def test_zero_paper_table1_model_state_phase(stage, per_param):
                          "parallelism": {"zero_stage": stage},
                          "hardware": {"gpu": "H100-SXM-80GB", "gpus_per_node": 8, "nodes": 8}})
     ctx = _engine().context(job)
-    setup = plugin.job_setup(job, ctx)
-    (whole,) = plugin.pipeline_stages(32, 1, "1f1b", 1, 1)
-    state = plugin.model_state_terms(setup, plugin.stage_params(setup, whole))
+    setup = estimator.job_setup(job, ctx)
+    (whole,) = estimator.pipeline_stages(32, 1, "1f1b", 1, 1)
+    state = estimator.model_state_terms(setup, estimator.stage_params(setup, whole))
     model_state = state.weights + state.grads_full + state.master + state.states
     assert model_state == pytest.approx(per_param * 6_738_415_616, rel=1e-9)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import fmest_time_roofline.estimator as estimator
 import fmest_time_roofline.plugin as plugin
 from fmest.convert import job_from_dict
 from fmest.testing import new_engine
@@ -226,7 +227,8 @@ def test_no_torch_on_estimate_path():
     import subprocess
     import sys
 
-    code = ("import sys, fmest_time_roofline.plugin, fmest_time_roofline.formulas;"
+    code = ("import sys, fmest_time_roofline.plugin, fmest_time_roofline.estimator, "
+            "fmest_time_roofline.formulas;"
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -304,12 +306,12 @@ def test_data_parallel_phase_prices_the_ddp_all_reduce_as_a_ring(engine):
     ctx = engine.context(job)
     comm = ctx.transforms.communication
     (allreduce,) = comm.collectives
-    shape = plugin.step_shape(job, ctx.model, ctx.layout)
+    shape = estimator.step_shape(job, ctx.model, ctx.layout)
     busbw = F.link_bytes_per_s(ctx.gpu, inter_node=False, size=8, nodes=1)
     params = ctx.model.param_counts().total
     ring = 2 * 7 / 8 * 2.0 * params / busbw + F.INTRA_NODE_LATENCY_S * 2 * 3
     assert allreduce.payload_bytes == 2.0 * params
-    assert plugin.data_parallel_seconds(comm, shape, ctx.gpu, ctx.layout, 0.0, 0.5) == \
+    assert estimator.data_parallel_seconds(comm, shape, ctx.gpu, ctx.layout, 0.0, 0.5) == \
         pytest.approx(ring, rel=1e-12)
 
 
@@ -319,9 +321,9 @@ def test_matmul_phase_is_six_n_flops_at_the_given_mfu(engine):
     Narayanan et al. 2021), N the matmul parameters including the output head."""
     job = _job(options={"mfu": 1.0}, training={"seq_len": 4096, "micro_batch_size": 4})
     ctx = engine.context(job)
-    rates = plugin.device_rates(job, ctx.gpu)
-    shape = plugin.step_shape(job, ctx.model, ctx.layout)
-    matmuls = plugin.matmul_times(job, ctx.model, shape, rates)
+    rates = estimator.device_rates(job, ctx.gpu)
+    shape = estimator.step_shape(job, ctx.model, ctx.layout)
+    matmuls = estimator.matmul_times(job, ctx.model, shape, rates)
     flops = F.linear_forward_flops_per_token(ctx.model) * shape.tokens
     assert matmuls.forward == pytest.approx(flops / rates.linear_peak, rel=1e-9)
     assert matmuls.backward == pytest.approx(2 * flops / rates.linear_peak, rel=1e-9)
@@ -353,7 +355,7 @@ def test_short_eager_steps_are_host_bound_and_compile_is_not(engine):
 
 def test_expert_parallel_ranks_update_only_their_experts(engine):
     """Under expert parallelism each rank holds experts / ep of the expert weights, so its
-    optimizer update and gradient accumulation stream that share (plugin.local_trainable_params),
+    optimizer update and gradient accumulation stream that share (estimator.local_trainable_params),
     not the whole model's."""
     job = _job(model="mistralai/Mixtral-8x7B-v0.1",
                training={"seq_len": 4096, "grad_accum_steps": 4},
@@ -361,9 +363,9 @@ def test_expert_parallel_ranks_update_only_their_experts(engine):
                                                           "gpus_per_node": 8})
     spec = engine.estimate(job, quantities=("time",)).context.model
     counts = spec.param_counts()
-    shape = plugin.step_shape(job, spec, engine.estimate(
+    shape = estimator.step_shape(job, spec, engine.estimate(
         job, quantities=("time",)).context.layout)
-    local = plugin.local_trainable_params(spec, job.training, shape)
+    local = estimator.local_trainable_params(spec, job.training, shape)
     assert local == pytest.approx(counts.total - counts.experts * (1 - 1 / 8))
     no_ep = _job(model="mistralai/Mixtral-8x7B-v0.1",
                  training={"seq_len": 4096, "grad_accum_steps": 4},

@@ -1,0 +1,734 @@
+"""The ``memory_theory`` estimator: analytic per-GPU peak memory of a steady-state training step
+(the plugin's hooks are in :mod:`fmest_memory_theory.plugin`).
+
+The peak is the maximum over the phases of step 2 (forward, backward, optimizer), where the
+optimizer states already exist during forward and backward and gradients were freed by
+``zero_grad(set_to_none=True)`` (trace_feasibility notes, section 2a). Each phase sums only
+what coexists in it; the components of the winning phase are returned.
+
+The estimate runs as named phases over small frozen records (docs/memory_model.md):
+
+1. :func:`job_setup` reads the job and the core's resolved transforms (``ctx.transforms``:
+   precision, per-element bytes of the optimizer transform, sharding divisors and framework
+   behaviour of the sharding strategy) into a :class:`JobSetup`;
+2. per pipeline stage (:func:`pipeline_stages`): :func:`stage_params` ->
+   :func:`model_state_terms` (weights, adapters, master copies, gradients, optimizer states and
+   temporaries) -> :func:`framework_buffer_terms` -> :func:`activation_terms` (saved
+   activations, one layer's backward working set, logits and loss) -> :func:`phase_components`;
+3. :func:`assemble` adds the GPU-side terms of :mod:`fmest.physics.device_terms`.
+
+Formulas and constants live in :mod:`fmest_memory_theory.formulas`; the per-model numbers
+the phases read (sums over the model's inventory, computed once per model) in
+:mod:`fmest_memory_theory.inventory`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Optional
+
+import attrs
+from attrs import frozen
+
+from fmest.estimates import MemoryEstimate, Provenance
+from fmest.transforms import (
+    OptimizerSizing,
+    ShardingPlan,
+    ShardingStrategy,
+    dtype_info,
+    transforms_of,
+)
+from fmest_memory_theory import formulas as F
+from fmest_memory_theory.encdec import encdec_activation_bytes, stack_lengths
+from fmest_memory_theory.host import host_memory_per_node
+from fmest_memory_theory.inventory import LoraNumbers, ModelNumbers, lora_numbers, model_numbers
+from fmest_memory_theory.layer import LayerInputs, layer_activation_bytes
+from fmest_memory_theory.memo import by_identity
+from fmest_memory_theory.vision import (
+    image_tokens,
+    vision_activation_bytes,
+    vision_trainable_params,
+    vlm_sequence_len,
+)
+
+if TYPE_CHECKING:
+    from fmest.engine import EstimateContext
+    from fmest.job import Job, Layout, Parallelism, Training
+    from fmest.models.spec import LinearModule, ModelSpec, VisionSpec
+    from fmest.stacks import ResolvedStack
+
+COMPONENTS = ("weights", "master_weights", "lora_adapters", "gradients", "optimizer_states",
+              "optimizer_temporaries", "activations", "logits_and_loss", "framework_buffers",
+              "cuda_context", "allocator_reserve")
+_TENSOR_COMPONENTS = COMPONENTS[:-2]
+
+#: every training estimate's provenance: one frozen record, not one built per estimate
+PROVENANCE = Provenance(basis="analytic", detail=(
+    "step-2 phase peak; Korthikanti 2022 activations, ZeRO 2020 states, QLoRA 2023 "
+    "NF4; allocator reserve %.0f%% of allocated" % (100 * F.ALLOCATOR_RESERVE_FRACTION)))
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. the job
+# ---------------------------------------------------------------------------------------------
+
+@frozen(kw_only=True)
+class JobSetup:
+    """What every phase reads: the job, the model numbers and the resolved transforms."""
+
+    training: Training
+    parallelism: Parallelism
+    layout: Layout
+    model: ModelSpec
+    dims: ModelNumbers
+    lora: Optional[LoraNumbers]
+    sizing: OptimizerSizing       # optimizer transform (per-element bytes)
+    plan: ShardingPlan            # sharding transform (divisors)
+    strategy: ShardingStrategy    # framework behaviour of the sharding strategy
+    act_bytes: int                # compute-dtype storage bytes per element
+    adapter_act_bytes: int        # dtype of adapter inputs/outputs (fp32 under amp/master LoRA)
+    tokens: float                 # tokens of one micro-batch on one GPU
+    seq_local: float
+    accumulating: bool            # gradients live across micro-batches (accum or pipeline)
+    dtensor_tp: bool
+    dtensor_sp: bool
+    offload_optimizer: bool
+    offload_params: bool
+    #: the loss as it runs: ``training.loss``, or ``fused`` when the stack fuses a standard
+    #: cross-entropy (read this, not ``training.loss``)
+    loss: str
+    stack: Optional[ResolvedStack] = None   # None: eager PyTorch
+    expert_plan: Optional[ShardingPlan] = None  # divisors of expert weights (expert-DP group)
+
+
+def effective_loss(loss: str, stack: Optional[ResolvedStack]) -> str:
+    """The stack's fused cross-entropy never holds the fp32 logits (Megatron
+    cross_entropy_loss_fusion, Liger fused linear CE, Unsloth chunked CE): a ``standard`` loss
+    runs as ``fused`` under a stack that fuses ``loss``."""
+    if loss == "standard" and stack is not None and stack.fuses("loss"):
+        return "fused"
+    return loss
+
+
+def job_setup(job: Job, ctx: EstimateContext) -> JobSetup:
+    """Phase 1: the job and the core's transforms (``ctx.transforms``) as one record."""
+    training, par, lay, model = job.training, job.parallelism, ctx.layout, ctx.model
+    transforms = transforms_of(job, ctx)
+    sizing, plan, stack = transforms.optimizer, transforms.sharding, transforms.stack
+    lora = training.technique in ("lora", "qlora")
+    # PyTorch-native TP (DTensor) is what composes with FSDP (torchtitan): loss_parallel and
+    # separately all-gathered SP inputs (ShardingStrategy.native_tensor_parallel)
+    dtensor_tp = lay.tp > 1 and plan.strategy.native_tensor_parallel
+    # VLMs: image tokens join the text sequence (fmest_memory_theory.vision)
+    seq_local = vlm_sequence_len(training.seq_len, model.vision, image_size=training.image_size,
+                                 images=training.images_per_sample) / lay.cp
+    return JobSetup(
+        training=training, parallelism=par, layout=lay, model=model, dims=model_numbers(model),
+        lora=(lora_numbers(model, tuple(training.lora_target_modules), training.lora_rank)
+              if lora else None),
+        sizing=sizing, plan=plan, strategy=plan.strategy, act_bytes=sizing.compute_bytes,
+        adapter_act_bytes=sizing.trainable_bytes if lora else sizing.compute_bytes,
+        tokens=training.micro_batch_size * seq_local, seq_local=seq_local,
+        accumulating=training.grad_accum_steps > 1 or lay.pp > 1, dtensor_tp=dtensor_tp,
+        dtensor_sp=dtensor_tp and par.sequence_parallel,
+        offload_optimizer=par.cpu_offload in ("optimizer", "params"),
+        offload_params=par.cpu_offload == "params", loss=effective_loss(training.loss, stack),
+        stack=stack, expert_plan=transforms.expert_sharding or plan)
+
+
+@frozen(kw_only=True)
+class Stage:
+    """One distinct pipeline stage: its layers, whether it holds the embedding/head, and how
+    many micro-batches of activations it keeps in flight."""
+
+    name: str
+    layers: int
+    has_embedding: bool
+    has_head: bool
+    inflight: float
+
+
+@functools.lru_cache(maxsize=256)
+def pipeline_stages(num_layers: int, pp: int, schedule: str, micro: int,
+                    vstages: int) -> tuple[Stage, ...]:
+    """The distinct stages: the first holds the most in-flight micro-batches, the last the
+    head (formulas.pipeline_inflight_microbatches). Cached: a pure function of five numbers
+    that every estimate asks."""
+    if pp <= 1:
+        return (Stage(name="all", layers=num_layers, has_embedding=True, has_head=True,
+                      inflight=1.0),)
+    per = F.ceil_div(num_layers, pp)
+    first = F.pipeline_inflight_microbatches(schedule, pp, micro, vstages)
+    return (Stage(name="first", layers=per, has_embedding=True, has_head=False, inflight=first),
+            Stage(name="last", layers=per, has_embedding=False, has_head=True, inflight=1.0))
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. one stage
+# ---------------------------------------------------------------------------------------------
+
+@frozen(kw_only=True)
+class StageParams:
+    """Parameters of one stage on one GPU (after tensor and expert parallelism)."""
+
+    fraction: float
+    dense: float
+    expert: float
+    embedding: float
+    head: float
+    final_norm: float
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.expert + self.embedding + self.head + self.final_norm
+
+
+def stage_params(setup: JobSetup, stage: Stage) -> StageParams:
+    dims, tp = setup.dims, setup.layout.tp
+    frac = stage.layers / setup.model.num_layers
+    return StageParams(
+        fraction=frac, dense=dims.layer_dense_params * frac / tp,
+        expert=dims.layer_expert_params * frac / (tp * setup.layout.ep),
+        embedding=dims.embedding_params / tp if stage.has_embedding else 0.0,
+        head=(dims.head_params / tp if stage.has_head else 0.0),
+        final_norm=dims.final_norm_params if stage.has_head else 0.0)
+
+
+@frozen(kw_only=True)
+class ModelState:
+    """Model-state bytes of one stage (the optimizer and sharding transforms applied)."""
+
+    base_bytes: float            # stage weights before sharding
+    weights: float
+    lora_adapters: float
+    trainable_params: float
+    master: float
+    grads_full: float            # every sharded gradient
+    grads_peak: float            # the most gradients alive at once
+    states: float
+    temps: float                 # optimizer-step temporaries
+    temps_in_backward: float     # optimizer-in-backward temporaries
+    quantized: tuple[LinearModule, ...]  # the QLoRA-quantized linears
+
+
+def _base_weight_bytes(setup: JobSetup,
+                       params: StageParams) -> tuple[float, tuple[LinearModule, ...]]:
+    """Stage weights before sharding; QLoRA stores its linears (but the head) in NF4 or
+    LLM.int8 (Dettmers et al. 2023 section 3; Dettmers et al. 2022)."""
+    training, tp, dims = setup.training, setup.layout.tp, setup.dims
+    if training.technique != "qlora":
+        return params.total * setup.sizing.weight_bytes, ()
+    q_params = dims.quantizable_weight_params * params.fraction / tp
+    if training.quantization_bits == 4:
+        q_bytes = q_params * F.nf4_bytes_per_param(training.double_quantization)
+    else:
+        q_bytes = dims.quantizable_int8_bytes * params.fraction / tp
+    return q_bytes + (params.total - q_params) * setup.act_bytes, dims.quantizable
+
+
+def _optimizer_state_bytes(setup: JobSetup, trainable: float) -> float:
+    """States of ``trainable`` parameters before sharding (Adafactor: factored statistics,
+    Shazeer & Stern 2018; others: formulas.optimizer_state_bytes)."""
+    sizing, lora = setup.sizing, setup.lora
+    if sizing.factored:
+        # the whole model's (or the adapters') factored elements, scaled to this stage
+        numbers = lora if lora is not None else setup.dims
+        total = lora.adapter_params if lora else setup.dims.total_params
+        elements = numbers.factored_state_elements * trainable / max(1.0, total)
+        return (elements + trainable * sizing.states) * sizing.state_bytes
+    return F.optimizer_state_bytes(trainable, sizing.states, sizing.state_bytes,
+                                   sizing.state_overhead_bytes)
+
+
+def _step_temporaries(setup: JobSetup, trainable: float, opt_div: float) -> float:
+    """Parameter-sized temporaries of the update (``OptimizerSpec.step_temp_states``); a
+    for-loop or in-backward update holds one tensor's worth at a time."""
+    sizing, training, lora = setup.sizing, setup.training, setup.lora
+    temps = trainable * sizing.temp_states * sizing.state_bytes / opt_div
+    if sizing.impl == "for_loop" or training.optimizer_in_backward:
+        biggest = (setup.dims.largest_tensor_params / setup.layout.tp) if not lora else \
+            (trainable / max(1, len(lora.shapes) // 2 * setup.model.num_layers))
+        temps = max(temps, biggest * sizing.state_bytes * max(1.0, sizing.states))
+    return temps
+
+
+def _frozen_vision_params(setup: JobSetup) -> float:
+    """A VLM's vision tower is frozen unless ``train_vision_tower`` (its projector trains)."""
+    vision = setup.model.vision
+    if vision is None:
+        return 0.0
+    return vision.tower_params + vision.projector_params - vision_trainable_params(
+        vision, train_tower=setup.training.train_vision_tower)
+
+
+def _blended_divisor(setup: JobSetup, which: str, expert_share: float) -> float:
+    """The sharding divisor ``which`` (``params_divisor``...) of a stage whose
+    ``expert_share`` of elements are expert weights: dense ones shard over the data-parallel
+    group, expert ones over the expert-data-parallel group (``Transforms.expert_sharding``;
+    Megatron-Core's distributed optimizer shards expert buffers over ``intra_expt_dp_group``,
+    megatron/core/distributed/distributed_data_parallel.py)."""
+    dense = getattr(setup.plan, which)
+    expert = getattr(setup.expert_plan or setup.plan, which)
+    if not expert_share or expert == dense:
+        return dense
+    return 1.0 / ((1.0 - expert_share) / dense + expert_share / expert)
+
+
+def model_state_terms(setup: JobSetup, params: StageParams) -> ModelState:
+    """Weights, adapters, master copies, gradients, optimizer states and temporaries of one
+    stage, divided by the sharding plan (ZeRO paper section 5; ``OptimizerSizing`` bytes);
+    expert weights by the expert sharding plan (:func:`_blended_divisor`)."""
+    sizing, lora = setup.sizing, setup.lora
+    base_bytes, quant = _base_weight_bytes(setup, params)
+    trainable = lora.adapter_params * params.fraction / setup.layout.tp if lora else \
+        params.total - _frozen_vision_params(setup) * params.fraction / setup.layout.tp
+    weight_share = params.expert / params.total if params.total else 0.0
+    trained_share = 0.0 if lora or not trainable else min(1.0, params.expert / trainable)
+    # the stage's sharding divisors, dense and expert weights blended
+    params_divisor = _blended_divisor(setup, "params_divisor", weight_share)
+    grads_divisor = _blended_divisor(setup, "grads_divisor", trained_share)
+    optimizer_divisor = _blended_divisor(setup, "optimizer_divisor", trained_share)
+    adapter_divisor = setup.plan.params_divisor
+    weights = 0.0 if setup.offload_params else base_bytes / params_divisor
+    adapters = trainable * sizing.trainable_bytes / adapter_divisor if lora else 0.0
+    if lora and setup.offload_params:
+        adapters = 0.0
+    master = trainable * sizing.master_bytes / optimizer_divisor
+    grads_full = trainable * sizing.grad_bytes / grads_divisor
+    states = _optimizer_state_bytes(setup, trainable) / optimizer_divisor
+    temps = _step_temporaries(setup, trainable, optimizer_divisor)
+    if setup.offload_optimizer:
+        master = states = temps = 0.0
+    if setup.offload_params:
+        grads_full = 0.0
+    grads_peak, temps_in_bwd = grads_full, 0.0
+    if setup.training.optimizer_in_backward:
+        if not lora:
+            grads_peak = min(grads_full, (setup.dims.largest_tensor_params / setup.layout.tp)
+                             * sizing.grad_bytes)
+        temps_in_bwd, temps = temps, 0.0
+    return ModelState(base_bytes=base_bytes, weights=weights, lora_adapters=adapters,
+                      trainable_params=trainable, master=master, grads_full=grads_full,
+                      grads_peak=grads_peak, states=states, temps=temps,
+                      temps_in_backward=temps_in_bwd, quantized=quant)
+
+
+@frozen(kw_only=True)
+class Buffers:
+    """Framework buffers of one stage by lifetime."""
+
+    static: float = 0.0           # persistent across the step
+    fwd_bwd: float = 0.0          # during forward and backward only
+    fwd_only: float = 0.0         # during forward only (autocast cache under full ckpt)
+    accumulated: float = 0.0      # unsharded accumulated gradients (part of fwd_bwd)
+    unsharded_accumulation: bool = False
+    autocast_layer: float = 0.0   # one recomputed block's autocast weight copies
+
+
+def _bucket_bytes(setup: JobSetup, state: ModelState) -> float:
+    """Persistent flat buckets: DDP's gradient bucket copy (``ShardingStrategy.ddp_bucket``)
+    or DeepSpeed-style reduce/all-gather buckets (``*_bucket_elements``)."""
+    strategy, dp = setup.strategy, setup.layout.dp
+    stack = setup.stack
+    out = float(stack.profile.workspace_bytes) if stack is not None else 0.0
+    if stack is not None and stack.profile.contiguous_grad_buffer \
+            and "gradients" not in strategy.shards:
+        # gradients accumulate in the framework's flat buffer, which is what is reduced
+        # (Megatron param_and_grad_buffer, DeepSpeed BF16_Optimizer): no bucket copies
+        return out
+    if strategy.ddp_bucket and not strategy.shards and dp > 1 and state.trainable_params:
+        out += state.grads_full * F.DDP_BUCKET_COPIES_OF_GRADS
+    buckets = strategy.reduce_bucket_elements + strategy.allgather_bucket_elements
+    if buckets and dp > 1:
+        out += min(buckets, state.trainable_params) * setup.act_bytes
+    return out
+
+
+def _gathered_param_buffers(setup: JobSetup, params: StageParams, state: ModelState,
+                            static: float) -> Buffers:
+    """Unsharded parameters (and gradients) of a parameter-sharding strategy, beside the
+    ``static`` buckets."""
+    strategy, lay, act = setup.strategy, setup.layout, setup.act_bytes
+    lora = setup.lora is not None
+    layer_unsharded = (setup.dims.largest_layer_params / lay.tp) * act
+    if strategy.param_gather and not (lay.pp > 1 and strategy.pp_unsharded_params):
+        # the root unit (embedding, final norm, output projection: everything outside the
+        # per-block units) is gathered at the start of forward and FSDP2 keeps the root
+        # unsharded until backward ends (``fully_shard`` docs)
+        root = (params.embedding + params.head) * act
+        fwd_bwd = F.FSDP_UNSHARDED_LAYERS * layer_unsharded + root
+        if not lora:   # one layer's unsharded grads (+ fp32 copy for reduce)
+            fwd_bwd += layer_unsharded / act * (act + (F.FP32_BYTES if setup.sizing.precision
+                                                       == "amp" else 0))
+        return Buffers(static=static, fwd_bwd=fwd_bwd)
+    # SHARD_GRAD_OP, or parameters kept unsharded under PP (torchtitan:
+    # reshard_after_forward=False): the stage's parameters stay unsharded through forward and
+    # backward, and unsharded gradients accumulate over micro-batches (fp32 under amp with
+    # ``fp32_grad_accum``, FSDP_PP_ACCUMULATED_GRAD_BYTES)
+    fwd_bwd = state.base_bytes * act / max(setup.sizing.weight_bytes, 1) if not lora \
+        else state.base_bytes
+    if lora or not setup.accumulating:
+        return Buffers(static=static, fwd_bwd=fwd_bwd)
+    # FSDP2 upcasts every unsharded gradient it accumulates without sync to ``reduce_dtype``,
+    # whatever ``reshard_after_forward`` says: under PP FULL_SHARD and SHARD_GRAD_OP run the
+    # same (torchtitan sets reshard_after_forward=False for both)
+    acc_b = F.FSDP_PP_ACCUMULATED_GRAD_BYTES if (
+        lay.pp > 1 and strategy.fp32_grad_accum and setup.sizing.precision == "amp") else act
+    acc_buf = params.total * acc_b
+    return Buffers(static=static, fwd_bwd=fwd_bwd + acc_buf, accumulated=acc_buf,
+                   unsharded_accumulation=True)
+
+
+def _autocast_buffers(setup: JobSetup, params: StageParams, stage: Stage,
+                      static: float) -> Buffers:
+    """torch.autocast caches compute-dtype copies of fp32 weights (``cached_cast``) until the
+    autocast region exits after forward; what outlives it is what the matmuls saved. Under
+    full checkpointing only the (not checkpointed) output projection keeps its copy into
+    backward, and the recomputed block re-casts its own weights for its backward. Beside the
+    ``static`` buckets."""
+    act, tp = setup.act_bytes, setup.layout.tp
+    head_copy = (params.head or (setup.dims.embedding_params / tp if stage.has_head else 0.0)) \
+        * act
+    copies = (params.dense + params.expert) * act + head_copy
+    if setup.training.activation_checkpointing == "full":
+        return Buffers(static=static, fwd_only=copies - head_copy, fwd_bwd=head_copy,
+                       autocast_layer=(setup.dims.largest_layer_params / tp) * act)
+    return Buffers(static=static, fwd_bwd=copies)
+
+
+def framework_buffer_terms(setup: JobSetup, params: StageParams, state: ModelState,
+                           stage: Stage) -> Buffers:
+    """Framework buffers of one stage: flat buckets (static), gathered parameters under
+    parameter sharding or the autocast weight cache under amp (forward/backward)."""
+    static = _bucket_bytes(setup, state)
+    plan = setup.plan
+    if "parameters" in setup.strategy.shards and plan.params_divisor > 1 \
+            or setup.offload_params:
+        return _gathered_param_buffers(setup, params, state, static)
+    if (setup.sizing.precision == "amp" and setup.lora is None
+            and setup.act_bytes < F.FP32_BYTES):
+        return _autocast_buffers(setup, params, stage, static)
+    return Buffers(static=static)
+
+
+@frozen(kw_only=True)
+class Activations:
+    """Activation-side bytes of one stage and micro-batch schedule."""
+
+    saved_layer: float       # one layer's saved tensors
+    work_layer: float        # one layer's backward working set
+    saved_all: float         # everything saved for backward at the end of forward
+    logits_held: float
+    logits_fwd_extra: float
+    logits_bwd_extra: float
+    head_grad: float         # the output projection's weight gradient
+
+
+def _layer_inputs(setup: JobSetup) -> LayerInputs:
+    """The job side of the per-layer activation count, with the stack's fused kernels as
+    LayerInputs fields (no stack: eager PyTorch, nothing fused)."""
+    training, lay, stack = setup.training, setup.layout, setup.stack
+    return LayerInputs(
+        tokens=setup.tokens, batch=training.micro_batch_size, seq=setup.seq_local,
+        act_bytes=setup.act_bytes, tp=lay.tp, sequence_parallel=setup.parallelism
+        .sequence_parallel, attention=training.attention, compiled=training.compile,
+        trainable_all=setup.lora is None, adapter_bytes=setup.adapter_act_bytes,
+        checkpointing=training.activation_checkpointing, dtensor_sp=setup.dtensor_sp,
+        autocast=setup.sizing.precision == "amp",
+        fused_norm=stack is not None and stack.fuses("norm"),
+        fused_activation=stack is not None and stack.fuses("activation"),
+        fused_layout=stack is not None and stack.fuses("layout"),
+        gemm_input_bytes=_saved_gemm_input_bytes(setup))
+
+
+def _saved_gemm_input_bytes(setup: JobSetup) -> Optional[int]:
+    """Under a stack that fuses the fp8 cast into the GEMM producers (Transformer Engine),
+    saved GEMM inputs are the fp8 copies; None: the compute dtype's."""
+    stack, dtype = setup.stack, setup.training.dtype
+    if stack is not None and stack.fuses("fp8_cast") and dtype == "fp8":
+        return dtype_info(dtype).operand_bytes
+    return None
+
+
+def _final_norm_bytes(setup: JobSetup) -> float:
+    """The final norm's saved tensors (DTensor SP: sharded input + gathered output)."""
+    training, tp, hidden = setup.training, setup.layout.tp, setup.model.hidden_size
+    lora = setup.lora is not None
+    if setup.dtensor_sp:
+        return (F.norm_saved_bytes(setup.tokens, hidden, setup.act_bytes,
+                                   upcast=not training.compile, output_needed=False,
+                                   weight_trainable=not lora) / tp
+                + (setup.tokens * hidden * setup.act_bytes if not lora else 0.0))
+    return F.norm_saved_bytes(setup.tokens, hidden, setup.act_bytes, upcast=not training.compile,
+                              output_needed=not lora, weight_trainable=not lora) / (
+        tp if setup.parallelism.sequence_parallel else 1)
+
+
+def _logits(tokens: float, vocab: float, act_bytes: int, loss: str, compiled: bool,
+            vocab_parallel: bool = False) -> tuple[float, float, float]:
+    """(held, forward extra, backward extra): formulas.logits_bytes plus the compute-dtype
+    logits that exist before the fp32 upcast in forward (standard loss)."""
+    held, bwd_extra = F.logits_bytes(tokens, vocab, act_bytes, loss=loss, compiled=compiled,
+                                     vocab_parallel=vocab_parallel)
+    fwd_extra = tokens * vocab * act_bytes if loss == "standard" else 0.0
+    return held, fwd_extra, bwd_extra
+
+
+def _encdec_saved_bytes(setup: JobSetup, stage: Stage) -> float:
+    """Both stacks of an encoder-decoder at their own lengths (fmest_memory_theory.encdec),
+    with this plugin's per-layer formula, for the layers of ``stage``."""
+    training, model, cp = setup.training, setup.model, setup.layout.cp
+    base = _layer_inputs(setup)
+    if model.eager_only and base.attention == "sdpa":  # T5's position bias: eager attention
+        base = attrs.evolve(base, attention="eager")
+
+    def per_layer(seq: int) -> float:
+        inputs = attrs.evolve(base, tokens=training.micro_batch_size * seq / cp, seq=seq / cp)
+        return layer_activation_bytes(model, setup.dims, setup.lora, inputs)[0]
+
+    lengths = stack_lengths(model, seq_len=training.seq_len, source_len=training.source_len,
+                            target_len=training.target_len)
+    whole = encdec_activation_bytes(model, per_layer, lengths=lengths,
+                                    batch=training.micro_batch_size, act_bytes=setup.act_bytes,
+                                    tp=setup.layout.tp)
+    return whole * stage.layers / model.num_layers * stage.inflight
+
+
+def _vision_saved_bytes(setup: JobSetup, vision: VisionSpec) -> float:
+    """The vision tower's activations for one micro-batch (trained or frozen)."""
+    training = setup.training
+    tokens = image_tokens(vision, training.image_size)
+    return vision_activation_bytes(
+        vision, tokens, images=training.micro_batch_size * training.images_per_sample,
+        act_bytes=setup.act_bytes, trained=training.train_vision_tower,
+        checkpointing=training.activation_checkpointing == "full") / setup.layout.tp
+
+
+def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
+                     buffers: Buffers, stage: Stage) -> Activations:
+    """Saved activations of the in-flight micro-batches (Korthikanti et al. 2022 section 4,
+    pipeline schedules section 4.2.3), the pipeline runtime's stage outputs, the final norm,
+    logits and loss, and one layer's backward working set."""
+    training, par, lay, model = setup.training, setup.parallelism, setup.layout, setup.model
+    act, tokens = setup.act_bytes, setup.tokens
+    saved_l, work_l = layer_activation_bytes(model, setup.dims, setup.lora,
+                                             _layer_inputs(setup))
+    resident_layers = 1 if training.activation_offload else stage.layers * stage.inflight
+    saved_all = saved_l * resident_layers
+    if model.is_encoder_decoder and not training.activation_offload:
+        saved_all = _encdec_saved_bytes(setup, stage)
+    if model.vision is not None and stage.has_embedding:
+        saved_all += _vision_saved_bytes(setup, model.vision) * stage.inflight
+    if lay.pp > 1 and not stage.has_head:
+        # the pipeline runtime keeps each in-flight chunk's stage output until its backward
+        # (``PipelineStage.fwd_cache``); no layer of the stage saves it
+        chunks = stage.inflight * max(1, par.pp_virtual_stages
+                                      if par.pp_schedule == "interleaved" else 1)
+        saved_all += chunks * tokens * model.hidden_size * act / (
+            lay.tp if par.sequence_parallel else 1)
+    held = fwd_tr = bwd_tr = head_grad = 0.0
+    if stage.has_head:
+        saved_all += _final_norm_bytes(setup)
+        held, fwd_tr, bwd_tr = _logits(tokens, model.vocab_size / lay.tp, act, setup.loss,
+                                       training.compile, vocab_parallel=setup.dtensor_tp)
+        # the output projection's weight gradient appears with the logits' gradient (the
+        # embedding's, when tied)
+        tied = 0.0 if params.head else setup.dims.embedding_params / lay.tp
+        head_grad = (params.head or tied) * setup.sizing.grad_bytes / setup.plan.grads_divisor \
+            if setup.lora is None else 0.0
+    work_l += buffers.autocast_layer
+    if state.quantized:   # bnb / torchao NF4 dequantize one weight at a time (not the head)
+        work_l += setup.dims.largest_quantizable_params / lay.tp * act
+    return Activations(saved_layer=saved_l, work_layer=work_l, saved_all=saved_all,
+                       logits_held=held, logits_fwd_extra=fwd_tr, logits_bwd_extra=bwd_tr,
+                       head_grad=head_grad)
+
+
+def _backward_candidates(setup: JobSetup, static: dict[str, float], state: ModelState,
+                         buffers: Buffers, acts: Activations, stage: Stage,
+                         acc_grads: float) -> list[dict[str, float]]:
+    """The moments of backward that can peak: the loss gradient, the head's weight gradient,
+    the first layer's backward, and the end of backward (every grad sharded)."""
+    both = buffers.static + buffers.fwd_bwd
+    # chunked loss: the output weight's earlier chunk contributions are summed in place while
+    # the next one is computed (``InputBuffer::accumulate``)
+    head_contrib = acts.head_grad if setup.loss == "chunked" else 0.0
+    # standard loss: the head's weight gradient appears only after log-softmax backward has
+    # freed the nll gradient and saved log-softmax; fused/chunked losses produce it at once
+    standard = setup.loss == "standard"
+    head_first = 0.0 if (setup.accumulating or standard) else acts.head_grad
+    return [
+        dict(static, gradients=acc_grads + head_first + head_contrib,
+             activations=acts.saved_all, logits_and_loss=acts.logits_held + acts.logits_bwd_extra,
+             framework_buffers=both, optimizer_temporaries=0.0),
+        dict(static, gradients=acc_grads + (0.0 if setup.accumulating else acts.head_grad),
+             activations=acts.saved_all, logits_and_loss=acts.logits_held if standard else 0.0,
+             framework_buffers=both, optimizer_temporaries=0.0),
+        dict(static, gradients=max(acc_grads, min(state.grads_peak, acts.head_grad
+                                                  + state.grads_full / max(stage.layers, 1))),
+             activations=acts.saved_all + acts.work_layer, logits_and_loss=0.0,
+             framework_buffers=both, optimizer_temporaries=state.temps_in_backward),
+        dict(static, gradients=state.grads_peak, activations=acts.saved_layer + acts.work_layer,
+             logits_and_loss=0.0, framework_buffers=both - buffers.accumulated,
+             optimizer_temporaries=state.temps_in_backward),
+    ]
+
+
+def phase_components(setup: JobSetup, state: ModelState, buffers: Buffers, acts: Activations,
+                     stage: Stage) -> dict[str, dict[str, float]]:
+    """Components alive at the peak of each phase of step 2 (module doc)."""
+    # accumulated grads between micro-batches; when they accumulate unsharded (framework
+    # buffers) the sharded grads only appear as the last backward reduce-scatters them
+    acc_grads = state.grads_peak if setup.accumulating and not buffers.unsharded_accumulation \
+        else 0.0
+    static = {"weights": state.weights, "master_weights": state.master,
+              "lora_adapters": state.lora_adapters, "optimizer_states": state.states}
+    forward = dict(static, gradients=acc_grads, activations=acts.saved_all,
+                   logits_and_loss=acts.logits_held + acts.logits_fwd_extra,
+                   framework_buffers=buffers.static + buffers.fwd_bwd + buffers.fwd_only,
+                   optimizer_temporaries=0.0)
+    candidates = _backward_candidates(setup, static, state, buffers, acts, stage, acc_grads)
+    in_backward = setup.training.optimizer_in_backward
+    optimizer = dict(static, gradients=state.grads_peak if not in_backward else 0.0,
+                     activations=0.0, logits_and_loss=0.0, framework_buffers=buffers.static,
+                     optimizer_temporaries=state.temps)
+    return {"forward": forward,
+            "backward": max(candidates, key=lambda comps: sum(comps.values())),
+            "optimizer": optimizer}
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. the estimate
+# ---------------------------------------------------------------------------------------------
+
+@frozen(kw_only=True)
+class StagePeak:
+    allocated: float
+    phase: str
+    components: dict[str, float]
+    phase_allocated: dict[str, float]
+    stage: str
+
+
+def stage_peak(setup: JobSetup, stage: Stage) -> StagePeak:
+    """The phases of one stage and the one that peaks (the first of equal totals)."""
+    params = stage_params(setup, stage)
+    state = model_state_terms(setup, params)
+    buffers = framework_buffer_terms(setup, params, state, stage)
+    acts = activation_terms(setup, params, state, buffers, stage)
+    phases = phase_components(setup, state, buffers, acts, stage)
+    totals = {name: sum(comp.values()) for name, comp in phases.items()}
+    best = max(totals, key=totals.__getitem__)
+    return StagePeak(allocated=totals[best], phase=best, components=phases[best],
+                     phase_allocated=totals, stage=stage.name)
+
+
+def _split_vision(setup: JobSetup, peak: StagePeak, components: dict[str, int]) -> None:
+    """Show a VLM's tower and projector weights and the tower's activations as their own
+    components (moved out of ``weights`` / ``activations``; the total is unchanged)."""
+    vision = setup.model.vision
+    if vision is None:
+        return
+    share = (vision.tower_params + vision.projector_params) / max(1.0, setup.dims.total_params)
+    moved = int(round(components.get("weights", 0) * share))
+    components["weights"] -= moved
+    components["vision_weights"] = moved
+    if peak.phase != "optimizer":
+        acts = min(components.get("activations", 0),
+                   int(round(_vision_saved_bytes(setup, vision))))
+        components["activations"] -= acts
+        components["vision_activations"] = acts
+
+
+def _host_bytes(setup: JobSetup) -> float:
+    """Host RAM per node (fmest_memory_theory.host): model loading, offloaded state."""
+    lay, dims = setup.layout, setup.dims
+    total = dims.total_params
+    lora = setup.lora
+    trainable = lora.adapter_params if lora else total - _frozen_vision_params(setup)
+    sharded_init = setup.plan.params_divisor > 1  # ZeRO-3 / FSDP full shard materialize sharded
+    return host_memory_per_node(
+        total_params=total, trainable_params=trainable,
+        largest_layer_params=dims.largest_layer_params, gpus_per_node=lay.gpus_per_node,
+        nodes=lay.nodes, cpu_offload=setup.parallelism.cpu_offload, sharded_init=sharded_init,
+        load_bytes_per_param=setup.sizing.weight_bytes,
+        host_model_copy=(setup.stack.profile.host_model_copy if setup.stack is not None
+                         else "per_process_full"),
+        rank_shard_divisor=lay.tp * lay.pp * setup.plan.params_divisor).total_bytes
+
+
+def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
+    """Round the peak's components and add the GPU-side terms (:mod:`fmest.physics.device_terms`)."""
+    ctx_bytes = F.cuda_context_bytes(setup.layout.world_size)
+    components = {name: int(round(peak.components.get(name, 0.0)))
+                  for name in _TENSOR_COMPONENTS}
+    _split_vision(setup, peak, components)
+    components["cuda_context"] = int(round(ctx_bytes))
+    stack = setup.stack
+    fitted = stack.fitted.reserve_fraction if stack is not None else None
+    components["allocator_reserve"] = int(round(
+        F.allocator_reserve_bytes(peak.allocated) if fitted is None
+        else fitted * peak.allocated))
+    total = sum(components.values())
+    phase_peaks = {name: int(round(value * (1 + F.ALLOCATOR_RESERVE_FRACTION) + ctx_bytes))
+                   for name, value in peak.phase_allocated.items()}
+    phase_peaks[peak.phase] = total
+    notes: tuple[str, ...] = (
+        f"precision={setup.sizing.precision}", f"optimizer_impl={setup.sizing.impl}",
+        f"stage={peak.stage}", f"shard_group={setup.plan.group_size}")
+    if stack is not None:
+        notes += (stack_summary(stack),) + _stack_memory_notes(setup, stack, fitted)
+    return MemoryEstimate(
+        total_bytes=total, components=components, phase=peak.phase,
+        phase_peaks_bytes=phase_peaks, host_bytes=int(_host_bytes(setup)),
+        provenance=PROVENANCE, notes=notes)
+
+
+_STACK_SUMMARIES: dict[tuple, tuple[object, str]] = {}
+
+
+def stack_summary(stack: ResolvedStack) -> str:
+    """``stack.summary()``, built once per resolved stack (the engine resolves it once per
+    context, and every estimate of that context, each micro-batch candidate included, notes
+    it)."""
+    return by_identity(_STACK_SUMMARIES, stack, (), stack.summary)
+
+
+def _stack_memory_notes(setup: JobSetup, stack: ResolvedStack,
+                        fitted: Optional[float]) -> tuple[str, ...]:
+    """What the stack changed in memory, by name (issue 12)."""
+    sizing, out = setup.sizing, []
+    if sizing.grad_bytes == F.FP32_BYTES and sizing.precision == "master":
+        out.append(f"{stack.name}: gradients accumulate in an fp32 buffer (4 B/param)")
+    if stack.profile.contiguous_grad_buffer and "gradients" not in setup.strategy.shards:
+        out.append(f"{stack.name}: contiguous gradient buffer, no bucket copies")
+    if stack.profile.workspace_bytes:
+        out.append(f"{stack.name}: framework workspaces "
+                   f"{stack.profile.workspace_bytes / 2**20:.0f} MiB")
+    if setup.loss == "fused" and stack.fuses("loss"):
+        out.append(f"{stack.name}: fused cross-entropy (no fp32 logits)")
+    if fitted is not None:
+        out.append(f"{stack.name}: allocator reserve {fitted:.3f} x allocated "
+                   f"({stack.fitted.origin})")
+    return tuple(out)
+
+
+def estimate_bytes(job: Job, ctx: EstimateContext) -> MemoryEstimate:
+    """The :class:`MemoryEstimate` of ``job`` (see module doc): the stage that peaks highest
+    (the first of equal peaks)."""
+    setup = job_setup(job, ctx)
+    training, par = setup.training, setup.parallelism
+    stages = pipeline_stages(setup.model.num_layers, setup.layout.pp, par.pp_schedule,
+                             training.grad_accum_steps, par.pp_virtual_stages)
+    best = max((stage_peak(setup, stage) for stage in stages), key=lambda peak: peak.allocated)
+    return assemble(setup, best)
+
+
+def estimate_memory(job: Job, ctx: EstimateContext) -> MemoryEstimate:
+    """Analytic per-GPU peak memory (basis ``analytic``); answers every job (serving memory
+    for ``mode: inference``, fmest_memory_theory.inference)."""
+    if job.mode == "inference":
+        from fmest_memory_theory.inference import estimate_inference_memory
+
+        return estimate_inference_memory(job, ctx)
+    return estimate_bytes(job, ctx)

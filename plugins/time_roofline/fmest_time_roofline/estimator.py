@@ -1,0 +1,715 @@
+"""The ``time_roofline`` estimator: analytic step time, total time and throughput (the plugin's
+hooks are in :mod:`fmest_time_roofline.plugin`).
+
+One optimizer step on the most loaded GPU is ``grad_accum`` micro-batches of
+
+* matmuls (each GEMM through a roofline at a shape-dependent fraction of peak) and the
+  attention core (at the fused-attention efficiency of the GPU),
+* memory-bound work (norms, activations, RoPE, loss, QLoRA dequant, fp8 casts) at HBM speed,
+* tensor-parallel, expert-parallel and pipeline point-to-point communication (not overlapped),
+* context-parallel ring attention (all-gathered K,V overlapping the local block, fp32 dK,dV
+  rotation, eager merges; formulas.ring_attention_costs),
+
+plus the pipeline bubble, the exposed part of data-parallel communication (overlapped with
+compute up to the compute time), the optimizer update, host offload traffic and a framework
+overhead share. Formulas and constants: :mod:`fmest_time_roofline.formulas` and
+``docs/time_model.md``. No torch import on this path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import attrs
+from attrs import frozen
+
+from fmest.errors import InputError
+from fmest.estimates import ACTIVATION_COMPONENTS, Provenance, TimeEstimate, TokensEstimate
+from fmest.models.images import vlm_sequence_len
+from fmest.physics.counting import lora_modules, total_params, trainable_params
+from fmest.transforms import CommunicationPlan, Transforms, transforms_of
+from fmest_time_roofline import formulas as F
+
+BASIS = "analytic"
+_COLLECTIVE_SECONDS = {"all_reduce": F.all_reduce_seconds,
+                       "reduce_scatter": F.reduce_scatter_seconds,
+                       "all_gather": F.all_gather_seconds,
+                       "all_to_all": F.all_to_all_seconds}
+_REDUCTIONS = ("all_reduce", "reduce_scatter")
+
+
+def _activation_bytes(memory, model, tokens: float, layers: float, act_bytes: float) -> float:
+    """Saved-activation bytes of one micro-batch: the memory estimate's
+    ``fmest.estimates.ACTIVATION_COMPONENTS`` when it itemises them, else 34 s b h per layer
+    (Korthikanti et al. 2022 eq. 1 without the s^2 term)."""
+    if memory is not None:
+        total = sum(memory.components.get(name, 0) for name in ACTIVATION_COMPONENTS)
+        if total > 0:
+            return float(total)
+    return 34.0 / 2.0 * act_bytes * tokens * model.hidden_size * layers
+
+
+# ---------------------------------------------------------------------------------------------
+# the phases of one step (small frozen records; step_breakdown composes them)
+# ---------------------------------------------------------------------------------------------
+
+@frozen(kw_only=True)
+class Rates:
+    """Achievable rates of the GPU for this job (derated peaks, efficiencies)."""
+
+    linear_peak: float           # FLOP/s of the matmul dtype
+    attention_peak: float        # FLOP/s of the activation dtype
+    hbm_bytes_per_s: float
+    linear_fraction: float       # MAMF fraction (or --mfu)
+    half_dim: float              # GEMM-shape saturation (0 under --mfu)
+    attention_fwd_eff: float
+    attention_bwd_eff: float
+    notes: tuple = ()
+
+
+def device_rates(job, gpu, stack=None) -> Optional[Rates]:
+    """Phase 1: peaks (power-cap derated) and efficiencies; ``None`` when the GPU table lacks
+    a needed peak. ``options.mfu`` replaces the matmul and attention efficiencies."""
+    training, notes = job.training, []
+    act_dtype = F.storage_dtype(training.dtype)
+    derate = F.power_cap_derate(gpu.name)
+    lin_peak = gpu.peak_flops_per_s(training.dtype)
+    attn_peak = gpu.peak_flops_per_s(act_dtype if act_dtype != "fp32" else "fp32")
+    if not lin_peak or not attn_peak or not gpu.hbm_bytes_per_s:
+        return None
+    if derate != 1.0:
+        notes.append(f"{gpu.name}: FLOP peaks derated x{derate:.3f} for its power cap")
+    mfu = job.options.mfu
+    if mfu is not None:
+        if mfu > 1:
+            raise InputError("options.mfu", "is a fraction of peak between 0 and 1", value=mfu)
+        notes.append(f"--mfu {mfu:g} replaces the matmul and attention efficiency "
+                     "(no GEMM-shape fall-off); memory-bound work and communication are added")
+        fraction, half_dim = mfu, 0.0
+    else:
+        fraction = F.mamf_fraction(gpu.name, training.dtype)
+        half_dim = F.GEMM_HALF_SATURATION_DIM
+    kernel = stack.profile.attention_kernel if stack is not None else "sdpa"
+    fwd_eff, bwd_eff = attention_efficiencies(job, gpu, kernel)
+    return Rates(linear_peak=lin_peak * derate, attention_peak=attn_peak * derate,
+                 hbm_bytes_per_s=gpu.hbm_bytes_per_s, linear_fraction=fraction,
+                 half_dim=half_dim, attention_fwd_eff=fwd_eff, attention_bwd_eff=bwd_eff,
+                 notes=tuple(notes))
+
+
+def attention_efficiencies(job, gpu, kernel: str) -> tuple[float, float]:
+    """(forward, backward) fraction of peak of the attention ``kernel`` on ``gpu``;
+    ``options.mfu`` when given (it replaces every efficiency)."""
+    mfu = job.options.mfu
+    if mfu is not None:
+        return mfu, mfu
+    return (F.attention_efficiency(gpu.name, "fwd", kernel),
+            F.attention_efficiency(gpu.name, "bwd", kernel))
+
+
+def eager_kernel_rates(job, gpu, rates: Rates) -> Rates:
+    """``rates`` with PyTorch SDPA's attention efficiencies instead of a stack's kernel: what
+    ``device_rates`` gives without the stack (the stack changes nothing else)."""
+    fwd_eff, bwd_eff = attention_efficiencies(job, gpu, "sdpa")
+    return attrs.evolve(rates, attention_fwd_eff=fwd_eff, attention_bwd_eff=bwd_eff)
+
+
+@frozen(kw_only=True)
+class StepShape:
+    """The job's shape on the slowest (last) pipeline stage."""
+
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    dp: int
+    micro_batch: int
+    seq_len: int
+    grad_accum: int
+    tokens: float                # tokens of one micro-batch on one GPU
+    act_bytes: float
+    linear_bytes: float          # matmul operand bytes (fp8: 1)
+    linear_dtype: str
+    full: bool                   # full fine-tuning (weight gradients of every matmul)
+    checkpointing: str
+    stage_layers: float
+
+
+def step_shape(job, model, layout) -> StepShape:
+    training = job.training
+    info = F.dtype_info(training.dtype)
+    # VLMs: the language model also runs over the image tokens (fmest.models.images)
+    seq_len = vlm_sequence_len(training.seq_len, model.vision, image_size=training.image_size,
+                               images=training.images_per_sample)
+    if model.is_encoder_decoder and (training.source_len or training.target_len):
+        # encoder layers run over the source, decoder layers over the target: the step's
+        # per-layer work is that of their layer-weighted mean length
+        source = training.source_len or training.seq_len
+        target = training.target_len or training.seq_len
+        seq_len = round((model.num_encoder_layers * source + model.num_decoder_layers * target)
+                        / model.num_layers)
+    return StepShape(
+        tp=layout.tp, pp=layout.pp, cp=layout.cp, ep=layout.ep, dp=layout.dp,
+        micro_batch=training.micro_batch_size, seq_len=seq_len,
+        grad_accum=training.grad_accum_steps,
+        tokens=training.micro_batch_size * seq_len / layout.cp,
+        act_bytes=float(info.storage_bytes), linear_bytes=float(info.operand_bytes),
+        linear_dtype=training.dtype, full=training.technique == "full",
+        checkpointing=training.activation_checkpointing,
+        stage_layers=model.num_layers / layout.pp)
+
+
+@frozen(kw_only=True)
+class MatmulTimes:
+    """Seconds of one micro-batch's matmuls and the memory-bound bytes they bring."""
+
+    forward: float
+    backward: float
+    recompute: float
+    dequant_bytes: float         # QLoRA dequantization (bitsandbytes kernels, never fused)
+    fp8_cast_bytes: float        # float8 amax + cast (fused by torch.compile)
+    lora_modules: tuple
+
+
+def _last_matmul_names(model) -> set:
+    """Each layer's last matmul (MLP down projection): never recomputed (early stop)."""
+    return {(lin.name, lin.kind) for lin in model.linears
+            if lin.kind in ("mlp", "expert", "shared_expert")
+            and lin.out_features == model.hidden_size and lin.in_features != model.hidden_size}
+
+
+def _gemm(shape: StepShape, rates: Rates):
+    def seconds(rows, inner, cols):
+        return F.gemm_seconds(rows, inner, cols, peak_flops_per_s=rates.linear_peak,
+                              max_fraction=rates.linear_fraction,
+                              hbm_bytes_per_s=rates.hbm_bytes_per_s,
+                              bytes_per_element=shape.linear_bytes, half_dim=rates.half_dim)
+    return seconds
+
+
+def _lora_module_seconds(training, model, shape: StepShape, gemm) -> tuple[tuple, list]:
+    """(modules, forward seconds of each) of the LoRA adapters (tiny rank: memory-bound)."""
+    if shape.full:
+        return (), []
+    mods = tuple(lora_modules(model, training))
+    rank, out = training.lora_rank, []
+    for mod in mods:
+        rows = shape.tokens * mod.active_copies
+        out.append((gemm(rows, mod.in_features, rank) + gemm(rows, rank, mod.out_features))
+                   * mod.layers / shape.pp * (mod.copies / mod.active_copies
+                                              if mod.kind == "expert" else 1))
+    return mods, out
+
+
+def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> MatmulTimes:
+    """Phase 2: every linear through the GEMM roofline (formulas.gemm_seconds), the output head
+    (last stage, vocab split over tp, never recomputed) and the LoRA adapters. Backward is 2x
+    forward for full training (input + weight gradients), 1x for a frozen base."""
+    training, gemm = job.training, _gemm(shape, rates)
+    fwd = bwd = rec = dequant = fp8_cast = 0.0
+    cast_bytes = F.FP8_CAST_BYTES_PER_ELEMENT if stack is None \
+        else stack.fp8_cast_bytes(F.FP8_CAST_BYTES_PER_ELEMENT)
+    bwd_factor = 2.0 if shape.full else 1.0
+    last = _last_matmul_names(model)
+    for lin in model.linears:
+        if lin.kind == "head":
+            continue
+        inner, cols = lin.in_features, lin.out_features
+        if shape.tp > 1 and lin.kind != "router":
+            if cols >= inner:
+                cols = cols / shape.tp
+            else:
+                inner = inner / shape.tp
+        if lin.kind == "expert" and lin.copies > 0:
+            rows = shape.tokens * lin.active_copies * shape.ep / lin.copies
+            count = lin.layers / shape.pp * lin.copies / shape.ep
+        else:
+            rows = shape.tokens * lin.active_copies
+            count = lin.layers / shape.pp
+        seconds = gemm(rows, inner, cols) * count
+        fwd += seconds
+        bwd += seconds * bwd_factor
+        if shape.checkpointing == "full" and (lin.name, lin.kind) not in last:
+            rec += seconds
+        elements = (rows * inner + inner * cols + rows * cols) * count
+        if shape.linear_dtype == "fp8":
+            fp8_cast += cast_bytes * elements * (3 if shape.full else 2)
+        if training.technique == "qlora":
+            uses = 2 + (1 if shape.checkpointing == "full" else 0)
+            dequant += F.QLORA_DEQUANT_BYTES_PER_PARAM * inner * cols * count * uses
+    for inner, cols in F.head_linears(model):
+        seconds = gemm(shape.tokens, inner, cols / shape.tp)
+        fwd += seconds
+        bwd += seconds * bwd_factor
+    mods, lora_seconds = _lora_module_seconds(training, model, shape, gemm)
+    for seconds in lora_seconds:
+        fwd += seconds
+        bwd += 2 * seconds
+        if shape.checkpointing == "full":
+            rec += seconds
+    return MatmulTimes(forward=fwd, backward=bwd, recompute=rec, dequant_bytes=dequant,
+                       fp8_cast_bytes=fp8_cast, lora_modules=mods)
+
+
+@frozen(kw_only=True)
+class AttentionTimes:
+    forward: float
+    backward: float
+    recompute: float
+
+
+def attention_times(job, model, shape: StepShape, rates: Rates, gpu) -> AttentionTimes:
+    """Phase 3: the attention core as its own op class: fused kernels at the GPU's flash
+    efficiency (FLOPs counted the FlashAttention way, backward 2.5x); eager attention as two
+    GEMMs of the (s x d) @ (d x s) shape."""
+    eager = job.training.attention == "eager"
+    fwd_flops = F.attention_forward_flops_per_token(model, shape.seq_len, causal=not eager) \
+        * shape.tokens / shape.tp / shape.pp
+    bwd_factor = 2.0 if eager else F.FLASH_BACKWARD_FLOPS_FACTOR
+    if eager:
+        head_dim = model.qk_head_dim or model.head_dim
+        act_dtype = F.storage_dtype(shape.linear_dtype)
+        eff = (rates.linear_fraction if act_dtype == shape.linear_dtype
+               else F.mamf_fraction(gpu.name, act_dtype)) \
+            * F.gemm_shape_efficiency(shape.seq_len, head_dim, shape.seq_len, rates.half_dim)
+        eff_bwd = eff
+    else:
+        eff, eff_bwd = rates.attention_fwd_eff, rates.attention_bwd_eff
+    fwd = fwd_flops / (rates.attention_peak * eff)
+    bwd = fwd_flops * bwd_factor / (rates.attention_peak * eff_bwd)
+    rec = fwd if shape.checkpointing in ("full", "selective") else 0.0
+    return AttentionTimes(forward=fwd, backward=bwd, recompute=rec)
+
+
+def stack_loss(training, stack) -> str:
+    """The cross-entropy implementation that runs: a stack (or Liger) that fuses the loss
+    turns the standard eager loss into a fused one (fmest.stacks)."""
+    if stack is not None and stack.fuses("loss") and training.loss == "standard":
+        return "fused"
+    return training.loss
+
+
+def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: MatmulTimes,
+                         comm: CommunicationPlan, stack=None) -> float:
+    """Phase 4: elementwise traffic (norms, activations, RoPE, layouts; recomputed under full
+    checkpointing), the loss, eager attention scores, gradient accumulation read-add-write,
+    QLoRA dequantization and fp8 casts, at HBM speed (formulas.memory_bound_seconds)."""
+    training, par = job.training, job.parallelism
+    per_token = F.elementwise_bytes_per_token_per_layer(
+        model, act_bytes=shape.act_bytes, tp=shape.tp, sequence_parallel=par.sequence_parallel,
+        per_element=None if stack is None else stack.bytes_per_element)
+    moved = per_token * shape.tokens * shape.stage_layers
+    if shape.checkpointing == "full":
+        moved += per_token * shape.tokens * shape.stage_layers / (
+            1.0 + F.ELEMENTWISE_BACKWARD_FACTOR)
+    moved += F.loss_bytes_per_token(model.vocab_size, stack_loss(training, stack)) \
+        * shape.tokens / shape.tp
+    if training.attention == "eager":
+        scores = F.eager_attention_bytes_per_token_per_layer(
+            model.num_attention_heads / shape.tp, shape.seq_len)
+        moved += scores * shape.tokens * shape.stage_layers * (
+            1.0 + (1.0 / 3.0 if shape.checkpointing != "none" else 0.0))
+    accum = shape.grad_accum
+    if accum > 1:  # gradient accumulation: read-add-write the gradient buffer per micro-batch
+        grad_local = local_trainable_params(model, training, shape)
+        moved += 3 * comm.grad_bytes_per_element * grad_local * (accum - 1) / accum
+    hbm = rates.hbm_bytes_per_s
+    return F.memory_bound_seconds(moved, hbm, compiled=training.compile) \
+        + F.memory_bound_seconds(matmuls.dequant_bytes, hbm, compiled=False) \
+        + F.memory_bound_seconds(matmuls.fp8_cast_bytes, hbm, compiled=training.compile)
+
+
+@frozen(kw_only=True)
+class ModelParallelComm:
+    """Exposed seconds per micro-batch of the model-parallel groups (+ ring-attention merges)."""
+
+    tp: float = 0.0
+    ep: float = 0.0
+    pp: float = 0.0
+    cp: float = 0.0
+    cp_memory_seconds: float = 0.0
+
+
+def _links(gpu, gpus_per_node):
+    def link(size, stride):
+        inter = F.group_is_inter_node(size, stride, gpus_per_node)
+        return inter, F.link_bytes_per_s(gpu, inter_node=inter, size=size,
+                                         nodes=F.group_nodes(size, stride, gpus_per_node))
+    return link
+
+
+def _tp_seconds(job, model, shape: StepShape, link) -> float:
+    """Tensor-parallel all-reduces (or SP all-gather + reduce-scatter, Korthikanti et al. 2022
+    section 4.2.2), 2 per pass per layer; float8 TP gathers fp8 (formulas
+    .tp_all_gather_bytes_per_element); fwd + bwd (+ recompute) passes, not overlapped."""
+    inter, bandwidth = link(shape.tp, 1)
+    passes = 2 + (1 if shape.checkpointing == "full" else 0)
+    act_elems = shape.tokens * model.hidden_size
+    if job.parallelism.sequence_parallel:
+        gather_b = F.tp_all_gather_bytes_per_element(shape.linear_dtype, shape.act_bytes)
+        per_pass = 2 * (F.all_gather_seconds(act_elems * gather_b, shape.tp, bandwidth, inter)
+                        + F.reduce_scatter_seconds(act_elems * shape.act_bytes, shape.tp,
+                                                   bandwidth, inter))
+    else:
+        per_pass = 2 * F.all_reduce_seconds(act_elems * shape.act_bytes, shape.tp, bandwidth,
+                                            inter)
+    return passes * shape.stage_layers * per_pass
+
+
+def model_parallel_comm(job, model, shape: StepShape, attention: AttentionTimes, gpu,
+                        layout, rates: Rates, stack=None,
+                        matmul_seconds: float = 0.0) -> ModelParallelComm:
+    """Phase 5: TP, EP all-to-all (GShard), PP point-to-point and CP ring attention
+    (formulas.ring_attention_costs) per micro-batch. A stack that overlaps TP communication
+    with the GEMMs (Megatron ``--tp-comm-overlap`` userbuffers, torchtitan async TP) hides it
+    behind ``matmul_seconds`` (formulas.exposed_comm_seconds: the part that does not fit plus
+    the interference share); one that overlaps pipeline p2p (Megatron ``overlap_p2p_comm``)
+    hides the sends behind the micro-batch's compute."""
+    gpn, link = layout.gpus_per_node, _links(gpu, layout.gpus_per_node)
+    tp_t = _tp_seconds(job, model, shape, link) if shape.tp > 1 else 0.0
+    if tp_t and stack is not None and stack.overlaps("tp"):
+        tp_t = F.exposed_comm_seconds(tp_t, matmul_seconds)
+    ep_t = pp_t = cp_t = cp_mem = 0.0
+    if shape.ep > 1 and model.is_moe:
+        moe_layers = (model.num_moe_layers or model.num_layers) / shape.pp
+        inter, bandwidth = link(shape.ep, shape.tp * shape.cp)
+        n_a2a = 4 + (2 if shape.checkpointing == "full" else 0)
+        ep_t = n_a2a * moe_layers * F.all_to_all_seconds(
+            shape.tokens * model.experts_per_token * model.hidden_size * shape.act_bytes,
+            shape.ep, bandwidth, inter)
+    if shape.pp > 1:
+        inter = F.group_is_inter_node(shape.pp, shape.tp * shape.cp * shape.dp, gpn)
+        bandwidth = F.link_bytes_per_s(gpu, inter_node=inter, size=2, nodes=2)  # one hop
+        pp_t = 2 * F.p2p_seconds(shape.tokens * model.hidden_size * shape.act_bytes / shape.tp,
+                                 bandwidth, inter)
+        if stack is not None and stack.overlaps("pp_p2p"):
+            pp_t = F.exposed_comm_seconds(pp_t, matmul_seconds)
+    if shape.cp > 1:  # ring attention (PyTorch context_parallel)
+        g_inter, g_bw = link(shape.cp, shape.tp)
+        p_inter = F.group_is_inter_node(2, shape.tp, gpn)
+        p_bw = F.link_bytes_per_s(gpu, inter_node=p_inter, size=2, nodes=2)
+        ring = F.ring_attention_costs(
+            cp=shape.cp, tokens=shape.tokens, q_heads=model.num_attention_heads / shape.tp,
+            head_dim=model.qk_head_dim or model.head_dim, act_bytes=shape.act_bytes,
+            fwd_seconds=attention.forward / shape.stage_layers,
+            bwd_seconds=attention.backward / shape.stage_layers,
+            recompute=shape.checkpointing in ("full", "selective"),
+            gather_bytes_per_s=g_bw, p2p_bytes_per_s=p_bw, gather_inter_node=g_inter,
+            p2p_inter_node=p_inter)
+        cp_t = ring["exposed_seconds"] * shape.stage_layers
+        # the ring merges run in eager PyTorch (a graph break under torch.compile)
+        cp_mem = F.memory_bound_seconds(ring["memory_bytes"] * shape.stage_layers,
+                                        rates.hbm_bytes_per_s)
+    return ModelParallelComm(tp=tp_t, ep=ep_t, pp=pp_t, cp=cp_t, cp_memory_seconds=cp_mem)
+
+
+def _phase_sums(priced, phase: str, window: float, tail: float):
+    """(exposed part of the overlappable collectives, non-overlappable seconds, gathers,
+    reductions) of one phase; the overlappable ones hide behind the phase's compute except
+    the first gather / last reduction (``tail``)."""
+    mine = [(coll, sec) for coll, sec in priced if coll.phase == phase]
+    gathers = sum(sec for coll, sec in mine if coll.overlappable and coll.kind not in _REDUCTIONS)
+    reductions = sum(sec for coll, sec in mine if coll.overlappable and coll.kind in _REDUCTIONS)
+    direct = sum(sec for coll, sec in mine if not coll.overlappable)
+    hidden = F.exposed_comm_seconds((gathers + reductions) * (1 - tail), window)
+    return hidden, direct, gathers, reductions
+
+
+def _exposed_seconds(priced, windows: dict, tail: float) -> float:
+    """Exposed seconds of collectives ``priced`` = ((collective, seconds), ...) issued once
+    (per micro-batch or per step) in forward and backward."""
+    fwd_hidden, fwd_direct, fwd_gathers, fwd_reductions = _phase_sums(
+        priced, "forward", windows["forward"], tail)
+    bwd_hidden, bwd_direct, bwd_gathers, bwd_reductions = _phase_sums(
+        priced, "backward", windows["backward"], tail)
+    return fwd_hidden + fwd_direct + bwd_direct + bwd_hidden \
+        + ((fwd_gathers + bwd_gathers) + (fwd_reductions + bwd_reductions)) * tail
+
+
+def data_parallel_seconds(comm: CommunicationPlan, shape: StepShape, gpu, layout,
+                          per_mb_seconds: float, fwd_share: float) -> float:
+    """Phase 6: the communication transform's collectives (ctx.transforms.communication),
+    priced as ring collectives and overlapped with the compute of their phase up to its
+    length (formulas.exposed_comm_seconds); step-phase collectives are exposed."""
+    if not comm.collectives:
+        return 0.0
+    link = _links(gpu, layout.gpus_per_node)
+
+    def price(coll):
+        inter, bandwidth = link(coll.group_size, coll.group_stride)
+        return coll, _COLLECTIVE_SECONDS[coll.kind](coll.payload_bytes, coll.group_size,
+                                                    bandwidth, inter)
+
+    priced = [price(coll) for coll in comm.collectives]
+    fwd_mb = per_mb_seconds * fwd_share
+    windows = {"forward": fwd_mb, "backward": per_mb_seconds - fwd_mb}
+    tail = 1.0 / max(1.0, shape.stage_layers)  # first gather / last reduce cannot overlap
+    per_mb = [(coll, sec) for coll, sec in priced if coll.per_micro_batch]
+    per_step = [(coll, sec) for coll, sec in priced
+                if not coll.per_micro_batch and coll.phase != "step"]
+    after_step = sum(sec for coll, sec in priced if coll.phase == "step")
+    return shape.grad_accum * _exposed_seconds(per_mb, windows, tail) \
+        + _exposed_seconds(per_step, windows, tail) + after_step
+
+
+def local_trainable_params(model, training, shape: StepShape) -> float:
+    """Trainable parameters held by one GPU: split over tensor and pipeline parallelism, and
+    expert weights also over expert parallelism (each EP rank owns ``experts / ep`` experts:
+    Megatron-Core ``MoELayer`` local experts; the memory plugin shards them the same way)."""
+    trainable = trainable_params(model, training)
+    if shape.ep > 1 and training.technique == "full":
+        experts = model.param_counts().experts
+        trainable -= experts * (1.0 - 1.0 / shape.ep)
+    return trainable / (shape.tp * shape.pp)
+
+
+def optimizer_and_offload_seconds(job, model, shape: StepShape, transforms: Transforms, gpu,
+                                  layout, memory, rates: Rates,
+                                  compute_mb: float) -> tuple[float, float, list]:
+    """Phase 7: (optimizer step, exposed offload, notes). The update streams the optimizer
+    transform's bytes per parameter (formulas.optimizer_update_bytes_per_param) over the
+    sharded trainable parameters; ZeRO-Offload runs it on the host CPUs instead, with
+    gradients down and parameters up over PCIe; activation offload streams the saved
+    activations out and back on their own streams."""
+    training, par, sizing = job.training, job.parallelism, transforms.optimizer
+    notes = []
+    train_local = local_trainable_params(model, training, shape)
+    opt_params = train_local / transforms.sharding.optimizer_divisor
+    offload = 0.0
+    if par.cpu_offload in ("optimizer", "params"):
+        offload += F.pcie_seconds(opt_params * (sizing.grad_bytes + shape.act_bytes), gpu)
+        opt_t = opt_params * min(layout.gpus_per_node, layout.world_size) \
+            / F.CPU_ADAM_PARAMS_PER_S_PER_NODE
+        if par.cpu_offload == "params":  # parameters stream in for forward and backward
+            params_local = total_params(model, training) / (shape.tp * shape.pp)
+            offload += shape.grad_accum * F.pcie_seconds(
+                2 * (shape.act_bytes * params_local)
+                / max(1, transforms.sharding.optimizer_divisor), gpu)
+        notes.append("CPU offload: optimizer update on the host CPU (ZeRO-Offload CPU-Adam rate)")
+    else:
+        per_param = F.optimizer_update_bytes_per_param(
+            states=sizing.states, state_bytes=sizing.state_bytes + sizing.state_overhead_bytes,
+            param_bytes=sizing.trainable_bytes, grad_bytes=sizing.grad_bytes,
+            master_bytes=sizing.master_bytes, impl=sizing.impl)
+        opt_t = F.memory_bound_seconds(opt_params * per_param, rates.hbm_bytes_per_s)
+    if training.activation_offload:
+        acts = (shape.act_bytes * shape.tokens * model.hidden_size * shape.stage_layers
+                if shape.checkpointing == "full"  # layer inputs
+                else _activation_bytes(memory, model, shape.tokens, shape.stage_layers,
+                                       shape.act_bytes))
+        pcie = 2 * F.pcie_seconds(acts, gpu)  # out in forward, back in backward (own streams)
+        offload += shape.grad_accum * max(0.0, pcie - compute_mb)
+    return opt_t, offload, notes
+
+
+def _flops_figures(model, training, shape: StepShape, lora_mods, step: float, gpu,
+                   layout) -> dict:
+    """Model/hardware FLOPs per step and MFU/HFU at the nominal (undereated) peak."""
+    flops = F.training_flops_per_token(model, seq_len=shape.seq_len, technique=training.technique,
+                                       lora_modules=lora_mods, lora_rank=training.lora_rank,
+                                       checkpointing=shape.checkpointing)
+    tokens_per_step = shape.micro_batch * shape.grad_accum * shape.dp * shape.seq_len
+    nominal_peak = gpu.peak_flops_per_s(shape.linear_dtype)
+    model_flops = flops["model"] * tokens_per_step
+    hw_flops = flops["hardware"] * tokens_per_step
+    return {"tokens_per_step": tokens_per_step,
+            "samples_per_step": shape.micro_batch * shape.grad_accum * shape.dp,
+            "flops_per_step": model_flops, "hardware_flops_per_step": hw_flops,
+            "mfu": model_flops / (step * layout.world_size * nominal_peak),
+            "hfu": hw_flops / (step * layout.world_size * nominal_peak)}
+
+
+def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
+    """Seconds of one optimizer step by component, with FLOPs and notes (phases above).
+
+    Returns ``None`` when the GPU table lacks the peak FLOP/s or HBM bandwidth needed.
+    """
+    model, gpu, layout = ctx.model, ctx.gpu, ctx.layout
+    transforms = transforms_of(job, ctx)
+    stack = transforms.stack
+    rates = device_rates(job, gpu, stack)
+    if rates is None:
+        return None
+    shape = step_shape(job, model, layout)
+    matmuls = matmul_times(job, model, shape, rates, stack)
+    attention = attention_times(job, model, shape, rates, gpu)
+    mem_t = memory_bound_seconds(job, model, shape, rates, matmuls, transforms.communication,
+                                 stack)
+    compute_mb = matmuls.forward + matmuls.backward + matmuls.recompute + attention.forward \
+        + attention.backward + attention.recompute
+    fwd_share = (matmuls.forward + attention.forward) / max(compute_mb, 1e-30)
+    mp = model_parallel_comm(job, model, shape, attention, gpu, layout, rates, stack,
+                             matmuls.forward + matmuls.backward + matmuls.recompute)
+    if shape.cp > 1:
+        mem_t += mp.cp_memory_seconds
+    per_mb = compute_mb + mem_t + mp.tp + mp.ep + mp.pp + mp.cp
+    accum, par = shape.grad_accum, job.parallelism
+    bubble = F.pipeline_bubble_fraction(shape.pp, accum, schedule=par.pp_schedule,
+                                        virtual_stages=par.pp_virtual_stages) * accum * per_mb
+    dp_t = data_parallel_seconds(transforms.communication, shape, gpu, layout, per_mb,
+                                 fwd_share)
+    opt_t, offload, opt_notes = optimizer_and_offload_seconds(
+        job, model, shape, transforms, gpu, layout, memory, rates, compute_mb)
+    parts = {
+        "compute": accum * compute_mb, "memory_bound": accum * mem_t,
+        "communication_tp": accum * mp.tp, "communication_ep": accum * mp.ep,
+        "communication_pp": accum * mp.pp, "communication_cp": accum * mp.cp,
+        "communication_dp": dp_t, "pipeline_bubble": bubble, "optimizer_step": opt_t,
+        "offload": offload,
+    }
+    busy = sum(parts.values())
+    parts["framework_overhead"] = busy * F.FRAMEWORK_OVERHEAD_FRACTION \
+        / (1.0 - F.FRAMEWORK_OVERHEAD_FRACTION)
+    host = eager_host_seconds(job, model, shape, stack, matmuls.lora_modules)
+    host_bound = host > busy + parts["framework_overhead"]
+    if host_bound:
+        # the GPU waits for the host to dispatch eager ops: the step is the host's time
+        parts["framework_overhead"] = host - busy
+    stack_notes: list[str] = []
+    if stack is not None:
+        parts, stack_notes = apply_stack_time(job, model, shape, rates, matmuls, attention,
+                                              transforms, stack, parts, gpu, layout)
+    step = sum(parts.values())
+    host_notes = [f"host-bound: eager PyTorch dispatches its ops in {host:.3g} s per step, more "
+                  f"than the GPU's {busy:.3g} s of work (formulas.host_dispatch_seconds)"] \
+        if host_bound else []
+    return {"breakdown": parts, "step_seconds": step,
+            **_flops_figures(model, job.training, shape, matmuls.lora_modules, step, gpu, layout),
+            "notes": list(rates.notes) + opt_notes + stack_notes + host_notes}
+
+
+def eager_host_seconds(job, model, shape: StepShape, stack, lora_mods) -> float:
+    """Host dispatch time of a step when the model code runs op by op (no torch.compile, a
+    stack that fuses nothing), else 0: fused and compiled stacks launch far fewer ops."""
+    if job.training.compile or (stack is not None and stack.fused):
+        return 0.0
+    layers = model.num_layers / max(shape.pp, 1)
+    # lora_modules lists one entry per adapted linear, with the layers it spans
+    per_layer = sum(m.layers * (m.copies if m.kind == "expert" else 1)
+                    for m in lora_mods) / max(model.num_layers, 1) if lora_mods else 0.0
+    return F.host_dispatch_seconds(layers=layers, checkpointing=shape.checkpointing,
+                                   lora_modules_per_layer=per_layer,
+                                   micro_batches=shape.grad_accum)
+
+
+def apply_stack_time(job, model, shape: StepShape, rates: Rates, matmuls: MatmulTimes,
+                     attention: AttentionTimes, transforms: Transforms, stack, parts: dict,
+                     gpu, layout) -> tuple[dict, list]:
+    """Phase 8: the stack's fitted step-time factor (``stacks_fitted.json``; 1 = physics only)
+    scales every part, and notes name what the stack fused and overlapped, each with the eager
+    figure it replaced (the same phase functions run without the stack)."""
+    factor = stack.fitted.time_factor
+    scaled = {name: value * factor for name, value in parts.items()}
+    notes = [stack.summary()]
+    accum = shape.grad_accum
+    eager_rates = eager_kernel_rates(job, gpu, rates)
+    eager_mm = matmul_times(job, model, shape, eager_rates)
+    eager_mem = memory_bound_seconds(job, model, shape, eager_rates, eager_mm,
+                                     transforms.communication)
+    fused = [op for op in ("norm", "activation", "rope", "residual", "layout", "loss",
+                           "fp8_cast") if stack.fuses(op)]
+    if fused:
+        notes.append(f"{stack.name} fused {', '.join(fused)}: memory_bound "
+                     f"{parts['memory_bound'] * 1e3:.1f} ms (eager kernels: "
+                     f"{accum * eager_mem * 1e3:.1f} ms)")
+    if stack.profile.attention_kernel != "sdpa" and job.training.attention != "eager":
+        eager_att = attention_times(job, model, shape, eager_rates, gpu)
+        notes.append(f"{stack.name} attention kernel {stack.profile.attention_kernel}: "
+                     f"{accum * (attention.forward + attention.backward) * 1e3:.1f} ms "
+                     f"(FlashAttention-2 figures: "
+                     f"{accum * (eager_att.forward + eager_att.backward) * 1e3:.1f} ms)")
+    hidden = [kind for kind in ("tp", "pp_p2p") if stack.overlaps(kind)
+              and parts.get("communication_" + kind.split("_")[0], 0.0) > 0]
+    dp_overlap = [kind for kind in ("dp_reduce", "dp_gather") if stack.overlaps(kind)]
+    if hidden or dp_overlap:
+        notes.append(f"{stack.name} overlapped with compute: "
+                     f"{', '.join(hidden + dp_overlap)} (exposed share in communication_*)")
+    if factor != 1.0:
+        notes.append(f"every part x{factor:.3f}: {stack.name}'s fitted step-time factor "
+                     f"({stack.fitted.origin}; docs/time_model.md 'Training stacks')")
+    return scaled, notes
+
+
+def workload_tokens(job) -> tuple[Optional[float], str]:
+    """Tokens the run trains on (epochs included) and how they were obtained; ``None`` when
+    the job has no workload. A ``dataset_path`` was counted into ``dataset_tokens`` at the
+    input door (:func:`fmest.datasets.resolve_dataset`); this plugin reads no file."""
+    w = job.workload
+    if w.dataset_tokens is not None:
+        return w.dataset_tokens * w.epochs, f"dataset_tokens {w.dataset_tokens:.4g} x epochs {w.epochs:g}"
+    if w.num_samples is not None:
+        avg = w.avg_seq_len if w.avg_seq_len is not None else job.training.seq_len
+        return w.num_samples * avg * w.epochs, (f"num_samples {w.num_samples} x avg_seq_len "
+                                                f"{avg:g} x epochs {w.epochs:g}")
+    return None, ""
+
+
+def uncounted_dataset_note(job) -> Optional[str]:
+    """Why a job sized by an uncounted ``dataset_path`` (a Job built in Python that skipped
+    the input door) has no total steps; ``None`` otherwise."""
+    if not job.workload.dataset_path:
+        return None
+    from fmest.datasets import needs_counting
+
+    if not needs_counting(job.workload):
+        return None
+    return (f"no total steps: the dataset {job.workload.dataset_path} was not counted; count "
+            "it at the input door (fmest.inputs, or fmest.datasets.resolve_dataset(job)) or "
+            "give dataset_tokens")
+
+
+def estimate_time(job, ctx, memory):
+    """Roofline step time (see module doc); total time from the job's workload. Inference
+    jobs: prefill + decode (fmest_time_roofline.inference)."""
+    if job.mode == "inference":
+        from fmest_time_roofline.inference import estimate_inference_time
+
+        return estimate_inference_time(job, ctx, memory)
+    res = step_breakdown(job, ctx, memory)
+    if res is None:
+        return None
+    notes = list(res["notes"])
+    total_steps = total_seconds = None
+    if job.workload.max_steps is not None:
+        total_steps = float(job.workload.max_steps)
+        notes.append(f"total steps = max_steps {job.workload.max_steps}")
+    else:
+        tokens, how = workload_tokens(job)
+        uncounted = uncounted_dataset_note(job)
+        if uncounted is not None:
+            notes.append(uncounted)
+        if tokens is not None:
+            total_steps = float(math.ceil(tokens / res["tokens_per_step"]))
+            notes.append(f"total steps = ceil({how} / {res['tokens_per_step']:,} tokens per step "
+                         "(micro_batch x grad_accum x dp x seq_len, packed sequences))")
+    if total_steps is not None:
+        total_seconds = total_steps * res["step_seconds"]
+    return TimeEstimate(
+        step_seconds=res["step_seconds"],
+        breakdown={k: v for k, v in res["breakdown"].items()
+                   if v > 0 or k in ("compute", "memory_bound")},
+        provenance=Provenance(basis=BASIS, detail="roofline: GEMM-shape matmul efficiency, HBM "
+                              "for memory-bound work, ring/tree collectives; docs/time_model.md"),
+        mfu=res["mfu"], hfu=res["hfu"], flops_per_step=res["flops_per_step"],
+        total_seconds=total_seconds, total_steps=total_steps, notes=tuple(notes))
+
+
+def estimate_tokens(job, ctx, time):
+    """Throughput implied by the chosen time estimate: tokens per step / step seconds
+    (inference: generated tokens per second)."""
+    if time is None or not time.step_seconds:
+        return None
+    if job.mode == "inference":
+        from fmest_time_roofline.inference import estimate_inference_tokens
+
+        return estimate_inference_tokens(job, ctx, time)
+    tr, lay = job.training, ctx.layout
+    samples = tr.micro_batch_size * tr.grad_accum_steps * lay.dp
+    tokens = samples * tr.seq_len
+    tps = tokens / time.step_seconds
+    return TokensEstimate(
+        tokens_per_second=tps, tokens_per_second_per_gpu=tps / lay.world_size,
+        provenance=Provenance(basis=time.provenance.basis,
+                              detail=f"{tokens:,} tokens per step / step seconds"),
+        samples_per_second=samples / time.step_seconds, mfu=time.mfu, hfu=time.hfu)
