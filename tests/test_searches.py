@@ -83,3 +83,39 @@ def test_runnable_counts_are_within_a_node_or_whole_nodes():
             scan = [d for d in range(1, most + 1)
                     if d * mp <= gpn or (d * mp) % gpn == 0]
             assert searches._runnable_dp(mp, gpn, most) == scan
+
+
+def test_min_gpus_under_expert_parallelism_searches_only_layouts_the_ep_rule_accepts():
+    """Mixtral with ep 8 and tp 2: dp must be a multiple of 8, and 16 GPUs (dp 8) fit. Layouts
+    the ep rule refuses are not candidates (counted as 'does not fit' they broke the search's
+    order: it answered 4,080 GPUs)."""
+    from fmest.engine import Engine
+
+    engine = Engine()
+    job = to_job({"model": "mistralai/Mixtral-8x7B-v0.1",
+                  "training": {"seq_len": 4096, "stack": "megatron-core"},
+                  "parallelism": {"tp": 2, "ep": 8, "distributed_optimizer": True},
+                  "hardware": {"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 8}})
+    found = searches.min_gpus(engine, engine.resolve_job(job))
+    scan = next(n for n in (16, 32, 48, 64)
+                if searches._fits_at(engine, searches._with_world(
+                    engine.resolve_job(job), dp=n // 2, tp=2, pp=1, gpus_per_node=8))[0])
+    assert found.gpus == scan == 16
+
+
+@pytest.mark.parametrize("data", [
+    {"model": "meta-llama/Llama-2-7b-hf", "training": {"seq_len": 4096, "micro_batch_size": 4},
+     "parallelism": {"zero_stage": 3}, "hardware": {"gpu": "A100-80GB", "gpus_per_node": 8}},
+    {"model": "mistralai/Mixtral-8x7B-v0.1", "parallelism": {"fsdp": "full_shard"},
+     "hardware": {"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 2}},
+    {"model": "meta-llama/Llama-3.1-70B", "training": {"activation_checkpointing": "full"},
+     "parallelism": {"zero_stage": 3}, "hardware": {"gpu": "A100-80GB", "gpus_per_node": 8,
+                                                    "nodes": 4}},
+])
+def test_the_reports_own_verdict_seeds_the_search_without_moving_it(data):
+    from fmest.api import estimate_jobs
+    from fmest.engine import Engine
+
+    engine = Engine()
+    report = estimate_jobs([(to_job(data), None)], engine=engine)
+    assert report.min_gpus.gpus == searches.min_gpus(engine, report.job).gpus

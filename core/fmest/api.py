@@ -98,7 +98,12 @@ def with_searches(report: "Report", engine: "Engine",
         notes = engine.search_note(report.memory)
         found["max_micro_batch"] = search.max_micro_batch(engine, report.job, report.context)
     if "min_gpus" in searches:
-        found["min_gpus"] = search.min_gpus(engine, report.job)
+        # the report's own verdict is one probe of the search (a paged optimizer's answer has
+        # its states moved to host memory, which the search does not model: probe it afresh)
+        known = None if report.fits is None or getattr(report.context.optimizer, "paged",
+                                                          False) \
+            else (report.context.layout, report.fits, float(report.memory.total_bytes))
+        found["min_gpus"] = search.min_gpus(engine, report.job, known=known)
     warnings = tuple(dict.fromkeys((*report.warnings, *notes)))
     return attrs.evolve(report, warnings=warnings, **found)
 

@@ -28,6 +28,7 @@ from fmest.job import Job
 
 if TYPE_CHECKING:
     from fmest.engine import Engine, EstimateContext
+    from fmest.job import Layout
 
 #: Largest micro-batch searched (a power of two: the answer is min(largest that fits, this)).
 MAX_MICRO_BATCH = 4096
@@ -148,7 +149,8 @@ def _runnable_dp(mp: int, gpus_per_node: int, most: int) -> list[int]:
     return within + list(range(start, most + 1, step))
 
 
-def min_gpus(engine: "Engine", job: Job) -> MinGpus:
+def min_gpus(engine: "Engine", job: Job, *,
+             known: Optional[tuple["Layout", bool, float]] = None) -> MinGpus:
     """The fewest GPUs of the job's type at which ``job`` fits, keeping its strategy.
 
     * A strategy that shards state over data-parallel ranks (ZeRO-1/2/3, FSDP) grows ``dp``;
@@ -160,7 +162,11 @@ def min_gpus(engine: "Engine", job: Job) -> MinGpus:
       answer names can be run.
 
     ``None`` comes with the reason: the per-GPU floor that no count goes below (activations,
-    unsharded layers, buffers) or a layout limit (heads, layers)."""
+    unsharded layers, buffers) or a layout limit (heads, layers).
+
+    ``known``: ``(layout, fits, peak bytes)`` of the job as the report already estimated it;
+    when that layout is one of the candidates, its answer is used instead of probing it again
+    (the report's verdict is the search's own rule: same policy, knobs and usable memory)."""
     par = job.parallelism
     cap = engine.registries.gpus.get(job.hardware.gpu).memory_bytes
     if job.mode != "training":
@@ -171,7 +177,10 @@ def min_gpus(engine: "Engine", job: Job) -> MinGpus:
     make: Callable[[int], Job]
     world: Callable[[int], int]
     if strategy.shards:
-        candidates = _runnable_dp(mp, gpn, MAX_GPUS // mp)
+        # only layouts the job's rules accept: expert parallelism needs ep | dp*cp (or dp); a
+        # refused layout counted as "does not fit" would break the search's monotone order
+        candidates = [d for d in _runnable_dp(mp, gpn, MAX_GPUS // mp)
+                      if par.ep == 1 or (d * par.cp) % par.ep == 0 or d % par.ep == 0]
 
         def make(d: int) -> Job:
             return _with_world(job, dp=d, tp=par.tp, pp=par.pp, gpus_per_node=gpn)
@@ -204,7 +213,10 @@ def min_gpus(engine: "Engine", job: Job) -> MinGpus:
         return MinGpus(None, f"no layout of {strategy.name} with these degrees is valid for "
                        "the model", step, None)
     jobs = _LazyJobs(make, candidates, world)
-    found, peak = _first_fitting(engine, jobs)
+    from fmest.physics.calibration import usable_bytes
+
+    usable = usable_bytes(cap, job.calibration.safety_margin)
+    found, peak = _first_fitting(engine, jobs, usable, _seed(jobs, known))
     if found is None:
         last = len(jobs) - 1
         if not strategy.shards and par.tp == 1 and par.pp == 1:
@@ -243,7 +255,22 @@ class _LazyJobs:
         return self._built[i]
 
 
-def _first_fitting(engine: "Engine", jobs: _LazyJobs
+def _seed(jobs: _LazyJobs, known: Optional[tuple["Layout", bool, float]]
+          ) -> dict[int, tuple[bool, Optional[float]]]:
+    """``{index: (fits, peak)}`` of the candidate whose layout is the report's own, if any."""
+    if known is None:
+        return {}
+    from fmest.job import resolve_layout
+
+    layout, fits, peak = known
+    for i, n in enumerate(jobs.worlds):
+        if n == layout.world_size and resolve_layout(jobs[i]) == layout:
+            return {i: (fits, peak)}
+    return {}
+
+
+def _first_fitting(engine: "Engine", jobs: _LazyJobs, cap: float,
+                   seed: Optional[dict[int, tuple[bool, Optional[float]]]] = None
                    ) -> tuple[Optional[int], Optional[float]]:
     """Index of the first of ``jobs`` (ever more GPUs) that fits, or None, and the peak of the
     last job (the floor no count goes below, when none fits).
@@ -251,9 +278,8 @@ def _first_fitting(engine: "Engine", jobs: _LazyJobs
     The smallest and largest counts bracket the answer; each next probe is where the curve
     ``A + B / n`` through the bracket's two ends crosses the usable memory (regula falsi in
     ``1 / n``), kept strictly inside the bracket, until the bracket closes."""
-    from fmest.physics.calibration import usable_bytes
 
-    probed: dict[int, tuple[bool, Optional[float]]] = {}
+    probed: dict[int, tuple[bool, Optional[float]]] = dict(seed or {})
 
     def probe(i: int) -> tuple[bool, Optional[float]]:
         if i not in probed:
@@ -261,15 +287,19 @@ def _first_fitting(engine: "Engine", jobs: _LazyJobs
         return probed[i]
 
     last = len(jobs) - 1
-    if probe(0)[0]:
+    # a known count that does not fit rules out every smaller one; one that fits, every larger
+    known_lo = max((i for i, (fit, _) in probed.items() if not fit), default=None)
+    known_hi = min((i for i, (fit, _) in probed.items() if fit), default=None)
+    if known_lo is None and probe(0)[0]:
         return 0, None
-    last_fit, last_peak = probe(last)
-    if not last_fit:
-        return None, last_peak
-    job = jobs[0]
-    cap = usable_bytes(engine.registries.gpus.get(job.hardware.gpu).memory_bytes,
-                       job.calibration.safety_margin)
-    lo, hi = 0, last                 # lo does not fit, hi fits
+    if known_hi is None:
+        last_fit, last_peak = probe(last)
+        if not last_fit:
+            return None, last_peak
+    lo = known_lo if known_lo is not None else 0       # does not fit
+    hi = known_hi if known_hi is not None else last    # fits
+    if hi < lo:     # memory not monotone in the count: the exhaustive rule, first that fits
+        return next((i for i in range(len(jobs)) if probe(i)[0]), None), None
     while hi - lo > 1:
         guess = _inverse_guess(jobs.worlds, lo, hi, probed[lo][1], probed[hi][1], cap)
         if guess is None:
