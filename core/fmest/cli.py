@@ -16,7 +16,7 @@ import re
 import sys
 from typing import Any, Callable, Sequence
 
-from fmest.errors import FmestError, InputError, error_body, error_object
+from fmest.errors import FmestError, error_body, error_object
 
 #: Exit code of ``--fail-if-no-fit`` when the job does not fit (2 is a usage or input error).
 EXIT_NO_FIT = 3
@@ -138,22 +138,21 @@ def _fit_exit(args: argparse.Namespace, fits: list) -> int:
 
 
 def cmd_export(args: argparse.Namespace, engine_factory) -> int:
-    """``fmest export --to FORMAT``: the job (flags, -f, --config) as a tool's config file(s)."""
+    """``fmest export --to FORMAT``: the job (flags, -f, --config) as a tool's config file(s);
+    with ``--output-dir`` each file is written atomically (a kill leaves the old file or the
+    new one) and a directory that cannot be written fails before the work, naming the flag."""
     import os
 
     from fmest.api import export_files
+    from fmest.atomic import check_writable_dir, write_text_atomic
 
+    if args.output_dir:  # a path under a file, no permission: the flag's problem, at once
+        check_writable_dir(args.output_dir, field="--output-dir")
     files = export_files(args, engine_factory())
     if args.output_dir:
         for name, text in files.items():
             path = os.path.join(args.output_dir, name)
-            try:  # a path under a file, no permission, a full disk: the flag's problem
-                os.makedirs(args.output_dir, exist_ok=True)
-                with open(path, "w", encoding="utf-8") as fh:
-                    fh.write(text)
-            except OSError as exc:
-                raise InputError("--output-dir", f"cannot write {path}: {exc.strerror}",
-                                 value=args.output_dir) from None
+            write_text_atomic(path, text, field="--output-dir")
             print(f"wrote {path}")
     elif len(files) == 1:
         sys.stdout.write(next(iter(files.values())))

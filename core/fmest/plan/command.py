@@ -91,6 +91,10 @@ def plan_output(args, engine, *, job_layers=None) -> dict[str, Any]:
 
 def run(args, engine) -> int:
     """``fmest plan``: see docs/plan.md."""
+    if args.export:  # a directory that cannot be written fails before the search, not after
+        from fmest.atomic import check_writable_dir
+
+        check_writable_dir(args.export_dir, field="--export-dir")
     progress = _progress()
     result, cons = plan_from_args(args, engine, progress=progress)
     fmt = args.format
@@ -244,11 +248,20 @@ def _export(result: PlanResult, args, engine) -> None:
     else:   # every plan (there is at least one) failed: the first failure says why
         assert first_error is not None
         raise first_error
-    os.makedirs(args.export_dir, exist_ok=True)
+    write_files(files, args.export_dir, field="--export-dir")
+
+
+def write_files(files: dict[str, str], directory: str, *, field: str) -> None:
+    """Write each of ``files`` (name -> text) into ``directory`` (created when missing), each
+    atomically (:func:`fmest.atomic.write_text_atomic`: a kill leaves the old file or the new
+    one, whole), saying ``wrote PATH`` on stderr. A directory that cannot be written is an
+    :class:`InputError` naming ``field``, before any file is written."""
+    from fmest.atomic import check_writable_dir, write_text_atomic
+
+    check_writable_dir(directory, field=field)
     for name, text in files.items():
-        path = os.path.join(args.export_dir, name)
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        path = os.path.join(directory, name)
+        write_text_atomic(path, text, field=field)
         print(f"wrote {path}", file=sys.stderr)
 
 

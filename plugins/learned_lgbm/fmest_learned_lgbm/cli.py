@@ -10,7 +10,9 @@ def add_learn_arguments(p) -> None:
     p.add_argument("data", nargs="+", metavar="DATA",
                    help="probe datasets (CSV/Parquet with job_json) or fm-training-estimator "
                         "CSVs")
-    p.add_argument("--out", required=True, metavar="BUNDLE_DIR", help="directory to write")
+    p.add_argument("--out", required=True, metavar="BUNDLE_DIR",
+                   help="directory to write: new, empty, or a bundle to replace (replaced "
+                   "whole once training is done; interrupted, the old bundle stays)")
     p.add_argument("--targets", default="memory,time", metavar="memory,time",
                    help="what to learn (targets without enough rows are skipped)")
     p.add_argument("--name", help="bundle name recorded in metadata.json (default: the "
@@ -24,9 +26,23 @@ def add_learn_arguments(p) -> None:
                    help="skip the nested leave-one-source-out evaluation")
 
 
+def require_lightgbm() -> None:
+    """``fmest learn`` fails at the door, in one line, when lightgbm cannot be imported (not
+    installed, or its shared library cannot load) instead of deep inside training."""
+    try:
+        import lightgbm  # noqa: F401
+    except (ImportError, OSError) as exc:
+        from fmest.errors import PluginError
+
+        raise PluginError("learned_lgbm", f"fmest learn needs lightgbm, which cannot be "
+                          f"imported ({type(exc).__name__}: {exc}); pip install lightgbm "
+                          "(a dependency of fmest-learned-lgbm)") from None
+
+
 def run_learn(args, engine) -> int:
     from fmest_learned_lgbm.train import cv_table, train_bundle
 
+    require_lightgbm()
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     meta = train_bundle(args.data, engine, args.out, targets=targets, name=args.name,
                         features=args.features, loso=False if args.no_loso else None)

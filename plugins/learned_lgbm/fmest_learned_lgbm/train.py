@@ -15,15 +15,19 @@ that never saw it.
 from __future__ import annotations
 
 import datetime as _dt
+import fnmatch
 import json
 import math
+import os
 import platform
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import attrs
 
+from fmest.atomic import check_writable_dir, os_reason, replace_dir_atomic
 from fmest.errors import FmestError, InputError
 from fmest_learned_lgbm import __version__
 from fmest_learned_lgbm.baseline import baseline_version, comparable_bytes, theory_answers
@@ -536,8 +540,8 @@ def evaluation(meta_targets: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for target, t in meta_targets.items():
         ev = t.get("loso") or t.get("cv") or {}
-        if not ev.get("rows"):
-            continue
+        if not ev.get("rows") or "median_abs_error_theory" not in ev:
+            continue  # no held-out figures (CV needs 2 groups)
         out[QUANTITY[target]] = {
             "method": ev.get("method", ""), "rows": ev["rows"], "sources": ev.get("sources"),
             **{k: ev[k] for k in ev if k.startswith(("median_abs_error", "source_weighted",
@@ -550,6 +554,47 @@ def evaluation(meta_targets: dict[str, Any]) -> dict[str, Any]:
              for q in ("memory", "throughput")]
     out["hybrid_beats_theory"] = all(beats)
     return out
+
+
+#: What a bundle directory holds that training writes (everything else in it is the user's).
+BUNDLE_FILES = ("metadata.json", "*.p[0-9]*.txt")
+
+
+def _bundle_file(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in BUNDLE_FILES)
+
+
+def check_out_dir(out: Path) -> None:
+    """``--out`` before any training: absent, an empty directory or a bundle (it is replaced
+    as a whole, so a directory of other files is refused rather than emptied), in a place a
+    file can be created. An :class:`InputError` naming ``--out`` otherwise."""
+    try:
+        entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    except OSError as exc:
+        raise InputError("--out", f"cannot read {out}: {os_reason(exc)}",
+                         value=str(out)) from None
+    if out.exists() and not out.is_dir():
+        raise InputError("--out", "exists and is not a directory", value=str(out))
+    if entries and "metadata.json" not in entries:
+        raise InputError("--out", "is a directory that holds no bundle (no metadata.json); "
+                         "fmest learn replaces the directory it writes: give a new or empty "
+                         "directory, or a bundle to retrain", value=str(out))
+    check_writable_dir(Path(os.path.abspath(out)).parent, field="--out", value=str(out))
+
+
+def carry_extras(old: Path, new: Path) -> None:
+    """Copy what the user keeps in the bundle directory ``old`` (a README, an ``__init__.py``:
+    anything but :data:`BUNDLE_FILES`) into its replacement ``new``; old models are not
+    carried, so a retrain leaves none behind."""
+    if not old.is_dir():
+        return
+    for entry in old.iterdir():
+        if _bundle_file(entry.name):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.copytree(entry, new / entry.name, symlinks=True)
+        else:
+            shutil.copy2(entry, new / entry.name, follow_symlinks=False)
 
 
 def train_bundle(paths: Sequence[str], engine, out: str | Path, *,
@@ -565,10 +610,17 @@ def train_bundle(paths: Sequence[str], engine, out: str | Path, *,
     leave-one-source-out evaluation (:func:`loso_evaluate`) and store it as each target's
     ``loso`` (default: when rows carry sources). Targets with fewer than ``MIN_ROWS`` usable
     rows are skipped and recorded; none at all is an :class:`InputError`.
+
+    ``out`` is checked before any work (:func:`check_out_dir`) and written whole or not at
+    all: the bundle is built in a temporary directory beside it and swapped in
+    (:func:`fmest.atomic.replace_dir_atomic`), so a kill or a full disk leaves the old bundle
+    as it was; the user's own files in an old bundle are carried over (:func:`carry_extras`).
     """
     for t in targets:
         if t not in TARGETS:
             raise InputError("--targets", "unknown target", value=t, accepted=TARGETS)
+    out = Path(out)
+    check_out_dir(out)
     if samples is None:
         files, samples = [], []
         for p in paths:
@@ -578,7 +630,6 @@ def train_bundle(paths: Sequence[str], engine, out: str | Path, *,
     files = list(files or [])
     feature_set, feature_names = _feature_set(features, samples)
     tables = build_tables(samples, engine, targets, feature_names)
-    out = Path(out)
     meta_targets: dict[str, Any] = {}
     not_trained: dict[str, str] = {}
     written: dict[str, dict] = {}
@@ -628,15 +679,6 @@ def train_bundle(paths: Sequence[str], engine, out: str | Path, *,
     if not meta_targets:
         raise InputError("DATA", "no target could be trained: " + "; ".join(
             f"{t}: {why}" for t, why in not_trained.items()))
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("*.p[0-9]*.txt"):  # a retrain must not leave old models behind
-        stale.unlink()
-    for target, boosters in written.items():
-        for q, b in boosters.items():
-            fname = f"{target}.{q}.txt"
-            b.save_model(str(out / fname))
-            meta_targets[target]["models"][q] = {"file": fname,
-                                                 "sha256": sha256_file(out / fname)}
     used = [t for t in tables.values() if len(t) >= MIN_ROWS]
     all_devices = [d for t in used for d in t.devices]
     rows = max(len(t) for t in tables.values())
@@ -666,8 +708,21 @@ def train_bundle(paths: Sequence[str], engine, out: str | Path, *,
         "targets": meta_targets,
         "not_trained": not_trained,
     }
-    (out / "metadata.json").write_text(json.dumps(meta, indent=2, sort_keys=False) + "\n",
-                                       encoding="utf-8")
+
+    def build(directory: Path) -> None:
+        """The whole bundle in a fresh directory (swapped in for ``out`` when complete)."""
+        carry_extras(out, directory)
+        for target, boosters in written.items():
+            for q, b in boosters.items():
+                fname = f"{target}.{q}.txt"
+                b.save_model(str(directory / fname))
+                meta_targets[target]["models"][q] = {"file": fname,
+                                                     "sha256": sha256_file(directory / fname)}
+        (directory / "metadata.json").write_text(
+            json.dumps(meta, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+
+    # a kill or a full disk while writing leaves the old bundle as it was
+    replace_dir_atomic(out, build, field="--out")
     return meta
 
 

@@ -9,7 +9,8 @@ allocator's 512-byte blocks), with parallelism the trace does not execute applie
 its per-category bytes (FSDP full sharding, and ZeRO-3 approximated by it, IS executed: FSDP2
 on a fake process group, see :func:`fsdp_world_size`), plus documented GPU-side terms
 (:func:`gpu_side_terms`). Traces are cached on disk by configuration hash in
-``$FMEST_CACHE_DIR/traces`` (default ``~/.cache/fmest/traces``).
+``$FMEST_CACHE_DIR/traces`` (default ``~/.cache/fmest/traces``); each entry carries the SHA-256
+of its content, and one that does not match is traced again with a note (:func:`traced_run`).
 """
 
 from __future__ import annotations
@@ -66,32 +67,73 @@ def trace_key(run, round_bytes: int = ROUND_BYTES) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def traced_run(run, *, round_bytes: int = ROUND_BYTES, use_cache: bool = True):
-    """The fake-mode :class:`~fmest_torch_runner.runner.RunResult` of ``run``, from the disk
-    cache when present. Returns ``(result, cache_hit)``."""
+def _digest(payload: dict) -> str:
+    """SHA-256 of ``payload``'s canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def cache_entry(key: str, run, res) -> dict:
+    """The JSON a trace is cached as: ``key``, ``run``, ``result`` and ``sha256``, the digest
+    of the other three (:func:`_digest`), so that a changed or cut entry is recognised."""
+    payload = json.loads(json.dumps({"key": key, "run": run.key(), "result": res.to_dict()},
+                                    default=str))  # the types JSON gives back when read
+    return {**payload, "sha256": _digest(payload)}
+
+
+def read_cache_entry(path: Path, key: str):
+    """``(result, None)`` from the cache entry at ``path``, or ``(None, why)`` when it cannot
+    be trusted: unreadable, not JSON (a cut write), no or a wrong ``sha256`` (edited, or
+    written before entries carried one), another key."""
     from fmest_torch_runner.runner import RunResult
 
+    try:
+        with open(path, encoding="utf-8") as fh:
+            entry = json.load(fh)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return None, f"unreadable or not whole ({type(exc).__name__})"
+    if not isinstance(entry, dict) or "sha256" not in entry:
+        return None, "carries no content hash"
+    digest = entry.pop("sha256")
+    if digest != _digest(entry):
+        return None, "content does not match its sha256 (changed or damaged)"
+    if entry.get("key") != key:
+        return None, f"holds key {entry.get('key')!r}, not {key!r}"
+    try:
+        return RunResult.from_dict(entry["result"]), None
+    except (ValueError, TypeError, KeyError) as exc:
+        return None, f"result unreadable ({type(exc).__name__}: {exc})"
+
+
+def traced_run(run, *, round_bytes: int = ROUND_BYTES, use_cache: bool = True,
+               notes: Optional[list[str]] = None):
+    """The fake-mode :class:`~fmest_torch_runner.runner.RunResult` of ``run``, from the disk
+    cache when present. Returns ``(result, cache_hit)``.
+
+    A cache entry is used only when its ``sha256`` matches its content
+    (:func:`read_cache_entry`); an entry that does not is traced again and overwritten, and
+    ``notes`` (when given) gets a line saying so. Entries are written atomically (temporary
+    file, fsync, rename: :func:`fmest.atomic.write_text_atomic`); a read-only cache is no
+    error."""
     key = trace_key(run, round_bytes)
     path = cache_dir() / f"{key}.json"
     if use_cache and path.is_file():
-        try:
-            with open(path, encoding="utf-8") as fh:
-                return RunResult.from_dict(json.load(fh)["result"]), True
-        except (OSError, ValueError, TypeError, KeyError):
-            pass  # a corrupt entry is re-traced and overwritten
+        res, why = read_cache_entry(path, key)
+        if res is not None:
+            return res, True
+        if notes is not None:
+            notes.append(f"trace cache entry {path} ignored ({why}); traced again")
     from fmest.output.render import status
     from fmest_torch_runner.runner import run as run_steps
 
     with status(f"tracing {run.model_name} ({run.steps} steps on fake tensors)"):
         res = run_steps(run, "fake", round_bytes=round_bytes)
     if use_cache and res.status == "ok":
+        from fmest.atomic import write_text_atomic
+
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump({"key": key, "run": run.key(), "result": res.to_dict()}, fh)
-            os.replace(tmp, path)
-        except OSError:
+            write_text_atomic(path, json.dumps(cache_entry(key, run, res)))
+        except (OSError, ValueError):
             pass  # a read-only cache is not an error
     return res, False
 
@@ -196,8 +238,9 @@ def _scaled_windows(res, factors: dict[str, float], gather_bytes: int) -> dict[s
     return out
 
 
-def _trace(job, ctx, use_cache: bool):
-    """(run spec, result, cache hit) of the job's fake trace; None when it cannot run."""
+def _trace(job, ctx, use_cache: bool, notes: Optional[list[str]] = None):
+    """(run spec, result, cache hit) of the job's fake trace; None when it cannot run.
+    ``notes`` gets what the cache had to say (:func:`traced_run`)."""
     try:
         from fmest_torch_runner.runner import Unsupported, run_spec_from_job
     except ImportError:  # torch/transformers missing
@@ -208,7 +251,7 @@ def _trace(job, ctx, use_cache: bool):
                                 precision=transforms_of(job, ctx).precision)
     except Unsupported:
         return None  # e.g. QLoRA: bitsandbytes cannot be traced on CPU; the policy falls back
-    res, hit = traced_run(run, use_cache=use_cache)
+    res, hit = traced_run(run, use_cache=use_cache, notes=notes)
     if res.status == "unsupported":
         return None
     if res.status != "ok":
@@ -293,7 +336,8 @@ def stack_fusion_note(job, ctx) -> Optional[tuple[str, str]]:
 def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimate]:
     """The traced :class:`MemoryEstimate` of ``job`` (None when the runner cannot run it):
     trace, scale by the transforms' divisors, add gathered layers and GPU-side terms."""
-    traced = _trace(job, ctx, use_cache)
+    cache_notes: list[str] = []
+    traced = _trace(job, ctx, use_cache, cache_notes)
     if traced is None:
         return None
     run, res, hit = traced
@@ -313,7 +357,7 @@ def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimat
     components = dict(comps)
     components.update(gpu_side_terms(sum(comps.values()), world_size=ctx.layout.world_size,
                                      nodes=ctx.layout.nodes))
-    notes = _trace_notes(job, run, res, hit, window, fsdp_traced) + scale_notes
+    notes = _trace_notes(job, run, res, hit, window, fsdp_traced) + scale_notes + cache_notes
     unfused = stack_fusion_note(job, ctx)
     if unfused is not None:
         notes.append(unfused[1])

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import io
 import itertools
 import json
 import os
@@ -150,11 +151,54 @@ def _fmt(v: Any) -> Any:
         return ""
     if isinstance(v, float):
         return repr(v)
+    if isinstance(v, str) and ("\n" in v or "\r" in v):
+        # one row, one line: a kill mid-write then leaves at most one partial last line
+        return " | ".join(part for part in v.splitlines() if part.strip())
     return v
 
 
+#: rows that say "a package is missing in the worker's environment" rather than anything about
+#: the configuration: not counted as done, so the run after installing it probes them again
+_MISSING_PACKAGE = "No module named"
+
+
+def missing_package(row: dict) -> bool:
+    """Whether ``row`` failed because the worker could not import a package (torch,
+    transformers, peft: ``ModuleNotFoundError``); such rows are recorded but not done."""
+    return row.get("status") == "error" and _MISSING_PACKAGE in str(row.get("error") or "")
+
+
+def require_packages(device: str, packages: tuple[str, ...] = ("torch", "transformers")) -> None:
+    """Fail at the door, in one line, when the local workers cannot import ``packages``:
+    without this every configuration of the sweep would become an ``error`` row."""
+    import importlib.util
+
+    def importable(name: str) -> bool:
+        if name in sys.modules:
+            return sys.modules[name] is not None
+        try:
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            return False
+
+    missing = [p for p in packages if not importable(p)]
+    if missing:
+        from fmest.errors import PluginError
+
+        raise PluginError("torch_runner", f"fmest probe --device {device} runs the model with "
+                          f"{' and '.join(packages)}; not installed: {', '.join(missing)} "
+                          f"(pip install {' '.join(missing)}); nothing was probed")
+
+
 class RowWriter:
-    """Appends rows to a CSV (append mode) or Parquet file (rewritten; Parquet cannot append)."""
+    """Appends rows to a CSV or Parquet file; a kill loses at most the row being written.
+
+    CSV: each row is one line written with one ``write`` and fsynced; a partial last line
+    left by a kill is ignored when reading and cut off before the next append. Parquet cannot
+    append: the file is rewritten whole through a temporary file and ``os.replace``
+    (:func:`fmest.atomic.write_atomic`). Any ``OSError`` is an :class:`InputError` naming
+    ``--output``.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -163,42 +207,131 @@ class RowWriter:
             raise InputError("--output", "must end in .csv or .parquet", value=path)
         self.lock = threading.Lock()
 
-    def done_hashes(self) -> set[str]:
-        if not os.path.exists(self.path) or os.path.getsize(self.path) == 0:
-            return set()
-        if self.parquet:
-            import pyarrow.parquet as pq
+    def _error(self, exc: OSError, doing: str = "write") -> InputError:
+        from fmest.atomic import os_reason
 
-            t = pq.read_table(self.path, columns=["config_hash"])
-            return set(t.column("config_hash").to_pylist())
-        with open(self.path, newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            if not reader.fieldnames or "config_hash" not in reader.fieldnames:
-                raise InputError("--output", "exists but has no config_hash column; give a new "
-                                 "file", value=self.path)
-            return {r["config_hash"] for r in reader}
+        return InputError("--output", f"cannot {doing} {self.path}: {os_reason(exc)}",
+                          value=self.path)
+
+    def check(self) -> None:
+        """Before any probe runs: the file can be written (a missing directory is made at the
+        first row) and a partial last CSV line from an interrupted run is cut off."""
+        from fmest.atomic import check_writable_dir
+
+        if self.parquet:
+            try:
+                import pyarrow.parquet  # noqa: F401
+            except ImportError:
+                raise InputError("--output", "a Parquet file needs pyarrow, which is not "
+                                 "installed (pip install 'fmest-torch-runner[parquet]'); or "
+                                 "name a .csv file", value=self.path) from None
+
+        directory = os.path.dirname(os.path.abspath(self.path))
+        check_writable_dir(directory, field="--output", value=self.path)
+        if os.path.isdir(self.path):
+            raise InputError("--output", "is a directory", value=self.path)
+        try:
+            if os.path.exists(self.path):
+                with open(self.path, "ab"):  # can be appended to (or replaced, Parquet)
+                    pass
+                if not self.parquet:
+                    self._cut_partial_line()
+        except OSError as exc:
+            raise self._error(exc) from None
+
+    def _cut_partial_line(self) -> None:
+        with open(self.path, "rb") as fh:
+            data = fh.read()
+        keep = data.rfind(b"\n") + 1
+        if keep < len(data):
+            sys.stderr.write(f"fmest probe: {self.path}: removed an incomplete last line "
+                             f"({len(data) - keep} bytes) left by an interrupted run; its "
+                             "configuration runs again\n")
+            os.truncate(self.path, keep)
+
+    def done_hashes(self) -> set[str]:
+        """``config_hash`` of the rows already written: whole rows only (a partial last line
+        is not done), and not rows that failed for a missing package (:func:`missing_package`)."""
+        try:
+            if not os.path.exists(self.path) or os.path.getsize(self.path) == 0:
+                return set()
+            rows = self._read_parquet() if self.parquet else self._read_csv()
+        except OSError as exc:
+            raise self._error(exc, "read") from None
+        return {r["config_hash"] for r in rows
+                if r.get("config_hash") and not missing_package(r)}
+
+    def _read_parquet(self) -> list[dict]:
+        import pyarrow.parquet as pq
+
+        try:
+            names = pq.read_schema(self.path).names
+            cols = [c for c in ("config_hash", "status", "error") if c in names]
+            rows = pq.read_table(self.path, columns=cols).to_pylist()
+        except OSError:
+            raise
+        except Exception as exc:  # pyarrow's ArrowInvalid: not a (whole) Parquet file
+            raise InputError("--output", f"exists but is not a readable Parquet file ({exc}); "
+                             "give a new file", value=self.path) from None
+        if "config_hash" not in cols:
+            raise InputError("--output", "exists but has no config_hash column; give a new "
+                             "file", value=self.path)
+        return rows
+
+    def _read_csv(self) -> list[dict]:
+        with open(self.path, "rb") as fh:
+            data = fh.read()
+        whole = data[:data.rfind(b"\n") + 1]  # a partial last line is not a row
+        try:
+            text = whole.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError("--output", f"exists but is not UTF-8 CSV ({exc}); give a new "
+                             "file", value=self.path) from None
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        if not reader.fieldnames or "config_hash" not in reader.fieldnames:
+            raise InputError("--output", "exists but has no config_hash column; give a new "
+                             "file", value=self.path)
+        width = len(reader.fieldnames)
+        # a row with missing or extra fields was cut or mangled: not done
+        return [r for r in reader if None not in r and len(r) == width
+                and None not in r.values()]
 
     def append(self, row: dict) -> None:
         with self.lock:
-            if self.parquet:
-                import pyarrow as pa
-                import pyarrow.parquet as pq
+            try:
+                self._append(row)
+            except OSError as exc:
+                raise self._error(exc) from None
 
-                rec = {c: [None if row.get(c) in (None, "") else str(row.get(c))]
-                       for c in COLUMNS}
-                new = pa.table(rec, schema=pa.schema([(c, pa.string()) for c in COLUMNS]))
-                if os.path.exists(self.path):
-                    new = pa.concat_tables([pq.read_table(self.path), new])
-                tmp = self.path + ".tmp"
-                pq.write_table(new, tmp)
-                os.replace(tmp, self.path)
-                return
-            fresh = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
-            with open(self.path, "a", newline="", encoding="utf-8") as fh:
-                w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
-                if fresh:
-                    w.writeheader()
-                w.writerow({c: _fmt(row.get(c)) for c in COLUMNS})
+    def _append(self, row: dict) -> None:
+        if self.parquet:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            from fmest.atomic import write_atomic
+
+            rec = {c: [None if row.get(c) in (None, "") else str(row.get(c))] for c in COLUMNS}
+            new = pa.table(rec, schema=pa.schema([(c, pa.string()) for c in COLUMNS]))
+            if os.path.exists(self.path):
+                new = pa.concat_tables([pq.read_table(self.path), new])
+            write_atomic(self.path, lambda tmp: pq.write_table(new, tmp))
+            return
+        fresh = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
+        if fresh:
+            w.writeheader()
+        w.writerow({c: _fmt(row.get(c)) for c in COLUMNS})
+        data = buf.getvalue().encode("utf-8")
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 # -- the worker (one configuration, in its own process) ----------------------------------------
@@ -409,6 +542,9 @@ def run_command(args, engine) -> int:
     if args.address and args.executor != "ray":
         raise InputError("--address", "needs --executor ray", value=args.address)
     writer = RowWriter(args.output)
+    writer.check()
+    if args.executor == "local":  # Ray's nodes need the packages, not the driver (docs)
+        require_packages(args.device)
     placeholder = False
     if args.sweep and not args.model and not args.input_file:
         args.model, placeholder = "__from_sweep__", True
@@ -467,6 +603,11 @@ def run_command(args, engine) -> int:
                      f"({skipped} skipped as already present)\n")
     for r in bad[:5]:
         sys.stderr.write(f"  {r.get('config_hash')}: {r.get('status')}: {r.get('error')}\n")
+    missing = sum(missing_package(r) for r in rows)
+    if missing:
+        sys.stderr.write(f"{missing} configurations failed for a package missing where they "
+                         "ran (No module named ...): not counted as done; the same command "
+                         "runs them again once it is installed\n")
     return 0
 
 
