@@ -58,7 +58,9 @@ def main() -> None:
             print(f"**{title}**\n\n| flag | values | meaning |\n|---|---|---|")
             for a in acts:
                 flags = ", ".join(f"`{o}`" for o in a.option_strings)
-                if a.choices:
+                if a.nargs == 0:            # a switch: --flag alone
+                    vals = ""
+                elif a.choices:
                     vals = " / ".join(str(c) for c in a.choices)
                 else:
                     names = {"parse_positive_int": "N (>= 1)", "parse_count": "N (2e10, 300M)",

@@ -7,7 +7,9 @@ memory answers -> policy -> time answers (given the chosen memory) -> policy -> 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections import OrderedDict
 from typing import Any, Callable, Optional
 
 import attrs
@@ -35,6 +37,16 @@ from fmest.stacks import StackProfile, resolve_job_stack
 from fmest.transforms import OptimizerSpec, ShardingStrategy, Transforms, resolve_transforms
 
 QUANTITIES = ("memory", "time", "tokens", "cost")
+#: Most model specs an engine keeps, least recently used dropped first: every shipped preset
+#: (116) with room for the inline configs in use. A long-running service sees a new entry for
+#: every distinct ``model_config`` a client sends; unbounded, that memory was never freed.
+MODEL_CACHE_ENTRIES = 128
+#: Most characters of inline ``model_config`` (their cache keys) the model cache keeps. A spec
+#: keeps its config, about 10x the key's length in Python objects (a 64 KB config: 0.6 MB), so a
+#: count alone does not bound the bytes: 128 configs near the service's 1 MiB body limit would
+#: hold about 1 GB. 2 Mi characters keep about 20 MB, or some 600 typical 3 KB configs; a
+#: config over it is resolved again on every use.
+MODEL_CACHE_CONFIG_CHARS = 2 << 20
 #: raised by a plugin, these reach the user (a bad value; a configuration that cannot run)
 _PROPAGATE = (InfeasibleError, InputError)
 _RESULT_TYPES = {"memory": MemoryEstimate, "time": TimeEstimate, "tokens": TokensEstimate,
@@ -316,7 +328,10 @@ class Engine:
         # filled at start-up so a duplicate registration fails here, naming both plugins
         # (``fmest --help`` lists the plugins' commands without an engine)
         self._registries: Optional[Registries] = Registries(pm)
-        self._model_cache: dict[tuple, ModelSpec] = {}
+        #: (model, inline config text) -> spec, least recently used first (:meth:`resolve_model`)
+        self._model_cache: OrderedDict[tuple[str, Optional[str]], ModelSpec] = OrderedDict()
+        #: characters of inline config text among the keys of ``_model_cache``
+        self._model_cache_chars = 0
         #: id(job) -> (job, job with its LoRA targets resolved); the job is kept so its id
         #: is not reused
         self._resolved: dict[int, tuple[Job, Job]] = {}
@@ -416,8 +431,13 @@ class Engine:
     # -- resolution ---------------------------------------------------------------------
     def resolve_model(self, job: Job) -> ModelSpec:
         key = (job.model, repr(sorted(job.model_config.items())) if job.model_config else None)
-        if key in self._model_cache:
-            return self._model_cache[key]
+        cached = self._model_cache.get(key)
+        if cached is not None:
+            # the service serialises resolve_model (fmest.serve.app); without its lock a
+            # concurrent eviction may have dropped the key, which costs only a reload
+            with contextlib.suppress(KeyError):
+                self._model_cache.move_to_end(key)
+            return cached
         if job.model_config is not None:
             from fmest.models.hf import spec_from_hf_config
 
@@ -433,8 +453,21 @@ class Engine:
             if not isinstance(spec, ModelSpec):
                 raise PluginError(plugin, f"fmest_resolve_model returned "
                                   f"{type(spec).__name__}, expected fmest.models.ModelSpec")
-        self._model_cache[key] = spec
+        self._remember_model(key, spec)
         return spec
+
+    def _remember_model(self, key: tuple[str, Optional[str]], spec: ModelSpec) -> None:
+        """Keep ``spec`` in the bounded model cache (:data:`MODEL_CACHE_ENTRIES`,
+        :data:`MODEL_CACHE_CONFIG_CHARS`), dropping the least recently used."""
+        chars = len(key[1] or "")
+        if chars > MODEL_CACHE_CONFIG_CHARS or key in self._model_cache:
+            return
+        self._model_cache[key] = spec
+        self._model_cache_chars += chars
+        while self._model_cache and (len(self._model_cache) > MODEL_CACHE_ENTRIES
+                                     or self._model_cache_chars > MODEL_CACHE_CONFIG_CHARS):
+            (_, dropped), _spec = self._model_cache.popitem(last=False)
+            self._model_cache_chars -= len(dropped or "")
 
     def resolve_job(self, job: Job) -> Job:
         """``job`` with the defaults that depend on its model made explicit: empty

@@ -5,28 +5,38 @@ Every route answers JSON. ``POST /v1/estimate`` reads its body through the CLI's
 Errors are ``{"error": {"field", "message", "accepted"}}``: 422 for bad input (an
 :class:`fmest.errors.InputError` keeps its field and accepted values), 413 for a body over the
 size limit, 504 past the time limit, 500 (logged, never a traceback in the body) for a bug.
+
+Before any route, :class:`_Transport` refuses what a web page could send from elsewhere: a
+``Host`` outside the allow-list (421: DNS rebinding), an ``Origin`` outside it (403: another
+site's page), a POST body that is not declared JSON (415). CORS is off unless origins are named.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
 import os
 import threading
 from importlib import resources
-from typing import Any
+from typing import Any, Iterable, Sequence
+from urllib.parse import urlsplit
 
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.staticfiles import StaticFiles
 
 from fmest import __version__
+from fmest.bounds import Bound
 from fmest.errors import FmestError, InputError, error_body, error_object
-from fmest.serve import schema
-from fmest.serve.inputs import INPUT_SOURCE, estimate_args
+from fmest.serve import cors_origin, host_name, schema
+from fmest.serve.files import FileAccess, checked_plan_response
+from fmest.serve.inputs import INPUT_SOURCE, estimate_args, parse_json
 
 log = logging.getLogger("fmest.serve")
 
@@ -44,6 +54,22 @@ CONCURRENT_METHODS = frozenset({"theory"})
 #: throughput, only switching; a few keep the queue first-come first-served (lower p99 under
 #: load, benchmarks/serve_load.py) while one slow request does not block the others.
 WORKER_THREADS = 4
+#: The names the service answers to unless told more (``create_app(allow_hosts=...)``;
+#: ``fmest serve`` adds its ``--host`` and every ``--allow-host``): this machine's loopback
+#: names. A page on a name an attacker controls, re-pointed at 127.0.0.1 (DNS rebinding), sends
+#: that name as ``Host`` and is refused; the connection's own address is always accepted (an
+#: address is no name anyone can re-point).
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+#: The one body type the POST routes read. A page on another site can post a "simple" CORS
+#: request (text/plain, a form) without asking first; JSON needs a preflight, which only a
+#: ``--cors-origin`` passes.
+JSON_MEDIA_TYPE = "application/json"
+#: Jobs one request may hold (an EstimateInput's ``job_configs``), checked once the body is
+#: read and before any is resolved.
+JOBS_BOUND = Bound(path="job_configs", maximum=64,
+                   reason="jobs in one request, each a whole estimate with its largest-micro-"
+                          "batch search (about 3 ms by formulas, tens of seconds traced) within "
+                          "the one --timeout; send more jobs in more requests")
 
 
 def _input_error_body(exc: InputError) -> dict:
@@ -74,16 +100,20 @@ class _ServiceEngine:
         engine.resolve_model = resolve_model
 
 
-def estimate_response(args, job_input, service: _ServiceEngine) -> str:
+def estimate_response(args, job_input, service: _ServiceEngine, access: FileAccess) -> str:
     """The JSON text ``fmest estimate --format json -f INPUT FLAGS`` prints for the parsed
-    body: the CLI's own use cases (:func:`fmest.api.read_jobs`, :func:`fmest.api.estimate_jobs`)
-    and renderer (:func:`fmest.output.report.reports_to_dict`)."""
+    body: the CLI's own use cases (:func:`fmest.api.read_jobs`, through ``access``'s file
+    checks, :func:`fmest.api.estimate_jobs`) and renderer
+    (:func:`fmest.output.report.reports_to_dict`)."""
     from fmest import api
     from fmest.inputs import read_document
     from fmest.output.report import reports_to_dict
 
     layers = read_document(job_input, source=INPUT_SOURCE) if job_input is not None else None
-    pairs = api.read_jobs(args, job_layers=layers)
+    if layers is not None and len(layers) > JOBS_BOUND.maximum:
+        raise InputError(JOBS_BOUND.path, f"above this service's bound "
+                         f"{JOBS_BOUND.maximum:g}: {JOBS_BOUND.reason}", value=len(layers))
+    pairs = access.read_jobs(args, job_layers=layers, registries=service.engine.registries)
     if all(job.options.method in CONCURRENT_METHODS for job, _ in pairs):
         report = api.estimate_jobs(pairs, engine=service.engine)
     else:
@@ -93,8 +123,15 @@ def estimate_response(args, job_input, service: _ServiceEngine) -> str:
 
 
 def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS) -> FastAPI:
-    """The service over ``engine`` (default: a new engine over the installed plugins)."""
+               timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+               allow_hosts: Iterable[str] = LOCAL_HOSTS, cors_origins: Iterable[str] = (),
+               allow_paths: Sequence[str | os.PathLike] = ()) -> FastAPI:
+    """The service over ``engine`` (default: a new engine over the installed plugins).
+    ``allow_paths``: the directories under which requests may name files (none by default;
+    :mod:`fmest.serve.files`). ``allow_hosts``: the names requests may give as ``Host`` and a
+    browser's ``Origin`` (:data:`LOCAL_HOSTS` by default); ``cors_origins``: the other sites
+    whose pages may call the API (``scheme://host[:port]``; none by default)."""
+    access = FileAccess.of(allow_paths)
     if engine is None:
         from fmest.engine import Engine
 
@@ -105,6 +142,12 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                   # stays offline and serves the schema itself at /openapi.json
                   docs_url=None, redoc_url=None)
     app.state.service = service
+    origins = sorted(set(map(cors_origin, cors_origins)))
+    app.add_middleware(_Transport, hosts=frozenset(map(host_name, allow_hosts)),
+                       cors_origins=frozenset(origins))
+    if origins:  # added last, so it runs first: it answers preflights and labels every answer
+        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST"],
+                           allow_headers=["Content-Type"])
     static_dir = str(resources.files("fmest.serve") / "static")
 
     @app.exception_handler(InputError)
@@ -138,12 +181,7 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         raw = b"".join(chunks)
         if not raw.strip():
             raise InputError("body", "empty; send a JSON object (schema: /openapi.json)")
-        try:
-            return json.loads(raw, parse_constant=_no_constant)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            where = (f" at line {exc.lineno} column {exc.colno}: {exc.msg}"
-                     if isinstance(exc, json.JSONDecodeError) else ": not UTF-8")
-            raise InputError("body", f"malformed JSON{where}") from None
+        return parse_json(raw)
 
     @app.exception_handler(_TooLarge)
     async def _too_large(request: Request, exc: _TooLarge):
@@ -161,22 +199,24 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                                            f"of {timeout_seconds:g} s"), status_code=504)
 
     @app.post("/v1/estimate", tags=["estimate"], openapi_extra=schema.estimate_openapi(),
-              summary="Estimate a job: the CLI's `fmest estimate --format json` object")
+              summary="Estimate a job: the CLI's `fmest estimate --format json` object",
+              responses=_refusals(403, 415, 421))
     async def estimate(request: Request):
         body = await read_json(request)
         args, job_input = estimate_args(body)
-        result = await in_thread(estimate_response, args, job_input, service)
+        result = await in_thread(estimate_response, args, job_input, service, access)
         if isinstance(result, JSONResponse):
             return result
         return Response(result, media_type="application/json")
 
     from fmest import flags as flag_table
-    from fmest.serve.plan import plan_available, plan_response
+    from fmest.serve.plan import plan_available
 
     plan_flags = flag_table.PLAN_FLAGS if plan_available(service) else None
 
     @app.post("/v1/plan", tags=["plan"], openapi_extra=schema.plan_openapi(plan_flags),
-              summary="Plan: every layout that fits, cost against time (needs fmest.plan)")
+              summary="Plan: every layout that fits, cost against time (needs fmest.plan)",
+              responses=_refusals(403, 415, 421))
     async def plan(request: Request):
         if plan_flags is None:
             return JSONResponse(error_body(None, "this fmest has no planner the service can "
@@ -184,41 +224,46 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                                            "works"),
                                 status_code=501)
         body = await read_json(request)
-        result = await in_thread(plan_response, plan_flags, body, service)
+        result = await in_thread(checked_plan_response, plan_flags, body, service, access)
         if isinstance(result, JSONResponse):
             return result
         return Response(result, media_type="application/json")
 
     @app.get("/v1/models", tags=["registries"], openapi_extra=schema.list_openapi("Model"),
-             summary="Model presets (as `fmest models --format json`)")
+             summary="Model presets (as `fmest models --format json`)",
+             responses=_refusals(403, 421))
     def models():
         from fmest.serve.listings import models_listing
 
         return models_listing(service.engine)
 
     @app.get("/v1/gpus", tags=["registries"], openapi_extra=schema.list_openapi("Gpu"),
-             summary="Accelerators (as `fmest gpus --format json`)")
+             summary="Accelerators (as `fmest gpus --format json`)",
+             responses=_refusals(403, 421))
     def gpus():
         from fmest.serve.listings import gpus_listing
 
         return gpus_listing(service.engine)
 
     @app.get("/v1/prices", tags=["registries"], openapi_extra=schema.list_openapi("Price"),
-             summary="Cloud price quotes registered by plugins")
+             summary="Cloud price quotes registered by plugins",
+             responses=_refusals(403, 421))
     def prices():
         from fmest.serve.listings import prices_listing
 
         return prices_listing(service.engine)
 
     @app.get("/v1/stacks", tags=["registries"], openapi_extra=schema.list_openapi("Stack"),
-             summary="Training-stack profiles (as `fmest stacks --json`)")
+             summary="Training-stack profiles (as `fmest stacks --json`)",
+             responses=_refusals(403, 421))
     def stacks():
         from fmest.serve.listings import stacks_listing
 
         return stacks_listing(service.engine)
 
     @app.get("/healthz", tags=["service"], openapi_extra=schema.health_openapi(),
-             summary="Liveness, version and plugin load errors")
+             summary="Liveness, version and plugin load errors",
+             responses=_refusals(403, 421))
     def healthz():
         from fmest.plugins import plugin_hooks
 
@@ -236,11 +281,81 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     return app
 
 
-def _no_constant(name: str):
-    """Python's json reads NaN and Infinity; JSON has no such numbers."""
-    raise InputError("body", f"{name} is not a JSON number", accepted=["finite numbers"])
-
-
 class _TooLarge(Exception):
     def __init__(self, limit: int) -> None:
         self.limit = limit
+
+
+def _refusals(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI answers of :class:`_Transport`'s refusals."""
+    text = {403: "a browser page from an origin this server does not allow (`Origin`)",
+            415: "a body not sent as `Content-Type: application/json`",
+            421: "a host name this server does not answer for (`Host`; fmest serve "
+                 "--allow-host)"}
+    return {code: {"description": text[code],
+                   "content": {JSON_MEDIA_TYPE: {"schema": schema.ERROR_SCHEMA}}}
+            for code in codes}
+
+
+class _Transport:
+    """The checks of every request before any route (ASGI middleware): ``Host`` (421),
+    ``Origin`` (403) and a POST body's ``Content-Type`` (415), answered with the service's
+    error JSON naming the header.
+
+    * ``Host`` must name one of ``hosts`` or the address the connection came in on. A request
+      without one cannot come from a browser and passes (an HTTP/1.0 health check).
+    * ``Origin``, which browsers send with every cross-site request and every POST, must be
+      ``http(s)://`` one of those hosts (any port) or one of ``cors_origins``.
+    * A POST that declares a ``Content-Type`` must declare JSON. One that declares none is read
+      as JSON (scripts; a browser that sends none still sends ``Origin``).
+    """
+
+    def __init__(self, app, *, hosts: frozenset[str], cors_origins: frozenset[str]) -> None:
+        self.app = app
+        self.hosts = hosts
+        self.cors_origins = cors_origins
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            refusal = self.refusal(scope, Headers(scope=scope))
+            if refusal is not None:
+                status, body = refusal
+                await JSONResponse(body, status_code=status)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def refusal(self, scope, headers: Headers) -> tuple[int, dict] | None:
+        server = scope.get("server") or (None, None)
+        hosts = (self.hosts | {host_name(str(server[0]))}) if server[0] else self.hosts
+        accepted = sorted(self.hosts)
+        host = headers.get("host")
+        if host is not None and host_name(host) not in hosts:
+            return 421, error_body("host", "this server does not answer for this name (fmest "
+                                   "serve --allow-host NAME adds one)", accepted)
+        origin = headers.get("origin")
+        if origin is not None and not self.origin_allowed(origin, hosts):
+            return 403, error_body("origin", "pages from this origin may not call this server "
+                                   "(fmest serve --cors-origin ORIGIN lets one)",
+                                   [f"http(s)://{f'[{h}]' if ':' in h else h}[:port]"
+                                    for h in accepted]
+                                   + sorted(self.cors_origins))
+        media = headers.get("content-type")
+        if scope["method"] == "POST" and media is not None \
+                and media.split(";", 1)[0].strip().lower() != JSON_MEDIA_TYPE:
+            return 415, error_body("content-type", f"the body must be JSON, sent as "
+                                   f"Content-Type: {JSON_MEDIA_TYPE}", [JSON_MEDIA_TYPE])
+        return None
+
+    def origin_allowed(self, origin: str, hosts: frozenset[str]) -> bool:
+        try:
+            parts = urlsplit(origin)
+        except ValueError:
+            return False
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return False  # "null" (a sandboxed frame, a file:// page), an extension
+        if parts.hostname.rstrip(".") in hosts:
+            return True
+        try:
+            return cors_origin(origin) in self.cors_origins
+        except argparse.ArgumentTypeError:
+            return False
