@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import os
 from importlib.metadata import entry_points
+from typing import Any, Callable
 
 import pluggy
 from attrs import frozen
@@ -216,6 +217,22 @@ def call_register(pm: pluggy.PluginManager, hook_name: str, make_register, error
         except Exception as exc:
             errors.append(LoadError(impl.plugin_name,
                                     f"{hook_name}: {type(exc).__name__}: {exc}"))
+
+
+def lazy_command(module: str, add_arguments: str = "add_arguments",
+                 run: str = "run") -> tuple[Callable[[Any], Any], Callable[[Any, Any], int]]:
+    """``(add_arguments, run)`` for ``register(name, help, add_arguments, run)`` that import
+    ``module`` only when the command is built or run: ``fmest --help`` loads every plugin to
+    list their commands, so a command's code should not load with the plugin."""
+    def add(parser: Any) -> Any:
+        return getattr(importlib.import_module(module), add_arguments)(parser)
+
+    def call(args: Any, engine: Any) -> int:
+        return int(getattr(importlib.import_module(module), run)(args, engine))
+
+    add.__qualname__ = f"{module}.{add_arguments}"
+    call.__qualname__ = f"{module}.{run}"
+    return add, call
 
 
 def plugin_commands(pm: pluggy.PluginManager, errors: list) -> dict:

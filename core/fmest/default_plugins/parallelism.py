@@ -20,10 +20,13 @@ Behaviour flags (see :class:`fmest.transforms.ShardingStrategy`), each with its 
   accumulated gradients to ``reduce_dtype`` (``FSDPParam.to_accumulated_grad_if_needed``).
 """
 
-from typing import TypedDict
+import functools
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from fmest.hookspecs import hookimpl
-from fmest.transforms import ShardingStrategy
+
+if TYPE_CHECKING:
+    from fmest.transforms import ShardingStrategy
 
 
 class _FsdpFlags(TypedDict):
@@ -49,41 +52,53 @@ _FSDP = _FsdpFlags(framework="fsdp", native_tensor_parallel=True, pp_unsharded_p
                    fp32_grad_accum=True)
 _ZERO = _ZeroFlags(framework="deepspeed", auto_precision="master")
 
-BUILTIN_STRATEGIES = (
-    ShardingStrategy(name="zero0", aliases=("ddp", "none"), framework="ddp", ddp_bucket=True,
-                     source="Li et al. 2020 (PyTorch DDP)"),
-    ShardingStrategy(name="zero1", shards=frozenset({"optimizer"}),
-                     reduce_bucket_elements=DEEPSPEED_BUCKET_ELEMENTS,
-                     allgather_bucket_elements=DEEPSPEED_BUCKET_ELEMENTS, **_ZERO,
-                     source="Rajbhandari et al. 2020, ZeRO stage 1"),
-    ShardingStrategy(name="zero2", shards=frozenset({"optimizer", "gradients"}),
-                     grad_collective="reduce_scatter",
-                     reduce_bucket_elements=DEEPSPEED_BUCKET_ELEMENTS,
-                     allgather_bucket_elements=DEEPSPEED_BUCKET_ELEMENTS, **_ZERO,
-                     source="Rajbhandari et al. 2020, ZeRO stage 2"),
-    ShardingStrategy(name="zero3", shards=_ALL, param_gather=True,
-                     grad_collective="reduce_scatter", **_ZERO,
-                     source="Rajbhandari et al. 2020, ZeRO stage 3"),
-    ShardingStrategy(name="fsdp_full_shard", aliases=("fsdp", "full_shard", "fsdp2"),
-                     shards=_ALL, param_gather=True, grad_collective="reduce_scatter",
-                     auto_precision="amp", **_FSDP,
-                     source="Zhao et al. 2023, FSDP FULL_SHARD"),
-    ShardingStrategy(name="fsdp_shard_grad_op", aliases=("shard_grad_op",),
-                     shards=frozenset({"optimizer", "gradients", "parameters"}),
-                     param_gather=False, grad_collective="reduce_scatter",
-                     auto_precision="amp", **_FSDP,
-                     source="Zhao et al. 2023, FSDP SHARD_GRAD_OP (parameters stay "
-                            "unsharded between forward and backward)"),
-    ShardingStrategy(name="fsdp_hybrid_shard", aliases=("hybrid_shard", "hsdp"), shards=_ALL,
-                     hybrid=True, param_gather=True, grad_collective="reduce_scatter",
-                     auto_precision="amp", **_FSDP,
-                     source="Zhao et al. 2023, FSDP HYBRID_SHARD"),
-    ShardingStrategy(name="fsdp_no_shard", aliases=("no_shard",), ddp_bucket=True, **_FSDP,
-                     source="Zhao et al. 2023, FSDP NO_SHARD (= DDP)"),
-)
+@functools.lru_cache(maxsize=1)
+def builtin_strategies() -> tuple["ShardingStrategy", ...]:
+    """The built-in strategies, built on first use (loading the default plugins, as
+    ``fmest --help`` does, builds nothing)."""
+    from fmest.transforms import ShardingStrategy
+
+    return (
+        ShardingStrategy(name="zero0", aliases=("ddp", "none"), framework="ddp", ddp_bucket=True,
+                         source="Li et al. 2020 (PyTorch DDP)"),
+        ShardingStrategy(name="zero1", shards=frozenset({"optimizer"}),
+                         reduce_bucket_elements=DEEPSPEED_BUCKET_ELEMENTS,
+                         allgather_bucket_elements=DEEPSPEED_BUCKET_ELEMENTS, **_ZERO,
+                         source="Rajbhandari et al. 2020, ZeRO stage 1"),
+        ShardingStrategy(name="zero2", shards=frozenset({"optimizer", "gradients"}),
+                         grad_collective="reduce_scatter",
+                         reduce_bucket_elements=DEEPSPEED_BUCKET_ELEMENTS,
+                         allgather_bucket_elements=DEEPSPEED_BUCKET_ELEMENTS, **_ZERO,
+                         source="Rajbhandari et al. 2020, ZeRO stage 2"),
+        ShardingStrategy(name="zero3", shards=_ALL, param_gather=True,
+                         grad_collective="reduce_scatter", **_ZERO,
+                         source="Rajbhandari et al. 2020, ZeRO stage 3"),
+        ShardingStrategy(name="fsdp_full_shard", aliases=("fsdp", "full_shard", "fsdp2"),
+                         shards=_ALL, param_gather=True, grad_collective="reduce_scatter",
+                         auto_precision="amp", **_FSDP,
+                         source="Zhao et al. 2023, FSDP FULL_SHARD"),
+        ShardingStrategy(name="fsdp_shard_grad_op", aliases=("shard_grad_op",),
+                         shards=frozenset({"optimizer", "gradients", "parameters"}),
+                         param_gather=False, grad_collective="reduce_scatter",
+                         auto_precision="amp", **_FSDP,
+                         source="Zhao et al. 2023, FSDP SHARD_GRAD_OP (parameters stay "
+                                "unsharded between forward and backward)"),
+        ShardingStrategy(name="fsdp_hybrid_shard", aliases=("hybrid_shard", "hsdp"), shards=_ALL,
+                         hybrid=True, param_gather=True, grad_collective="reduce_scatter",
+                         auto_precision="amp", **_FSDP,
+                         source="Zhao et al. 2023, FSDP HYBRID_SHARD"),
+        ShardingStrategy(name="fsdp_no_shard", aliases=("no_shard",), ddp_bucket=True, **_FSDP,
+                         source="Zhao et al. 2023, FSDP NO_SHARD (= DDP)"),
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "BUILTIN_STRATEGIES":   # the table, as a module attribute (tests, docs)
+        return builtin_strategies()
+    raise AttributeError(name)
 
 
 @hookimpl
 def fmest_register_parallelism(register):
-    for strategy in BUILTIN_STRATEGIES:
+    for strategy in builtin_strategies():
         register(strategy)

@@ -7,7 +7,7 @@ from fmest.hookspecs import hookimpl
 
 @hookimpl
 def fmest_register_commands(register):
-    from fmest.plan.command import add_arguments, run
+    from fmest.plugins import lazy_command
 
     register("plan", "search GPU types, counts and layouts for the cheapest or fastest run "
-             "that fits (cost/time Pareto front)", add_arguments, run)
+             "that fits (cost/time Pareto front)", *lazy_command("fmest.plan.command"))

@@ -6,7 +6,7 @@ from fmest.hookspecs import hookimpl
 
 @hookimpl
 def fmest_register_commands(register):
-    from fmest.serve import add_arguments, run_command
+    from fmest.plugins import lazy_command
 
     register("serve", "serve the REST API (POST /v1/estimate, ...) and the page at /",
-             add_arguments, run_command)
+             *lazy_command("fmest.serve", "add_arguments", "run_command"))

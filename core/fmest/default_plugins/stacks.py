@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 
 from fmest.hookspecs import hookimpl
-from fmest.stacks import FUSIBLE, OVERLAPS, fitted_constants, load_profiles
 
 
 @hookimpl
 def fmest_register_stacks(register):
     """The nine built-in profiles, each value with its source (issue 12)."""
+    from fmest.stacks import load_profiles
+
     for profile in load_profiles():
         register(profile)
 
@@ -18,6 +19,8 @@ def fmest_register_stacks(register):
 def stacks_rows(engine) -> list[dict]:
     """One row per registered profile: name, aliases, what it fuses and overlaps, precision,
     fitted constants, the registering plugin and the sources of its values."""
+    from fmest.stacks import FUSIBLE, OVERLAPS, fitted_constants
+
     rows = []
     registry = engine.registries.stacks
     for name, profile in sorted(registry.items()):

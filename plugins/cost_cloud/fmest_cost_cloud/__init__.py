@@ -6,3 +6,5 @@ The plugin (entry point ``cost_cloud`` -> :mod:`fmest_cost_cloud.plugin`) regist
 """
 
 __version__ = "0.1.0"
+#: ``fmest prices``'s one-line help (here, so listing the command loads none of its code)
+PRICES_HELP = "list cloud GPU prices (provider, instance, $/GPU-h, $/instance-h, observed date)"

@@ -10,10 +10,11 @@ from typing import Optional
 
 from fmest.errors import InputError, near_names
 from fmest.job import PRICE_TYPES
+from fmest_cost_cloud import PRICES_HELP
 from fmest_cost_cloud.cost import CLI_FIELDS, filter_quotes, rentable_gpus
 from fmest_cost_cloud.table import age_days, is_stale, max_age_days, today
 
-HELP = "list cloud GPU prices (provider, instance, $/GPU-h, $/instance-h, observed date)"
+HELP = PRICES_HELP
 SORTS = ("provider", "price")
 
 

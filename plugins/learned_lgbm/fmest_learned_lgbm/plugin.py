@@ -183,9 +183,9 @@ def fmest_correct_time(job, ctx, candidates):
 
 @hookimpl
 def fmest_register_commands(register):
-    from fmest_learned_lgbm import cli
+    from fmest.plugins import lazy_command
 
     register("learn", "train a learned-model bundle (LightGBM) from probe datasets",
-             cli.add_learn_arguments, cli.run_learn)
+             *lazy_command("fmest_learned_lgbm.cli", "add_learn_arguments", "run_learn"))
     register("learned-models", "list the installed learned-model bundles",
-             cli.add_list_arguments, cli.run_list)
+             *lazy_command("fmest_learned_lgbm.cli", "add_list_arguments", "run_list"))

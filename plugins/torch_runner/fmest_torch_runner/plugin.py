@@ -399,8 +399,8 @@ def fmest_estimate_memory(job, ctx):
 
 @hookimpl
 def fmest_register_commands(register):
-    from fmest_torch_runner import probe
+    from fmest.plugins import lazy_command
 
     register("probe", "run real (cpu/cuda) or fake training steps of jobs and record rows "
              "(CSV/Parquet); --sweep for a grid, one subprocess per configuration",
-             probe.add_arguments, probe.run_command)
+             *lazy_command("fmest_torch_runner.probe", "add_arguments", "run_command"))
