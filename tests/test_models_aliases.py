@@ -50,3 +50,26 @@ def test_bloomz_resolves_offline(monkeypatch):
     assert spec.name == "bigscience/bloomz-7b1"
     assert spec.param_counts().total == 7069016064  # bloom-7b1's published count
     assert any("bloom-7b1" in w for w in spec.warnings)
+
+
+def test_hub_config_over_the_size_cap_is_refused(monkeypatch):
+    """A Hub endpoint that answers more than HUB_CONFIG_MAX_BYTES is refused, not read whole."""
+    import io
+    import urllib.request
+
+    from fmest.models import local
+
+    class Answer(io.BytesIO):
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    big = b'{"x": "' + b"a" * (local.HUB_CONFIG_MAX_BYTES + 10) + b'"}'
+    monkeypatch.setattr(urllib.request, "urlopen", lambda req, timeout: Answer(big))
+    data, err = local._fetch_with_deadline("org/model", "main", 2.0)
+    assert data is None and "over 1,048,576 bytes" in err
+    small = b'{"model_type": "llama"}'
+    monkeypatch.setattr(urllib.request, "urlopen", lambda req, timeout: Answer(small))
+    assert local._fetch_with_deadline("org/model", "main", 2.0) == ({"model_type": "llama"}, None)

@@ -113,6 +113,12 @@ def _hub_token() -> Optional[str]:
         return None
 
 
+#: Most bytes read of a Hub ``config.json``: published configs are a few KB (Llama-3.1-405B:
+#: ~1 KB; multimodal ones with nested vision/text configs: tens of KB), so 1 MiB bounds what a
+#: wrong or hostile endpoint can make fmest hold, with room to spare.
+HUB_CONFIG_MAX_BYTES = 1 << 20
+
+
 def _fetch_with_deadline(model_id: str, revision: str,
                          timeout_s: float) -> tuple[Optional[dict], Optional[str]]:
     """GET https://huggingface.co/<id>/resolve/<rev>/config.json within ``timeout_s`` seconds.
@@ -136,7 +142,12 @@ def _fetch_with_deadline(model_id: str, revision: str,
         try:
             req = urllib.request.Request(url, headers=headers)
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-                box["data"] = json.loads(resp.read().decode("utf-8"))
+                raw = resp.read(HUB_CONFIG_MAX_BYTES + 1)
+            if len(raw) > HUB_CONFIG_MAX_BYTES:
+                box["err"] = (f"config.json from {url} is over {HUB_CONFIG_MAX_BYTES:,} bytes "
+                              "(the largest published model configs are a few tens of KB)")
+                return
+            box["data"] = json.loads(raw.decode("utf-8"))
         except urllib.error.HTTPError as e:
             box["err"] = f"HTTP {e.code} for {url}" + (
                 " (gated or private: set HF_TOKEN)" if e.code in (401, 403) else "")
