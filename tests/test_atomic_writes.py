@@ -403,7 +403,7 @@ def tracer(tmp_path, monkeypatch):
     """traced_run over a stub runner that counts its traces."""
     pytest.importorskip("torch")
     import fmest_torch_runner.runner as runner
-    from fmest_torch_runner import plugin
+    from fmest_torch_runner import traced
     from fmest_torch_runner.records import RunResult, RunSpec
 
     monkeypatch.setenv("FMEST_CACHE_DIR", str(tmp_path / "cache"))
@@ -419,10 +419,10 @@ def tracer(tmp_path, monkeypatch):
 
     def trace():
         notes: list[str] = []
-        res, hit = plugin.traced_run(spec, notes=notes)
+        res, hit = traced.traced_run(spec, notes=notes)
         return res, hit, notes
 
-    entry = plugin.cache_dir() / f"{plugin.trace_key(spec)}.json"
+    entry = traced.cache_dir() / f"{traced.trace_key(spec)}.json"
     return trace, traces, entry
 
 

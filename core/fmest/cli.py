@@ -251,7 +251,6 @@ def build_parser(commands: dict | None = None, *,
     ``only``, every command is listed but only that one gets its arguments (``fmest --help``
     and ``fmest plan`` need not import what the other commands' arguments need)."""
     from fmest import __version__
-    from fmest.flags import ESTIMATE_FLAGS, EXPORT_FLAGS, add_arguments
 
     parser = _Parser(prog="fmest", description="Estimate per-GPU memory, step and total time, "
                      "tokens/s and dollar cost of LLM training runs before running them.")
@@ -268,10 +267,17 @@ def build_parser(commands: dict | None = None, *,
     def listing_format(*formats: str) -> Callable[[argparse.ArgumentParser], object]:
         return lambda p: p.add_argument("--format", choices=formats, default="table")
 
+    def job_flags(table: str) -> Callable[[argparse.ArgumentParser], object]:
+        def add(p: argparse.ArgumentParser) -> None:
+            from fmest import flags
+
+            flags.add_arguments(p, getattr(flags, table))
+        return add
+
     command("estimate", "estimate memory, time, throughput and cost of a job",
-            lambda p: add_arguments(p, ESTIMATE_FLAGS))
+            job_flags("ESTIMATE_FLAGS"))
     command("export", "write the job as a DeepSpeed, accelerate, axolotl or TrainingArguments "
-            "config", lambda p: add_arguments(p, EXPORT_FLAGS))
+            "config", job_flags("EXPORT_FLAGS"))
     command("models", "list the shipped model presets", listing_format("table", "json", "csv"))
     command("gpus", "list the known accelerators", listing_format("table", "json", "csv"))
     command("plugins", "list the plugins and the hooks they implement",
@@ -319,7 +325,8 @@ def _main(argv: list[str], engine) -> int:
             errors = engine._errors if engine is not None else \
                 plugin_manager().fmest_load_errors
             commands = plugin_commands(plugin_manager(), errors)
-        parser = build_parser(commands, only=first)
+        # "": list every command, build none's arguments (fmest --help, a bare fmest)
+        parser = build_parser(commands, only=first or "")
         args = parser.parse_args(argv)
         if args.command is None:
             parser.print_help()

@@ -23,6 +23,7 @@ from fmest.job import Training  # noqa: E402
 from fmest.models.hf import spec_from_hf_config  # noqa: E402
 from fmest.testing import new_engine  # noqa: E402
 from fmest_torch_runner import plugin as tr_plugin  # noqa: E402
+from fmest_torch_runner import traced  # noqa: E402
 from fmest_torch_runner.runner import RunSpec, Unsupported, run, run_spec_from_job  # noqa: E402
 from fmest_torch_runner.tracker import StorageTracker  # noqa: E402
 
@@ -310,7 +311,7 @@ def test_fsdp_is_traced_only_where_it_can_be():
     def world(dtype="bf16", **par):
         job = job_from_dict({**tiny_job(dtype=dtype), "options": {"method": "traced"},
                              "parallelism": par})
-        return tr_plugin.fsdp_world_size(job, engine.context(job))
+        return traced.fsdp_world_size(job, engine.context(job))
 
     assert world(dp=8, fsdp="full_shard") == 8
     assert world("fp32", dp=4, zero_stage=3) == 4
@@ -319,7 +320,7 @@ def test_fsdp_is_traced_only_where_it_can_be():
     assert world(dp=1, fsdp="full_shard") == 1
     job = job_from_dict({**tiny_job(dtype="bf16", technique="lora"),
                          "parallelism": {"dp": 4, "fsdp": "full_shard"}})
-    assert tr_plugin.fsdp_world_size(job, engine.context(job)) == 1
+    assert traced.fsdp_world_size(job, engine.context(job)) == 1
     with pytest.raises(Unsupported):
         run_spec_from_job(job, spec_from_hf_config(TINY, name="tiny", source="test"),
                           fsdp_world_size=4)
