@@ -9,6 +9,7 @@ import argparse
 
 from fmest.cli import build_parser
 from fmest.engine import Engine
+from fmest.flags import VALUE_NAMES
 
 INTRO = """# Command line
 
@@ -63,10 +64,7 @@ def main() -> None:
                 elif a.choices:
                     vals = " / ".join(str(c) for c in a.choices)
                 else:
-                    names = {"parse_positive_int": "N (>= 1)", "parse_count": "N (2e10, 300M)",
-                             "float": "X", "int": "N", "parse_bool": "true/false"}
-                    tname = getattr(a.type, "__name__", "") if a.type else ""
-                    vals = (a.metavar or names.get(tname) or "value").replace("|", " / ")
+                    vals = (a.metavar or VALUE_NAMES.get(a.type) or "value").replace("|", " / ")
                 text = (a.help or "").replace("|", "/").replace("%%", "%")
                 print(f"| {flags} | {vals} | {text} |")
             print()

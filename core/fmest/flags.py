@@ -672,9 +672,3 @@ def job_path(key: str, flags: Optional[tuple[Flag, ...]] = None) -> str:
     if "." in key or key in ("model", "model_config", "mode"):
         return key
     return _paths(JOB_FLAGS if flags is None else flags).get(key, key)
-
-
-def flags_with_names(flags: Iterable[Flag], names: Iterable[str]) -> tuple[Flag, ...]:
-    """The rows of ``flags`` whose long name is in ``names`` (in table order)."""
-    wanted = set(names)
-    return tuple(f for f in flags if f.name in wanted)
