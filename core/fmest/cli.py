@@ -93,7 +93,7 @@ def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
     if args.plot:
         plot_format(args.plot)  # a bad file name fails before any work
     if args.format == "fm-training-estimator":
-        from fmest.compat.fm_training_estimator_api import adr_output
+        from fmest.compat.fm_training_estimator.sdk import adr_output
 
         print(json.dumps(adr_output(api.read_jobs(args)[0][0], engine_factory()), indent=2))
         return 0

@@ -124,7 +124,7 @@ def read_job_dict(data: dict, source: str = "input") -> Layer:
 def read_estimate_input(data: dict, source: str = "input") -> list[Layer]:
     """An fm-training-estimator ``EstimateInput``: one layer per ``job_configs`` entry; the
     ignored keys of the whole document are on every layer."""
-    from fmest.compat.fm_training_estimator import estimate_input_jobs
+    from fmest.compat.fm_training_estimator.reader import DEFAULTS_KEY, estimate_input_jobs
 
     try:
         jobs, ignored = estimate_input_jobs(data)
@@ -137,8 +137,9 @@ def read_estimate_input(data: dict, source: str = "input") -> list[Layer]:
     layers = []
     for i, job in enumerate(jobs):
         values = {}
+        defaults = job.pop(DEFAULTS_KEY, {})
         for path, (value, _origin) in _flatten(job, source).items():
-            values[path] = (value, f"{source}: job_configs[{i}]")
+            values[path] = (value, defaults.get(path, f"{source}: job_configs[{i}]"))
         layers.append(Layer(source=source, values=values, ignored=entries))
     return layers
 

@@ -26,6 +26,9 @@ def map_config(doc: dict, sink: Sink) -> None:
     for i in range(1, len(jobs)):
         sink.ignore(f"job_configs[{i}]", "load_configs merges one job; fmest estimate --config "
                     "and fmest.estimate estimate every job of an EstimateInput")
+    from fmest.compat.fm_training_estimator.reader import DEFAULTS_KEY
+
+    defaults = jobs[0].pop(DEFAULTS_KEY, {})
     for section, values in jobs[0].items():
         key = "job_configs[0]"
         if section == "model":
@@ -34,4 +37,5 @@ def map_config(doc: dict, sink: Sink) -> None:
         if section == "options":
             key = "estimator_metadata.method"
         for field, value in values.items():
-            sink.set(f"{section}.{field}", value, key)
+            path = f"{section}.{field}"
+            sink.set(path, value, defaults.get(path, key))

@@ -102,6 +102,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "learned-model bundle) whose real path lies under DIR; repeatable "
                         "(default: requests name no file, only registered names and inline "
                         "configs)")
+    parser.add_argument("--fmte-lookup-data", default=None, metavar="CSV",
+                        help="POST /api/estimate (fm-training-estimator's route): the CSV of "
+                        "measured runs it answers from first (its formats v1/v2/v3; "
+                        "docs/compat.md)")
+    parser.add_argument("--fmte-model", default=None, metavar="DIR",
+                        help="POST /api/estimate: an fmest learned bundle it answers from "
+                        "before theory")
 
 
 def run_command(args: argparse.Namespace, engine) -> int:
@@ -118,7 +125,8 @@ def run_command(args: argparse.Namespace, engine) -> int:
         timeout_seconds=args.timeout or app_module.DEFAULT_TIMEOUT_SECONDS,
         allow_hosts=(*app_module.LOCAL_HOSTS, args.host, *args.allow_host),
         cors_origins=tuple(args.cors_origin),
-        allow_paths=tuple(args.allow_path or ()))
+        allow_paths=tuple(args.allow_path or ()),
+        fmte_paths=(args.fmte_lookup_data, args.fmte_model))
     # h11, not httptools (uvicorn's choice when installed): only h11 takes the head limit, and
     # the estimates, not the parsing, bound the throughput
     uvicorn.run(app, host=args.host, port=args.port, log_level="info", http="h11",

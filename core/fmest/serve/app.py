@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import os
 import threading
 from importlib import resources
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Optional, Sequence
 from urllib.parse import urlsplit
 
 import anyio
@@ -33,6 +34,7 @@ from starlette.staticfiles import StaticFiles
 
 from fmest import __version__
 from fmest.bounds import Bound
+from fmest.compat.fm_training_estimator.ui import api as fmte_api
 from fmest.errors import FmestError, InputError, error_body, error_object
 from fmest.serve import cors_origin, host_name, schema
 from fmest.serve.files import FileAccess, checked_plan_response
@@ -64,6 +66,10 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 #: request (text/plain, a form) without asking first; JSON needs a preflight, which only a
 #: ``--cors-origin`` passes.
 JSON_MEDIA_TYPE = "application/json"
+#: fm-training-estimator's route and the body types it reads: its users post the config with
+#: ``curl -d@config.json`` (a form type) as its README shows. A browser page on another site
+#: can post those without a preflight, but it sends ``Origin``, which is checked first.
+FMTE_ROUTE, FMTE_MEDIA_TYPES = fmte_api.ROUTE, fmte_api.MEDIA_TYPES
 #: Jobs one request may hold (an EstimateInput's ``job_configs``), checked once the body is
 #: read and before any is resolved.
 JOBS_BOUND = Bound(path="job_configs", maximum=64,
@@ -125,12 +131,15 @@ def estimate_response(args, job_input, service: _ServiceEngine, access: FileAcce
 def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
                allow_hosts: Iterable[str] = LOCAL_HOSTS, cors_origins: Iterable[str] = (),
-               allow_paths: Sequence[str | os.PathLike] = ()) -> FastAPI:
+               allow_paths: Sequence[str | os.PathLike] = (),
+               fmte_paths: tuple[Optional[str], Optional[str]] = (None, None)) -> FastAPI:
     """The service over ``engine`` (default: a new engine over the installed plugins).
     ``allow_paths``: the directories under which requests may name files (none by default;
     :mod:`fmest.serve.files`). ``allow_hosts``: the names requests may give as ``Host`` and a
     browser's ``Origin`` (:data:`LOCAL_HOSTS` by default); ``cors_origins``: the other sites
-    whose pages may call the API (``scheme://host[:port]``; none by default)."""
+    whose pages may call the API (``scheme://host[:port]``; none by default). ``fmte_paths``:
+    the lookup CSV and learned bundle of fm-training-estimator's route ``/api/estimate``
+    (the operator's, read as given)."""
     access = FileAccess.of(allow_paths)
     if engine is None:
         from fmest.engine import Engine
@@ -169,6 +178,12 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                                        "server log has the details"), status_code=500)
 
     async def read_json(request: Request) -> Any:
+        raw = await read_body(request)
+        if not raw.strip():
+            raise InputError("body", "empty; send a JSON object (schema: /openapi.json)")
+        return parse_json(raw)
+
+    async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
             raise _TooLarge(max_body_bytes)
@@ -178,10 +193,7 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
             if size > max_body_bytes:
                 raise _TooLarge(max_body_bytes)
             chunks.append(chunk)
-        raw = b"".join(chunks)
-        if not raw.strip():
-            raise InputError("body", "empty; send a JSON object (schema: /openapi.json)")
-        return parse_json(raw)
+        return b"".join(chunks)
 
     @app.exception_handler(_TooLarge)
     async def _too_large(request: Request, exc: _TooLarge):
@@ -225,6 +237,19 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                                 status_code=501)
         body = await read_json(request)
         result = await in_thread(checked_plan_response, plan_flags, body, service, access)
+        if isinstance(result, JSONResponse):
+            return result
+        return Response(result, media_type="application/json")
+
+    @app.post(fmte_api.ROUTE, tags=["fm-training-estimator"], openapi_extra=schema.fmte_openapi(),
+              summary="fm-training-estimator's route: its flat config as JSON text in, its "
+                      "flat answer as a JSON string out (docs/compat.md)",
+              responses=_refusals(403, 415, 421))
+    async def fmte_estimate(request: Request):
+        config = fmte_api.read_config(await read_body(request))
+        result = await in_thread(functools.partial(
+            fmte_api.answer, data_path=fmte_paths[0], model_path=fmte_paths[1],
+            engine=service.engine, access=access), config)
         if isinstance(result, JSONResponse):
             return result
         return Response(result, media_type="application/json")
@@ -340,10 +365,12 @@ class _Transport:
                                     for h in accepted]
                                    + sorted(self.cors_origins))
         media = headers.get("content-type")
+        accepted_media = FMTE_MEDIA_TYPES if scope.get("path") == FMTE_ROUTE \
+            else (JSON_MEDIA_TYPE,)
         if scope["method"] == "POST" and media is not None \
-                and media.split(";", 1)[0].strip().lower() != JSON_MEDIA_TYPE:
+                and media.split(";", 1)[0].strip().lower() not in accepted_media:
             return 415, error_body("content-type", f"the body must be JSON, sent as "
-                                   f"Content-Type: {JSON_MEDIA_TYPE}", [JSON_MEDIA_TYPE])
+                                   f"Content-Type: {JSON_MEDIA_TYPE}", list(accepted_media))
         return None
 
     def origin_allowed(self, origin: str, hosts: frozenset[str]) -> bool:

@@ -94,6 +94,27 @@ def _errors(*codes: int) -> dict:
     return {str(c): {"description": text[c], "content": _json(ERROR_SCHEMA)} for c in codes}
 
 
+def fmte_openapi() -> dict:
+    """fm-training-estimator's ``/api/estimate`` (docs/compat.md): its flat config as JSON text
+    (the raw body, or a JSON string of it), its flat answer JSON-encoded into a string."""
+    config = {"type": "object", "description": "the flat config: fields of FMArguments, "
+              "TrainingArguments, InfraArguments, DataArguments, PeftLoraConfig and "
+              "PeftQLoraConfig at the top level (or an EstimateInput)",
+              "example": {"base_model_path": "ibm-granite/granite-3b-code-base",
+                          "numGpusPerPod": 2, "per_device_train_batch_size": 4,
+                          "block_size": 512}}
+    body = {"oneOf": [config, {"type": "string", "description": "the config's JSON text"}]}
+    return {"requestBody": {"required": True, "content": {
+                "application/json": {"schema": body},
+                "application/x-www-form-urlencoded": {"schema": {"type": "string"}},
+                "text/plain": {"schema": {"type": "string"}}}},
+            "responses": {"200": {"description": "the original's flat answer (memory parts "
+                                  "in bytes and as sizes, num_gpus, tps, time) as a JSON "
+                                  "string: decode twice",
+                                  "content": _json({"type": "string"})},
+                          **_errors(413, 422, 500, 504)}}
+
+
 def estimate_openapi() -> dict:
     return {"requestBody": {"required": True, "content": _json(
                 request_schema(flag_table.ESTIMATE_FLAGS, EXAMPLE))},

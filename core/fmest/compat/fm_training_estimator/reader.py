@@ -116,6 +116,8 @@ def training_arguments_fields(hf: dict, path: str) -> tuple[dict, list[str]]:
             if value is not None and _whole(value, p) > 0:
                 out["workload"]["max_steps"] = value
         elif k == "fsdp":
+            if value is True:     # transformers >= 5: fsdp=True, strategy in fsdp_config
+                value = "full_shard"
             text = " ".join(map(str, value)) if isinstance(value, list) else str(value or "")
             for strat in ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard"):
                 if strat in text:
@@ -139,6 +141,24 @@ def training_arguments_fields(hf: dict, path: str) -> tuple[dict, list[str]]:
     return {s: v for s, v in out.items() if v}, ignored
 
 
+#: The original's values for absent fields (fm_training_estimator/config/arguments.py and
+#: transformers' TrainingArguments, which its HFTrainingArguments subclasses): FMArguments
+#: ``torch_dtype="float32"``, ``block_size=2048``, ``technique="full"``, ``base_model_path=
+#: "ibm-granite/granite-3b-code-base"``; TrainingArguments ``per_device_train_batch_size=8``,
+#: ``num_train_epochs=3.0``, ``gradient_accumulation_steps=1``; InfraArguments
+#: ``numGpusPerPod=0`` (search), ``numPods=1``, ``gpuModel="A100"``, ``gpu_memory_in_gb=80``.
+DEFAULT_MODEL = "ibm-granite/granite-3b-code-base"
+DEFAULTS = {"training.dtype": ("fp32", "fm.torch_dtype", "float32"),
+            "training.precision": ("pure", "fm.torch_dtype", "float32: the model is loaded in "
+                                   "fp32"),
+            "training.seq_len": (2048, "fm.block_size", "2048"),
+            "training.micro_batch_size": (8, "hf_training.per_device_train_batch_size", "8"),
+            "workload.epochs": (3, "hf_training.num_train_epochs", "3.0")}
+#: Where :func:`estimate_input_jobs` lists, per job, the fields it set from :data:`DEFAULTS`
+#: or the FSDP rule (``{path: reason}``); :mod:`fmest.inputs` gives them that origin.
+DEFAULTS_KEY = "__fmte_defaults__"
+
+
 def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, list[str]]:
     path = f"job_configs[{idx}]"
     if not isinstance(cfg, dict):
@@ -147,13 +167,13 @@ def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, lis
     job: dict[str, Any] = {"training": {}, "parallelism": {}, "hardware": {}, "workload": {},
                            "options": {}}
     ignored: list[str] = []
-    known = {"hf_training", "fm", "data", "infra", "peft_lora"}
+    known = {"hf_training", "fm", "data", "infra", "peft_lora", "peft_qlora"}
     for extra in sorted(set(cfg) - known):
         ignored.append(f"{path}.{extra}: unknown block")
 
     fm = _block(cfg, "fm", path)
-    model = _get(fm, "base_model_path", "baseModelPath", default="ibm-granite/granite-3b-code-base")
-    job["model"] = model
+    fm_keys = {_camel_to_snake(k) for k in fm}
+    job["model"] = _get(fm, "base_model_path", "baseModelPath") or DEFAULT_MODEL
     for key, value in fm.items():
         k = _camel_to_snake(key)
         p = f"{path}.fm.{key}"
@@ -161,11 +181,17 @@ def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, lis
             continue
         if k == "flash_attention_v2":
             job["training"]["attention"] = "flash" if _bool(value, p) else "sdpa"
-        elif k in ("max_seq_length", "block_size"):
-            job["training"]["seq_len"] = value
-            if k == "max_seq_length" and "block_size" in fm:
-                ignored.append(f"{p}: block_size wins (it is the packed sequence length)")
+        elif k == "block_size":
+            if value is not None:
+                job["training"]["seq_len"] = value
+        elif k == "max_seq_length":
+            if "block_size" not in fm_keys and value is not None:
+                ignored.append(f"{p}: fm-training-estimator sizes the sequence by block_size "
+                               "(absent: 2048), not max_seq_length; set fm.block_size to "
+                               "change it")
         elif k == "torch_dtype":
+            if value is None:
+                continue
             if str(value) not in _DTYPES:
                 raise InputError(p, "unknown dtype", value=value, accepted=sorted(_DTYPES))
             job["training"]["dtype"] = _DTYPES[str(value)]
@@ -176,6 +202,8 @@ def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, lis
                 raise InputError(p, "unknown technique", value=value,
                                  accepted=("full", "lora", "qlora"))
             job["training"]["technique"] = t
+        elif value is None:
+            continue
         else:
             ignored.append(f"{p}: not used by fmest (file paths of other configs are read "
                            "through --config)")
@@ -185,10 +213,9 @@ def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, lis
     ignored += ign
     for section, values in mapped.items():
         for k, v in values.items():
-            if section == "training" and k == "precision" and "precision" in job["training"]:
-                continue
-            if section == "training" and k == "dtype" and "dtype" in job["training"]:
-                continue
+            if section == "training" and k in ("precision", "dtype") \
+                    and job["training"].get("dtype", "fp32") != "fp32":
+                continue  # the model is loaded in half precision: autocast changes nothing
             job[section][k] = v
 
     infra = {_camel_to_snake(k): v for k, v in _block(cfg, "infra", path).items()}
@@ -199,7 +226,7 @@ def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, lis
     if gpus > 0:
         job["hardware"]["gpus_per_node"] = gpus
     job["hardware"]["nodes"] = pods
-    gpu_model = str(infra.get("gpu_model", "A100")).lower().replace("nvidia", "").strip(" -")
+    gpu_model = str(infra.get("gpu_model") or "A100").lower().replace("nvidia", "").strip(" -")
     gb = infra.get("gpu_memory_in_gb")
     gb = 80 if gb is None else _whole(gb, f"{path}.infra.gpu_memory_in_gb")
     job["hardware"]["gpu"] = _GPU_BY_MODEL_AND_GB.get((gpu_model, gb), gpu_model)
@@ -207,27 +234,69 @@ def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, lis
                                   "gpu_memory_in_gb"}):
         ignored.append(f"{path}.infra.{k}: not used by fmest")
 
-    if job["training"].get("technique") in ("lora", "qlora"):
+    technique = job["training"].get("technique", "full")
+    if technique in ("lora", "qlora"):
         lora = _block(cfg, "peft_lora", path)
-        if "r" in lora:
+        if lora.get("r") is not None:
             job["training"]["lora_rank"] = lora["r"]
-        if "lora_alpha" in lora:
+        else:
+            job["training"]["lora_rank"] = 4       # PeftLoraConfig.r
+        if lora.get("lora_alpha") is not None:
             job["training"]["lora_alpha"] = lora["lora_alpha"]
         job["training"]["lora_target_modules"] = _targets(
-            lora.get("target_modules", "[q_proj, v_proj]"))
+            lora.get("target_modules") or "[q_proj, v_proj]")
         for k in sorted(set(lora) - {"r", "lora_alpha", "target_modules"}):
             ignored.append(f"{path}.peft_lora.{k}: does not change memory in fmest's model")
     elif cfg.get("peft_lora"):
         ignored.append(f"{path}.peft_lora: technique is full, LoRA settings unused")
+    qlora = _block(cfg, "peft_qlora", path)
+    if technique == "qlora":
+        quant = str(qlora.get("quant_type") or "nf4").lower()
+        if quant not in ("nf4", "fp4"):
+            raise InputError(f"{path}.peft_qlora.quant_type", "unknown 4-bit type",
+                             value=quant, accepted=("nf4", "fp4"))
+        if qlora.get("use_double_quant") is not None:
+            job["training"]["double_quantization"] = _bool(
+                qlora["use_double_quant"], f"{path}.peft_qlora.use_double_quant")
+        else:
+            job["training"]["double_quantization"] = False   # PeftQLoraConfig's default
+        for k in sorted(set(qlora) - {"quant_type", "use_double_quant"}):
+            ignored.append(f"{path}.peft_qlora.{k}: not used by fmest")
+    elif qlora and any(v is not None for v in qlora.values()):
+        ignored.append(f"{path}.peft_qlora: technique is {technique}, QLoRA settings unused")
 
     data = _block(cfg, "data", path)
     if data.get("dataset"):
         job["workload"]["dataset_path"] = str(data["dataset"])
     for k in sorted(set(data) - {"dataset"}):
-        ignored.append(f"{path}.data.{k}: fmest counts tokens of local files itself")
+        if data[k] is not None:
+            ignored.append(f"{path}.data.{k}: fmest counts tokens of local files itself")
     if method:
         job["options"]["method"] = method
-    return {k: v for k, v in job.items() if v != {}}, ignored
+
+    # the original's values for absent fields, and its FSDP rule
+    defaults: dict[str, str] = {}
+    dtype_given = "dtype" in job["training"]
+    for dotted, (value, key, shown) in DEFAULTS.items():
+        section, name = dotted.split(".")
+        if name not in job[section]:
+            if name == "precision" and dtype_given:
+                continue
+            job[section][name] = value
+            defaults[dotted] = f"{path}.{key} absent: fm-training-estimator's default {shown}"
+    if gpus != 1 and job["parallelism"].get("fsdp") in (None, "none") \
+            and not hf.get("fsdp") and not hf.get("deepspeed"):
+        job["parallelism"]["fsdp"] = "full_shard"
+        defaults["parallelism.fsdp"] = (
+            f"{path}.hf_training.fsdp absent with infra.numGpusPerPod {gpus} (not 1): "
+            "fm-training-estimator shards with FSDP full_shard")
+    out = {k: v for k, v in job.items() if v != {}}
+    out[DEFAULTS_KEY] = defaults
+    return out, ignored
+
+
+_META_UNUSED = {"token_estimation_version": "fmest counts a dataset's tokens with the model's "
+                "local tokenizer or ~4 characters per token (fmest.datasets)"}
 
 
 def is_estimate_input(data: Any) -> bool:
@@ -253,8 +322,14 @@ def estimate_input_jobs(data: Any) -> tuple[list[dict], list[str]]:
         if method not in ("theory", "learned", "hybrid"):
             raise InputError("estimator.method", "unknown method", value=method,
                              accepted=("theory", "learned", "hybrid"))
-    ignored = [f"estimator.{k}: fmest's learned models are chosen with --learned-model"
-               for k in meta if k != "method"]
+    ignored = [f"estimator.{k}: {_META_UNUSED.get(k, 'not used by fmest')}"
+               for k in meta if k not in ("method", "base_data_path", "baseDataPath")
+               and meta[k] is not None]
+    if _get(meta, "base_data_path", "baseDataPath"):
+        ignored.append("estimator.base_data_path: read by fm-training-estimator's SDK, CLI and "
+                       "REST route (fmest.compat.fm_training_estimator, fmest "
+                       "fm-training-estimator); fmest estimate chooses learned models with "
+                       "--learned-model")
     known = {"estimator_metadata", "estimator", "estimatorMetadata", "job_configs",
              "jobConfigs"}
     ignored += [f"{k}: not a key of an EstimateInput (estimator_metadata, job_configs)"
@@ -275,11 +350,5 @@ def jobs_from_estimate_input(data: dict):
     from fmest.convert import job_from_dict
 
     dicts, ignored = estimate_input_jobs(data)
-    return [job_from_dict(d) for d in dicts], ignored
-
-
-# The ADR's Python API (issue 17), built around the reader above; docs/plan.md
-from fmest.compat.fm_training_estimator_api import adr_api  # noqa: E402
-
-estimate_memory, estimate_time, estimate_tokens, estimate_cost, estimate = adr_api(
-    jobs_from_estimate_input)
+    return [job_from_dict({k: v for k, v in d.items() if k != DEFAULTS_KEY}) for d in dicts], \
+        ignored
