@@ -258,6 +258,69 @@ def test_fm_training_estimator_csv_is_read(tmp_path):
     engine().context(job)
 
 
+def test_fm_training_estimator_rows_without_a_gpu_are_a100(tmp_path):
+    """v1 and v2 have no gpu_model column: the original's default GPU (InfraArguments
+    gpuModel "A100", 80 GB), not fmest's default H100; memory is the whole per-GPU total."""
+    path = tmp_path / "v1.csv"
+    path.write_text("model_name,number_gpus,batch_size,seq_len,tokens_per_second,memory,"
+                    "memory_act\nllama-2-7b-hf,1,4,512,500,20000000000,10\n")
+    _f, (s,) = read_dataset(str(path))
+    assert s.job["hardware"]["gpu"] == "A100-80GB" and s.memory_counter == "whole"
+    assert job_from_dict(s.job).hardware.gpu == "A100-80GB"
+
+
+def test_fm_training_estimator_v2_rows_become_presets(tmp_path):
+    from fmest.compat.fm_training_estimator.data import get_format_by_version
+    from fmest.compat.fm_training_estimator.model import extract_model_features
+
+    path = tmp_path / "v2.csv"
+    # the original's regressor/test_data/data3.csv (v2): granite-3b-code-base and a 7B Llama
+    path.write_text(get_format_by_version("v2").get_all_columns_string() + "\n"
+                    "LlamaForCausalLM,2560,10240,32,32,32,4,16,1024,500,20,10\n"
+                    "LlamaForCausalLM,4096,11008,32,32,32,4,16,1024,500,20,10\n")
+    f, samples = read_dataset(str(path))
+    assert f.format == "fm-training-estimator" and f.skipped == () and len(samples) == 2
+    assert samples[0].job["model"] == "ibm-granite/granite-3b-code-base-2k"
+    # several 7B presets share these features: the vocabulary most of them have (32000)
+    assert extract_model_features(samples[1].job["model"], fmt="list") == [
+        "LlamaForCausalLM", 4096, 11008, 32, 32, 32]
+    for s in samples:
+        job = job_from_dict(s.job)
+        assert job.hardware.gpu == "A100-80GB" and job.hardware.gpus_per_node == 4
+        assert engine().context(job).model.vocab_size == (49152 if s.row == 0 else 32000)
+
+
+def test_fm_training_estimator_v3_rows(tmp_path):
+    from fmest.compat.fm_training_estimator.data import get_format_by_version
+
+    head = get_format_by_version("v3").get_all_columns_string()
+    path = tmp_path / "v3.csv"
+    path.write_text(head + "\n"
+                    "LlamaForCausalLM,2560,10240,32,32,32,lora,H100,2,4,512,500,3e10,1\n"
+                    "LlamaForCausalLM,1000,3000,10,7,5,full,A100,1,4,512,500,3e10,1\n"
+                    "LlamaForCausalLM,-1,3000,10,7,5,full,A100,1,4,512,500,3e10,1\n")
+    f, samples = read_dataset(str(path))
+    assert len(samples) == 1
+    job = job_from_dict(samples[0].job)
+    assert job.training.technique == "lora" and job.hardware.gpu == "H100-SXM"
+    assert job.parallelism.fsdp == "full_shard"
+    # no preset has the second row's features and the row has no vocab_size: skipped, saying so
+    assert "vocab_size" in f.skipped[0] and f.skipped[0].startswith("row 3:")
+    assert "model_hidden_size" in f.skipped[1] and f.skipped[1].startswith("row 4:")
+
+    # a vocab_size column (not part of the formats) makes an inline model_config
+    with_vocab = tmp_path / "v3_vocab.csv"
+    with_vocab.write_text(head + ",vocab_size\n"
+                          "LlamaForCausalLM,1024,3072,16,8,4,full,,1,4,512,500,3e10,1,32000\n")
+    f, (s,) = read_dataset(str(with_vocab))
+    assert s.job["model_config"]["vocab_size"] == 32000
+    assert s.job["model_config"]["model_type"] == "llama"
+    job = job_from_dict(s.job)
+    assert job.hardware.gpu == "A100-80GB"        # an empty gpu_model cell: the default
+    spec = engine().context(job).model
+    assert (spec.hidden_size, spec.num_layers, spec.num_kv_heads) == (1024, 8, 4)
+
+
 def test_unknown_data_format_names_file(tmp_path):
     path = tmp_path / "x.csv"
     path.write_text("a,b\n1,2\n")
