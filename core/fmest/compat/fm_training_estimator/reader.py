@@ -148,9 +148,10 @@ def training_arguments_fields(hf: dict, path: str) -> tuple[dict, list[str]]:
 #: ``num_train_epochs=3.0``, ``gradient_accumulation_steps=1``; InfraArguments
 #: ``numGpusPerPod=0`` (search), ``numPods=1``, ``gpuModel="A100"``, ``gpu_memory_in_gb=80``.
 DEFAULT_MODEL = "ibm-granite/granite-3b-code-base"
-DEFAULTS = {"training.dtype": ("fp32", "fm.torch_dtype", "float32"),
-            "training.precision": ("pure", "fm.torch_dtype", "float32: the model is loaded in "
-                                   "fp32"),
+DEFAULTS = {"training.dtype": ("fp32", "fm.torch_dtype", "float32 (the model is loaded and "
+                                                     "trained in fp32)"),
+            "training.precision": ("pure", "fm.torch_dtype", "float32 (the model is loaded and "
+                                                            "trained in fp32)"),
             "training.seq_len": (2048, "fm.block_size", "2048"),
             "training.micro_batch_size": (8, "hf_training.per_device_train_batch_size", "8"),
             "workload.epochs": (3, "hf_training.num_train_epochs", "3.0")}
@@ -324,7 +325,8 @@ def estimate_input_jobs(data: Any) -> tuple[list[dict], list[str]]:
                              accepted=("theory", "learned", "hybrid"))
     ignored = [f"estimator.{k}: {_META_UNUSED.get(k, 'not used by fmest')}"
                for k in meta if k not in ("method", "base_data_path", "baseDataPath")
-               and meta[k] is not None]
+               and meta[k] is not None and not (k == "token_estimation_version"
+                                                and str(meta[k]) == "0")]
     if _get(meta, "base_data_path", "baseDataPath"):
         ignored.append("estimator.base_data_path: read by fm-training-estimator's SDK, CLI and "
                        "REST route (fmest.compat.fm_training_estimator, fmest "

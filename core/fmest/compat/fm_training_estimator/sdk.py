@@ -165,7 +165,7 @@ def prepare(estimate_input: Any, engine, *, count_dataset: bool = True) -> Prepa
     if not d.get("options"):
         d.pop("options", None)
     warnings += [w for w in ignored if not w.startswith("estimator.base_data_path:")]
-    warnings += list(defaults.values())
+    warnings += list(dict.fromkeys(defaults.values()))   # dtype and precision share one
     meta = _get(data, "estimator_metadata", "estimatorMetadata", "estimator", default={})
     method = str(_get(meta, "method", default="hybrid")).lower()
     data_path = _get(meta, "base_data_path", "baseDataPath", "lookup_data_path")
@@ -269,6 +269,9 @@ def memory_record(report, num_gpus: int, learned_: Learned = Learned(),
         scale = learned_.memory_bytes / total
         parts = {k: int(round(v * scale)) for k, v in parts.items()}
         total = float(learned_.memory_bytes)
+        if parts:  # the rounding's remainder goes to the largest part: they add up exactly
+            largest = max(parts, key=lambda k: parts[k])
+            parts[largest] += int(round(total)) - sum(parts.values())
         notes.append(f"total_mem_estimate from {learned_.memory_basis}; the parts are fmest's "
                      "breakdown of the peak scaled to it")
     model = sum(parts.get(k, 0) for k in _MODEL_PARTS)
@@ -316,7 +319,7 @@ def _checkpoints(prep: Prepared, report) -> tuple[float, list[str]]:
 
 def time_record(prep: Prepared, report, learned_: Learned = Learned()) -> TimeEstimate:
     t = report.time
-    warnings = list(prep.warnings) + list(prep.time_warnings)
+    warnings = list(prep.warnings) + list(prep.time_warnings) + list(learned_.warnings)
     train = None if t is None or t.total_seconds is None else float(t.total_seconds)
     if train is not None and learned_.tokens_per_second and report.tokens is not None:
         train *= float(report.tokens.tokens_per_second) / float(learned_.tokens_per_second)

@@ -22,6 +22,11 @@ from typing import Any, Optional
 
 from fmest.errors import InputError
 
+try:  # FastAPI reads the handler's annotation by name from this module's globals
+    from starlette.requests import Request
+except ImportError:  # pragma: no cover - the serve extra is not installed
+    Request = None  # type: ignore[assignment,misc]
+
 ROUTE = "/api/estimate"
 #: the body types the route reads: JSON, and what ``curl -d`` sends (a form) or a plain text
 MEDIA_TYPES = ("application/json", "application/x-www-form-urlencoded", "text/plain")
@@ -52,13 +57,21 @@ def answer(config: dict, *, data_path: Optional[str] = None,
 
     data = config if ("job_configs" in config or "jobConfigs" in config) \
         else flat_to_estimate_input(config)
+    notes: list[str] = []
     if access is not None:
-        _check_files(data, access, engine)
+        data, notes = _check_files(data, access, engine)
     output = run(data, data_path, model_path, engine=engine)
+    if notes and "warnings" in output:
+        output["warnings"] = notes + list(output["warnings"])
     return json.dumps(json.dumps(output, default=float))
 
 
-def _check_files(data: dict, access, engine) -> None:
+def _check_files(data: dict, access, engine) -> tuple[dict, list[str]]:
+    """``data`` with the datasets the allow-list does not permit left out (the answer then has
+    no run length, as for a Hub dataset name the CLI cannot read), and the warnings that say
+    so; a model path or ``base_data_path`` outside it is refused (one fixed message each)."""
+    import copy
+
     from fmest import flags as flag_table
 
     meta = data.get("estimator_metadata") or data.get("estimatorMetadata") \
@@ -68,13 +81,26 @@ def _check_files(data: dict, access, engine) -> None:
         raise InputError("estimator_metadata.base_data_path",
                          "this server reads no file a request names unless it is under a "
                          "directory its operator allowed (fmest serve --allow-path DIR)")
+    data = copy.deepcopy(data)
+    notes = []
+    for i, cfg in enumerate(data.get("job_configs") or data.get("jobConfigs") or []):
+        block = cfg.get("data") if isinstance(cfg, dict) else None
+        if not isinstance(block, dict):
+            continue
+        dataset = block.get("dataset")
+        if dataset and not access.allow.permits(str(dataset)):
+            block.pop("dataset")
+            notes.append(f"job_configs[{i}].data.dataset: not read (this server reads no file "
+                         "a request names unless its operator allowed the directory: fmest "
+                         "serve --allow-path DIR); time and cost are not estimated")
     access.check_body(flag_table.ESTIMATE_FLAGS, data, engine.registries)
+    return data, notes
 
 
 def api(data_path: Optional[str] = None, model_path: Optional[str] = None, *, engine=None):
     """The original's FastAPI app: ``POST /api/estimate`` over ``data_path``/``model_path``
     (the operator's lookup CSV and model, read as given)."""
-    from fastapi import FastAPI, Request, Response
+    from fastapi import FastAPI, Response
     from fastapi.responses import JSONResponse
 
     from fmest.errors import error_object
