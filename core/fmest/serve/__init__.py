@@ -24,6 +24,10 @@ from fmest.errors import FmestError
 #: that, 400. uvicorn has no deadline for a request to arrive: a connection that sends nothing,
 #: or a byte now and then, stays open and holds a slot (the reverse proxy's job).
 DEFAULT_TIMEOUT_KEEP_ALIVE_SECONDS = 5
+#: Worker processes of ``fmest serve`` (``--workers``): two keep one slow request from holding
+#: the service; each is an interpreter with fmest and its plugins (~100 MB, more once a traced
+#: estimate loads torch).
+DEFAULT_WORKERS = 2
 DEFAULT_LIMIT_CONCURRENCY = 256
 DEFAULT_H11_MAX_INCOMPLETE_EVENT_SIZE = 16 * 1024
 
@@ -102,6 +106,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "learned-model bundle) whose real path lies under DIR; repeatable "
                         "(default: requests name no file, only registered names and inline "
                         "configs)")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, metavar="N",
+                        help="worker processes the estimates run in; each request's work is "
+                        "stopped (the worker killed and replaced) past --timeout, past "
+                        "--cpu-budget or when its client goes; 0 runs them in threads of the "
+                        f"server, where the limit stops the waiting, not the work (default "
+                        f"{DEFAULT_WORKERS})")
+    parser.add_argument("--cpu-budget", type=float, default=None, metavar="SECONDS",
+                        help="CPU seconds one request's work may use in its worker (default: "
+                        "--timeout)")
     parser.add_argument("--fmte-lookup-data", default=None, metavar="CSV",
                         help="POST /api/estimate (fm-training-estimator's route): the CSV of "
                         "measured runs it answers from first (its formats v1/v2/v3; "
@@ -126,7 +139,9 @@ def run_command(args: argparse.Namespace, engine) -> int:
         allow_hosts=(*app_module.LOCAL_HOSTS, args.host, *args.allow_host),
         cors_origins=tuple(args.cors_origin),
         allow_paths=tuple(args.allow_path or ()),
-        fmte_paths=(args.fmte_lookup_data, args.fmte_model))
+        fmte_paths=(args.fmte_lookup_data, args.fmte_model),
+        workers=max(0, args.workers),
+        cpu_budget_seconds=args.cpu_budget or args.timeout or app_module.DEFAULT_TIMEOUT_SECONDS)
     # h11, not httptools (uvicorn's choice when installed): only h11 takes the head limit, and
     # the estimates, not the parsing, bound the throughput
     uvicorn.run(app, host=args.host, port=args.port, log_level="info", http="h11",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -39,6 +40,7 @@ from fmest.errors import FmestError, InputError, error_body, error_object
 from fmest.serve import cors_origin, host_name, schema
 from fmest.serve.files import FileAccess, checked_plan_response
 from fmest.serve.inputs import INPUT_SOURCE, estimate_args, parse_json
+from fmest.serve.workers import ThreadWork, WorkerConfig, WorkerPool, WorkStopped
 
 log = logging.getLogger("fmest.serve")
 
@@ -132,25 +134,43 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
                allow_hosts: Iterable[str] = LOCAL_HOSTS, cors_origins: Iterable[str] = (),
                allow_paths: Sequence[str | os.PathLike] = (),
-               fmte_paths: tuple[Optional[str], Optional[str]] = (None, None)) -> FastAPI:
+               fmte_paths: tuple[Optional[str], Optional[str]] = (None, None),
+               workers: int = 0, cpu_budget_seconds: Optional[float] = None) -> FastAPI:
     """The service over ``engine`` (default: a new engine over the installed plugins).
     ``allow_paths``: the directories under which requests may name files (none by default;
     :mod:`fmest.serve.files`). ``allow_hosts``: the names requests may give as ``Host`` and a
     browser's ``Origin`` (:data:`LOCAL_HOSTS` by default); ``cors_origins``: the other sites
     whose pages may call the API (``scheme://host[:port]``; none by default). ``fmte_paths``:
     the lookup CSV and learned bundle of fm-training-estimator's route ``/api/estimate``
-    (the operator's, read as given)."""
+    (the operator's, read as given). ``workers``: run the estimates in that many worker
+    processes, each request's work stopped at ``timeout_seconds`` of wall time or
+    ``cpu_budget_seconds`` of CPU or when its client goes (:mod:`fmest.serve.workers`); 0 keeps
+    them in threads of this process with ``engine``."""
     access = FileAccess.of(allow_paths)
     if engine is None:
         from fmest.engine import Engine
 
         engine = Engine()
     service = _ServiceEngine(engine)
+    pool: Optional[WorkerPool] = None
+    if workers:
+        pool = WorkerPool(workers, WorkerConfig(
+            allow_paths=tuple(os.fspath(p) for p in allow_paths), fmte_paths=fmte_paths,
+            cpu_budget_seconds=cpu_budget_seconds), budget_seconds=timeout_seconds)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        if pool is not None:
+            pool.close()
+
     app = FastAPI(title="fmest", version=__version__, description=schema.DESCRIPTION,
+                  lifespan=lifespan,
                   # FastAPI's /docs and /redoc pages load their scripts from a CDN; the service
                   # stays offline and serves the schema itself at /openapi.json
                   docs_url=None, redoc_url=None)
     app.state.service = service
+    app.state.pool = pool
     origins = sorted(set(map(cors_origin, cors_origins)))
     app.add_middleware(_Transport, hosts=frozenset(map(host_name, allow_hosts)),
                        cors_origins=frozenset(origins))
@@ -200,15 +220,35 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         return JSONResponse(error_body("body", f"request body over the limit of "
                                        f"{exc.limit} bytes"), status_code=413)
 
-    workers = anyio.CapacityLimiter(WORKER_THREADS)
+    threads = anyio.CapacityLimiter(WORKER_THREADS)
+    thread_work = ThreadWork(timeout_seconds)
 
     async def in_thread(fn, *args):
+        def tracked():
+            token = thread_work.start()
+            try:
+                return fn(*args)
+            finally:
+                thread_work.end(token)
         try:
-            return await asyncio.wait_for(anyio.to_thread.run_sync(fn, *args, limiter=workers),
+            return await asyncio.wait_for(anyio.to_thread.run_sync(tracked, limiter=threads),
                                           timeout_seconds)
         except asyncio.TimeoutError:
             return JSONResponse(error_body("request", f"took longer than the server's limit "
                                            f"of {timeout_seconds:g} s"), status_code=504)
+
+    async def in_worker(request: Request, kind: str, payload: Any, fn, *args):
+        """The work of one request: in a worker process under its budget when the service
+        has a pool, else in a thread."""
+        if pool is None:
+            return await in_thread(fn, *args)
+        try:
+            status, body = await pool.run(kind, payload, gone=request.is_disconnected)
+        except WorkStopped as exc:
+            return JSONResponse(error_body("request", exc.reason), status_code=exc.status)
+        if status == "ok":
+            return body
+        return JSONResponse(body, status_code=500 if status == "bug" else 422)
 
     @app.post("/v1/estimate", tags=["estimate"], openapi_extra=schema.estimate_openapi(),
               summary="Estimate a job: the CLI's `fmest estimate --format json` object",
@@ -216,7 +256,8 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     async def estimate(request: Request):
         body = await read_json(request)
         args, job_input = estimate_args(body)
-        result = await in_thread(estimate_response, args, job_input, service, access)
+        result = await in_worker(request, "estimate", (args, job_input), estimate_response, args,
+                                 job_input, service, access)
         if isinstance(result, JSONResponse):
             return result
         return Response(result, media_type="application/json")
@@ -236,7 +277,8 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                                            "works"),
                                 status_code=501)
         body = await read_json(request)
-        result = await in_thread(checked_plan_response, plan_flags, body, service, access)
+        result = await in_worker(request, "plan", body, checked_plan_response, plan_flags, body,
+                                 service, access)
         if isinstance(result, JSONResponse):
             return result
         return Response(result, media_type="application/json")
@@ -247,7 +289,7 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
               responses=_refusals(403, 415, 421))
     async def fmte_estimate(request: Request):
         config = fmte_api.read_config(await read_body(request))
-        result = await in_thread(functools.partial(
+        result = await in_worker(request, "fmte", config, functools.partial(
             fmte_api.answer, data_path=fmte_paths[0], model_path=fmte_paths[1],
             engine=service.engine, access=access), config)
         if isinstance(result, JSONResponse):
@@ -292,10 +334,11 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     def healthz():
         from fmest.plugins import plugin_hooks
 
-        return {"status": "ok", "version": __version__,
+        work = pool.health() if pool is not None else thread_work.health()
+        return {"status": "degraded" if work["stuck"] else "ok", "version": __version__,
                 "plugins": sorted(plugin_hooks(service.engine.pm)),
                 "load_errors": [str(e) for e in service.engine.load_errors],
-                "plan": plan_flags is not None}
+                "plan": plan_flags is not None, "workers": work}
 
     @app.get("/", include_in_schema=False)
     def page():

@@ -11,6 +11,7 @@ has, with the accepted names. :func:`flat_to_estimate_input` gives the same conf
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Any, Dict, Tuple, Union
 
@@ -21,14 +22,52 @@ from fmest.errors import InputError
 BLOCK_ORDER = ("fm", "hf_training", "infra", "data", "peft_lora", "peft_qlora")
 
 
-def _block_fields() -> dict[str, tuple[str, ...]]:
+def training_argument_names() -> tuple[str, ...]:
+    """The fields of transformers' ``TrainingArguments`` (and ``output_dir``), read from the
+    installed transformers' source without importing it (the import loads peft and torch:
+    seconds); imported only when the source cannot be read that way."""
+    return _training_argument_names()
+
+
+@functools.lru_cache(maxsize=1)
+def _training_argument_names() -> tuple[str, ...]:
+    import ast
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("transformers")
+        origin = spec.origin if spec is not None else None
+    except (ImportError, ValueError):
+        origin = None
+    if origin:
+        path = os.path.join(os.path.dirname(origin), "training_args.py")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+        except (OSError, SyntaxError, ValueError):
+            tree = None
+        for node in (tree.body if tree is not None else []):
+            if isinstance(node, ast.ClassDef) and node.name == "TrainingArguments":
+                names = [n.target.id for n in node.body if isinstance(n, ast.AnnAssign)
+                         and isinstance(n.target, ast.Name)
+                         and not n.target.id.startswith("_")
+                         and "ClassVar" not in ast.unparse(n.annotation)]
+                if names:
+                    return tuple(dict.fromkeys(["output_dir", *names]))
     from fmest.compat.fm_training_estimator.config import arguments as a
 
-    classes = {"fm": a.FMArguments, "hf_training": a.HFTrainingArguments,
-               "infra": a.InfraArguments, "data": a.DataArguments,
-               "peft_lora": a.PeftLoraConfig, "peft_qlora": a.PeftQLoraConfig}
-    return {name: tuple(f.name for f in dataclasses.fields(cls) if f.init)
-            for name, cls in classes.items()}
+    return tuple(f.name for f in dataclasses.fields(a.HFTrainingArguments) if f.init)
+
+
+def _block_fields() -> dict[str, tuple[str, ...]]:
+    from fmest.compat.fm_training_estimator.config import blocks as b
+
+    classes = {"fm": b.FMArguments, "infra": b.InfraArguments, "data": b.DataArguments,
+               "peft_lora": b.PeftLoraConfig, "peft_qlora": b.PeftQLoraConfig}
+    out = {name: tuple(f.name for f in dataclasses.fields(cls) if f.init)
+           for name, cls in classes.items()}
+    out["hf_training"] = training_argument_names()
+    return out
 
 
 def _read(config: Union[Dict, str, os.PathLike]) -> dict:
