@@ -29,7 +29,14 @@ from fmest.gpus import GpuSpec
 from fmest.job import Job, Layout, resolve_layout
 from fmest.models.spec import ModelSpec
 from fmest.physics.counting import resolve_lora_targets
-from fmest.plugins import call_each, call_first, call_register
+from fmest.plugins import (
+    PluginDeadline,
+    call_each,
+    call_first,
+    call_register,
+    parse_plugin_timeout,
+    plugin_timeout_from_env,
+)
 from fmest.policies import Decision, Failure
 from fmest.prices import PriceQuote
 from fmest.registry import ListRegistry, Registry
@@ -315,9 +322,20 @@ class Engine:
     (``fmest.testing.new_engine``). Every hook is called through :mod:`fmest.plugins`'s calling
     layer, and only from the typed methods below (``ask_*``, ``correct_*``, ``resolve_model``,
     ``commands``): hook names live in this file and :mod:`fmest.hookspecs`.
+
+    ``plugin_timeout`` (seconds) gives each estimation-hook call and model resolution a
+    deadline (:class:`fmest.plugins.PluginDeadline`): a plugin that does not answer in time is
+    a failure naming it and the other plugins' answers are used. ``None`` takes
+    ``$FMEST_PLUGIN_TIMEOUT``; ``0`` (or the variable unset or empty) means no deadline, and
+    each hook is then called directly on the calling thread.
     """
 
-    def __init__(self, pm=None) -> None:
+    def __init__(self, pm=None, *, plugin_timeout: float | None = None) -> None:
+        seconds = (plugin_timeout_from_env() if plugin_timeout is None
+                   else parse_plugin_timeout(plugin_timeout, "plugin_timeout"))
+        #: the per-call deadline of the plugins' estimation hooks, or None: direct calls
+        self._deadline: Optional[PluginDeadline] = \
+            PluginDeadline(seconds) if seconds is not None else None
         if pm is None:
             from fmest.plugins import new_plugin_manager
 
@@ -336,6 +354,11 @@ class Engine:
         #: is not reused
         self._resolved: dict[int, tuple[Job, Job]] = {}
         self._asked_cache: dict[tuple, Callable[[str], bool]] = {}
+
+    @property
+    def plugin_timeout(self) -> Optional[float]:
+        """Seconds each plugin call may take, or ``None`` (no deadline)."""
+        return self._deadline.seconds if self._deadline is not None else None
 
     @property
     def registries(self) -> Registries:
@@ -381,7 +404,7 @@ class Engine:
 
     def _each(self, hook: str, kwargs: dict, quantity: str, only=None):
         answers, failures = call_each(self.pm, hook, kwargs, expect=_RESULT_TYPES[quantity],
-                                      reraise=_PROPAGATE, only=only)
+                                      reraise=_PROPAGATE, only=only, deadline=self._deadline)
         if not answers and not failures:
             return [], []
         sound, broken = [], [Failure(plugin=f.plugin, error=f.error) for f in failures]
@@ -446,7 +469,7 @@ class Engine:
         else:
             plugin, spec = call_first(self.pm, "fmest_resolve_model",
                                       {"name": job.model, "registries": self.registries},
-                                      reraise=(FmestError,))
+                                      reraise=(FmestError,), deadline=self._deadline)
             if spec is None:
                 raise InputError("model", "no installed plugin resolves model names (is the "
                                  "model_resolver default plugin disabled?)", value=job.model)
