@@ -284,16 +284,21 @@ def test_fmest_serve_passes_its_settings(monkeypatch):
 
     calls: list = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append((app, kw)))
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
     assert cli.main(["serve", "--host", "0.0.0.0", "--allow-host", "Fmest.Example.com.",
-                     "--cors-origin", "https://app.example.com",
+                     "--cors-origin", "https://app.example.com", "--workers", "0",
                      "--limit-concurrency", "8"]) == 0
     (app, settings), = calls
-    assert settings == {"host": "0.0.0.0", "port": 8000, "log_level": "info", "http": "h11",
+    protocol = settings.pop("http")   # h11 with the request-head deadline (serve/protocol.py)
+    assert issubclass(protocol, H11Protocol) and protocol.header_timeout_seconds == 10
+    assert settings == {"host": "0.0.0.0", "port": 8000, "log_level": "info",
                         "timeout_keep_alive": DEFAULT_TIMEOUT_KEEP_ALIVE_SECONDS,
                         "limit_concurrency": 8,
                         "h11_max_incomplete_event_size": DEFAULT_H11_MAX_INCOMPLETE_EVENT_SIZE}
     assert (DEFAULT_TIMEOUT_KEEP_ALIVE_SECONDS, DEFAULT_LIMIT_CONCURRENCY,
-            DEFAULT_H11_MAX_INCOMPLETE_EVENT_SIZE) == (5, 256, 16384)
+            DEFAULT_H11_MAX_INCOMPLETE_EVENT_SIZE) == (5, 2048, 16384)
+    assert app.state.service.engine.plugin_timeout == 60.0   # half of the 120 s --timeout
     client = TestClient(app)
     for host in ("fmest.example.com", "localhost:8000", "0.0.0.0:8000"):
         assert client.get("/healthz", headers={"host": host}).status_code == 200

@@ -98,6 +98,7 @@ def test_absent_fields_take_the_originals_defaults(engine):
     1 (fm_training_estimator/memory/hybrid/hybrid.py), 0 GPUs = search."""
     (job,), _ = adr.jobs_from_estimate_input(
         {"job_configs": [{"fm": {"base_model_path": "ibm-granite/granite-3b-code-base"},
+                          "data": {"dataset": "train.jsonl"},
                           "infra": {"numGpusPerPod": 8}}]})
     t = job.training
     assert (t.dtype, t.precision, t.micro_batch_size, t.seq_len) == ("fp32", "pure", 8, 2048)

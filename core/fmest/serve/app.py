@@ -4,7 +4,8 @@ Every route answers JSON. ``POST /v1/estimate`` reads its body through the CLI's
 (:mod:`fmest.serve.inputs`) and returns exactly what ``fmest estimate --format json`` prints.
 Errors are ``{"error": {"field", "message", "accepted"}}``: 422 for bad input (an
 :class:`fmest.errors.InputError` keeps its field and accepted values), 413 for a body over the
-size limit, 504 past the time limit, 500 (logged, never a traceback in the body) for a bug.
+size limit, 408 for a body that does not arrive within its deadline, 504 past the time limit,
+500 (logged, never a traceback in the body) for a bug.
 
 Before any route, :class:`_Transport` refuses what a web page could send from elsewhere: a
 ``Host`` outside the allow-list (421: DNS rebinding), an ``Origin`` outside it (403: another
@@ -17,10 +18,8 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import os
-import threading
 from importlib import resources
 from typing import Any, Iterable, Optional, Sequence
 from urllib.parse import urlsplit
@@ -34,12 +33,13 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.staticfiles import StaticFiles
 
 from fmest import __version__
-from fmest.bounds import Bound
 from fmest.compat.fm_training_estimator.ui import api as fmte_api
 from fmest.errors import FmestError, InputError, error_body, error_object
 from fmest.serve import cors_origin, host_name, schema
 from fmest.serve.files import FileAccess, checked_plan_response
-from fmest.serve.inputs import INPUT_SOURCE, estimate_args, parse_json
+from fmest.serve.inputs import INPUT_SOURCE, estimate_args, parse_json  # noqa: F401
+from fmest.serve.service import CONCURRENT_METHODS, JOBS_BOUND, estimate_response  # noqa: F401
+from fmest.serve.service import ServiceEngine as _ServiceEngine
 from fmest.serve.workers import ThreadWork, WorkerConfig, WorkerPool, WorkStopped
 
 log = logging.getLogger("fmest.serve")
@@ -51,9 +51,9 @@ DEFAULT_MAX_BODY_BYTES = 1 << 20
 #: Default per-request time limit. A formula estimate takes milliseconds; a traced estimate of
 #: a large model on first use (no disk cache) takes tens of seconds.
 DEFAULT_TIMEOUT_SECONDS = 120.0
-#: Policies that answer from formulas only and may run in parallel threads. Every other policy
-#: may trace with torch (process-wide dispatch state) or load bundles, and runs one at a time.
-CONCURRENT_METHODS = frozenset({"theory"})
+#: Default deadline for a request body to arrive whole once its route reads it: a body is at
+#: most --max-body-bytes (1 MiB), seconds on any link that is not a hostile drip.
+DEFAULT_BODY_TIMEOUT_SECONDS = 30.0
 #: Worker threads for estimates. Formula estimates hold the GIL, so more threads add no
 #: throughput, only switching; a few keep the queue first-come first-served (lower p99 under
 #: load, benchmarks/serve_load.py) while one slow request does not block the others.
@@ -72,62 +72,8 @@ JSON_MEDIA_TYPE = "application/json"
 #: ``curl -d@config.json`` (a form type) as its README shows. A browser page on another site
 #: can post those without a preflight, but it sends ``Origin``, which is checked first.
 FMTE_ROUTE, FMTE_MEDIA_TYPES = fmte_api.ROUTE, fmte_api.MEDIA_TYPES
-#: Jobs one request may hold (an EstimateInput's ``job_configs``), checked once the body is
-#: read and before any is resolved.
-JOBS_BOUND = Bound(path="job_configs", maximum=64,
-                   reason="jobs in one request, each a whole estimate with its largest-micro-"
-                          "batch search (about 3 ms by formulas, tens of seconds traced) within "
-                          "the one --timeout; send more jobs in more requests")
-
-
 def _input_error_body(exc: InputError) -> dict:
     return error_object(exc)
-
-
-class _ServiceEngine:
-    """The engine shared by the worker threads.
-
-    Model resolution fills the engine's model cache and may read files or reach the Hub; it
-    runs under a lock (the engine's ``resolve_model`` is wrapped on this instance) so
-    concurrent first requests for a model load it once. Policies outside
-    :data:`CONCURRENT_METHODS` run one at a time (see there).
-    """
-
-    def __init__(self, engine) -> None:
-        self.engine = engine
-        #: the CLI's plugin commands (``fmest plan`` among them when the planner is installed)
-        self.commands = engine.commands()
-        self.exclusive = threading.Lock()
-        resolve_lock = threading.RLock()
-        original = engine.resolve_model
-
-        def resolve_model(job):
-            with resolve_lock:
-                return original(job)
-
-        engine.resolve_model = resolve_model
-
-
-def estimate_response(args, job_input, service: _ServiceEngine, access: FileAccess) -> str:
-    """The JSON text ``fmest estimate --format json -f INPUT FLAGS`` prints for the parsed
-    body: the CLI's own use cases (:func:`fmest.api.read_jobs`, through ``access``'s file
-    checks, :func:`fmest.api.estimate_jobs`) and renderer
-    (:func:`fmest.output.report.reports_to_dict`)."""
-    from fmest import api
-    from fmest.inputs import read_document
-    from fmest.output.report import reports_to_dict
-
-    layers = read_document(job_input, source=INPUT_SOURCE) if job_input is not None else None
-    if layers is not None and len(layers) > JOBS_BOUND.maximum:
-        raise InputError(JOBS_BOUND.path, f"above this service's bound "
-                         f"{JOBS_BOUND.maximum:g}: {JOBS_BOUND.reason}", value=len(layers))
-    pairs = access.read_jobs(args, job_layers=layers, registries=service.engine.registries)
-    if all(job.options.method in CONCURRENT_METHODS for job, _ in pairs):
-        report = api.estimate_jobs(pairs, engine=service.engine)
-    else:
-        with service.exclusive:
-            report = api.estimate_jobs(pairs, engine=service.engine)
-    return json.dumps(reports_to_dict(report), default=str)
 
 
 def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -135,7 +81,9 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                allow_hosts: Iterable[str] = LOCAL_HOSTS, cors_origins: Iterable[str] = (),
                allow_paths: Sequence[str | os.PathLike] = (),
                fmte_paths: tuple[Optional[str], Optional[str]] = (None, None),
-               workers: int = 0, cpu_budget_seconds: Optional[float] = None) -> FastAPI:
+               workers: int = 0, cpu_budget_seconds: Optional[float] = None,
+               plugin_timeout_seconds: Optional[float] = None,
+               body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS) -> FastAPI:
     """The service over ``engine`` (default: a new engine over the installed plugins).
     ``allow_paths``: the directories under which requests may name files (none by default;
     :mod:`fmest.serve.files`). ``allow_hosts``: the names requests may give as ``Host`` and a
@@ -145,7 +93,10 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     (the operator's, read as given). ``workers``: run the estimates in that many worker
     processes, each request's work stopped at ``timeout_seconds`` of wall time or
     ``cpu_budget_seconds`` of CPU or when its client goes (:mod:`fmest.serve.workers`); 0 keeps
-    them in threads of this process with ``engine``."""
+    them in threads of this process with ``engine``. ``body_timeout_seconds``: a request body
+    that has not arrived whole this long after the route began to read it is answered 408 (and
+    the connection closed); the deadline for the request head is the server's
+    (:mod:`fmest.serve.protocol`)."""
     access = FileAccess.of(allow_paths)
     if engine is None:
         from fmest.engine import Engine
@@ -156,7 +107,8 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     if workers:
         pool = WorkerPool(workers, WorkerConfig(
             allow_paths=tuple(os.fspath(p) for p in allow_paths), fmte_paths=fmte_paths,
-            cpu_budget_seconds=cpu_budget_seconds), budget_seconds=timeout_seconds)
+            cpu_budget_seconds=cpu_budget_seconds, plugin_timeout=plugin_timeout_seconds),
+            budget_seconds=timeout_seconds)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -208,17 +160,30 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
             raise _TooLarge(max_body_bytes)
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_body_bytes:
-                raise _TooLarge(max_body_bytes)
-            chunks.append(chunk)
+        # the whole body within the deadline: a client sending a byte now and then would
+        # otherwise hold its connection, and the memory read so far, for as long as it likes
+        with anyio.move_on_after(body_timeout_seconds) as deadline:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > max_body_bytes:
+                    raise _TooLarge(max_body_bytes)
+                chunks.append(chunk)
+        if deadline.cancelled_caught:
+            raise _BodyTooSlow(body_timeout_seconds)
         return b"".join(chunks)
 
     @app.exception_handler(_TooLarge)
     async def _too_large(request: Request, exc: _TooLarge):
         return JSONResponse(error_body("body", f"request body over the limit of "
                                        f"{exc.limit} bytes"), status_code=413)
+
+    @app.exception_handler(_BodyTooSlow)
+    async def _body_too_slow(request: Request, exc: _BodyTooSlow):
+        # the rest of the body may still be on its way: close rather than read it
+        return JSONResponse(error_body("body", f"the request body did not arrive within the "
+                                       f"server's limit of {exc.limit:g} s (fmest serve "
+                                       "--body-timeout)"), status_code=408,
+                            headers={"connection": "close"})
 
     threads = anyio.CapacityLimiter(WORKER_THREADS)
     thread_work = ThreadWork(timeout_seconds)
@@ -351,6 +316,11 @@ def create_app(engine=None, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 
 class _TooLarge(Exception):
     def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+
+class _BodyTooSlow(Exception):
+    def __init__(self, limit: float) -> None:
         self.limit = limit
 
 

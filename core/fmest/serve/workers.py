@@ -39,6 +39,9 @@ log = logging.getLogger("fmest.serve")
 #: How long past its budget a killed worker may still show as busy before ``/healthz`` calls it
 #: stuck (a kill and a join take milliseconds; a worker in uninterruptible I/O can take longer).
 STUCK_GRACE_SECONDS = 5.0
+#: How long a fresh worker may take to start (import fmest and its plugins, build its engine:
+#: about 1 s on an idle 2-core machine) before the request it was picked for is refused.
+STARTUP_SECONDS = 60.0
 #: How often a waiting request checks whether its client is still there.
 DISCONNECT_POLL_SECONDS = 0.25
 
@@ -51,6 +54,8 @@ class WorkerConfig:
     allow_paths: tuple[str, ...] = ()
     fmte_paths: tuple[Optional[str], Optional[str]] = (None, None)
     cpu_budget_seconds: Optional[float] = None
+    #: each plugin call's deadline in the worker's engine (None: FMEST_PLUGIN_TIMEOUT's)
+    plugin_timeout: Optional[float] = None
 
 
 class WorkStopped(Exception):
@@ -88,11 +93,11 @@ def _limit_cpu(budget: Optional[float]) -> None:
 
 def _service(config: WorkerConfig) -> dict:
     from fmest.engine import Engine
-    from fmest.serve.app import _ServiceEngine
     from fmest.serve.files import FileAccess
+    from fmest.serve.service import ServiceEngine
 
-    engine = Engine()
-    return {"service": _ServiceEngine(engine), "access": FileAccess.of(config.allow_paths),
+    engine = Engine(plugin_timeout=config.plugin_timeout)
+    return {"service": ServiceEngine(engine), "access": FileAccess.of(config.allow_paths),
             "config": config}
 
 
@@ -103,7 +108,7 @@ def run_task(kind: str, payload: Any, state: dict) -> tuple[str, Any]:
     service, access = state["service"], state["access"]
     try:
         if kind == "estimate":
-            from fmest.serve.app import estimate_response
+            from fmest.serve.service import estimate_response
 
             args, job_input = payload
             return "ok", estimate_response(args, job_input, service, access)
@@ -305,7 +310,10 @@ class WorkerPool:
         with self._lock:
             w = self._idle.pop()
         try:
-            await self._ready(w, deadline)
+            # a worker's start (an interpreter importing fmest and its plugins) is not the
+            # request's work: it has its own allowance, then the budget starts
+            await self._ready(w, time.monotonic() + STARTUP_SECONDS)
+            deadline = time.monotonic() + self.budget_seconds
             w.busy_since, w.budget = time.monotonic(), self.budget_seconds
             w.send((kind, payload))
             result = await self._recv(w, deadline, gone)
