@@ -503,3 +503,51 @@ def test_nulls_and_unknown_keys_are_reported(tmp_path):
     assert any("adapter: null: no adapter" in w for w in doc["warnings"]), doc["warnings"]
     report = fmest.estimate({**BASE_EI, "bogus_top": 1}, engine=ENGINE)
     assert any("bogus_top: not a key of an EstimateInput" in w for w in report.warnings)
+
+
+# -- found by the bad-input fuzz (benchmarks/fuzz.py): contradictions inside a config file ------
+@pytest.mark.parametrize("name,text,key", [
+    ("ta.json", '{"per_device_train_batch_size": 1, "bf16": true, "fp16": true}', "fp16"),
+    ("ds.json", '{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, '
+                '"fp16": {"enabled": true}}', "fp16"),
+    ("axolotl.yaml", "base_model: llama-2-7b-hf\nsequence_len: 512\nbf16: true\nfp16: true\n",
+     "fp16"),
+    ("axolotl.yaml", "base_model: llama-2-7b-hf\nsequence_len: 512\nadapter: lora\n"
+                     "load_in_4bit: true\nload_in_8bit: true\n", "load_in_8bit"),
+])
+def test_contradictory_config_keys_are_refused(tmp_path, name, text, key):
+    """bf16 and fp16 both on (TrainingArguments and DeepSpeed raise), 4- and 8-bit bases both
+    on (BitsAndBytesConfig raises): one of the two was silently dropped."""
+    path = tmp_path / name
+    path.write_text(text)
+    rc, _out, err = run_cli(["estimate", "--model", "llama-2-7b-hf", "--seq-len", "512",
+                             "--config", str(path), "--format", "json"], extra=(str(tmp_path),))
+    assert rc == 2 and key in err, err
+    # "auto" in DeepSpeed's HF-integration templates is not a contradiction
+    auto = tmp_path / "auto.json"
+    auto.write_text('{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": "auto"}, '
+                    '"fp16": {"enabled": "auto"}}')
+    assert run_cli(["estimate", "--model", "llama-2-7b-hf", "--seq-len", "512", "--config",
+                    str(auto), "--format", "json"], extra=(str(tmp_path),))[0] == 0
+
+
+def test_estimate_input_gpu_memory_and_max_seq_length():
+    """A GPU memory no such GPU has was answered as the default A100; max_seq_length beside
+    block_size was dropped without a note."""
+    doc = copy.deepcopy(BASE_EI)
+    doc["job_configs"][0]["infra"]["gpuMemoryInGb"] = 13
+    with pytest.raises(InputError) as info:
+        fmest.estimate(doc, engine=ENGINE)
+    assert "gpu_memory_in_gb" in info.value.field and info.value.accepted == [40, 80]
+    doc = copy.deepcopy(BASE_EI)
+    doc["job_configs"][0]["fm"]["max_seq_length"] = 4096
+    report = fmest.estimate(doc, engine=ENGINE)
+    assert any("max_seq_length" in w for w in report.warnings), report.warnings
+
+
+def test_an_unread_dataset_file_is_reported():
+    report = fmest.estimate({**BASE_JOB, "workload": {"dataset_tokens": 1e8,
+                                                       "dataset_path": "/nonexistent.jsonl"}},
+                            engine=ENGINE)
+    assert any(w.startswith("input field ignored: workload.dataset_path: not read")
+               for w in report.warnings), report.warnings

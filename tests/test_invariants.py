@@ -242,3 +242,30 @@ def test_lora_all_linear_saves_more_activations_than_full_without_autocast():
         - acts({"technique": "full"})
     traced = 116 * 2**20
     assert 0.5 * traced <= excess <= 1.5 * traced, excess / 2**20
+
+
+@pytest.mark.parametrize("model,training", [
+    ("gpt2", {"seq_len": 512, "technique": "lora"}),
+    ("llama-3.1-8b", {"seq_len": 512, "technique": "qlora"}),
+    ("t5-small", {"seq_len": 1024, "precision": "master", "optimizer": "sgd"}),
+    ("llama-2-7b-hf", {"seq_len": 1024}),
+])
+@pytest.mark.parametrize("shard", [{"zero_stage": 3}, {"fsdp": "full_shard"}])
+def test_second_gpu_adds_only_communication_buffers_under_sharding(model, training, shard):
+    """docs/memory_model.md 'Known non-monotonic answers': under ZeRO-3/FSDP full_shard the
+    per-GPU peak never rises from 2 GPUs on; from 1 to 2 it may, by at most what the second
+    GPU adds (the NCCL communicator, the parameter all-gather buffers and their allocator
+    share), never by a component that sharding should shrink."""
+    def answer(dp):
+        job = Job(model=model).evolve(training=training, parallelism={**shard, "dp": dp},
+                                      hardware={"gpu": "H100"})
+        chosen = ENGINE.estimate_memory(job).chosen
+        assert chosen is not None
+        return chosen
+    answers = [answer(dp) for dp in (1, 2, 4, 8, 16)]
+    totals = [a.total_bytes for a in answers]
+    assert all(b <= a + TOLERANCE for a, b in zip(totals[1:], totals[2:], strict=False)), totals
+    one, two = answers[0], answers[1]
+    added = sum(two.components.get(k, 0) - one.components.get(k, 0)
+                for k in ("cuda_context", "framework_buffers", "allocator_reserve"))
+    assert two.total_bytes - one.total_bytes <= max(added, 0) + TOLERANCE, (totals, added)

@@ -80,6 +80,36 @@ BOUNDS: tuple[Bound, ...] = (
           reason="a hundred thousand passes over a dataset is a typo for steps"),
     Bound(path="workload.max_steps", maximum=1e10,
           reason="ten billion optimizer steps is ~300 years at one step per second"),
+    Bound(path="training.source_len", maximum=2**24, reason="the training.seq_len bound"),
+    Bound(path="training.target_len", maximum=2**24, reason="the training.seq_len bound"),
+    Bound(path="training.image_size", maximum=2**16,
+          reason="pixels per image side; 65,536 is 18x the largest native input of a shipped "
+                 "vision tower (Qwen2-VL max_pixels 16384 x 28 x 28, about 3,584 px square)"),
+    Bound(path="training.images_per_sample", maximum=2**16,
+          reason="65,536 images of at least 64 tokens each fill the training.seq_len bound"),
+    Bound(path="inference.batch", maximum=2**20,
+          reason="a million concurrent sequences per replica is above any serving engine's "
+                 "scheduler (vLLM max_num_seqs default 256)"),
+    Bound(path="inference.context", maximum=2**24, reason="the training.seq_len bound"),
+    Bound(path="inference.output_tokens", maximum=2**24, reason="the training.seq_len bound"),
+    Bound(path="inference.kv_block_size", maximum=2**16,
+          reason="tokens per paged KV block; vLLM takes 1 to 256 (its block_size choices), "
+                 "65,536 is a unit slip"),
+    Bound(path="inference.group_size", maximum=2**16,
+          reason="weights per GPTQ/AWQ scale; published groups are 32 to 128, 65,536 is wider "
+                 "than any layer's input"),
+    Bound(path="inference.max_num_batched_tokens", maximum=2**30,
+          reason="tokens per prefill chunk; 2^30 is 64x the training.seq_len bound"),
+    Bound(path="inference.max_num_seqs", maximum=2**20, reason="the inference.batch bound"),
+    Bound(path="calibration.activation_factor", maximum=100.0,
+          reason="a correction factor on the activations; a measured factor above 100 is a "
+                 "unit slip (bytes for MiB), not a calibration"),
+    Bound(path="calibration.fragmentation_gib", maximum=16384.0,
+          reason="GiB added per GPU; 16 TiB is 50x the largest GPU memory in the table (B300, "
+                 "288 GB): more is a unit slip (MiB for GiB)"),
+    Bound(path="calibration.misc_overhead_gib", maximum=16384.0,
+          reason="GiB added per GPU; 16 TiB is 50x the largest GPU memory in the table (B300, "
+                 "288 GB): more is a unit slip (MiB for GiB)"),
     Bound(path="pricing.price_per_gpu_hour", maximum=1000.0,
           reason="USD per GPU-hour; the dearest rate in the shipped price table is 17.80 "
                  "(AWS p6-b300 on demand), 1000 is a unit slip (per instance, per month)"),
@@ -116,9 +146,26 @@ def _shown(number: float) -> str:
     return f"{int(number):,}" if float(number).is_integer() and number < 1e12 else f"{number:g}"
 
 
+#: job fields that name something (a registry entry, a file); an empty name names nothing
+NAMED_FIELDS = ("training.optimizer", "training.stack", "parallelism.sharding", "hardware.gpu",
+                "workload.dataset_path", "pricing.provider", "pricing.region", "options.method",
+                "options.learned_model")
+
+
+def check_names(job) -> None:
+    """Refuse an empty name (``--stack ""``): it names no registry entry or file, and was
+    taken as the default without a word."""
+    for path in NAMED_FIELDS:
+        value = _get(job, path)
+        if isinstance(value, str) and not value.strip():
+            raise InputError(path, "an empty name names nothing; give a name or leave the "
+                             "field out", value=value)
+
+
 def check_bounds(job) -> None:
-    """Refuse a value above its documented bound (:data:`BOUNDS`)."""
+    """Refuse a value above its documented bound (:data:`BOUNDS`) and an empty name."""
     check_model_name(job.model)
+    check_names(job)
     for bound in BOUNDS:
         value = _get(job, bound.path)
         if value is not None and value > bound.maximum:
@@ -151,17 +198,21 @@ def _sharded(job) -> bool:
 
 CONFLICTS: tuple[Conflict, ...] = (
     Conflict(name="lora settings without lora",
-             fields=("training.lora_rank", "training.lora_target_modules", "training.technique"),
+             fields=("training.lora_rank", "training.lora_alpha",
+                     "training.lora_target_modules", "training.technique"),
              applies=lambda job, given: job.training.technique == "full" and (
-                 given("training.lora_rank") or given("training.lora_target_modules")),
-             message="LoRA rank/target modules given, but training.technique is full",
+                 given("training.lora_rank") or given("training.lora_alpha")
+                 or given("training.lora_target_modules")),
+             message="LoRA rank/alpha/target modules given, but training.technique is full",
              reason="full fine-tuning trains every weight and has no adapters; the setting "
                     "would be ignored (set technique lora or qlora, or drop it)"),
     Conflict(name="quantization without qlora",
-             fields=("training.quantization_bits", "training.technique"),
-             applies=lambda job, given: job.training.technique != "qlora" and given(
-                 "training.quantization_bits"),
-             message="quantization bits given, but training.technique is not qlora",
+             fields=("training.quantization_bits", "training.double_quantization",
+                     "training.technique"),
+             applies=lambda job, given: job.training.technique != "qlora" and (
+                 given("training.quantization_bits") or given("training.double_quantization")),
+             message="quantization bits / double quantization given, but training.technique "
+                     "is not qlora",
              reason="only QLoRA stores the frozen base weights quantized (Dettmers et al. "
                     "2023, arXiv:2305.14314); lora and full keep them in training.dtype"),
     Conflict(name="virtual stages without interleaving",
@@ -241,6 +292,12 @@ CONFLICTS: tuple[Conflict, ...] = (
              and job.parallelism.fsdp != "none",
              message="give either zero_stage (DeepSpeed) or fsdp (PyTorch FSDP), not both",
              reason="two implementations of sharded data parallelism; a run uses one"),
+    Conflict(name="output longer than the context",
+             fields=("inference.output_tokens", "inference.context"),
+             applies=lambda job, given: job.inference.output_tokens > job.inference.context,
+             message="more output tokens than inference.context",
+             reason="the context is the prompt plus the output (vLLM max_model_len bounds "
+                    "prompt + generated tokens), so the output cannot be longer than it"),
 )
 
 
@@ -282,6 +339,137 @@ def check_job(job) -> None:
     check_conflicts(job)
 
 
+# -- legal but odd: answered with a warning ------------------------------------------------------
+
+
+@frozen(kw_only=True)
+class Oddity:
+    """A setting the run ignores or another setting overrides: legal (a config file may carry
+    it), so answered, with a warning naming the field. ``applies(job, given, model)`` as in
+    :class:`Conflict`, with the resolved model."""
+
+    name: str
+    fields: tuple[str, ...]
+    applies: Callable[[Any, Callable[[str], bool], Any], bool]
+    message: str
+    reason: str
+
+
+def _inference_given(job, given: Callable[[str], bool]) -> bool:
+    return any(given(f"inference.{a.name}") for a in attrs.fields(type(job.inference)))
+
+
+def _sized(workload) -> bool:
+    return workload.dataset_tokens is not None or workload.num_samples is not None \
+        or bool(workload.dataset_path)
+
+
+ODDITIES: tuple[Oddity, ...] = (
+    Oddity(name="epochs with max steps", fields=("workload.epochs", "workload.max_steps"),
+           applies=lambda job, given, model: given("workload.epochs")
+           and job.workload.max_steps is not None,
+           message="ignored: workload.max_steps fixes the number of steps",
+           reason="HF TrainingArguments: max_steps 'overrides num_train_epochs'"),
+    Oddity(name="epochs without a dataset", fields=("workload.epochs",),
+           applies=lambda job, given, model: given("workload.epochs")
+           and job.workload.max_steps is None and not _sized(job.workload),
+           message="ignored: no dataset size (dataset_tokens, num_samples, dataset_path) to "
+                   "repeat",
+           reason="total time is epochs x the dataset's steps; without a dataset only the "
+                  "step is estimated"),
+    Oddity(name="average length without a sample count", fields=("workload.avg_seq_len",),
+           applies=lambda job, given, model: job.workload.avg_seq_len is not None
+           and job.workload.num_samples is None,
+           message="ignored: it sizes the dataset only with workload.num_samples",
+           reason="tokens = num_samples x avg_seq_len x epochs; dataset_tokens and max_steps "
+                  "need no average"),
+    Oddity(name="pipeline schedule without a pipeline", fields=("parallelism.pp_schedule",),
+           applies=lambda job, given, model: given("parallelism.pp_schedule")
+           and job.parallelism.pp == 1,
+           message="ignored: parallelism.pp is 1, there is no pipeline to schedule",
+           reason="1F1B, GPipe and interleaved order the micro-batches between pipeline "
+                  "stages (Narayanan et al. 2021, arXiv:2104.04473)"),
+    Oddity(name="tensor-parallel overlap without tensor parallelism",
+           fields=("parallelism.tp_comm_overlap", "parallelism.async_tp"),
+           applies=lambda job, given, model: job.parallelism.tp == 1 and (
+               bool(job.parallelism.tp_comm_overlap) or job.parallelism.async_tp),
+           message="ignored: parallelism.tp is 1, there is no tensor-parallel communication to "
+                   "overlap",
+           reason="Megatron --tp-comm-overlap and torchtitan async TP overlap the TP group's "
+                  "all-gather/reduce-scatter with GEMMs"),
+    Oddity(name="distributed optimizer with ZeRO or FSDP",
+           fields=("parallelism.distributed_optimizer", "parallelism.zero_stage",
+                   "parallelism.fsdp"),
+           applies=lambda job, given, model: job.parallelism.distributed_optimizer
+           and _sharded(job),
+           message="the zero_stage/fsdp sharding already shards the optimizer states; memory is "
+                   "estimated for that strategy",
+           reason="Megatron's distributed optimizer is ZeRO-1-style sharding of optimizer "
+                  "states over data parallelism (Megatron-LM docs, distrib_optimizer.md)"),
+    Oddity(name="image settings on a text model",
+           fields=("training.images_per_sample", "training.image_size",
+                   "training.train_vision_tower"),
+           applies=lambda job, given, model: getattr(model, "vision", None) is None and (
+               given("training.images_per_sample") or given("training.image_size")
+               or given("training.train_vision_tower")),
+           message="ignored: the model has no vision tower",
+           reason="images are read only by vision-language models (docs/models.md)"),
+    Oddity(name="encoder/decoder lengths on a decoder-only model",
+           fields=("training.source_len", "training.target_len"),
+           applies=lambda job, given, model: not getattr(model, "is_encoder_decoder", False)
+           and (given("training.source_len") or given("training.target_len")),
+           message="ignored: the model is decoder-only; training.seq_len sizes it",
+           reason="source_len/target_len are an encoder-decoder model's two sequences "
+                  "(docs/models.md)"),
+    Oddity(name="inference settings in a training job", fields=tuple(
+               f"inference.{name}" for name in ("batch", "context", "output_tokens", "kv_dtype",
+                                                "kv_block_size", "quantization", "group_size",
+                                                "runtime", "gpu_memory_utilization",
+                                                "max_num_batched_tokens", "max_num_seqs",
+                                                "cuda_graphs")),
+           applies=lambda job, given, model: job.mode == "training"
+           and _inference_given(job, given),
+           message="ignored: mode is training (set mode inference to estimate serving)",
+           reason="the inference section describes serving (docs/inference.md)"),
+    Oddity(name="group size without GPTQ/AWQ", fields=("inference.group_size",),
+           applies=lambda job, given, model: job.mode == "inference"
+           and given("inference.group_size")
+           and job.inference.quantization not in ("gptq", "awq", "int4"),
+           message="ignored: inference.quantization is not a grouped format (gptq, awq, int4)",
+           reason="a group size is the number of weights sharing one GPTQ/AWQ scale"),
+    Oddity(name="flat price with a provider",
+           fields=("pricing.provider", "pricing.price_per_gpu_hour"),
+           applies=lambda job, given, model: job.pricing.price_per_gpu_hour is not None
+           and job.pricing.provider not in (None, "cheapest"),
+           message="ignored: pricing.price_per_gpu_hour overrides the price table",
+           reason="the flat price is used as given; the provider's rate is not looked up"),
+    Oddity(name="main grads dtype without master precision",
+           fields=("training.main_grads_dtype", "training.precision"),
+           applies=lambda job, given, model: job.training.main_grads_dtype is not None
+           and job.training.precision in ("pure", "amp"),
+           message="ignored: it applies under precision master only",
+           reason="pure keeps gradients in training.dtype and amp in fp32 (docs/memory_model.md "
+                  "'Precision rule')"),
+    Oddity(name="learned model without a learned method", fields=("options.learned_model",),
+           applies=lambda job, given, model: job.options.learned_model is not None
+           and job.options.method == "theory",
+           message="ignored: options.method is theory (use learned or hybrid)",
+           reason="only the learned and hybrid policies read a learned-model bundle "
+                  "(docs/learned.md)"),
+)
+
+
+def check_oddities(job, model) -> tuple[str, ...]:
+    """The warnings of :data:`ODDITIES` the job breaks, each naming the field the user set."""
+    is_given = _given_fn(job)
+    out = []
+    for rule in ODDITIES:
+        if rule.applies(job, is_given, model):
+            named = next((p for p in rule.fields if is_given(p)), rule.fields[0])
+            out.append(f"{named}: {rule.message} ({rule.reason})")
+    return tuple(out)
+
+
 # -- flags that set one field two ways ---------------------------------------------------------
 
 
@@ -315,6 +503,11 @@ FLAG_CONFLICTS: tuple[FlagConflict, ...] = (
                  and getattr(a, "loss", None) is not None
                  and (a.loss == "fused") != bool(a.fused_loss),
                  reason="--fused-loss true means --loss fused (false: --loss standard)"),
+    FlagConflict(flags=("--dtype", "--technique"),
+                 applies=lambda a: getattr(a, "dtype", None) in ("int8", "nf4")
+                 and getattr(a, "mode", None) != "inference"
+                 and getattr(a, "technique", None) not in (None, "qlora"),
+                 reason="--dtype int8/nf4 means a quantized base, --technique qlora"),
 )
 
 
@@ -512,7 +705,7 @@ def check_context(job, *, model, gpu, layout) -> tuple[str, ...]:
     if layout.world_size > 2**20:
         raise InputError("hardware", f"{layout.world_size} GPUs is above the bound 2^20 "
                          f"({_GPUS})", value=layout.world_size)
-    return warnings + check_model_job(job, model, layout)
+    return warnings + check_model_job(job, model, layout) + check_oddities(job, model)
 
 
 # -- plugin answers -----------------------------------------------------------------------------
@@ -613,6 +806,11 @@ def markdown() -> str:
               "|---|---|---|"]
     lines += [f"| {', '.join(f'`{p}`' for p in c.fields)} | {c.message} | {c.reason} |"
               for c in CONFLICTS]
+    lines += ["", "**Warnings** (answered, with a warning naming the field: a setting the "
+              "run ignores or another setting overrides)", "", "| fields | warned when | why |",
+              "|---|---|---|"]
+    lines += [f"| {', '.join(f'`{p}`' for p in o.fields)} | {o.message} | {o.reason} |"
+              for o in ODDITIES]
     lines += ["", "**Flags** (one field set two ways)", "", "| flags | why |", "|---|---|"]
     lines += [f"| `{f.flags[0]}` with `{f.flags[1]}` | {f.reason} |" for f in FLAG_CONFLICTS]
     lines += ["", "**Hardware** (GPU table capability columns, sources in "

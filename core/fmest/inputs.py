@@ -327,6 +327,14 @@ def build_job(layers: Sequence[Layer], *, job_index: int = 0, job_count: int = 1
         check_job(job)
     except InputError as exc:
         raise _named(exc, values, named) from None
+    unread: tuple = ()
+    if job.workload.dataset_path and job.mode == "training":
+        from fmest.datasets import needs_counting
+
+        if not needs_counting(job.workload):   # sized by max_steps / tokens / samples instead
+            unread = (Ignored(source="", key="workload.dataset_path", reason=(
+                "not read: workload.max_steps, dataset_tokens or num_samples sizes the run "
+                "and takes precedence")),)
     if count_dataset and job.workload.dataset_path:
         # read once, here: no estimate hook reads a file (errors name workload.dataset_path)
         from fmest.datasets import resolve_dataset
@@ -348,7 +356,8 @@ def build_job(layers: Sequence[Layer], *, job_index: int = 0, job_count: int = 1
     report = InputReport(
         sources=tuple(dict.fromkeys(layer.source for layer in layers)),
         origins={p: o for p, (_v, o) in sorted(values.items())},
-        ignored=tuple(dict.fromkeys(i for layer in layers for i in layer.ignored)),
+        ignored=tuple(dict.fromkeys([*(i for layer in layers for i in layer.ignored),
+                                     *unread])),
         unresolved=unresolved,
         files=tuple(f for layer in layers for f in layer.files),
         job_index=job_index, job_count=job_count)

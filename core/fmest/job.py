@@ -53,6 +53,14 @@ def _positive(inst, attribute, value):
         raise InputError(attribute.name, "must be a positive number", value=value)
 
 
+def _at_least_one(inst, attribute, value):
+    """A token count: fewer than one token is no data (1e-300 tokens is a unit slip)."""
+    _positive(inst, attribute, value)
+    if value is not None and value < 1:
+        raise InputError(attribute.name, "is a number of tokens and must be at least 1",
+                         value=value)
+
+
 def _at_most_one(inst, attribute, value):
     if value is not None and value > 1:
         raise InputError(attribute.name, "is a fraction of peak and must be at most 1",
@@ -198,9 +206,9 @@ class Workload:
     (default: ``seq_len``), times ``epochs``; or a fixed ``max_steps``; or a ``dataset_path``
     whose tokens are counted."""
 
-    dataset_tokens: Optional[float] = field(default=None, validator=_positive)
+    dataset_tokens: Optional[float] = field(default=None, validator=_at_least_one)
     num_samples: Optional[int] = field(default=None, validator=_positive_int)
-    avg_seq_len: Optional[float] = field(default=None, validator=_positive)
+    avg_seq_len: Optional[float] = field(default=None, validator=_at_least_one)
     epochs: float = field(default=1.0, validator=_positive)
     max_steps: Optional[int] = field(default=None, validator=_positive_int)
     dataset_path: Optional[str] = None
@@ -241,6 +249,19 @@ def _fraction(inst, attribute, value):
         raise InputError(attribute.name, "must be a fraction in (0, 1]", value=value)
 
 
+def _utilization(inst, attribute, value):
+    _fraction(inst, attribute, value)
+    if value < MIN_UTILIZATION:
+        raise InputError(attribute.name, f"must be at least {MIN_UTILIZATION:g}: a runtime "
+                         "given less than 1 % of a GPU (0.8 GB of an 80 GB card) holds no "
+                         "model's weights", value=value)
+
+
+#: the smallest inference.gpu_memory_utilization (below it the fits verdict's margin rounds
+#: to the whole GPU)
+MIN_UTILIZATION = 0.01
+
+
 def _margin(inst, attribute, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
         raise InputError(attribute.name, "must be a fraction in [0, 1)", value=value)
@@ -266,7 +287,7 @@ class Inference:
     quantization: str = field(default="none", validator=_choice(QUANTIZATIONS))
     group_size: int = field(default=128, validator=_positive_int)
     runtime: str = field(default="vllm", validator=_choice(RUNTIMES))
-    gpu_memory_utilization: float = field(default=0.9, validator=_fraction)
+    gpu_memory_utilization: float = field(default=0.9, validator=_utilization)
     max_num_batched_tokens: int = field(default=8192, validator=_positive_int)
     max_num_seqs: int = field(default=256, validator=_positive_int)
     cuda_graphs: bool = True

@@ -70,6 +70,10 @@ def _adapter(doc: dict, sink: Sink) -> None:
     # never truthiness: "false" / "no" are false, "maybe" is refused naming the key
     k4, k8 = (doc.get(key) is not None and sink.bool_(key, doc[key])
               for key in ("load_in_4bit", "load_in_8bit"))
+    if k4 and k8:
+        raise sink.error("load_in_8bit", "load_in_4bit and load_in_8bit are both true; the "
+                         "base loads one way (transformers BitsAndBytesConfig raises 'load_in_4bit "
+                         "and load_in_8bit are both True, but only one can be used')", value=True)
     if adapter in (None, "", False):
         if "adapter" in doc:
             sink.set("training.technique", "full", "adapter")
@@ -96,6 +100,14 @@ def map_config(doc: dict, sink: Sink) -> None:
             or doc.get("unsloth_rms_norm"):
         sink.set("training.stack", "unsloth", "unsloth_*")
     _adapter(doc, sink)
+    if all(doc.get(k) is not None and str(doc[k]).strip().lower() != "auto"
+           and sink.bool_(k, doc[k]) for k in ("bf16", "fp16")):
+        raise sink.error("fp16", "bf16 and fp16 are both true; a run computes in one (axolotl "
+                         "passes both to transformers TrainingArguments, which raises 'At most "
+                         "one of fp16 and bf16 can be True')", value=True)
+    if str(doc.get("bf16")).strip().lower() == "auto" and doc.get("fp16") is not None \
+            and sink.bool_("fp16", doc["fp16"]):
+        sink.ignore("bf16", "auto, but fp16: true is set: estimated in fp16")
     plugins = doc.get("plugins") or []
     for name, value in doc.items():
         key = name
@@ -169,6 +181,9 @@ def map_config(doc: dict, sink: Sink) -> None:
                      value is True, key)
         elif name in ("bf16", "fp16", "bfloat16", "float16"):
             dt = "bf16" if name.startswith("b") else "fp16"
+            if str(value).strip().lower() == "auto" and dt == "bf16" \
+                    and doc.get("fp16") is not None and sink.bool_("fp16", doc["fp16"]):
+                continue   # reported above: fp16 wins over bf16 auto
             if str(value).strip().lower() == "auto" or sink.bool_(key, value):
                 sink.set("training.dtype", dt, key)
                 sink.set("training.precision", "pure", key)

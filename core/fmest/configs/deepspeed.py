@@ -176,6 +176,14 @@ def _optimizer(block: Any, sink: Sink, prefix: str) -> None:
 def map_config(doc: dict, sink: Sink, prefix: str = "") -> None:
     # a DeepSpeed config means the DeepSpeed engine runs the step (issue 12 stack inference)
     sink.set("training.stack", "deepspeed", prefix or "(DeepSpeed config)")
+    enabled = [name for name in ("bf16", "bfloat16", "fp16") if isinstance(doc.get(name), dict)
+               and not _is_auto(doc[name].get("enabled"))
+               and str(doc[name].get("enabled")).strip().lower() in ("true", "1", "yes", "on")]
+    if len({"fp16" if n == "fp16" else "bf16" for n in enabled}) > 1:
+        raise sink.error(join(join(prefix, "fp16"), "enabled"), "bf16 and fp16 are both "
+                         "enabled; a run computes in one (DeepSpeed asserts 'bfloat16 and fp16 "
+                         "modes cannot be simultaneously enabled', deepspeed/runtime/config.py)",
+                         value=True)
     for name, value in doc.items():
         key = join(prefix, name)
         if name == "train_batch_size":

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from fmest.compat.fm_training_estimator import training_arguments_fields
+from fmest.compat.fm_training_estimator.reader import HALF_BOTH
 from fmest.configs._base import Sink, join
 from fmest.errors import InputError
 
@@ -79,6 +80,9 @@ def _own(sink: Sink, key: str, name: str, value: Any) -> bool:
 
 def map_keys(doc: dict, sink: Sink, prefix: str = "", skip: frozenset = frozenset()) -> None:
     """Map TrainingArguments keys of ``doc`` (minus ``skip``) into ``sink``."""
+    if all(str(doc.get(k)).strip().lower() in ("true", "1", "yes", "on")
+           for k in ("bf16", "fp16")) and not skip & {"bf16", "fp16"}:
+        raise sink.error(join(prefix, "fp16"), HALF_BOTH, value=True)
     for name, value in doc.items():
         if name in skip:
             continue

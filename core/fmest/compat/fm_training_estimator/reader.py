@@ -27,6 +27,10 @@ _GPU_BY_MODEL_AND_GB = {("a100", 40): "A100-40GB", ("a100", 80): "A100-80GB",
                         ("h100", 80): "H100-SXM", ("h100", 94): "H100-NVL",
                         ("l40s", 48): "L40S", ("v100", 16): "V100", ("v100", 32): "V100-32GB"}
 
+#: TrainingArguments with bf16 and fp16 both true
+HALF_BOTH = ("bf16 and fp16 are both true; a run computes in one (transformers "
+             "TrainingArguments raises 'At most one of fp16 and bf16 can be True, but not both')")
+
 # Keys of hf_training that change nothing an estimate depends on (logging, I/O, seeds ...).
 _HF_IRRELEVANT_PREFIXES = ("output_dir", "logging", "save", "eval", "report_to", "run_name",
                            "push_to_hub", "hub_", "seed", "data_seed", "dataloader",
@@ -92,6 +96,8 @@ def training_arguments_fields(hf: dict, path: str) -> tuple[dict, list[str]]:
     """
     out: dict[str, dict] = {"training": {}, "parallelism": {}, "workload": {}}
     ignored: list[str] = []
+    if all(hf.get(k) is not None and _bool(hf[k], f"{path}.{k}") for k in ("bf16", "fp16")):
+        raise InputError(f"{path}.fp16", HALF_BOTH, value=True)
     for key, value in hf.items():
         k = key
         p = f"{path}.{key}"
@@ -173,7 +179,6 @@ def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, lis
         ignored.append(f"{path}.{extra}: unknown block")
 
     fm = _block(cfg, "fm", path)
-    fm_keys = {_camel_to_snake(k) for k in fm}
     job["model"] = _get(fm, "base_model_path", "baseModelPath") or DEFAULT_MODEL
     for key, value in fm.items():
         k = _camel_to_snake(key)
@@ -186,10 +191,9 @@ def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, lis
             if value is not None:
                 job["training"]["seq_len"] = value
         elif k == "max_seq_length":
-            if "block_size" not in fm_keys and value is not None:
+            if value is not None:
                 ignored.append(f"{p}: fm-training-estimator sizes the sequence by block_size "
-                               "(absent: 2048), not max_seq_length; set fm.block_size to "
-                               "change it")
+                               "(its default 2048 when absent), not max_seq_length")
         elif k == "torch_dtype":
             if value is None:
                 continue
@@ -230,6 +234,10 @@ def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, lis
     gpu_model = str(infra.get("gpu_model") or "A100").lower().replace("nvidia", "").strip(" -")
     gb = infra.get("gpu_memory_in_gb")
     gb = 80 if gb is None else _whole(gb, f"{path}.infra.gpu_memory_in_gb")
+    sizes = sorted(g for m, g in _GPU_BY_MODEL_AND_GB if m == gpu_model)
+    if sizes and gb not in sizes:
+        raise InputError(f"{path}.infra.gpu_memory_in_gb", f"no {gpu_model.upper()} has this "
+                         "memory", value=gb, accepted=sizes)
     job["hardware"]["gpu"] = _GPU_BY_MODEL_AND_GB.get((gpu_model, gb), gpu_model)
     for k in sorted(set(infra) - {"num_gpus_per_pod", "num_pods", "gpu_model",
                                   "gpu_memory_in_gb"}):
@@ -283,6 +291,8 @@ def _job_from_config(cfg: dict, idx: int, method: str | None) -> tuple[dict, lis
         if name not in job[section]:
             if name == "precision" and dtype_given:
                 continue
+            if name == "epochs" and not job["workload"].get("dataset_path"):
+                continue   # epochs size nothing without a dataset
             job[section][name] = value
             defaults[dotted] = f"{path}.{key} absent: fm-training-estimator's default {shown}"
     if gpus != 1 and job["parallelism"].get("fsdp") in (None, "none") \
