@@ -1,10 +1,30 @@
-"""One renderer for every command's tables, CSV and progress.
+"""One renderer for every command's tables, CSV, prose lines and progress.
 
-People at a terminal get rich tables (bold header, aligned columns, colour); a pipe or a file
-gets the same columns as plain text (two spaces between columns, no ANSI escapes), so scripts
-that ``grep``/``awk`` the output keep working. ``--format csv`` goes through :func:`csv_text`.
-Progress goes to stderr only: a rich bar on a terminal, a plain line per update (at most one
-every ``min_interval_s``) when stderr is a file, so stdout stays the answer.
+People at a terminal get tables with a bold header and a rule under it (drawn by rich); a pipe or a
+file gets the same columns as plain text (two spaces between columns, no ANSI escapes), so
+scripts that ``grep``/``awk`` the output keep working. ``--format csv`` goes through
+:func:`csv_text`. Progress goes to stderr only: a rich bar on a terminal, a plain line per update
+(at most one every ``min_interval_s``) when stderr is a file, so stdout stays the answer.
+
+**Width** (:func:`output_width`): a terminal's width (``COLUMNS`` honoured); when piped, the
+``COLUMNS`` environment variable when it is set (``COLUMNS=80 fmest plan | less``), else no limit
+(one line per row, as scripts expect).
+
+**A table never drops a character.** Right-aligned columns hold numbers: they are printed in full,
+right-aligned, never wrapped, folded or cropped. When the table is wider than the width:
+
+1. text (left-aligned) columns shrink first, down to their longest word, their cells wrapping
+   at word boundaries (a row then takes several lines);
+2. if that is still too wide, the table is split into parts, each a group of whole columns for
+   every row, each part repeating the key column (the first ``key`` columns, default the first)
+   so a row can be followed across parts; parts are separated by a blank line. This keeps each
+   part a table (numbers of one kind line up under each other, which a vertical layout loses);
+3. if even the key column and one other column do not fit, each row is printed vertically as
+   ``field: value`` lines (a blank line between rows).
+
+Lines of prose (notes, warnings, verdicts) go through :func:`wrap`: word boundaries only, never
+mid-word, continuation lines indented. Colour (:func:`paint`: the verdict green or red) only on
+a terminal and never when ``NO_COLOR`` is set.
 """
 
 from __future__ import annotations
@@ -12,7 +32,10 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import os
+import re
 import sys
+import textwrap
 import time
 from typing import Any, Iterable, Iterator, Literal, Optional, Sequence, TextIO
 
@@ -21,10 +44,18 @@ from attrs import frozen
 Align = Literal["left", "right"]
 ALIGNS: tuple[Align, ...] = ("left", "right")
 
+#: no table or prose is laid out narrower than this (a tiny terminal still gets every character)
+MIN_WIDTH = 20
+#: the width of a terminal whose size cannot be read
+DEFAULT_TERMINAL_WIDTH = 80
+#: spaces between columns: plain text; rich (right padding 1 + the blank divider)
+PLAIN_GAP, RICH_GAP = 2, 2
+
 
 @frozen(kw_only=True)
 class Column:
-    """One column: its header (a contract: scripts read these names) and its alignment."""
+    """One column: its header (a contract: scripts read these names) and its alignment (right:
+    a number, printed whole; left: text, may wrap at word boundaries)."""
 
     name: str
     align: Align = "left"
@@ -39,6 +70,67 @@ def is_tty(stream: Optional[TextIO] = None) -> bool:
         return False
 
 
+def output_width(tty: Optional[bool] = None) -> Optional[int]:
+    """The width to lay out for: on a terminal (``tty``, default: is stdout one) its width
+    (``COLUMNS`` first); piped, ``COLUMNS`` when set to a number, else ``None`` (no limit). Never
+    below :data:`MIN_WIDTH`."""
+    if tty if tty is not None else is_tty():
+        import shutil
+
+        cols = shutil.get_terminal_size((DEFAULT_TERMINAL_WIDTH, 24)).columns
+        return max(MIN_WIDTH, cols or DEFAULT_TERMINAL_WIDTH)
+    env = os.environ.get("COLUMNS", "").strip()
+    return max(MIN_WIDTH, int(env)) if env.isdigit() and int(env) > 0 else None
+
+
+def use_color(tty: Optional[bool] = None) -> bool:
+    """Colour only on a terminal and only without ``NO_COLOR`` (https://no-color.org)."""
+    return bool(tty if tty is not None else is_tty()) and not os.environ.get("NO_COLOR")
+
+
+_STYLES = {"green": "32", "red": "31", "bold": "1", "yellow": "33"}
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def paint(text: str, style: str, *, tty: Optional[bool] = None) -> str:
+    """``text`` in ``style`` (green, red, yellow, bold) on a colour terminal, unchanged
+    otherwise (:func:`use_color`)."""
+    if not use_color(tty):
+        return text
+    return f"\x1b[{_STYLES[style]}m{text}\x1b[0m"
+
+
+def wrap(text: str, *, width: Optional[int] | Literal["auto"] = "auto",
+         tty: Optional[bool] = None, hanging: Optional[str] = None) -> str:
+    """One line of prose wrapped to ``width`` (default :func:`output_width` of ``tty``; ``None``:
+    no limit, the text unchanged) at word boundaries
+    only (a word longer than the width gets a line of its own, whole). Continuation lines get
+    ``hanging`` (default: the line's own indent plus two spaces, or the column after a
+    ``label  `` head such as ``model    ``)."""
+    width = output_width(tty) if width == "auto" else width
+    if width is None:
+        return text
+    if "\n" in text:
+        return "\n".join(wrap(line, width=width, hanging=hanging) for line in text.split("\n"))
+    if len(text) <= width or not text.strip():
+        return text
+    lead = text[:len(text) - len(text.lstrip(" "))]
+    if hanging is None:
+        head = re.match(r"^( *\S+ {2,})(?=\S)", text)
+        hanging = " " * len(head.group(1)) if head and len(head.group(1)) <= width // 3 \
+            else lead + "  "
+    return "\n".join(textwrap.wrap(text, width, initial_indent=lead, subsequent_indent=hanging,
+                                   break_long_words=False, break_on_hyphens=False))
+
+
+def _wrap_cell(text: str, width: int) -> list[str]:
+    out: list[str] = []
+    for part in text.split("\n"):
+        out.extend(textwrap.wrap(part, max(1, width), break_long_words=False,
+                                 break_on_hyphens=False) or [""])
+    return out
+
+
 def _columns(columns: Sequence[Column | str]) -> list[Column]:
     out = [c if isinstance(c, Column) else Column(name=str(c)) for c in columns]
     for c in out:
@@ -51,61 +143,221 @@ def _cell(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def plain_table(columns: Sequence[Column | str], rows: Iterable[Sequence[Any]], *,
-                indent: str = "") -> str:
-    """Aligned plain text: a header line, then one line per row, two spaces between columns,
-    trailing spaces stripped."""
+# -- layout ------------------------------------------------------------------------------------
+
+def _longest(cells: Iterable[str], *, words: bool) -> int:
+    n = 0
+    for cell in cells:
+        for line in cell.split("\n"):
+            n = max(n, max((len(w) for w in line.split()), default=0) if words else len(line))
+    return n
+
+
+@frozen
+class _Stats:
+    """A column's widths: ``natural`` (its longest cell or header), ``least`` (a number's
+    natural width; text: its longest word) and each cell's length (to count wrapped cells)."""
+
+    natural: int
+    least: int
+    lengths: tuple[int, ...]
+
+
+def _stats(col: Column, cells: Sequence[str]) -> _Stats:
+    natural = _longest(cells, words=False)
+    least = natural if col.align == "right" else _longest(cells, words=True)
+    return _Stats(natural, least, tuple(_longest([c], words=False) for c in cells))
+
+
+def _needs(stats: Sequence[_Stats], gap: int, attr: str) -> int:
+    return sum(getattr(s, attr) for s in stats) + gap * (len(stats) - 1)
+
+
+def _fit(stats: Sequence[_Stats], avail: Optional[int], gap: int) -> Optional[list[int]]:
+    """Widths within ``avail``: the natural ones when they fit; else text columns narrowed one
+    character at a time, each time the column where the fewest cells (header included) start
+    to wrap (the widest on a tie); ``None`` when even the least widths are too wide."""
+    widths = [s.natural for s in stats]
+    if avail is None:
+        return widths
+    over = _needs(stats, gap, "natural") - avail
+    if over > 0 and _needs(stats, gap, "least") > avail:
+        return None
+    while over > 0:
+        _, _, j = min((sum(n > w - 1 for n in s.lengths), -w, j)
+                      for j, (s, w) in enumerate(zip(stats, widths, strict=True))
+                      if w > s.least)
+        widths[j] -= 1
+        over -= 1
+    return widths
+
+
+def _lines_of(cols: list[Column], widths: list[int], cells: list[str]) -> list[list[str]]:
+    """One row's physical lines: each cell wrapped to its width, padded and aligned."""
+    wrapped = [c.split("\n") if col.align == "right" else _wrap_cell(c, w)
+               for col, c, w in zip(cols, cells, widths, strict=True)]
+    height = max((len(w) for w in wrapped), default=1)
+    return [[(part[i] if i < len(part) else "").rjust(w) if col.align == "right"
+             else (part[i] if i < len(part) else "").ljust(w)
+             for col, part, w in zip(cols, wrapped, widths, strict=True)]
+            for i in range(height)]
+
+
+def _parts(cols: list[Column], body: list[list[str]], avail: Optional[int], gap: int,
+           key: int) -> Optional[list[tuple[list[int], list[int]]]]:
+    """Column groups (indices, widths), each repeating the first ``key`` columns, that fit
+    ``avail``; one group when the whole table fits; ``None`` when no split fits."""
+    stats = [_stats(c, [c.name, *(row[j] for row in body)]) for j, c in enumerate(cols)]
+    everything = list(range(len(cols)))
+    widths = _fit(stats, avail, gap)
+    if widths is not None:
+        return [(everything, widths)]
+    assert avail is not None
+    key = max(1, min(key, len(cols) - 1))
+    keys, rest = everything[:key], everything[key:]
+    # the fewest parts that fit; among the ways to cut the columns into that many runs, the
+    # one that needs the least narrowing (fewest wrapped cells)
+    for n_parts in range(2, len(rest) + 1):
+        best: Optional[tuple[int, list[list[int]]]] = None
+        for cuts in _cuts(len(rest), n_parts):
+            runs = [keys + rest[a:b] for a, b in zip((0, *cuts), (*cuts, len(rest)),
+                                                     strict=True)]
+            if any(_needs([stats[i] for i in run], gap, "least") > avail for run in runs):
+                continue
+            cost = sum(max(0, _needs([stats[i] for i in run], gap, "natural") - avail)
+                       for run in runs)
+            if best is None or cost < best[0]:
+                best = (cost, runs)
+        if best is not None:
+            return [(run, _fit([stats[i] for i in run], avail, gap) or []) for run in best[1]]
+    return None
+
+
+def _cuts(n: int, parts: int) -> Iterator[tuple[int, ...]]:
+    """Cut points splitting ``n`` columns into ``parts`` non-empty runs, in order (at most a
+    few thousand: past that, runs of equal size)."""
+    import itertools
+    import math
+
+    if math.comb(n - 1, parts - 1) <= 4000:
+        yield from itertools.combinations(range(1, n), parts - 1)
+    else:
+        yield tuple(round(n * k / parts) for k in range(1, parts))
+
+
+def _vertical(cols: list[Column], body: list[list[str]], avail: int, indent: str,
+              bold: bool = False) -> list[str]:
+    """Each row as ``field: value`` lines (values wrapped at word boundaries; a value too wide
+    beside its label goes on the next lines)."""
+    label_w = max(len(c.name) for c in cols) + 2
+    out: list[str] = []
+    for n, row in enumerate(body):
+        if n:
+            out.append("")
+        for c, cell in zip(cols, row, strict=True):
+            label = f"{c.name}:".ljust(label_w) if c.name else " " * label_w
+            room = avail - label_w
+            if bold and c.name:
+                label = f"\x1b[1m{c.name}:\x1b[0m" + " " * (label_w - len(c.name) - 1)
+            lines = [cell] if c.align == "right" or room <= 0 else _wrap_cell(cell, room)
+            if room > 0 and max(len(x) for x in lines) <= room:
+                out.append(indent + (label + lines[0]).rstrip())
+                out.extend(indent + (" " * label_w + x).rstrip() for x in lines[1:])
+            else:
+                out.append(indent + label.rstrip())
+                out.extend(indent + "  " + x for x in _wrap_cell(cell, max(1, avail - 2)))
+    return out
+
+
+def _layout(columns: Sequence[Column | str], rows: Iterable[Sequence[Any]], *,
+            width: Optional[int], gap: int, indent: str, key: int, bold: bool = False):
+    """("table", [(cols, widths, header, body-lines)...]) or ("vertical", lines)."""
     cols = _columns(columns)
     body = [[_cell(v) for v in row] for row in rows]
-    head = [c.name for c in cols]
-    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)] if cols else []
+    for row in body:
+        if len(row) != len(cols):
+            raise ValueError(f"a row has {len(row)} cells for {len(cols)} columns: {row!r}")
+    avail = None if width is None else max(MIN_WIDTH, width) - len(indent)
+    parts = _parts(cols, body, avail, gap, key) if cols else [([], [])]
+    if parts is None:
+        assert avail is not None
+        return "vertical", _vertical(cols, body, avail, indent, bold)
+    out = []
+    for idx, widths in parts:
+        pc = [cols[i] for i in idx]
+        out.append((pc, widths, _lines_of(pc, widths, [c.name for c in pc]),
+                    [_lines_of(pc, widths, [row[i] for i in idx]) for row in body]))
+    return "table", out
 
-    def line(cells: list[str]) -> str:
-        return indent + "  ".join(cell.rjust(w) if c.align == "right" else cell.ljust(w)
-                                  for c, cell, w in zip(cols, cells, widths, strict=True)).rstrip()
 
-    return "\n".join([line(head)] + [line(b) for b in body])
+def plain_table(columns: Sequence[Column | str], rows: Iterable[Sequence[Any]], *,
+                indent: str = "", width: Optional[int] = None, key: int = 1) -> str:
+    """Aligned plain text: a header line, then one line per row (more when a text cell wraps),
+    two spaces between columns, trailing spaces stripped; within ``width`` when given (see the
+    module docstring)."""
+    kind, laid = _layout(columns, rows, width=width, gap=PLAIN_GAP, indent=indent, key=key)
+    if kind == "vertical":
+        return "\n".join(laid)
+    blocks = []
+    for _, _, head, body in laid:
+        lines = [indent + "  ".join(cells).rstrip() for cells in head]
+        lines += [indent + "  ".join(cells).rstrip() for row in body for cells in row]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def rich_table(columns: Sequence[Column | str], rows: Iterable[Sequence[Any]], *,
                title: Optional[str] = None, width: Optional[int] = None,
-               color: bool = True, indent: str = "") -> str:
-    """The same table drawn by rich for a terminal (ANSI styles when ``color``)."""
+               color: bool = True, indent: str = "", key: int = 1) -> str:
+    """The same table drawn by rich for a terminal (ANSI styles when ``color``): bold header,
+    a rule under it, the columns laid out as :func:`plain_table` lays them (never cropped)."""
     from rich import box
     from rich.console import Console
-    from rich.padding import Padding
     from rich.table import Table
 
-    cols = _columns(columns)
-    table = Table(title=title, box=box.SIMPLE_HEAD, header_style="bold", title_justify="left",
-                  show_edge=False, pad_edge=False)
-    for c in cols:
-        table.add_column(c.name, justify=c.align, no_wrap=True, overflow="fold")
-    for row in rows:
-        table.add_row(*(_cell(v) for v in row))
+    width = width or output_width(True) or DEFAULT_TERMINAL_WIDTH
+    kind, laid = _layout(columns, rows, width=width, gap=RICH_GAP, indent=indent, key=key,
+                         bold=color)
     buf = io.StringIO()
-    console = Console(file=buf, force_terminal=color, no_color=not color,
-                      width=width or _terminal_width(), highlight=False,
-                      color_system="standard" if color else None)
-    console.print(Padding(table, (0, 0, 0, len(indent)), expand=False) if indent else table)
+    console = Console(file=buf, force_terminal=color, no_color=not color, width=10**4,
+                      highlight=False, color_system="standard" if color else None,
+                      emoji=False, markup=False)
+    if title:
+        console.print(wrap(title, width=width), style="bold", markup=False)
+    if kind == "vertical":   # labels bold already (plain escapes: rich would escape them)
+        return (buf.getvalue() + "\n".join(laid)).rstrip("\n")
+    for n, (cols, widths, head, body) in enumerate(laid):
+        if n:
+            console.print("")
+        table = Table(box=box.SIMPLE_HEAD, header_style="bold", show_edge=False,
+                      pad_edge=False, expand=False, padding=(0, 1, 0, 0))
+        for j, (c, w) in enumerate(zip(cols, widths, strict=True)):  # cells pre-wrapped
+            table.add_column("\n".join(cells[j].strip() for cells in head), justify=c.align,
+                             no_wrap=True, overflow="fold", width=w, min_width=w, max_width=w)
+        for row in body:
+            table.add_row(*("\n".join(line[j].strip() for line in row)
+                            for j in range(len(cols))))
+        with console.capture() as cap:
+            console.print(table)
+        for line in cap.get().rstrip("\n").split("\n"):
+            buf.write(indent + line.rstrip() + "\n" if ANSI.sub("", line).strip() else "\n")
     return buf.getvalue().rstrip("\n")
-
-
-def _terminal_width() -> int:
-    import shutil
-
-    return max(80, shutil.get_terminal_size((120, 24)).columns)
 
 
 def render_table(columns: Sequence[Column | str], rows: Iterable[Sequence[Any]], *,
                  title: Optional[str] = None, tty: Optional[bool] = None,
-                 indent: str = "") -> str:
-    """Rich on a terminal, plain text otherwise (``tty`` default: is stdout a terminal)."""
+                 indent: str = "", key: int = 1, width: Optional[int] = None) -> str:
+    """Rich on a terminal, plain text otherwise (``tty`` default: is stdout a terminal), within
+    ``width`` (default :func:`output_width`); ``key``: how many leading columns each part of a
+    split table repeats."""
     rows = list(rows)
-    if tty if tty is not None else is_tty():
-        return rich_table(columns, rows, title=title, indent=indent)
-    text = plain_table(columns, rows, indent=indent)
-    return f"{title}\n{text}" if title else text
+    tty = tty if tty is not None else is_tty()
+    width = width if width is not None else output_width(tty)
+    if tty:
+        return rich_table(columns, rows, title=title, indent=indent, width=width,
+                          color=use_color(tty), key=key)
+    text = plain_table(columns, rows, indent=indent, width=width, key=key)
+    return f"{wrap(title, width=width)}\n{text}" if title else text
 
 
 def csv_text(fields: Sequence[str], rows: Iterable[dict[str, Any]]) -> str:

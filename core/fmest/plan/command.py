@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
@@ -157,15 +156,10 @@ def result_to_dict(result: PlanResult, cons: Constraints | None = None) -> dict[
 
 
 def _duration(seconds) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 3 * 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 3 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
+    """The run's length as every table shows it (:func:`fmest.output.units.duration`)."""
+    from fmest.output.units import duration
+
+    return duration(seconds)
 
 
 def _rows(result: PlanResult) -> list[list[str]]:
@@ -188,7 +182,9 @@ _RIGHT = {"GiB/GPU", "headroom", "step s", "tokens/s", "total", "USD"}
 
 
 def plan_table(result: PlanResult, *, tty: bool | None = None) -> str:
-    from fmest.output.render import Column
+    """The table (:mod:`fmest.output.render`: never cropped; split into parts that repeat the
+    ``#`` column when wider than the terminal), then the search's prose, wrapped at words."""
+    from fmest.output.render import Column, output_width, wrap
     from fmest.output.render import render_table as table
 
     rows = _rows(result)
@@ -207,7 +203,9 @@ def plan_table(result: PlanResult, *, tty: bool | None = None) -> str:
                                                for reason, n in result.rejected.items()))
     for w in result.warnings:
         lines.append(f"warning: {w}")
-    return "\n".join(lines)
+    width = output_width(tty)
+    prose = lines[1:] if rows else lines   # the table (lines[0]) is laid out to the width
+    return "\n".join(lines[:len(lines) - len(prose)] + [wrap(ln, width=width) for ln in prose])
 
 
 CSV_FIELDS = ("rank", "gpu", "gpus", "nodes", "layout", "strategy", "micro_batch_size",

@@ -52,8 +52,11 @@ async function getJSON(url) {
 
 // ---- formatting ---------------------------------------------------------------------------
 const gib = (bytes) => `${(bytes / GIB).toFixed(2)} GiB`;
+// A duration: the rule of fmest.output.units.duration, step for step (ms below 1 s, s with two
+// decimals below 120 s, min below 2 h, h below 3 days, then days; one decimal elsewhere), so
+// the page and the CLI tables read alike; tests/test_render_widths.py runs both on a few values.
 function seconds(s) {
-  if (s === null || s === undefined) return "-";
+  if (s === null || s === undefined || !Number.isFinite(s)) return "-";
   if (s < 1) return `${(s * 1e3).toFixed(1)} ms`;
   if (s < 120) return `${s.toFixed(2)} s`;
   if (s < 7200) return `${(s / 60).toFixed(1)} min`;
