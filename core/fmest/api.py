@@ -9,6 +9,7 @@ once per job.
 * :func:`read_jobs` -- every job the options describe (``-f``, ``--config``, flags; flags win)
 * :func:`estimate_jobs` -- the reports of jobs from the input door
 * :func:`estimate_output` -- the ``fmest estimate --format json`` object
+* :func:`compare_output` -- ``fmest estimate --compare KEY=V1,V2``: variants side by side
 * :func:`export_files` -- the job as a training tool's config files
 * :func:`models_rows`, :func:`gpus_rows` -- the registries as ``--format json`` lists them
 * planning and probing live with their commands (:mod:`fmest.plan.command`, the torch_runner
@@ -134,6 +135,167 @@ def estimate_output(given: Given, engine: Optional["Engine"] = None, *,
 
     return reports_to_dict(estimate_jobs(read_jobs(given, job_layers=job_layers),
                                          engine=engine))
+
+
+#: Most variants one ``--compare`` run estimates: each is a full estimate with its searches
+#: (about 10-50 ms on the theory path), and a table of more columns is not read.
+MAX_COMPARE_VARIANTS = 64
+
+
+def compare_variants(specs: Sequence[str]) -> list[dict[str, Any]]:
+    """The variants ``--compare KEY=V1,V2[,...]`` (repeatable) asks for: one ``{KEY: value}``
+    per combination, in the order given (the last KEY varies fastest). KEY is a flag's JSON
+    name (:func:`fmest.flags.json_flags` of ``fmest estimate``), each value is read through the
+    flag's own parser and choices; every refusal is an :class:`InputError` on ``--compare``."""
+    import itertools
+    import math
+
+    from fmest import flags as flag_table
+    from fmest.errors import near_names
+
+    names = flag_table.json_flags(flag_table.ESTIMATE_FLAGS)
+    axes: list[tuple[str, list[Any]]] = []
+    seen: dict[str, str] = {}
+    for spec in specs:
+        key, eq, raw = str(spec).partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise InputError("--compare", "expected KEY=V1,V2[,...]: a flag's JSON name (zero, "
+                             "technique, gpu, ...) and its values", value=spec)
+        flag = names.get(key)
+        if flag is None:
+            near = near_names(key, names, n=3)
+            hint = f"; did you mean {' or '.join(near)}?" if near else ""
+            raise InputError("--compare", f"{key!r} is not a flag of fmest estimate (JSON name: "
+                             f"the flag without -- and with _ for -){hint}", value=spec,
+                             accepted=sorted(names))
+        if flag.dest in seen:
+            raise InputError("--compare", f"{key} is compared twice ({seen[flag.dest]!r} and "
+                             f"{spec!r}); give its values once", value=spec)
+        seen[flag.dest] = str(spec)
+        texts = [t.strip() for t in raw.split(",")]
+        if not any(texts) or not all(texts):
+            raise InputError("--compare", f"{key}: an empty value; give V1,V2[,...]",
+                             value=spec, accepted=flag.accepted())
+        values: list[Any] = []
+        for text in texts:
+            try:
+                values.append(flag_table.convert(key, flag, text))
+            except InputError as exc:
+                raise InputError("--compare", f"{key}: {exc.message}", value=text,
+                                 accepted=exc.accepted) from None
+            if values.index(values[-1]) < len(values) - 1:
+                raise InputError("--compare", f"{key}: a value given twice (two identical "
+                                 "columns)", value=spec)
+        axes.append((key, values))
+    count = math.prod(len(v) for _, v in axes)
+    if count > MAX_COMPARE_VARIANTS:
+        sizes = " x ".join(f"{len(v)} {k}" for k, v in axes)
+        raise InputError("--compare", f"{count} variants ({sizes}); at most "
+                         f"{MAX_COMPARE_VARIANTS}: each is a full estimate, and a table of more "
+                         "columns is not read (split the comparison)", value=count)
+    keys = [k for k, _ in axes]
+    return [dict(zip(keys, combo, strict=True))
+            for combo in itertools.product(*(v for _, v in axes))]
+
+
+def variant_label(settings: Mapping[str, Any]) -> str:
+    """``zero=2, technique=lora``: a variant as the table's column header names it."""
+    def shown(value: Any) -> str:
+        return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+    return ", ".join(f"{k}={shown(v)}" for k, v in settings.items())
+
+
+def compare_reports(given: Given, engine: Optional["Engine"] = None
+                    ) -> list[tuple[dict[str, Any], "Report"]]:
+    """``(settings, report)`` of each variant of ``--compare`` (:func:`compare_variants`):
+    the job the other options describe, with the variant's flags set (they win over the
+    flags given), estimated as ``fmest estimate`` estimates it."""
+    from fmest import flags as flag_table
+    from fmest.inputs import read_file
+
+    values = _values(given)
+    if values.get("format") not in (None, "table", "json"):
+        raise InputError("--compare", "prints a table or --format json", value=values["format"],
+                         accepted=["table", "json"])
+    if values.get("plot"):
+        raise InputError("--compare", "draws no plot: --plot draws one job (drop one of them)")
+    variants = compare_variants(values.get("compare") or [])
+    names = flag_table.json_flags(flag_table.ESTIMATE_FLAGS)
+    eng = _engine(engine)
+    # the job input is read once (``-f -`` is stdin)
+    layers = read_file(values["input_file"]) if values.get("input_file") else None
+    out = []
+    for settings in variants:
+        variant = dict(values)
+        variant.update({names[k].dest: v for k, v in settings.items()})
+        try:
+            pairs = read_jobs(variant, job_layers=layers)
+            if len(pairs) > 1:
+                raise InputError("--input-file", f"the input holds {len(pairs)} jobs; compare "
+                                 "variants of one job (split the EstimateInput)")
+            report = estimate_jobs(pairs, engine=eng)
+        except InputError as exc:
+            raise type(exc)(exc.field, f"{exc.message} (--compare variant "
+                            f"{variant_label(settings)})", value=exc.value,
+                            accepted=exc.accepted) from None
+        out.append((settings, report))
+    return out
+
+
+def compare_output(given: Given, engine: Optional["Engine"] = None) -> list[dict]:
+    """The list ``fmest estimate --compare ... --format json`` prints: each variant's
+    ``--format json`` object with its ``settings`` (``{KEY: value}`` as given) first."""
+    from fmest.output.report import report_to_dict
+
+    return [{"settings": settings, **report_to_dict(report)}
+            for settings, report in compare_reports(given, engine)]
+
+
+def _seconds(s: Optional[float]) -> str:
+    if s is None:
+        return "-"
+    for limit, unit, scale in ((1, "ms", 1e-3), (120, "s", 1), (7200, "min", 60),
+                               (3 * 86400, "h", 3600)):
+        if s < limit:
+            return f"{s / scale:.1f} {unit}" if unit != "s" else f"{s:.2f} s"
+    return f"{s / 86400:.1f} days"
+
+
+#: the rows of the ``--compare`` table: a label, and how a variant's JSON object shows it
+_COMPARE_ROWS: tuple[tuple[str, Any], ...] = (
+    ("GPUs", lambda o: f"{o['layout']['world_size']} x {o['gpu']['name']}"),
+    ("peak memory/GPU", lambda o: o["memory"] and f"{o['memory']['total_gib']:.2f} GiB"),
+    ("verdict", lambda o: o["memory"] and {True: "FITS", False: "DOES NOT FIT"}.get(
+        o["memory"]["fits"])),
+    ("step time", lambda o: o["time"] and _seconds(o["time"]["step_seconds"])),
+    ("tokens/s", lambda o: o["tokens"] and f"{o['tokens']['tokens_per_second']:,.0f}"),
+    ("total time", lambda o: o["time"] and _seconds(o["time"]["total_seconds"])),
+    ("cost", lambda o: o["cost"] and o["cost"]["usd"] is not None
+     and f"${o['cost']['usd']:,.2f}"),
+)
+
+
+def compare_text(variants: Sequence[Mapping[str, Any]], *, tty: Optional[bool] = None) -> str:
+    """The ``--compare`` table for people (one column per variant of :func:`compare_output`),
+    then each warning once, with the variants it concerns when not all."""
+    from fmest.output.render import Column, render_table
+
+    columns = [Column(name="")] + [Column(name=variant_label(v["settings"]), align="right")
+                                   for v in variants]
+    rows = [[label] + [show(v) or "-" for v in variants] for label, show in _COMPARE_ROWS]
+    lines = [render_table(columns, rows, tty=tty)]
+    warned: dict[str, list[str]] = {}
+    for v in variants:
+        for w in v.get("warnings") or []:
+            warned.setdefault(w, []).append(variant_label(v["settings"]))
+    if warned:
+        lines.append("")
+    for w, where in warned.items():
+        lines.append(f"warning: {w}" if len(where) == len(variants)
+                     else f"warning ({'; '.join(where)}): {w}")
+    return "\n".join(lines)
 
 
 def export_files(given: Given, engine: Optional["Engine"] = None) -> dict[str, str]:

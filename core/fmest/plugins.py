@@ -41,6 +41,7 @@ DEFAULT_PLUGINS = {
     "plan": "fmest.default_plugins.plan",
     "policies": "fmest.default_plugins.policies",
     "serve": "fmest.default_plugins.serve",
+    "solve": "fmest.default_plugins.solve",
     "stacks": "fmest.default_plugins.stacks",
 }
 
