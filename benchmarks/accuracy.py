@@ -342,6 +342,9 @@ def evaluate(rows: list[dict], engine=None, progress: bool = True) -> list[dict]
             if est is None:
                 res["status"], res["reason"] = "failed", "no memory estimate"
                 continue
+            # the analytic total against the device, for the fit-probability scores
+            # (benchmarks/uncertainty.py)
+            res["total_bytes"], res["capacity_bytes"] = est.total_bytes, gpu.memory_bytes
             if oom or boundary:
                 cap = gpu.memory_bytes
                 res["status"] = "oom-check" if oom else "boundary-check"

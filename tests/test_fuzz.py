@@ -46,7 +46,7 @@ ENGINE = new_engine((memory_theory_plugin, "memory_theory"), (time_roofline_plug
 
 #: JSON fields that may be negative by meaning: ``headroom_bytes`` is capacity minus the
 #: estimate (negative = does not fit by that much).
-SIGNED_FIELDS = frozenset({"headroom_bytes"})
+SIGNED_FIELDS = frozenset({"headroom_bytes", "headroom_p90_bytes"})  # usable less peak (P90)
 
 # -- what a named field looks like -----------------------------------------------------------
 _PARSER = build_parser()

@@ -118,7 +118,7 @@ def finite_and_non_negative(doc, path="$"):
         return
     if isinstance(doc, (int, float)):
         assert math.isfinite(doc), path
-        assert doc >= 0 or path.endswith("headroom_bytes") or path.startswith("$.job."), \
+        assert doc >= 0 or path.endswith(("headroom_bytes", "headroom_p90_bytes")) or path.startswith("$.job."), \
             (path, doc)
     elif isinstance(doc, dict):
         for k, v in doc.items():

@@ -42,6 +42,7 @@ from fmest.prices import PriceQuote
 from fmest.registry import ListRegistry, Registry
 from fmest.stacks import StackProfile, resolve_job_stack
 from fmest.transforms import OptimizerSpec, ShardingStrategy, Transforms, resolve_transforms
+from fmest.uncertainty import with_interval
 
 QUANTITIES = ("memory", "time", "tokens", "cost")
 #: Most model specs an engine keeps, least recently used dropped first: every shipped preset
@@ -625,7 +626,7 @@ class Engine:
             mem_d = attrs.evolve(mem_d, chosen=paged_to_host(job, ctx,
                                                              calibrated(job, mem_d.chosen)))
         decisions["memory"] = mem_d
-        memory = mem_d.chosen
+        memory = with_interval("memory", job, mem_d.chosen)
         fits = headroom = None
         if memory is not None:
             headroom = int(usable_memory_bytes(job, ctx) - memory.total_bytes)
@@ -633,7 +634,7 @@ class Engine:
         time = tokens = cost = None
         if any(q in quantities for q in ("time", "tokens", "cost")):
             decisions["time"] = self._decide("time", job, ctx=ctx, memory=memory)
-            time = decisions["time"].chosen
+            time = with_interval("time", job, decisions["time"].chosen)
         if time is not None and any(q in quantities for q in ("tokens", "cost")):
             decisions["tokens"] = self._decide("tokens", job, ctx=ctx, time=time)
             tokens = decisions["tokens"].chosen

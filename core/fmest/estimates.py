@@ -147,6 +147,33 @@ def fits_probability(total_bytes: float, interval: Optional[tuple[float, float]]
     return 0.5 * (1.0 + math.erf(gap * _Z90 / spread / math.sqrt(2.0)))
 
 
+#: The verdict's words by the probability that the job fits (``fits_probability``): at least
+#: the threshold gives the word. Symmetric around 0.5: "LIKELY" is 3-to-1 odds, plain FITS /
+#: DOES NOT FIT 19-to-1 (the 5 % / 95 % a scheduler can act on); between 25 % and 75 % the
+#: estimate cannot tell. Without an interval the verdict is the point estimate's FITS / DOES
+#: NOT FIT.
+VERDICTS = ((0.95, "FITS"), (0.75, "LIKELY FITS"), (0.25, "UNCERTAIN"), (0.05, "LIKELY OOM"),
+            (0.0, "DOES NOT FIT"))
+#: ``--fit-confidence``'s default: ``--fail-if-no-fit`` exits 3 below this P(fit).
+DEFAULT_FIT_CONFIDENCE = 0.9
+
+
+def verdict_word(fits: Optional[bool], probability: Optional[float]) -> str:
+    """The verdict: by :data:`VERDICTS` with a probability, else FITS / DOES NOT FIT."""
+    if probability is None:
+        return "-" if fits is None else ("FITS" if fits else "DOES NOT FIT")
+    for threshold, word in VERDICTS:
+        if probability >= threshold:
+            return word
+    return VERDICTS[-1][1]
+
+
+def verdict_text(fits: Optional[bool], probability: Optional[float]) -> str:
+    """``"FITS (97 %)"``, ``"UNCERTAIN (55 %)"`` ...; the bare word without a probability."""
+    word = verdict_word(fits, probability)
+    return word if probability is None else f"{word} ({probability * 100:.0f} %)"
+
+
 @frozen(kw_only=True)
 class MemoryEstimate:
     """Per-GPU peak memory of one training step.

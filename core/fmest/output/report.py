@@ -5,13 +5,15 @@ HTML for notebooks."""
 from __future__ import annotations
 
 import html
+import re
 from typing import Any, Optional
 
 from fmest.convert import job_to_dict, unstructure
-from fmest.estimates import fits_probability
-from fmest.output.render import Column, csv_text
+from fmest.estimates import fits_probability, verdict_text, verdict_word
+from fmest.output.render import Column, csv_text, output_width, paint, wrap
 from fmest.output.render import render_table as _table
 from fmest.output.serving_summary import inference_lines, inference_summary
+from fmest.output.units import duration, tokens_per_second, usd
 from fmest.physics.counting import total_params, trainable_params
 
 #: :class:`fmest.engine.Report`, not imported: its to_dict/_repr_html_ call this module
@@ -32,6 +34,11 @@ def _prov(est) -> dict[str, Any] | None:
     if p.scaled is not None:
         out["scaled"] = p.scaled
     return out
+
+
+def fit_probability(report: Report) -> Optional[float]:
+    """P(the job fits) of a report's memory answer; ``None`` without an interval."""
+    return _confidence(report)["fits_probability"]
 
 
 def _confidence(report: Report) -> dict[str, Any]:
@@ -96,6 +103,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "fits": report.fits,
             "headroom_bytes": report.headroom_bytes,
             **_confidence(report),
+            "verdict": verdict_word(report.fits, _confidence(report)["fits_probability"]),
             "max_micro_batch": report.max_micro_batch,
             **_min_gpus(report),
             "notes": list(m.notes),
@@ -237,7 +245,7 @@ def _job_html(report: Report) -> str:
     head = [("model", ctx.model.name),
             ("GPUs", f"{ctx.layout.world_size} x {ctx.gpu.name}")]
     if m is not None:
-        verdict = {True: "FITS", False: "DOES NOT FIT", None: "-"}[report.fits]
+        verdict = verdict_text(report.fits, _confidence(report)["fits_probability"])
         head += [("per-GPU peak memory", f"{m.total_bytes / GIB:.2f} GiB of "
                   f"{ctx.gpu.memory_bytes / GIB:.2f} GiB ({verdict})"),
                  ("largest micro-batch that fits", report.max_micro_batch)]
@@ -270,17 +278,27 @@ def _fmt_gib(n: float) -> str:
 
 
 def _fmt_seconds(s: float | None) -> str:
-    if s is None:
+    """A duration as every table shows it (:func:`fmest.output.units.duration`)."""
+    return duration(s)
+
+
+class _Block(str):
+    """Lines already laid out (a table): :func:`report_table` does not wrap them again."""
+
+
+def _explain_value(quantity: str, v: float | None) -> str:
+    """A candidate's number with its unit (``--explain``)."""
+    if v is None:
         return "-"
-    if s < 1:
-        return f"{s * 1e3:.1f} ms"
-    if s < 120:
-        return f"{s:.2f} s"
-    if s < 2 * 3600:
-        return f"{s / 60:.1f} min"
-    if s < 3 * 86400:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} days"
+    if quantity == "memory":
+        return f"{v / GIB:.2f} GiB"
+    if quantity == "time":
+        return f"{duration(v)} per step"
+    if quantity == "tokens":
+        return tokens_per_second(v)
+    if quantity == "cost":
+        return usd(v)
+    return f"{v:.4g}"
 
 
 def report_table(report: Report, *, explain: bool = False, tty: Optional[bool] = None) -> str:
@@ -324,9 +342,9 @@ def report_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
                 for name, b in sorted(m.components.items(), key=lambda kv: -kv[1]) if b != 0]
         rows += [("total", _fmt_gib(m.total_bytes)),
                  ("GPU memory", _fmt_gib(ctx.gpu.memory_bytes))]
-        lines.append(_table([Column(name="component"), Column(name="GiB", align="right")],
-                            rows, indent="  ", tty=tty))
-        verdict = "FITS" if report.fits else "DOES NOT FIT"
+        lines.append(_Block(_table([Column(name="component"), Column(name="GiB", align="right")],
+                                   rows, indent="  ", tty=tty)))
+        verdict = verdict_text(report.fits, _confidence(report)["fits_probability"])
         kept_free = ctx.gpu.memory_bytes - report.headroom_bytes - m.total_bytes
         margin = f" keeping {kept_free / GIB:.2f} GiB free" if kept_free > (1 << 20) else ""
         largest = (f"; largest micro-batch that fits: {report.max_micro_batch}"
@@ -360,8 +378,8 @@ def report_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
             steps = f"{t.total_steps:,.0f} steps" if t.total_steps is not None else ""
             label = "1M tokens" if job.mode == "inference" else "total run"
             time_rows.append((label, _fmt_seconds(t.total_seconds), steps))
-        lines.append(_table([Column(name="part"), Column(name="time", align="right"),
-                             Column(name="")], time_rows, indent="  ", tty=tty))
+        lines.append(_Block(_table([Column(name="part"), Column(name="time", align="right"),
+                                    Column(name="")], time_rows, indent="  ", tty=tty)))
     k = report.tokens
     if k is not None:
         lines.append("")
@@ -401,13 +419,20 @@ def report_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
         for q, d in report.decisions.items():
             lines.append(f"  {q}: {d.rule}")
             for c in d.candidates:
-                v = _candidate_value(q, c)
-                if v is None:
-                    vs = "-"
-                else:
-                    vs = f"{v / GIB:.2f} GiB" if q == "memory" else f"{v:.4g}"
+                vs = _explain_value(q, _candidate_value(q, c))
                 lines.append(f"    - {c.provenance.plugin} ({c.provenance.basis}): {vs}"
                              + (f"  [{c.provenance.detail}]" if c.provenance.detail else ""))
             for f in d.failures:
                 lines.append(f"    - {f.plugin}: FAILED {f.error}")
-    return "\n".join(lines)
+    return _finish(lines, tty)
+
+
+def _finish(lines: list[str], tty: Optional[bool]) -> str:
+    """Prose wrapped to the width at word boundaries (tables are laid out already), then the
+    verdict green or red on a colour terminal."""
+    width = output_width(tty)
+    text = "\n".join(ln if isinstance(ln, _Block) else wrap(ln, width=width) for ln in lines)
+    colours = {"FITS": "green", "LIKELY FITS": "green", "UNCERTAIN": "yellow"}
+    return re.sub(r"(?<=verdict: )(DOES\s+NOT\s+FIT|LIKELY\s+OOM|LIKELY\s+FITS|UNCERTAIN|FITS)",
+                  lambda m: paint(m.group(1), colours.get(" ".join(m.group(1).split()), "red"),
+                                  tty=tty), text, count=1)

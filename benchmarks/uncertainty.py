@@ -1,0 +1,292 @@
+"""Calibrated uncertainty: P10/P50/P90 of fmest's memory and step-time answers, from the
+leave-one-source-out residuals of the evidence set, and how well they cover sources they never saw.
+
+    python benchmarks/uncertainty.py            # out-of-source coverage on the open sources
+    python benchmarks/uncertainty.py --write    # and write core/fmest/data/uncertainty.json
+    python benchmarks/uncertainty.py --sealed   # score the sealed sources, in aggregate only
+
+A residual is the ratio true / predicted of one scored row of ``benchmarks/data/measured.csv``
+(memory: measured / predicted in the row's own counter; time: measured step time / predicted, a
+rate row read as its step time), taken from ``benchmarks/accuracy.py``'s leave-one-source-out
+answers (its fitted constants refit without the row's source). Quantiles are taken in log space
+with every source weighing the same, per group (the training stack) and for all rows; a group with
+fewer than :data:`MIN_SOURCES` sources or :data:`MIN_ROWS` rows uses the quantiles of all rows
+(the table says which).
+
+**Sealed part.** :data:`SEALED_SHARE` of the non-development sources, drawn once with
+:data:`SEED` and listed in ``benchmarks/data/sealed_sources.json``, are left out of the table and
+of every figure below except ``--sealed``, which prints their coverage and fit-probability
+scores in aggregate only (to be run once, at the end of a model change).
+
+**Coverage out of source.** For each open source, the quantiles are rebuilt without it and its
+rows are checked against them: the share inside P10-P90 is the coverage the table would have on
+a source it has never seen (target 72-88 %).
+
+**P(fit).** Rows that record a run that fitted (every scored memory row: the job ran) and rows
+that record an OOM are scored with ``fmest.estimates.fits_probability`` on the analytic total,
+the GPU's memory and the interval of the row's group (built without the row's source): the share
+of runs with P(fit) >= 0.5 (target >= 97 %), of OOMs with P(fit) < 0.5 (target >= 90 %), and the
+Brier score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import random
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import accuracy  # noqa: E402
+import fitting  # noqa: E402
+import measured  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "core" / "fmest" / "data" / "uncertainty.json"
+SEALED_FILE = Path(__file__).resolve().parent / "data" / "sealed_sources.json"
+#: The sealed draw: whole sources, random, recorded (the brief: "random with a recorded seed").
+SEED = 20261126
+SEALED_SHARE = 0.2
+#: Fewest sources and rows for a group of its own; below, the quantiles of all rows.
+MIN_SOURCES = 5
+MIN_ROWS = 20
+#: The tail share each side of the interval that is *reported* as P10/P90: the nominal 10 % when
+#: the sources agree; a new source differs from the others more than rows of one source do, so
+#: the tail share that gives 80 % coverage out of source is chosen among these by leave-one-
+#: source-out inside the training sources (nested: the held-out source never picks its own) and
+#: stored with the table. This is the table's one fitted constant per quantity.
+TAILS = (0.10, 0.075, 0.05, 0.035, 0.025, 0.015, 0.01)
+TARGET_COVERAGE = 0.80
+
+
+def sealed_sources(all_sources: list[str]) -> list[str]:
+    """The sealed sources: read from :data:`SEALED_FILE`, drawn once when it does not exist."""
+    if SEALED_FILE.exists():
+        return json.loads(SEALED_FILE.read_text())["sources"]
+    pool = sorted(s for s in all_sources if not s.startswith("dev") and s)
+    k = max(1, round(SEALED_SHARE * len(pool)))
+    chosen = sorted(random.Random(SEED).sample(pool, k))
+    SEALED_FILE.write_text(json.dumps({
+        "about": "Sources kept out of fmest's uncertainty table and of every figure but "
+                 "`python benchmarks/uncertainty.py --sealed` (aggregate only, once per model "
+                 "change). Drawn once from the non-development sources.",
+        "seed": SEED, "share": SEALED_SHARE, "drawn": _dt.date.today().isoformat(),
+        "sources": chosen}, indent=2) + "\n")
+    return chosen
+
+
+def _weighted_quantiles(values: list[float], groups: list[str],
+                        qs: tuple[float, ...]) -> list[float]:
+    """Quantiles of ``values`` with every group (source) weighing the same in total."""
+    per: dict[str, int] = {}
+    for g in groups:
+        per[g] = per.get(g, 0) + 1
+    pairs = sorted((v, 1.0 / per[g]) for v, g in zip(values, groups, strict=True))
+    total = sum(w for _, w in pairs)
+    out = []
+    for q in qs:
+        target, acc = q * total, 0.0
+        chosen = pairs[-1][0]
+        for v, w in pairs:
+            acc += w
+            if acc >= target:
+                chosen = v
+                break
+        out.append(chosen)
+    return out
+
+
+def residuals(results: list[dict], analysis: dict) -> dict[str, list[dict]]:
+    """Per quantity (``memory``, ``time``), one entry per scored row: ``ratio`` (true /
+    predicted), ``source``, ``group`` (stack), and for memory the row's result."""
+    out: dict[str, list[dict]] = {"memory": [], "time": []}
+    by_id = {r["id"]: r for r in results}
+    for quantity, key in (("memory", "memory"), ("time", "throughput")):
+        for rid, err in analysis[key]["errors_loso"].items():
+            r = by_id[rid]
+            e = err / 100.0
+            if 1.0 + e <= 0:
+                continue
+            # accuracy.pct_error is predicted / measured - 1 on amounts and rates (a step time
+            # is compared as a rate): memory true/pred = 1/(1+e); step time true/pred = 1+e
+            ratio = 1.0 / (1.0 + e) if quantity == "memory" else 1.0 + e
+            out[quantity].append({"id": rid, "ratio": ratio, "source": r["source"],
+                                  "group": r["stack"] or "unknown"})
+    return out
+
+
+def table(entries: list[dict], exclude: Optional[str] = None, tail: float = 0.10
+          ) -> dict[str, dict]:
+    """Quantiles per group and for ``all`` from ``entries`` (leaving out source ``exclude``):
+    ``p10``/``p90`` at ``tail`` and ``1 - tail``, ``p50`` the median."""
+    use = [e for e in entries if e["source"] != exclude]
+    out: dict[str, dict] = {}
+    groups: dict[str, list[dict]] = {"all": use}
+    for e in use:
+        groups.setdefault(f"stack:{e['group']}", []).append(e)
+    for name, members in groups.items():
+        sources = {m["source"] for m in members}
+        if name != "all" and (len(sources) < MIN_SOURCES or len(members) < MIN_ROWS):
+            continue
+        logs = [math.log(m["ratio"]) for m in members]
+        q10, q50, q90 = _weighted_quantiles(logs, [m["source"] for m in members],
+                                            (tail, 0.5, 1.0 - tail))
+        out[name] = {"p10": round(math.exp(q10), 4), "p50": round(math.exp(q50), 4),
+                     "p90": round(math.exp(q90), 4), "rows": len(members),
+                     "sources": len(sources)}
+    return out
+
+
+def lookup(tab: dict[str, dict], group: str) -> tuple[str, dict]:
+    key = f"stack:{group}"
+    return (key, tab[key]) if key in tab else ("all", tab["all"])
+
+
+def choose_tail(entries: list[dict]) -> float:
+    """The widest nominal tail (narrowest interval) whose leave-one-source-out coverage within
+    ``entries`` reaches :data:`TARGET_COVERAGE`; the smallest tail when none does."""
+    for tail in TAILS:
+        cov = coverage(entries, lambda s, t=tail: table(entries, exclude=s, tail=t))
+        if cov["all"]["coverage"] >= TARGET_COVERAGE:
+            return tail
+    return TAILS[-1]
+
+
+def nested_coverage(entries: list[dict]) -> dict:
+    """Coverage out of source with the tail itself chosen without the held-out source."""
+    def against(source: str) -> dict[str, dict]:
+        rest = [e for e in entries if e["source"] != source]
+        return table(rest, tail=choose_tail(rest))
+    return coverage(entries, against)
+
+
+def coverage(entries: list[dict], against: Callable[[str], dict[str, dict]]) -> dict:
+    """Share of each source's rows inside P10-P90 of the table built without that source."""
+    inside: dict[str, list[bool]] = {"all": []}
+    for source in sorted({e["source"] for e in entries}):
+        tab = against(source)
+        for e in (x for x in entries if x["source"] == source):
+            used, q = lookup(tab, e["group"])
+            ok = q["p10"] <= e["ratio"] <= q["p90"]
+            inside["all"].append(ok)
+            inside.setdefault(f"stack:{e['group']}", []).append(ok)
+    return {k: {"rows": len(v), "coverage": sum(v) / len(v)} for k, v in inside.items() if v}
+
+
+def fit_scores(results: list[dict], mem_table_without: Callable[[str], dict[str, dict]],
+               sources: set[str]) -> dict:
+    """P(fit) on rows that ran (scored memory rows) and rows that recorded an OOM."""
+    from fmest.estimates import fits_probability
+
+    ran, ooms = [], []
+    for r in results:
+        if r["source"] not in sources or r.get("total_bytes") is None:
+            continue
+        if r["status"] == "scored" and r["kind"] == "memory":
+            outcome = 1
+        elif r["status"] == "oom-check":
+            outcome = 0
+        else:
+            continue
+        _, q = lookup(mem_table_without(r["source"]), r["stack"] or "unknown")
+        total = r["total_bytes"]
+        p = fits_probability(total, (total * q["p10"], total * q["p90"]), r["capacity_bytes"])
+        (ran if outcome else ooms).append(p if p is not None else float(total <= r["capacity_bytes"]))
+    brier = [(p - 1) ** 2 for p in ran] + [p ** 2 for p in ooms]
+    return {"ran": len(ran), "ran_p_ge_half": sum(p >= 0.5 for p in ran) / len(ran) if ran else None,
+            "oom": len(ooms), "oom_p_lt_half": sum(p < 0.5 for p in ooms) / len(ooms) if ooms else None,
+            "brier": sum(brier) / len(brier) if brier else None}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help=f"write {OUT.relative_to(ROOT)}")
+    ap.add_argument("--sealed", action="store_true",
+                    help="score the sealed sources (aggregate only; once per model change)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args(argv)
+
+    rows = measured.load_rows()
+    results = accuracy.evaluate(rows, progress=True)
+    analysis = accuracy.analyse(results, list(fitting.FITTERS))
+    sealed = set(sealed_sources(sorted({r["source"] for r in rows})))
+    res = residuals(results, analysis)
+    open_res = {q: [e for e in v if e["source"] not in sealed] for q, v in res.items()}
+    sealed_res = {q: [e for e in v if e["source"] in sealed] for q, v in res.items()}
+    tails = {q: choose_tail(v) for q, v in open_res.items()}
+    tables = {q: table(v, tail=tails[q]) for q, v in open_res.items()}
+    report: dict = {"tables": tables, "tails": tails, "sealed_sources": len(sealed)}
+    for q in ("memory", "time"):
+        report[f"coverage_{q}"] = nested_coverage(open_res[q])
+    open_sources = {r["source"] for r in rows} - sealed
+    mem_open = open_res["memory"]
+    report["fit"] = fit_scores(results, lambda s: table(mem_open, exclude=s,
+                                                        tail=tails["memory"]), open_sources)
+    if args.sealed:
+        report["sealed"] = {
+            f"coverage_{q}": coverage(sealed_res[q], lambda s, q=q: tables[q])["all"]
+            for q in ("memory", "time") if sealed_res[q]}
+        report["sealed"]["fit"] = fit_scores(results, lambda s: tables["memory"], sealed)
+    if args.write:
+        OUT.write_text(json.dumps({
+            "about": "P10/P50/P90 of true / predicted for fmest's analytic memory and step-time "
+                     "answers, per training stack and for all rows (groups with fewer than "
+                     f"{MIN_SOURCES} sources or {MIN_ROWS} rows use 'all'), from the "
+                     "leave-one-source-out residuals of benchmarks/data/measured.csv without its "
+                     "sealed sources. Produced by `python benchmarks/uncertainty.py --write`; "
+                     "refit whenever the estimators change (docs/benchmarks.md).",
+            "produced": _dt.date.today().isoformat(),
+            "min_sources": MIN_SOURCES, "min_rows": MIN_ROWS,
+            "tails": tails, "tails_note": "the tail share each side chosen so that leave-one-"
+                     "source-out coverage reaches 80 % (benchmarks/uncertainty.py TAILS)",
+            "memory": tables["memory"], "time": tables["time"]}, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    _print(report)
+    return 0
+
+
+def _print(report: dict) -> None:
+    for q in ("memory", "time"):
+        print(f"\n== {q.upper()}: true / predicted, P10-P50-P90 (open sources; tails "
+              f"{report['tails'][q] * 100:g}% each side) ==")
+        print(f"  {'group':<34} {'rows':>5} {'srcs':>5} {'P10':>7} {'P50':>7} {'P90':>7} "
+              f"{'coverage out of source':>24}")
+        cov = report[f"coverage_{q}"]
+        for name, t in sorted(report["tables"][q].items(), key=lambda kv: kv[0] != "all"):
+            c = cov.get(name)
+            shown = f"{c['coverage'] * 100:5.1f}% of {c['rows']}" if c else "-"
+            print(f"  {name:<34} {t['rows']:>5} {t['sources']:>5} {t['p10']:>7.3f} "
+                  f"{t['p50']:>7.3f} {t['p90']:>7.3f} {shown:>24}")
+        small = {k: v for k, v in cov.items() if k not in report["tables"][q] and v["rows"] >= 10}
+        for name, c in sorted(small.items()):
+            print(f"  {name + ' (uses all)':<34} {c['rows']:>5} {'':>5} {'':>7} {'':>7} {'':>7} "
+                  f"{c['coverage'] * 100:5.1f}% of {c['rows']:>4}")
+    f = report["fit"]
+    print("\n== P(fit) on the open sources (interval built without the row's source) ==")
+    print(f"  runs that fitted: {f['ran']}, P(fit) >= 0.5 for "
+          f"{(f['ran_p_ge_half'] or 0) * 100:.1f}% (target >= 97%)")
+    print(f"  recorded OOMs:    {f['oom']}, P(fit) < 0.5 for "
+          f"{(f['oom_p_lt_half'] or 0) * 100:.1f}% (target >= 90%)")
+    print(f"  Brier score: {f['brier']:.3f}" if f["brier"] is not None else "  Brier: -")
+    if "sealed" in report:
+        s = report["sealed"]
+        print(f"\n== SEALED ({report['sealed_sources']} sources, aggregate only) ==")
+        for q in ("memory", "time"):
+            c = s.get(f"coverage_{q}")
+            if c:
+                print(f"  {q}: P10-P90 coverage {c['coverage'] * 100:.1f}% of {c['rows']} rows")
+        fs = s["fit"]
+        print(f"  P(fit): runs >= 0.5 {(fs['ran_p_ge_half'] or 0) * 100:.1f}% of {fs['ran']}; "
+              f"OOMs < 0.5 {(fs['oom_p_lt_half'] or 0) * 100:.1f}% of {fs['oom']}; "
+              f"Brier {fs['brier']:.3f}" if fs["brier"] is not None else "  P(fit): -")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
