@@ -103,3 +103,102 @@ def test_explain_lists_candidates_without_crashing(capsys):
     assert rc == 0
     out = capsys.readouterr().out
     assert "How each answer was chosen" in out and "memory:" in out
+
+
+# -- did you mean (issue 26) ------------------------------------------------------------------
+
+def _refusal(argv: list[str], capsys) -> tuple[str, str]:
+    """(stderr, stdout) of a command line argparse refuses: exit code 2."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv, engine=new_engine())
+    assert exc.value.code == 2
+    out = capsys.readouterr()
+    return out.err, out.out
+
+
+def test_mistyped_flag_suggests_the_real_one(capsys):
+    err, _ = _refusal(["estimate", "--model", "gpt2", "--seq-lenn", "4096"], capsys)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("fmest: error: unknown flag --seq-lenn; did you mean --seq-len?")
+    assert "fmest estimate --help" in lines[0]
+
+
+@pytest.mark.parametrize("typo,flag", [
+    ("--gpu-per-node", "--gpus-per-node"), ("--lora_rank", "--lora-rank"),
+    ("--technque", "--technique"), ("--grad-ckpt", "--grad-checkpoint"),
+    ("--mdoel", "--model"), ("--dataset_tokens=1e9", "--dataset-tokens"),
+])
+def test_mistyped_flags_name_one_close_flag(typo, flag, capsys):
+    err, _ = _refusal(["estimate", "--model", "gpt2", typo, "1"], capsys)
+    assert f"did you mean {flag}?" in err and err.count("--") <= 3, err
+
+
+def test_unrelated_flag_gets_no_suggestion(capsys):
+    err, _ = _refusal(["estimate", "--model", "gpt2", "--frobnicate", "1"], capsys)
+    assert "unknown flag --frobnicate" in err and "did you mean" not in err
+
+
+def test_several_unknown_flags_in_one_line(capsys):
+    err, _ = _refusal(["estimate", "--seq-lenn", "1", "--zzz", "--lora-rnk", "2"], capsys)
+    assert err.count("\n") == 1, err
+    assert "unknown flags: --seq-lenn (did you mean --seq-len?), --zzz, --lora-rnk (did you " \
+        "mean --lora-rank?)" in err
+
+
+def test_stray_value_keeps_argparse_words(capsys):
+    err, _ = _refusal(["estimate", "--model", "gpt2", "stray"], capsys)
+    assert "unrecognized arguments: stray" in err
+
+
+def test_mistyped_flag_of_other_commands(capsys):
+    err, _ = _refusal(["models", "--formt", "json"], capsys)
+    assert "unknown flag --formt; did you mean --format?" in err
+    err, _ = _refusal(["--verison"], capsys)
+    assert "did you mean --version?" in err
+
+
+def test_mistyped_flag_as_json_error(capsys):
+    _, out = _refusal(["estimate", "--model", "gpt2", "--seq-lenn", "9", "--format", "json"],
+                      capsys)
+    error = json.loads(out)["error"]
+    assert error["field"] == "seq_lenn" and error["accepted"] == ["--seq-len"]
+    assert error["message"] == "unknown flag --seq-lenn; did you mean --seq-len?"
+
+
+@pytest.mark.parametrize("name,near", [
+    ("llama-3-8bb", "llama-3-8b"), ("mixtrl", "mixtral"), ("mistral-7b-v0.4", "mistral-7b-v0.1"),
+    ("some-org/llama-2-7b-hf-typo", "llama-2-7b-hf"),
+])
+def test_mistyped_model_suggests_close_presets(name, near, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["estimate", "--model", name, "--format", "json"], engine=new_engine()) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["field"] == "model" and near in [a.lower() for a in error["accepted"]]
+
+
+@pytest.mark.parametrize("name", ["garbagemodel", "xx", "totally-unrelated-thing"])
+def test_garbage_model_suggests_nothing_unrelated(name, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["estimate", "--model", name], engine=new_engine()) == 2
+    err = capsys.readouterr().err
+    assert "accepted:" not in err and "fmest models lists the presets" in err, err
+
+
+def test_estimate_help_starts_with_the_common_flags(capsys):
+    import re
+
+    from fmest.cli import COMMON_FLAGS, build_parser
+
+    with pytest.raises(SystemExit):
+        main(["estimate", "--help"], engine=new_engine())
+    text = capsys.readouterr().out
+    head = text.split("\n\n", 2)
+    assert head[0].startswith("usage: fmest estimate [--model NAME]")
+    assert len(head[0].splitlines()) <= 6 and "docs/cli.md" in head[1]
+    assert max(len(line) for line in head[0].splitlines()) <= 88
+    options = build_parser(only="estimate").fmest_commands["estimate"][1]._option_string_actions
+    for item in COMMON_FLAGS:   # every flag the short usage names is a real one
+        for flag in re.findall(r"(?<![\w-])--?[a-z][\w-]*", item):
+            assert flag in options, flag
+    assert "--tp-comm-overlap" in text   # the full list still follows

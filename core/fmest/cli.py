@@ -14,7 +14,7 @@ import contextvars
 import json
 import re
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from fmest.errors import FmestError, error_body, error_object
 
@@ -49,7 +49,7 @@ def argparse_error_object(message: str) -> dict:
     else:
         flags = re.findall(r"(?<![\w-])--?[A-Za-z][\w-]*", message)
         field = flags[0] if flags else None
-    accepted = []
+    accepted: list = re.findall(r"did you mean (--[\w-]+)\?", message)
     choices = re.search(r"\(choose from (.*)\)", message)
     if choices:
         accepted = re.findall(r"'([^']*)'", choices.group(1)) or \
@@ -70,6 +70,49 @@ class _Parser(argparse.ArgumentParser):
             print_json_error(argparse_error_object(message))
         self.exit(2, f"fmest: error: {message} (see 'fmest {self.prog.split()[-1]} --help')\n"
                   if " " in self.prog else f"fmest: error: {message}\n")
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """argparse's, with a mistyped flag named with the closest real ones: ``unknown flag
+        --seq-lenn; did you mean --seq-len?`` (one line, exit 2), said by the command's parser."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self._command_parser(parsed)
+            command.error(unknown_flags_message(extras, command))
+        return parsed
+
+    def _command_parser(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The sub-parser of the command ``parsed`` names (this parser without one)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return action.choices.get(str(getattr(parsed, action.dest, None)), self)
+        return self
+
+
+def _is_flag(arg: str) -> bool:
+    return re.match(r"--?[A-Za-z]", arg) is not None
+
+
+def unknown_flags_message(extras: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """The one-line refusal of the arguments ``parser`` did not take: each unknown flag with the
+    closest flag it has (none when none is close), else argparse's own words."""
+    unknown = list(dict.fromkeys(a.split("=", 1)[0] for a in extras if _is_flag(a)))
+    if not unknown:
+        return f"unrecognized arguments: {' '.join(extras)}"
+    options = [o for o in parser._option_string_actions if o.startswith("--")]
+    near = {flag: _closest(flag, options) for flag in unknown}
+    if len(unknown) == 1:
+        flag = unknown[0]
+        return f"unknown flag {flag}" + (f"; did you mean {near[flag]}?" if near[flag] else "")
+    return "unknown flags: " + ", ".join(
+        flag + (f" (did you mean {near[flag]}?)" if near[flag] else "") for flag in unknown)
+
+
+def _closest(flag: str, options: Sequence[str]) -> str | None:
+    """The one option most like ``flag`` (difflib ratio at least 0.75), or None."""
+    import difflib
+
+    hits = difflib.get_close_matches(flag, options, n=1, cutoff=0.75)
+    return hits[0] if hits else None
 
 
 def _summarised(report, args) -> Any:
@@ -92,6 +135,12 @@ def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
 
     if args.plot:
         plot_format(args.plot)  # a bad file name fails before any work
+    if getattr(args, "compare", None):   # variants side by side (api.compare_output)
+        variants = api.compare_output(args, engine_factory())
+        print(json.dumps(variants, indent=2, default=str) if args.format == "json"
+              else api.compare_text(variants))
+        return _fit_exit(args, [(v.get("memory") or {}).get("fits") for v in variants],
+                         [(v.get("memory") or {}).get("fits_probability") for v in variants])
     if args.format == "fm-training-estimator":
         from fmest.compat.fm_training_estimator.sdk import adr_output
 
@@ -108,7 +157,8 @@ def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
         if args.plot:
             write_plot(out, args.plot)
         jobs = out["jobs"] if "jobs" in out else [out]
-        return _fit_exit(args, [(j.get("memory") or {}).get("fits") for j in jobs])
+        return _fit_exit(args, [(j.get("memory") or {}).get("fits") for j in jobs],
+                         [(j.get("memory") or {}).get("fits_probability") for j in jobs])
     report = api.estimate_jobs(api.read_jobs(args), engine=engine_factory())
     if args.plot:
         write_plot(report, args.plot)
@@ -126,14 +176,26 @@ def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
         if r.input is not None and (r.input.files or counted) and r.job.options.explain:
             print("\nWhere each setting came from (flags override these):")
             print(table(["field", "origin"], r.input.origins.items(), indent="  "))
-    return _fit_exit(args, [r.fits for r in reports])
+    from fmest.output.report import fit_probability
+
+    return _fit_exit(args, [r.fits for r in reports], [fit_probability(r) for r in reports])
 
 
-def _fit_exit(args: argparse.Namespace, fits: list) -> int:
-    """``--fail-if-no-fit``: exit 3 when a job does not fit (for schedulers); else 0."""
-    if getattr(args, "fail_if_no_fit", False) and any(f is False for f in fits):
-        print("fmest: the job does not fit (--fail-if-no-fit)", file=sys.stderr)
-        return EXIT_NO_FIT
+def _fit_exit(args: argparse.Namespace, fits: list, probabilities: Optional[list] = None
+              ) -> int:
+    """``--fail-if-no-fit``: exit 3 when a job does not fit (for schedulers); else 0. A job
+    whose answer has an interval fails below ``--fit-confidence`` (default 0.9) P(fit)."""
+    if not getattr(args, "fail_if_no_fit", False):
+        return 0
+    from fmest.estimates import DEFAULT_FIT_CONFIDENCE
+
+    level = getattr(args, "fit_confidence", None) or DEFAULT_FIT_CONFIDENCE
+    probs = probabilities or [None] * len(fits)
+    for f, p in zip(fits, probs, strict=True):
+        if (p is not None and p < level) or (p is None and f is False):
+            shown = f" (P(fit) {p * 100:.0f} % < {level * 100:g} %)" if p is not None else ""
+            print(f"fmest: the job does not fit{shown} (--fail-if-no-fit)", file=sys.stderr)
+            return EXIT_NO_FIT
     return 0
 
 
@@ -243,6 +305,29 @@ def cmd_plugins(args, engine_factory) -> int:
     return 0
 
 
+#: The flags most jobs set, shown as ``--help``'s usage of the commands with the long flag table
+#: instead of argparse's 50 lines naming every flag (each one a real flag: tests/test_cli.py).
+COMMON_FLAGS = ("[--model NAME]", "[-f JOB.json]", "[--config FILE]", "[--gpu NAME]",
+                "[--gpus-per-node N]", "[--nodes N]", "[--seq-len N]", "[--per-device-batch N]",
+                "[--technique full|lora|qlora]", "[--zero 0|1|2|3 | --fsdp full_shard]",
+                "[--grad-checkpoint true|false]", "[--dataset-tokens N]")
+
+
+def _short_usage(command: str, *extra: str) -> str:
+    lines = [f"fmest {command}"]
+    for item in (*COMMON_FLAGS, *extra, "[FLAG ...]"):   # whole items per line, under 88 chars
+        if len("usage: ") + len(lines[-1]) + 1 + len(item) > 88:
+            lines.append(" " * 6)
+        lines[-1] += " " + item
+    return "\n".join(lines) + ("\n\nThe common flags above; every flag is listed below by "
+                               "group, and in docs/cli.md.")
+
+
+SHORT_USAGE = {"estimate": _short_usage("estimate", "[--format table|json|csv]"),
+               "export": _short_usage("export",
+                                      "--to deepspeed|accelerate|axolotl|training-args")}
+
+
 def build_parser(commands: dict | None = None, *,
                  only: str | None = None) -> argparse.ArgumentParser:
     """The ``fmest`` parser: the built-in commands from the flag table, then the plugins'
@@ -260,7 +345,7 @@ def build_parser(commands: dict | None = None, *,
 
     # ``add`` fills a sub-parser; what it returns (argparse's Action) is ignored
     def command(name: str, help: str, add: Callable[[argparse.ArgumentParser], object]) -> None:
-        table[name] = (help, sub.add_parser(name, help=help))
+        table[name] = (help, sub.add_parser(name, help=help, usage=SHORT_USAGE.get(name)))
         if only is None or only == name:
             add(table[name][1])
 

@@ -64,8 +64,21 @@ def parse_positive_int(text: str) -> int:
     return int(v)
 
 
+def parse_probability(text: str) -> float:
+    """A probability strictly between 0 and 1 (``0.9``)."""
+    try:
+        v = float(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a probability between 0 and 1, got "
+                                         f"{text!r}") from None
+    if not 0.0 < v < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a probability between 0 and 1 (exclusive), "
+                                         f"got {text!r}")
+    return v
+
+
 #: How docs/cli.md names the values of a parser without choices or metavar.
-VALUE_NAMES = {parse_positive_int: "N (>= 1)", parse_count: "N (2e10, 300M)", float: "X",
+VALUE_NAMES = {parse_probability: "P (0-1)", parse_positive_int: "N (>= 1)", parse_count: "N (2e10, 300M)", float: "X",
                int: "N", parse_bool: "true/false"}
 
 
@@ -400,6 +413,15 @@ ESTIMATE_FLAGS: tuple[Flag, ...] = JOB_FLAGS + (
               "the GPU, phase peaks (needs fmest[plot])"),
     Flag(names=("--fail-if-no-fit",), group=OPTIONS, action="store_true", server_side=True,
          help="exit 3 when a job does not fit in GPU memory (for schedulers; default: exit 0)"),
+    Flag(names=("--fit-confidence",), group=OPTIONS, parse=parse_probability, default=None,
+         server_side=True,
+         help="with --fail-if-no-fit: exit 3 when the probability that a job fits is below P "
+              "(default 0.9; answers without an interval: their FITS / DOES NOT FIT)"),
+    Flag(names=("--compare",), group=OPTIONS, metavar="KEY=V1,V2", action="append",
+         server_side=True,
+         help="estimate variants of the job side by side: KEY is a flag's JSON name (zero, "
+              "technique, gpu, seq_len, ...) and its values are comma-separated; repeatable, "
+              "every combination is a variant (at most 64); table or json (command line only)"),
 )
 
 #: ``fmest export``: the job, then where its config goes

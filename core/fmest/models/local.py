@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from fmest.errors import InputError, UnknownNameError, near_names
+from fmest.errors import InputError, UnknownNameError
 from fmest.models.hf import spec_from_hf_config
 from fmest.models.spec import ModelSpec
 
@@ -200,7 +200,9 @@ def resolve_model(name_or_path: str, *, hub: bool = True, timeout_s: float = 3.0
     alias = alias_loader(s, presets)
     if alias is not None:
         return alias()
-    near = near_names(s, presets.all_keys())
+    from fmest.models.presets import near_models
+
+    near = near_models(s, presets.all_keys())
     if hub and _looks_like_hub_id(s):
         try:
             return spec_from_hub(s, timeout_s=timeout_s)
@@ -208,7 +210,8 @@ def resolve_model(name_or_path: str, *, hub: bool = True, timeout_s: float = 3.0
             reason = str(e).split(": ", 1)[-1].rsplit(" (got ", 1)[0]
             raise UnknownNameError(field="model", message=f"not a preset or local path; {reason}",
                                    value=s, accepted=near) from None
-    why = "no preset, local file or folder by that name"
+    why = "no preset, local file or folder by that name" + (
+        "" if near else "; fmest models lists the presets")
     raise UnknownNameError(field="model", message=why, value=s, accepted=near)
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
 
 from attrs import frozen
 
-from fmest.errors import UnknownNameError, near_names
+from fmest.errors import UnknownNameError
 from fmest.models.hf import spec_from_hf_config
 from fmest.models.spec import ModelSpec
 
@@ -97,13 +97,48 @@ def preset_data(name: str) -> dict:
     return _raw_presets()[canon]
 
 
+#: How alike (difflib ratio) a preset name must be to a mistyped one to be suggested: close
+#: enough for a typo or a changed size (``llama-3-8bb``, ``mixtrl``), not a shared suffix.
+NEAR_CUTOFF = 0.75
+
+
+def near_models(name: str, keys: Iterable[str], n: int = 5) -> list[str]:
+    """The preset names and aliases among ``keys`` close to ``name``, best first: typos (difflib
+    ratio at least :data:`NEAR_CUTOFF`, on the whole name or on the parts after the slash), then
+    a family typed alone (``mixtral``) or a preset inside a longer id (``org/llama-2-7b-hf-x``);
+    empty when none is close (no list of unrelated models)."""
+    import difflib
+
+    query = name.strip().lower()
+    tail = query.rsplit("/", 1)[-1]
+    ranked: dict[str, tuple] = {}   # key -> (0, -ratio) for a typo, (1, length) for a part
+    for key in keys:
+        low = key.lower()
+        key_tail = low.rsplit("/", 1)[-1]
+        ratio = max(difflib.SequenceMatcher(None, query, low).ratio(),
+                    difflib.SequenceMatcher(None, tail, key_tail).ratio())
+        if ratio >= NEAR_CUTOFF:
+            rank: tuple = (0, -ratio, len(key))
+        elif len(tail) >= 4 and (tail in key_tail or (len(key_tail) >= 5 and key_tail in tail)):
+            rank = (1, len(key))
+        else:
+            continue
+        ranked[key] = min(rank, ranked.get(key, rank))
+    out: list[str] = []
+    for key in sorted(ranked, key=lambda k: (ranked[k], k)):
+        if all(key.lower() != o.lower() for o in out):   # one spelling per name
+            out.append(key)
+    return out[:n]
+
+
 def _unknown(name: str) -> UnknownNameError:
-    cands = preset_names(include_aliases=True)
+    near = near_models(name, preset_names(include_aliases=True))
     return UnknownNameError(
         field="model",
         message="no preset by that name (give a preset name, a local config.json or folder, "
-                "or a Hub id when the Hub is reachable); did you mean one of the listed",
-        value=name, accepted=near_names(name, cands) or sorted(_raw_presets())[:10])
+                "or a Hub id when the Hub is reachable); " +
+                ("did you mean one of the listed" if near else "fmest models lists the presets"),
+        value=name, accepted=near)
 
 
 @functools.lru_cache(maxsize=None)
