@@ -14,9 +14,9 @@ from importlib import resources
 
 import pytest
 
-from fmest.cli import EXIT_NO_FIT, main
+from fmest.cli import EXIT_NO_FIT
 from fmest.output.render import Column, Progress, csv_text, render_table
-from fmest.testing import new_engine
+from fmest.testing import new_engine, run_cli
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 #: a job that fits (GPT-2 on an H100) and one that does not (Llama-2-70B unsharded on one)
@@ -30,13 +30,7 @@ def engine():
 
 
 def run(engine, argv, capsys) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        rc = main(argv, engine=engine)
-    except SystemExit as exc:  # argparse refusals
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
+    return run_cli(engine, argv, capsys)
 
 
 def as_number(text: str):

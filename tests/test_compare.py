@@ -10,9 +10,8 @@ import pytest
 
 import fmest
 from fmest import api
-from fmest.cli import main
 from fmest.errors import InputError
-from fmest.testing import new_engine
+from fmest.testing import new_engine, run_cli
 
 BASE = ["estimate", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "A100-80GB",
         "--gpus-per-node", "8", "--dataset-tokens", "1e9"]
@@ -24,13 +23,7 @@ def engine():
 
 
 def run(engine, argv, capsys) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        rc = main(argv, engine=engine)
-    except SystemExit as exc:  # argparse refusals
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
+    return run_cli(engine, argv, capsys)
 
 
 def test_variants_are_the_product_in_order():

@@ -9,8 +9,7 @@ import json
 import pytest
 
 import fmest
-from fmest.cli import main
-from fmest.testing import new_engine
+from fmest.testing import new_engine, run_cli
 
 LLAMA = ["--model", "meta-llama/Llama-2-7b-hf", "--gpu", "A100-80GB"]
 
@@ -21,13 +20,7 @@ def engine():
 
 
 def run(engine, argv, capsys) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        rc = main(argv, engine=engine)
-    except SystemExit as exc:  # argparse refusals
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
+    return run_cli(engine, argv, capsys)
 
 
 def solve_json(engine, argv, capsys) -> dict:

@@ -42,3 +42,17 @@ def fmest_pm():
 @pytest.fixture
 def fmest_engine_factory():
     return new_engine
+
+
+def run_cli(engine, argv, capsys) -> tuple[int, str, str]:
+    """``fmest ARGV`` in-process over ``engine``: ``(exit code, stdout, stderr)``, an argparse
+    refusal's ``SystemExit`` read as its code (pytest's ``capsys`` captures the output)."""
+    from fmest.cli import main
+
+    capsys.readouterr()
+    try:
+        rc = main(argv, engine=engine)
+    except SystemExit as exc:  # argparse refusals
+        rc = exc.code
+    out = capsys.readouterr()
+    return rc, out.out, out.err
