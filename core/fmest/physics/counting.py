@@ -103,3 +103,16 @@ def total_params(model: ModelSpec, training: Training) -> int:
     """All parameters the training job holds (base + adapters)."""
     base = model.param_counts().total
     return base if training.technique == "full" else base + lora_adapter_params(model, training)
+
+
+def tokens_per_sample(model: ModelSpec, training: Training) -> int:
+    """Dataset tokens one training sample carries: what ``tokens per step`` (tokens/s) and the
+    total steps of a ``dataset_tokens`` workload both count (docs/models.md).
+
+    Decoders (and vision-language models: a dataset's count is of text, the image tokens are
+    derived) carry ``seq_len``; encoder-decoders carry their source plus their target,
+    ``source_len + target_len``, each defaulting to ``seq_len``."""
+    if model.is_encoder_decoder:
+        return (training.source_len or training.seq_len) + \
+            (training.target_len or training.seq_len)
+    return training.seq_len

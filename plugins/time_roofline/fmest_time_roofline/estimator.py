@@ -27,11 +27,18 @@ from attrs import frozen
 from fmest.errors import InputError
 from fmest.estimates import ACTIVATION_COMPONENTS, Provenance, TimeEstimate, TokensEstimate
 from fmest.models.images import vlm_sequence_len
-from fmest.physics.counting import lora_modules, total_params, trainable_params
+from fmest.physics.counting import (
+    lora_modules,
+    tokens_per_sample,
+    total_params,
+    trainable_params,
+)
 from fmest.transforms import CommunicationPlan, Transforms, transforms_of
 from fmest_time_roofline import formulas as F
 
 BASIS = "analytic"
+#: ``ModelSpec.model_type`` of a ``--params N`` model (fmest.models.hf.spec_from_param_count)
+WEIGHTS_ONLY_MODEL_TYPE = "weights_only"
 _COLLECTIVE_SECONDS = {"all_reduce": F.all_reduce_seconds,
                        "reduce_scatter": F.reduce_scatter_seconds,
                        "all_gather": F.all_gather_seconds,
@@ -61,8 +68,8 @@ class Rates:
     linear_peak: float           # FLOP/s of the matmul dtype
     attention_peak: float        # FLOP/s of the activation dtype
     hbm_bytes_per_s: float
-    linear_fraction: float       # MAMF fraction (or --mfu)
-    half_dim: float              # GEMM-shape saturation (0 under --mfu)
+    linear_fraction: float       # MAMF fraction
+    half_dim: float              # GEMM-shape saturation
     attention_fwd_eff: float
     attention_bwd_eff: float
     notes: tuple = ()
@@ -70,7 +77,8 @@ class Rates:
 
 def device_rates(job, gpu, stack=None) -> Optional[Rates]:
     """Phase 1: peaks (power-cap derated) and efficiencies; ``None`` when the GPU table lacks
-    a needed peak. ``options.mfu`` replaces the matmul and attention efficiencies."""
+    a needed peak. ``options.mfu`` does not change them: it sets the step at the end
+    (:func:`apply_mfu_override`), and these rates give the breakdown's shares."""
     training, notes = job.training, []
     act_dtype = F.storage_dtype(training.dtype)
     derate = F.power_cap_derate(gpu.name)
@@ -81,15 +89,10 @@ def device_rates(job, gpu, stack=None) -> Optional[Rates]:
     if derate != 1.0:
         notes.append(f"{gpu.name}: FLOP peaks derated x{derate:.3f} for its power cap")
     mfu = job.options.mfu
-    if mfu is not None:
-        if mfu > 1:
-            raise InputError("options.mfu", "is a fraction of peak between 0 and 1", value=mfu)
-        notes.append(f"--mfu {mfu:g} replaces the matmul and attention efficiency "
-                     "(no GEMM-shape fall-off); memory-bound work and communication are added")
-        fraction, half_dim = mfu, 0.0
-    else:
-        fraction = F.mamf_fraction(gpu.name, training.dtype)
-        half_dim = F.GEMM_HALF_SATURATION_DIM
+    if mfu is not None and mfu > 1:
+        raise InputError("options.mfu", "is a fraction of peak between 0 and 1", value=mfu)
+    fraction = F.mamf_fraction(gpu.name, training.dtype)
+    half_dim = F.GEMM_HALF_SATURATION_DIM
     kernel = stack.profile.attention_kernel if stack is not None else "sdpa"
     fwd_eff, bwd_eff = attention_efficiencies(job, gpu, kernel)
     return Rates(linear_peak=lin_peak * derate, attention_peak=attn_peak * derate,
@@ -99,11 +102,7 @@ def device_rates(job, gpu, stack=None) -> Optional[Rates]:
 
 
 def attention_efficiencies(job, gpu, kernel: str) -> tuple[float, float]:
-    """(forward, backward) fraction of peak of the attention ``kernel`` on ``gpu``;
-    ``options.mfu`` when given (it replaces every efficiency)."""
-    mfu = job.options.mfu
-    if mfu is not None:
-        return mfu, mfu
+    """(forward, backward) fraction of peak of the attention ``kernel`` on ``gpu``."""
     return (F.attention_efficiency(gpu.name, "fwd", kernel),
             F.attention_efficiency(gpu.name, "bwd", kernel))
 
@@ -505,16 +504,19 @@ def optimizer_and_offload_seconds(job, model, shape: StepShape, transforms: Tran
 
 def _flops_figures(model, training, shape: StepShape, lora_mods, step: float, gpu,
                    layout) -> dict:
-    """Model/hardware FLOPs per step and MFU/HFU at the nominal (undereated) peak."""
+    """Model/hardware FLOPs per step and MFU/HFU at the nominal (undereated) peak, and the
+    dataset tokens of a step (``physics.counting.tokens_per_sample``: what tokens/s and the
+    total steps count; the FLOPs run over the layers' own lengths, ``shape.seq_len``)."""
     flops = F.training_flops_per_token(model, seq_len=shape.seq_len, technique=training.technique,
                                        lora_modules=lora_mods, lora_rank=training.lora_rank,
                                        checkpointing=shape.checkpointing)
-    tokens_per_step = shape.micro_batch * shape.grad_accum * shape.dp * shape.seq_len
+    samples = shape.micro_batch * shape.grad_accum * shape.dp
+    layer_tokens = samples * shape.seq_len
     nominal_peak = gpu.peak_flops_per_s(shape.linear_dtype)
-    model_flops = flops["model"] * tokens_per_step
-    hw_flops = flops["hardware"] * tokens_per_step
-    return {"tokens_per_step": tokens_per_step,
-            "samples_per_step": shape.micro_batch * shape.grad_accum * shape.dp,
+    model_flops = flops["model"] * layer_tokens
+    hw_flops = flops["hardware"] * layer_tokens
+    return {"tokens_per_step": samples * tokens_per_sample(model, training),
+            "samples_per_step": samples,
             "flops_per_step": model_flops, "hardware_flops_per_step": hw_flops,
             "mfu": model_flops / (step * layout.world_size * nominal_peak),
             "hfu": hw_flops / (step * layout.world_size * nominal_peak)}
@@ -574,9 +576,30 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     host_notes = [f"host-bound: eager PyTorch dispatches its ops in {host:.3g} s per step, more "
                   f"than the GPU's {busy:.3g} s of work (formulas.host_dispatch_seconds)"] \
         if host_bound else []
-    return {"breakdown": parts, "step_seconds": step,
-            **_flops_figures(model, job.training, shape, matmuls.lora_modules, step, gpu, layout),
-            "notes": list(rates.notes) + opt_notes + stack_notes + host_notes}
+    figures = _flops_figures(model, job.training, shape, matmuls.lora_modules, step, gpu, layout)
+    mfu_notes: list[str] = []
+    if job.options.mfu is not None:
+        parts, step, figures, mfu_notes = apply_mfu_override(job.options.mfu, parts, step,
+                                                             figures)
+    return {"breakdown": parts, "step_seconds": step, **figures,
+            "notes": list(rates.notes) + opt_notes + stack_notes + host_notes + mfu_notes}
+
+
+def apply_mfu_override(mfu: float, parts: dict, step: float,
+                       figures: dict) -> tuple[dict, float, dict, list]:
+    """``--mfu X`` states the model FLOPs utilisation of the whole step, so the step is
+    ``flops_per_step / (X * nominal peak * GPUs)``: nothing is added on top (MFU already counts
+    every part of the step). The roofline's parts keep their shares, scaled to that step, and
+    the reported MFU is X (HFU keeps its ratio to MFU)."""
+    roofline_mfu = figures["mfu"]
+    new_step = step * roofline_mfu / mfu   # = flops_per_step / (mfu * peak * GPUs)
+    factor = new_step / step
+    scaled = {name: value * factor for name, value in parts.items()}
+    out = dict(figures, mfu=mfu, hfu=figures["hfu"] / factor)
+    note = (f"--mfu {mfu:g} sets the step: model FLOPs per step / ({mfu:g} x peak x GPUs) = "
+            f"{new_step:.4g} s (the roofline's own step: {step:.4g} s, MFU "
+            f"{roofline_mfu:.1%}); every part scaled x{factor:.3f} to it")
+    return scaled, new_step, out, [note]
 
 
 def eager_host_seconds(job, model, shape: StepShape, stack, lora_mods) -> float:
@@ -631,15 +654,19 @@ def apply_stack_time(job, model, shape: StepShape, rates: Rates, matmuls: Matmul
     return scaled, notes
 
 
-def workload_tokens(job) -> tuple[Optional[float], str]:
+def workload_tokens(job, model=None) -> tuple[Optional[float], str]:
     """Tokens the run trains on (epochs included) and how they were obtained; ``None`` when
     the job has no workload. A ``dataset_path`` was counted into ``dataset_tokens`` at the
-    input door (:func:`fmest.datasets.resolve_dataset`); this plugin reads no file."""
+    input door (:func:`fmest.datasets.resolve_dataset`); this plugin reads no file.
+    ``num_samples`` without ``avg_seq_len`` counts a full sample each (``tokens_per_sample``
+    of ``model``: an encoder-decoder's source + target; ``seq_len`` without a model)."""
     w = job.workload
     if w.dataset_tokens is not None:
         return w.dataset_tokens * w.epochs, f"dataset_tokens {w.dataset_tokens:.4g} x epochs {w.epochs:g}"
     if w.num_samples is not None:
-        avg = w.avg_seq_len if w.avg_seq_len is not None else job.training.seq_len
+        full = tokens_per_sample(model, job.training) if model is not None \
+            else job.training.seq_len
+        avg = w.avg_seq_len if w.avg_seq_len is not None else full
         return w.num_samples * avg * w.epochs, (f"num_samples {w.num_samples} x avg_seq_len "
                                                 f"{avg:g} x epochs {w.epochs:g}")
     return None, ""
@@ -666,6 +693,10 @@ def estimate_time(job, ctx, memory):
         from fmest_time_roofline.inference import estimate_inference_time
 
         return estimate_inference_time(job, ctx, memory)
+    if ctx.model.model_type == WEIGHTS_ONLY_MODEL_TYPE:
+        # --params N: no dimensions, so no FLOPs nor activations to time (the model's warning
+        # says so); an optimizer-only step and a 0 % MFU would be numbers it does not know
+        return None
     res = step_breakdown(job, ctx, memory)
     if res is None:
         return None
@@ -675,14 +706,16 @@ def estimate_time(job, ctx, memory):
         total_steps = float(job.workload.max_steps)
         notes.append(f"total steps = max_steps {job.workload.max_steps}")
     else:
-        tokens, how = workload_tokens(job)
+        tokens, how = workload_tokens(job, ctx.model)
         uncounted = uncounted_dataset_note(job)
         if uncounted is not None:
             notes.append(uncounted)
         if tokens is not None:
             total_steps = float(math.ceil(tokens / res["tokens_per_step"]))
+            per_sample = ("(source_len + target_len)" if ctx.model.is_encoder_decoder
+                          else "seq_len")
             notes.append(f"total steps = ceil({how} / {res['tokens_per_step']:,} tokens per step "
-                         "(micro_batch x grad_accum x dp x seq_len, packed sequences))")
+                         f"(micro_batch x grad_accum x dp x {per_sample}, packed sequences))")
     if total_steps is not None:
         total_seconds = total_steps * res["step_seconds"]
     return TimeEstimate(
@@ -706,7 +739,7 @@ def estimate_tokens(job, ctx, time):
         return estimate_inference_tokens(job, ctx, time)
     tr, lay = job.training, ctx.layout
     samples = tr.micro_batch_size * tr.grad_accum_steps * lay.dp
-    tokens = samples * tr.seq_len
+    tokens = samples * tokens_per_sample(ctx.model, tr)   # as the total steps count them
     tps = tokens / time.step_seconds
     return TokensEstimate(
         tokens_per_second=tps, tokens_per_second_per_gpu=tps / lay.world_size,

@@ -315,13 +315,16 @@ def test_data_parallel_phase_prices_the_ddp_all_reduce_as_a_ring(engine):
         pytest.approx(ring, rel=1e-12)
 
 
-def test_matmul_phase_is_six_n_flops_at_the_given_mfu(engine):
-    """At ``--mfu 1`` with no GEMM-shape fall-off, a compute-bound full-training step's
-    matmuls take ``2 N T`` forward and ``4 N T`` backward FLOPs at peak (Kaplan et al. 2020;
-    Narayanan et al. 2021), N the matmul parameters including the output head."""
-    job = _job(options={"mfu": 1.0}, training={"seq_len": 4096, "micro_batch_size": 4})
+def test_matmul_phase_is_six_n_flops_at_full_efficiency(engine):
+    """At a matmul efficiency of 1 with no GEMM-shape fall-off, a compute-bound full-training
+    step's matmuls take ``2 N T`` forward and ``4 N T`` backward FLOPs at peak (Kaplan et al.
+    2020; Narayanan et al. 2021), N the matmul parameters including the output head."""
+    import attrs
+
+    job = _job(training={"seq_len": 4096, "micro_batch_size": 4})
     ctx = engine.context(job)
-    rates = estimator.device_rates(job, ctx.gpu)
+    rates = attrs.evolve(estimator.device_rates(job, ctx.gpu), linear_fraction=1.0,
+                         half_dim=0.0)
     shape = estimator.step_shape(job, ctx.model, ctx.layout)
     matmuls = estimator.matmul_times(job, ctx.model, shape, rates)
     flops = F.linear_forward_flops_per_token(ctx.model) * shape.tokens

@@ -410,9 +410,12 @@ def adr_output(job, engine) -> dict:
         given = resolve_layout(job).world_size
     job, num_gpus = sized_job(job, given, engine)
     report = engine.estimate(job)
+    # the report's warnings say what it does not know (a --params model: no activations,
+    # no time), so the records carry them
     prep = Prepared(job=job, num_gpus=num_gpus, query={}, method="theory", data_path=None,
-                    hf={}, records=None, warnings=(), time_warnings=())
-    est = Estimate(memory=memory_record(report, num_gpus), time=time_record(prep, report),
+                    hf={}, records=None, warnings=tuple(report.warnings), time_warnings=())
+    est = Estimate(memory=memory_record(report, num_gpus, warnings=prep.warnings),
+                   time=time_record(prep, report),
                    tokens=tokens_record(prep, report), cost=cost_record(prep, report))
     return dataclasses.asdict(est)
 
