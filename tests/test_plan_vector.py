@@ -55,7 +55,10 @@ def test_vectorized_agrees_with_engine(engine, case):
     from fmest import to_job
 
     job_dict, cons, mem_tol, time_tol = CASES[case]
-    job = to_job(job_dict)
+    # the feasible space at the point estimate (fit confidence 0.5: the memory filter is the
+    # point's), the space these tolerances were measured on; at the default 0.9 the space is
+    # smaller and the seeded draw picks other configurations
+    job = to_job({**job_dict, "options": {"fit_confidence": 0.5}})
     res, evaluated, _, _, ctx = evaluate_space(job, Constraints(**cons, objective="time"),
                                                engine=engine)
     n = len(res["mb"])

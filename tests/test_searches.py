@@ -1,13 +1,16 @@
 """The searches a report shows (fmest.searches): the affine guess of the largest micro-batch
 and the A + B/n guess of the fewest GPUs give the exhaustive search's answer, and fall back to
-it when memory is not affine."""
+it when memory is not affine. Both judge a candidate at the job's options.fit_confidence
+(default 0.9: P(fit) from the answer's P10-P90 interval, which the test plugin's analytic
+answers get from core/fmest/data/uncertainty.json like any analytic answer), so the
+exhaustive reference below judges each candidate the same way, by fits_probability."""
 
 from __future__ import annotations
 
 import pytest
 
 from fmest import searches, to_job
-from fmest.estimates import MemoryEstimate, Provenance
+from fmest.estimates import MemoryEstimate, Provenance, fits_probability
 from fmest.hookspecs import hookimpl
 from fmest.testing import new_engine
 
@@ -31,11 +34,22 @@ def _plugin(peak_gib, calls):
     return Mem()
 
 
-def _exhaustive(peak_gib, cap_gib=80, limit=4096):
-    fitting = [b for b in range(1, limit + 1) if peak_gib(b, 1) <= cap_gib]
+def _fits(peak_gib_value, confidence, cap_gib=80):
+    """P(fit) >= confidence for an analytic answer of the job's stack (none: the "all" row)."""
+    from fmest.uncertainty import group
+
+    q = group("memory", None)[1]
+    total = int(peak_gib_value * GIB)
+    p = fits_probability(total, (total * q["p10"], total * q["p90"]), cap_gib * GIB)
+    return p >= confidence
+
+
+def _exhaustive(peak_gib, cap_gib=80, limit=4096, confidence=0.9):
+    fitting = [b for b in range(1, limit + 1) if _fits(peak_gib(b, 1), confidence, cap_gib)]
     return max(fitting) if fitting else 0
 
 
+@pytest.mark.parametrize("confidence", [0.9, 0.5, 0.2])
 @pytest.mark.parametrize("peak_gib", [
     lambda b, n: 10 + 3 * b,                 # affine: the guess is right
     lambda b, n: 10 + 0.5 * b ** 1.5,        # not affine: the fallback finds it
@@ -43,29 +57,77 @@ def _exhaustive(peak_gib, cap_gib=80, limit=4096):
     lambda b, n: 90 + b,                     # nothing fits
     lambda b, n: 10 + 3 * b + (b % 7 == 0) * 0.01,   # a small wobble
 ])
-def test_max_micro_batch_is_the_exhaustive_answer(peak_gib):
+def test_max_micro_batch_is_the_exhaustive_answer(peak_gib, confidence):
     calls: list[int] = []
     eng = new_engine((_plugin(peak_gib, calls), "mem"))
-    ctx = eng.context(JOB)
-    assert searches.max_micro_batch(eng, JOB, ctx) == _exhaustive(peak_gib)
+    job = JOB.evolve(options={"fit_confidence": confidence})
+    ctx = eng.context(job)
+    assert searches.max_micro_batch(eng, job, ctx) == _exhaustive(peak_gib,
+                                                                   confidence=confidence)
 
 
-def test_an_affine_memory_costs_four_decisions():
+@pytest.mark.parametrize("confidence,answer", [
+    (0.5, 23),      # the point estimate's search: 10 + 3 x 23 = 79 <= 80 GiB
+    (0.9, 17),      # P90 = 1.3047 x the point ("all" row): 1.3047 x 61 = 79.6 <= 80 GiB
+])
+def test_an_affine_memory_costs_four_decisions(confidence, answer):
     calls: list[int] = []
     eng = new_engine((_plugin(lambda b, n: 10 + 3 * b, calls), "mem"))
-    assert searches.max_micro_batch(eng, JOB, eng.context(JOB)) == 23
-    assert sorted(calls) == [1, 2, 23, 24]
+    job = JOB.evolve(options={"fit_confidence": confidence})
+    assert searches.max_micro_batch(eng, job, eng.context(job)) == answer
+    assert sorted(calls) == [1, 2, answer, answer + 1]
 
 
-def test_min_gpus_matches_a_scan_and_probes_few_counts():
+@pytest.mark.parametrize("confidence,answer", [
+    (0.5, 5),       # the point: 20 + 300/5 = 80 <= 80; 4 GPUs: 95
+    (0.9, 8),       # P90 = 1.3047 x the point: 1.3047 x 57.5 = 75.0 at 8; 7: 82.0
+])
+def test_min_gpus_matches_a_scan_and_probes_few_counts(confidence, answer):
     calls: list[int] = []
     # sharded state: 300 GiB spread over n GPUs plus 20 GiB that does not shrink
     eng = new_engine((_plugin(lambda b, n: 20 + 300 / n, calls), "mem"))
-    job = JOB.evolve(parallelism={"zero_stage": 3}, hardware={"gpus_per_node": 8})
+    job = JOB.evolve(parallelism={"zero_stage": 3}, hardware={"gpus_per_node": 8},
+                     options={"fit_confidence": confidence})
     found = searches.min_gpus(eng, job)
-    assert found.gpus == 5          # 20 + 300/5 = 80 <= 80; 4 GPUs: 95
+    scan = next(n for n in range(1, 65) if _fits(20 + 300 / n, confidence))
+    assert found.gpus == scan == answer
+    assert found.whole_node_gpus == answer and found.nodes == 1    # within one node
+    assert found.confidence == confidence
     assert found.fewer is not None and found.reason.startswith("fewest A100-80GB GPUs")
+    assert f"P(fit) >= {confidence * 100:g} %" in found.reason
     assert len(calls) <= 5
+
+
+def test_min_gpus_past_one_node_gives_any_count_and_whole_nodes():
+    """300 GiB + 20 GiB at the point (0.5): 1,000 GiB of state over n GPUs: 17 GPUs fit
+    (20 + 1000/17 = 78.8), spread as 17 nodes of one GPU (17 is prime); in whole 8-GPU nodes:
+    24 (3 nodes)."""
+    calls: list[int] = []
+    eng = new_engine((_plugin(lambda b, n: 20 + 1000 / n, calls), "mem"))
+    job = JOB.evolve(parallelism={"zero_stage": 3}, hardware={"gpus_per_node": 8},
+                     options={"fit_confidence": 0.5})
+    found = searches.min_gpus(eng, job)
+    assert found.gpus == 17 and found.job.hardware.nodes * found.job.hardware.gpus_per_node == 17
+    assert (found.whole_node_gpus, found.nodes) == (24, 3)
+    assert found.whole_node_job.hardware.gpus_per_node == 8
+    assert "in whole nodes of 8: 24 GPUs (3 nodes of 8)" in found.reason
+    assert len(calls) <= 8
+
+
+def test_node_split_spreads_over_the_fewest_even_nodes():
+    assert searches.node_split(6, 8) == (6, 1)
+    assert searches.node_split(18, 8) == (6, 3)
+    assert searches.node_split(24, 8) == (8, 3)
+    assert searches.node_split(17, 8) == (1, 17)
+    assert searches.node_split(12, 8, tp=4) == (4, 3)     # whole tp groups on each node
+    assert searches.node_split(20, 8, tp=2) == (4, 5)     # 10 per node would exceed 8
+
+
+def test_peak_quantile_is_the_fits_probability_boundary():
+    total, interval = 50 * GIB, (40 * GIB, 65 * GIB)
+    for c in (0.05, 0.3, 0.5, 0.75, 0.9, 0.99):
+        q = searches.peak_quantile(total, interval, c)
+        assert fits_probability(total, interval, q) == pytest.approx(c, abs=1e-9)
 
 
 def test_min_gpus_says_why_when_no_count_fits():
@@ -85,22 +147,25 @@ def test_runnable_counts_are_within_a_node_or_whole_nodes():
             assert searches._runnable_dp(mp, gpn, most) == scan
 
 
-def test_min_gpus_under_expert_parallelism_searches_only_layouts_the_ep_rule_accepts():
-    """Mixtral with ep 8 and tp 2: dp must be a multiple of 8, and 16 GPUs (dp 8) fit. Layouts
-    the ep rule refuses are not candidates (counted as 'does not fit' they broke the search's
-    order: it answered 4,080 GPUs)."""
+@pytest.mark.parametrize("confidence,answer", [(0.5, 16), (0.9, 32)])
+def test_min_gpus_under_expert_parallelism_searches_only_layouts_the_ep_rule_accepts(
+        confidence, answer):
+    """Mixtral with ep 8 and tp 2: dp must be a multiple of 8; 16 GPUs (dp 8) fit by the point
+    estimate (P(fit) 0.72), 32 at P(fit) >= 0.9. Layouts the ep rule refuses are not candidates
+    (counted as 'does not fit' they broke the search's order: it answered 4,080 GPUs)."""
     from fmest.engine import Engine
 
     engine = Engine()
     job = to_job({"model": "mistralai/Mixtral-8x7B-v0.1",
                   "training": {"seq_len": 4096, "stack": "megatron-core"},
                   "parallelism": {"tp": 2, "ep": 8, "distributed_optimizer": True},
-                  "hardware": {"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 8}})
+                  "hardware": {"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 8},
+                  "options": {"fit_confidence": confidence}})
     found = searches.min_gpus(engine, engine.resolve_job(job))
     scan = next(n for n in (16, 32, 48, 64)
                 if searches._fits_at(engine, searches._with_world(
                     engine.resolve_job(job), dp=n // 2, tp=2, pp=1, gpus_per_node=8))[0])
-    assert found.gpus == scan == 16
+    assert found.gpus == scan == answer
 
 
 @pytest.mark.parametrize("data", [

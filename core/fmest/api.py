@@ -95,15 +95,27 @@ def with_searches(report: "Report", engine: "Engine",
         return report
     found: dict[str, Any] = {}
     notes: list[str] = []
-    if "max_micro_batch" in searches:
+    if "max_micro_batch" in searches and report.context.model.model_type == "weights_only":
+        # --params N: activations are not modelled, so every micro-batch "fits" the same:
+        # claim no largest one (it stays None) and say why
+        notes = ["largest micro-batch not estimated: a weights-only model (--params) has no "
+                 "dimensions to size activations with; give --hidden-size ... or a config"]
+    elif "max_micro_batch" in searches:
+        # at the job's options.fit_confidence (P(fit) from each candidate's interval), as
+        # min_gpus below
         notes = engine.search_note(report.memory)
-        found["max_micro_batch"] = search.max_micro_batch(engine, report.job, report.context)
+        largest = search.largest_micro_batch(engine, report.job, report.context)
+        found["max_micro_batch"] = largest.batch
+        found["max_micro_batch_confidence"] = largest.confidence
     if "min_gpus" in searches:
         # the report's own verdict is one probe of the search (a paged optimizer's answer has
         # its states moved to host memory, which the search does not model: probe it afresh)
-        known = None if report.fits is None or getattr(report.context.optimizer, "paged",
-                                                          False) \
-            else (report.context.layout, report.fits, float(report.memory.total_bytes))
+        known = None
+        if report.fits is not None and not getattr(report.context.optimizer, "paged", False):
+            from fmest.engine import usable_memory_bytes
+
+            known = (report.context.layout, search.judge(
+                report.job, report.memory, usable_memory_bytes(report.job, report.context)))
         found["min_gpus"] = search.min_gpus(engine, report.job, known=known)
     warnings = tuple(dict.fromkeys((*report.warnings, *notes)))
     return attrs.evolve(report, warnings=warnings, **found)

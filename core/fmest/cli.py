@@ -178,20 +178,22 @@ def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
             print(table(["field", "origin"], r.input.origins.items(), indent="  "))
     from fmest.output.report import fit_probability
 
-    return _fit_exit(args, [r.fits for r in reports], [fit_probability(r) for r in reports])
+    return _fit_exit(args, [r.fits for r in reports], [fit_probability(r) for r in reports],
+                     [r.job.options.fit_confidence for r in reports])
 
 
-def _fit_exit(args: argparse.Namespace, fits: list, probabilities: Optional[list] = None
-              ) -> int:
+def _fit_exit(args: argparse.Namespace, fits: list, probabilities: Optional[list] = None,
+              levels: Optional[list] = None) -> int:
     """``--fail-if-no-fit``: exit 3 when a job does not fit (for schedulers); else 0. A job
     whose answer has an interval fails below ``--fit-confidence`` (default 0.9) P(fit)."""
     if not getattr(args, "fail_if_no_fit", False):
         return 0
     from fmest.estimates import DEFAULT_FIT_CONFIDENCE
 
-    level = getattr(args, "fit_confidence", None) or DEFAULT_FIT_CONFIDENCE
+    given = getattr(args, "fit_confidence", None)
     probs = probabilities or [None] * len(fits)
-    for f, p in zip(fits, probs, strict=True):
+    for i, (f, p) in enumerate(zip(fits, probs, strict=True)):
+        level = given or (levels[i] if levels and levels[i] else DEFAULT_FIT_CONFIDENCE)
         if (p is not None and p < level) or (p is None and f is False):
             shown = f" (P(fit) {p * 100:.0f} % < {level * 100:g} %)" if p is not None else ""
             print(f"fmest: the job does not fit{shown} (--fail-if-no-fit)", file=sys.stderr)

@@ -201,6 +201,9 @@ class Report:
     fits: Optional[bool] = None
     headroom_bytes: Optional[int] = None
     max_micro_batch: Optional[int] = None
+    #: the P(fit) level ``max_micro_batch`` was judged at (``options.fit_confidence``); ``None``
+    #: when the searched answers had no interval (the point estimate's verdict) or none ran
+    max_micro_batch_confidence: Optional[float] = None
     decisions: dict[str, Decision] = field(factory=dict)
     warnings: tuple[str, ...] = ()
     #: where the job's values came from (an :class:`fmest.inputs.InputReport`), when the job
@@ -209,7 +212,8 @@ class Report:
     #: the reports of the other jobs of a multi-job input (an EstimateInput with several
     #: ``job_configs``); ``all_reports`` lists every job's report in input order
     others: tuple = ()
-    #: ``memory.min_gpus``: a :class:`fmest.searches.MinGpus`, when the use case searched it
+    #: ``memory.min_gpus``: a :class:`fmest.searches.MinGpus` (the fewest GPUs, the fewest in
+    #: whole nodes, the P(fit) level used), when the use case searched it
     #: (:func:`fmest.api.estimate_jobs`); ``max_micro_batch`` likewise
     min_gpus: Any = field(default=None, eq=False, repr=False)
 

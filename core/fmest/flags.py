@@ -393,6 +393,12 @@ JOB_FLAGS: tuple[Flag, ...] = (
          metavar="NAME|PATH",
          help="learned-model bundle for --method learned/hybrid: an installed name (fmest "
               "learned-models) or a bundle directory (default: the shipped default bundle)"),
+    Flag(names=("--fit-confidence",), group=_ANSWER, path="options.fit_confidence",
+         parse=parse_probability, default=None, server_side=True,
+         help="the probability that a job fits at which it counts as fitting: the largest "
+              "micro-batch and fewest GPUs that fit, fmest plan's plans, and --fail-if-no-fit "
+              "(exit 3 below P) (default 0.9; answers without an interval: their FITS / DOES "
+              "NOT FIT)"),
 )
 
 
@@ -413,10 +419,6 @@ ESTIMATE_FLAGS: tuple[Flag, ...] = JOB_FLAGS + (
               "the GPU, phase peaks (needs fmest[plot])"),
     Flag(names=("--fail-if-no-fit",), group=OPTIONS, action="store_true", server_side=True,
          help="exit 3 when a job does not fit in GPU memory (for schedulers; default: exit 0)"),
-    Flag(names=("--fit-confidence",), group=OPTIONS, parse=parse_probability, default=None,
-         server_side=True,
-         help="with --fail-if-no-fit: exit 3 when the probability that a job fits is below P "
-              "(default 0.9; answers without an interval: their FITS / DOES NOT FIT)"),
     Flag(names=("--compare",), group=OPTIONS, metavar="KEY=V1,V2", action="append",
          server_side=True,
          help="estimate variants of the job side by side: KEY is a flag's JSON name (zero, "

@@ -15,6 +15,7 @@ import attrs
 from attrs import field, frozen
 
 from fmest.errors import InputError
+from fmest.estimates import DEFAULT_FIT_CONFIDENCE
 
 DTYPES = ("fp32", "bf16", "fp16", "fp8")
 PRECISIONS = ("auto", "pure", "amp", "master")
@@ -227,14 +228,25 @@ class Pricing:
     checkpoint_overhead_fraction: float = field(default=0.0, validator=_non_negative)
 
 
+def _open_probability(inst, attribute, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not (math.isfinite(value) and 0 < value < 1):
+        raise InputError(attribute.name, "must be a probability strictly between 0 and 1",
+                         value=value)
+
+
 @frozen(kw_only=True)
 class Options:
-    """How to answer: the policy (``method``), an MFU override, the learned model to use."""
+    """How to answer: the policy (``method``), an MFU override, the learned model to use, and
+    ``fit_confidence``: the P(fit) at which an answer counts as fitting where it has an interval
+    (the searches ``memory.max_micro_batch`` / ``memory.min_gpus``, ``fmest plan``'s
+    feasibility, ``--fail-if-no-fit``; :func:`fmest.estimates.fits_probability`)."""
 
     method: str = "theory"
     mfu: Optional[float] = field(default=None, validator=[_positive, _at_most_one])
     learned_model: Optional[str] = None
     explain: bool = False
+    fit_confidence: float = field(default=DEFAULT_FIT_CONFIDENCE, validator=_open_probability)
 
 
 MODES = ("training", "inference")

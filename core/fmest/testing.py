@@ -53,6 +53,6 @@ def run_cli(engine, argv, capsys) -> tuple[int, str, str]:
     try:
         rc = main(argv, engine=engine)
     except SystemExit as exc:  # argparse refusals
-        rc = exc.code
+        rc = exc.code if isinstance(exc.code, int) else 2
     out = capsys.readouterr()
     return rc, out.out, out.err

@@ -63,8 +63,11 @@ def _min_gpus(report: Report) -> dict[str, Any]:
     none does) and ``min_gpus_reason`` (fmest.searches; docs/plan.md)."""
     found = report.min_gpus
     if found is None:
-        return {"min_gpus": None, "min_gpus_reason": None}
-    return {"min_gpus": found.gpus, "min_gpus_reason": found.reason}
+        return {"min_gpus": None, "min_gpus_reason": None, "min_gpus_whole_nodes": None,
+                "min_nodes": None, "min_gpus_confidence": None}
+    return {"min_gpus": found.gpus, "min_gpus_reason": found.reason,
+            "min_gpus_whole_nodes": found.whole_node_gpus, "min_nodes": found.nodes,
+            "min_gpus_confidence": found.confidence}
 
 
 def report_to_dict(report: Report) -> dict[str, Any]:
@@ -105,6 +108,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             **_confidence(report),
             "verdict": verdict_word(report.fits, _confidence(report)["fits_probability"]),
             "max_micro_batch": report.max_micro_batch,
+            "max_micro_batch_confidence": report.max_micro_batch_confidence,
             **_min_gpus(report),
             "notes": list(m.notes),
             "provenance": _prov(m),
@@ -333,6 +337,7 @@ def report_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
     lines.append(f"layout   {lay.world_size} x {ctx.gpu.name} ({lay.nodes} node(s) x "
                  f"{lay.gpus_per_node}); dp {lay.dp} tp {lay.tp} pp {lay.pp} cp {lay.cp} "
                  f"ep {lay.ep}; sharding {ctx.sharding.name}")
+    weights_only = ctx.model.model_type == "weights_only"   # --params N
     m = report.memory
     if m is not None:
         lines.append("")
@@ -347,8 +352,14 @@ def report_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
         verdict = verdict_text(report.fits, _confidence(report)["fits_probability"])
         kept_free = ctx.gpu.memory_bytes - report.headroom_bytes - m.total_bytes
         margin = f" keeping {kept_free / GIB:.2f} GiB free" if kept_free > (1 << 20) else ""
-        largest = (f"; largest micro-batch that fits: {report.max_micro_batch}"
+        level = report.max_micro_batch_confidence
+        at = f" (P(fit) >= {level * 100:g} %)" if level is not None and \
+            m.provenance.interval is not None else ""
+        largest = (f"; largest micro-batch that fits{at}: {report.max_micro_batch}"
                    if report.max_micro_batch is not None else "")
+        if weights_only:   # --params N: the verdict is about weights and states alone
+            margin += " (weights, gradients and optimizer states only: activations not modelled)"
+            largest = "; largest micro-batch: not estimated (no dimensions)"
         lines.append(f"  verdict: {verdict}{margin}, headroom "
                      f"{report.headroom_bytes / GIB:+.2f} GiB{largest}")
         fewest = _min_gpus(report)
@@ -364,6 +375,10 @@ def report_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
                          f"with probability {conf['fits_probability']:.0%}, P90 headroom "
                          f"{conf['headroom_p90_bytes'] / GIB:+.2f} GiB")
     t = report.time
+    if t is None and weights_only and job.mode == "training":
+        lines.append("")
+        lines.append("Step time, throughput and cost: not estimated (a weights-only model "
+                     "has no FLOPs to time: give --hidden-size ... or a config)")
     if t is not None:
         lines.append("")
         lines.append(f"Step time ({t.provenance.basis}, {t.provenance.plugin})")

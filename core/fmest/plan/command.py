@@ -123,7 +123,9 @@ def plan_to_dict(p: Plan, rank: int) -> dict[str, Any]:
         "grad_accum_steps": p.grad_accum_steps, "checkpointing": p.checkpointing,
         "memory_bytes": p.memory_bytes, "memory_gib": p.memory_bytes / GIB,
         "gpu_memory_bytes": p.gpu_memory_bytes, "headroom_bytes": p.headroom_bytes,
-        "step_seconds": p.step_seconds, "tokens_per_second": p.tokens_per_second,
+        "fits_probability": p.fits_probability,
+        "step_seconds": p.step_seconds, "step_seconds_p10": p.step_seconds_p10,
+        "step_seconds_p90": p.step_seconds_p90, "tokens_per_second": p.tokens_per_second,
         "total_seconds": p.total_seconds,
         "total_hours": None if p.total_seconds is None else p.total_seconds / 3600,
         "usd": p.usd, "usd_per_hour": p.usd_per_hour, "provider": p.provider,
@@ -138,6 +140,7 @@ def result_to_dict(result: PlanResult, cons: Constraints | None = None) -> dict[
     """The ``--format json`` object (field names are a contract: add, never rename)."""
     out = {
         "objective": result.objective,
+        "fit_confidence": result.fit_confidence,
         "plans": [plan_to_dict(p, i + 1) for i, p in enumerate(result.plans)],
         "evaluated": result.evaluated,
         "seconds": result.seconds,
@@ -169,6 +172,7 @@ def _rows(result: PlanResult) -> list[list[str]]:
             f"{i}{'*' if p.pareto else ''}", f"{p.gpu} x{p.gpus}", p.layout, p.strategy,
             f"{p.micro_batch_size}x{p.grad_accum_steps}", p.checkpointing,
             f"{p.memory_bytes / GIB:.1f}", f"{p.headroom_bytes / GIB:.1f}",
+            "-" if p.fits_probability is None else f"{p.fits_probability * 100:.0f} %",
             f"{p.step_seconds:.2f}", f"{p.tokens_per_second:,.0f}", _duration(p.total_seconds),
             "-" if p.usd is None else f"{p.usd:,.2f}",
             "-" if p.provider is None else f"{p.provider} {p.instance}"])
@@ -176,9 +180,9 @@ def _rows(result: PlanResult) -> list[list[str]]:
 
 
 HEADER = ["#", "GPU x n", "layout", "strategy", "mb x accum", "ckpt", "GiB/GPU",
-          "headroom", "step s", "tokens/s", "total", "USD", "provider"]
+          "headroom", "P(fit)", "step s", "tokens/s", "total", "USD", "provider"]
 #: numeric columns, right-aligned
-_RIGHT = {"GiB/GPU", "headroom", "step s", "tokens/s", "total", "USD"}
+_RIGHT = {"GiB/GPU", "headroom", "P(fit)", "step s", "tokens/s", "total", "USD"}
 
 
 def plan_table(result: PlanResult, *, tty: bool | None = None) -> str:
@@ -197,7 +201,9 @@ def plan_table(result: PlanResult, *, tty: bool | None = None) -> str:
         lines.append("No configuration fits within the constraints.")
     lines.append(f"\nevaluated {result.evaluated:,} configurations in {result.seconds:.2f} s "
                  f"({result.configs_per_second:,.0f}/s); global batch "
-                 f"{result.global_batch_tokens:,} tokens; numbers of the plans: full engine")
+                 f"{result.global_batch_tokens:,} tokens; numbers of the plans: full engine; "
+                 f"a plan fits at P(fit) >= {result.fit_confidence * 100:g} % "
+                 "(--fit-confidence)")
     if result.rejected:
         lines.append("rejected: " + "; ".join(f"{reason} {n:,}"
                                                for reason, n in result.rejected.items()))
@@ -211,7 +217,8 @@ def plan_table(result: PlanResult, *, tty: bool | None = None) -> str:
 CSV_FIELDS = ("rank", "gpu", "gpus", "nodes", "layout", "strategy", "micro_batch_size",
               "grad_accum_steps", "checkpointing", "memory_bytes", "gpu_memory_bytes",
               "headroom_bytes", "step_seconds", "tokens_per_second", "total_seconds", "usd",
-              "usd_per_hour", "provider", "instance", "pareto")
+              "usd_per_hour", "provider", "instance", "pareto", "fits_probability",
+              "step_seconds_p10", "step_seconds_p90")
 
 
 def render_csv(result: PlanResult) -> str:

@@ -109,6 +109,12 @@ class Plan:
     predicted_step_seconds: float
     method: str
     pareto: bool = False
+    #: P(the job fits) from the engine's memory answer and its P10-P90 interval
+    #: (:func:`fmest.estimates.fits_probability`); ``None`` without an interval
+    fits_probability: Optional[float] = None
+    #: the step time's P10-P90 (the engine's time answer's interval); ``None`` without one
+    step_seconds_p10: Optional[float] = None
+    step_seconds_p90: Optional[float] = None
 
 
 @frozen(kw_only=True)
@@ -121,6 +127,8 @@ class PlanResult:
     total_tokens: Optional[float]
     objective: str
     warnings: tuple[str, ...] = ()
+    #: the P(fit) a plan needs (the job's ``options.fit_confidence``, ``--fit-confidence``)
+    fit_confidence: float = 0.9
 
     @property
     def configs_per_second(self) -> float:
@@ -542,13 +550,17 @@ def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
     cfg = _coefficients(arrays, opt, count, gpn, ctx)
     # model state alone (no activations) is a lower bound: what cannot fit without
     # activations is pruned before the per-layout activation probes are asked
+    # (both at the job's fit confidence: the peak's quantile there, a constant times the point
+    # for the analytic answers the plans are re-estimated with)
     cfg["act_per_token"] = np.zeros(cfg["tp"].size)
-    cfg = pruner.apply(cfg, sp.RULE["fit"], vec.memory_bytes(cfg) > opt.spec.memory_bytes)
+    cfg = pruner.apply(cfg, sp.RULE["fit"],
+                       vec.memory_bytes(cfg) * ctx["fit_factor"] > opt.spec.memory_bytes)
     if cfg["tp"].size == 0:
         return None, total
     cfg["act_per_token"] = _activation_slopes(cfg, ctx)
     cfg["memory"] = vec.memory_bytes(cfg)
-    cfg = pruner.apply(cfg, sp.RULE["fit"], cfg["memory"] > opt.spec.memory_bytes)
+    cfg = pruner.apply(cfg, sp.RULE["fit"],
+                       cfg["memory"] * ctx["fit_factor"] > opt.spec.memory_bytes)
     cfg = pruner.apply(cfg, sp.RULE["nodes"], cons.max_nodes is not None
                        and count / gpn > cons.max_nodes)
     usd_per_hour, quote = _bill(opt.quotes, count, gpn)
@@ -795,13 +807,40 @@ def _describe(job: Job) -> tuple[str, str]:
     return layout, strategy
 
 
+def fit_factor(job: Job) -> float:
+    """The peak at the job's ``options.fit_confidence`` over the point estimate, for the
+    analytic memory answer the engine gives a plan (the quantile of
+    :func:`fmest.searches.peak_quantile` over the interval of
+    :func:`fmest.uncertainty.with_interval`); 1.0 when that answer gets no interval (an
+    inference job, calibration knobs, no table)."""
+    from fmest.estimates import MemoryEstimate, Provenance
+    from fmest.searches import peak_quantile
+    from fmest.uncertainty import with_interval
+
+    unit = float(1 << 30)
+    est = with_interval("memory", job, MemoryEstimate(
+        total_bytes=int(unit), components={}, provenance=Provenance(basis="analytic")))
+    return peak_quantile(unit, est.provenance.interval, job.options.fit_confidence) / unit
+
+
 def _to_plan(engine, job: Job, predicted_mem: float, predicted_step: float) -> Optional[Plan]:
+    from fmest.engine import usable_memory_bytes
+    from fmest.estimates import fits_probability
+
     try:
         report = engine.estimate(job)
     except InputError:      # an input rule the array formulas do not know refuses the job
         return None
-    if report.memory is None or report.time is None or not report.fits:
+    if report.memory is None or report.time is None:
         return None
+    mem = report.memory
+    # feasible at the job's fit confidence: P(fit) >= it, or the point verdict without an
+    # interval (the report's own rule: fmest.output.report, --fail-if-no-fit)
+    p_fit = fits_probability(mem.total_bytes, mem.provenance.interval,
+                             usable_memory_bytes(job, report.context))
+    if not (report.fits if p_fit is None else p_fit >= job.options.fit_confidence):
+        return None
+    step_interval = report.time.provenance.interval
     layout, strategy = _describe(job)
     cost = report.cost
     lay = report.context.layout
@@ -819,7 +858,10 @@ def _to_plan(engine, job: Job, predicted_mem: float, predicted_step: float) -> O
                 provider=cost.provider if cost else None,
                 instance=cost.instance if cost else None,
                 predicted_memory_bytes=float(predicted_mem),
-                predicted_step_seconds=float(predicted_step), method=job.options.method)
+                predicted_step_seconds=float(predicted_step), method=job.options.method,
+                fits_probability=p_fit,
+                step_seconds_p10=None if step_interval is None else step_interval[0],
+                step_seconds_p90=None if step_interval is None else step_interval[1])
 
 
 def _plan_key(p: Plan, objective: str):
@@ -869,6 +911,7 @@ def evaluate_space(job: Job, cons: Constraints, *, engine=None,
                cons=cons,
                shardings=shardings, samples=gbt // job.training.seq_len, steps=steps,
                inner=_inner_axes(shardings, sp.CHECKPOINTING, sp.MICRO_BATCHES),
+               fit_factor=fit_factor(job),
                gpu_index={o.spec.name: i for i, o in enumerate(options)},
                gbt=gbt, tokens=tokens)
     rejected: dict = {}
@@ -942,4 +985,5 @@ def plan(job: Job, cons: Constraints = Constraints(), *, engine=None,
     return PlanResult(plans=tuple(plans), evaluated=evaluated, seconds=seconds,
                       rejected=dict(sorted(rejected.items(), key=lambda kv: -kv[1])),
                       global_batch_tokens=ctx["gbt"], total_tokens=ctx["tokens"],
-                      objective=cons.objective, warnings=tuple(warnings))
+                      objective=cons.objective, warnings=tuple(warnings),
+                      fit_confidence=job.options.fit_confidence)
