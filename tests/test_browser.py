@@ -4,6 +4,11 @@ Pick a preset, change the micro-batch and the GPU, then read the chart's bytes, 
 the step time from the DOM and check they equal ``POST /v1/estimate``'s answer for the same
 job; copy to configuration B, change it, check B; reload the shared URL and check the state
 comes back. A screenshot is saved under the test's tmp dir.
+
+The page shows what it assumed (the "Assumed" panel equals the answer's job), a loading state
+with a cancel button while a request runs, an error beside its field, an inference layout in
+inference mode, and no horizontal overflow at 390 and 1280 px (screenshots:
+docs/img/page-390.png, docs/img/page-1280.png).
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ def _set(driver, slot: str, field: str, value: str) -> None:
     box = driver.find_element(By.CSS_SELECTOR, f"#slot-{slot} [data-field='{field}']")
     if box.tag_name == "select":
         Select(box).select_by_value(value)
+    elif value == "":  # clear() alone fires no change event
+        box.send_keys(Keys.CONTROL, "a", Keys.NULL, Keys.BACKSPACE, Keys.TAB)
     else:
         box.clear()
         box.send_keys(value, Keys.TAB)  # the page estimates on change
@@ -107,7 +114,7 @@ def _check_equal(dom: dict, api: dict) -> None:
     assert dom["total_bytes"] == mem["total_bytes"]
     assert dom["fits"] == str(mem["fits"]).lower()
     assert dom["max_micro_batch"] == mem["max_micro_batch"]
-    assert ("DOES NOT FIT" in dom["verdict_text"]) == (not mem["fits"])
+    assert mem["verdict"] in dom["verdict_text"]
     assert f"largest micro-batch that fits: {mem['max_micro_batch']}" in dom["verdict_text"]
     assert dom["step_seconds"] == api["time"]["step_seconds"]
     assert dom["tokens_per_second"] == api["tokens"]["tokens_per_second"]
@@ -165,12 +172,195 @@ def test_page_matches_the_api(server, browser, tmp_path):
 
 
 def test_page_shows_the_field_of_a_bad_value(server, browser):
-    browser.get(server + "/?a.model=" + PRESET + "&a.tp=3")
+    """The error sits beside its input (the job path parallelism.tp maps back to --tp), names
+    the input, lists the accepted values once, and the last good answer stays."""
+    browser.get(server + "/?a.model=" + PRESET)
+    _wait_for(browser, "a", {"model": PRESET})
+    _set(browser, "a", "tp", "3")
     WebDriverWait(browser, 30).until(lambda d: d.find_elements(
         By.CSS_SELECTOR, "#slot-a .results[data-state='error']"))
     error = browser.find_element(By.CSS_SELECTOR, "#slot-a .results .error")
     assert error.get_attribute("data-field") == "parallelism.tp"
-    assert "accepted: 1, 2, 4, 8" in error.text
+    assert error.get_attribute("data-input") == "tp"
+    assert "(--tp)" in error.text and "parallelism.tp" not in error.text
+    label = browser.find_element(By.CSS_SELECTOR, "#slot-a form.knobs label.invalid")
+    assert label.find_element(By.CSS_SELECTOR, "[data-field]").get_attribute("data-field") == "tp"
+    assert label.find_element(By.CSS_SELECTOR, "[data-field]").get_attribute("aria-invalid") == "true"
+    beside = label.find_element(By.CSS_SELECTOR, ".field-error")
+    assert beside.is_displayed() and "accepted: 1, 2, 4, 8" in beside.text
+    slot_text = browser.find_element(By.ID, "slot-a").text
+    assert slot_text.count("accepted:") == 1
+    # the last good answer is kept (greyed) under the error
+    kept = browser.find_element(By.CSS_SELECTOR, "#slot-a .results .answer.stale .verdict")
+    assert kept.is_displayed()
+    # fixing the value clears the mark
+    _set(browser, "a", "tp", "")
+    _wait_for(browser, "a", {"model": PRESET})
+    assert not browser.find_elements(By.CSS_SELECTOR, "#slot-a label.invalid, #slot-a .field-error")
+
+
+def _assumed(driver, slot: str) -> dict:
+    rows = driver.find_elements(By.CSS_SELECTOR, f"#slot-{slot} details.assumed > table tbody tr")
+    return {r.get_attribute("data-path"): (r.get_attribute("data-value"),
+                                           r.get_attribute("data-origin")) for r in rows}
+
+
+def test_assumed_panel_explain_and_intervals(server, browser):
+    body = {"model": PRESET, "per_device_batch": 4, "gpu": "A100-80GB", "explain": True}
+    browser.get(f"{server}/?a.model={PRESET}&a.per_device_batch=4&a.gpu=A100-80GB&a.explain=true")
+    _wait_for(browser, "a", body)
+    api = httpx.post(server + "/v1/estimate", json=body, timeout=30).json()
+    assumed = _assumed(browser, "a")
+    job = api["job"]
+    assert assumed["training.seq_len"] == (f"{job['training']['seq_len']:,}", "default")
+    assert assumed["training.micro_batch_size"] == (f"{job['training']['micro_batch_size']:,}",
+                                                    "--per-device-batch")
+    assert assumed["training.precision"][0] == job["training"]["precision"]
+    assert assumed["training.dtype"][0] == job["training"]["dtype"]
+    assert assumed["hardware.gpu"] == (job["hardware"]["gpu"], "--gpu")
+    assert {"training.stack", "layout", "parallelism.zero_stage"} <= set(assumed)
+    stack = browser.find_element(By.CSS_SELECTOR,
+                                 "#slot-a details.assumed tr[data-path='training.stack'] td")
+    assert "pytorch" in stack.text  # the resolved stack, not "null"
+    # the verdict's probability, the P10-P90 of the peak and of the step time
+    mem = api["memory"]
+    verdict = browser.find_element(By.CSS_SELECTOR, "#slot-a .verdict")
+    assert verdict.get_attribute("data-verdict") == mem["verdict"]
+    assert float(verdict.get_attribute("data-fits-probability")) == mem["fits_probability"]
+    whisker = browser.find_element(By.CSS_SELECTOR, "#slot-a .chart g.interval")
+    assert [float(whisker.get_attribute(a)) for a in ("data-p10", "data-p90")] == \
+        mem["provenance"]["interval"]
+    ranges = browser.find_elements(By.CSS_SELECTOR, "#slot-a dd[data-metric] .range")
+    assert [float(r.get_attribute("data-p90")) for r in ranges] == [
+        mem["provenance"]["interval"][1], api["time"]["provenance"]["interval"][1]]
+    host = browser.find_element(By.CSS_SELECTOR, "#slot-a dd[data-metric='host_bytes']")
+    assert int(host.get_attribute("data-value")) == mem["host_bytes"]
+    fewest = browser.find_element(By.CSS_SELECTOR, "#slot-a dd[data-metric='min_gpus']")
+    assert mem["min_gpus_reason"] in fewest.text
+    # explain on: every quantity's rule and candidates
+    explain = browser.find_element(By.CSS_SELECTOR, "#slot-a details.explain")
+    quantities = [q.get_attribute("data-quantity")
+                  for q in explain.find_elements(By.CSS_SELECTOR, "section[data-quantity]")]
+    assert quantities == list(api["decisions"])
+    assert api["decisions"]["memory"]["rule"] in explain.text
+    # explain off: no such panel
+    browser.get(f"{server}/?a.model={PRESET}")
+    _wait_for(browser, "a", {"model": PRESET})
+    assert not browser.find_elements(By.CSS_SELECTOR, "#slot-a details.explain")
+    # the assumed value is the input's placeholder
+    seq = browser.find_element(By.CSS_SELECTOR, "#slot-a [data-field='seq_len']")
+    assert seq.get_attribute("placeholder") == str(job["training"]["seq_len"])
+    label = seq.find_element(By.XPATH, "..")
+    assert "Sequence length (tokens)" in label.text
+    assert label.get_attribute("title").startswith("--seq-len")
+
+
+# fetch held back until the test lets it go (or aborted through its signal)
+_SLOW_FETCH = """
+window.__fetch = window.__fetch || window.fetch;
+window.__release = [];
+window.fetch = (url, opts) => new Promise((resolve, reject) => {
+  const go = () => resolve(window.__fetch(url, opts));
+  window.__release.push(go);
+  if (opts && opts.signal) opts.signal.addEventListener("abort",
+    () => reject(new DOMException("aborted", "AbortError")));
+});
+"""
+
+
+def test_loading_state_cancel_and_timeout(server, browser):
+    browser.get(f"{server}/?a.model={PRESET}")
+    _wait_for(browser, "a", {"model": PRESET})
+    browser.execute_script(_SLOW_FETCH)
+    _set(browser, "a", "per_device_batch", "2")
+    WebDriverWait(browser, 10).until(lambda d: d.find_elements(
+        By.CSS_SELECTOR, "#slot-a .results[data-state='loading'] .loading"))
+    loading = browser.find_element(By.CSS_SELECTOR, "#slot-a .loading")
+    assert loading.is_displayed() and "estimating" in loading.text
+    # the elapsed seconds count up; the old answer stays, greyed
+    WebDriverWait(browser, 10).until(lambda d: float(d.find_element(
+        By.CSS_SELECTOR, "#slot-a .loading .elapsed").text.split()[0]) >= 0.5)
+    assert browser.find_element(By.CSS_SELECTOR, "#slot-a .answer.stale .verdict").is_displayed()
+    # cancel: back to the last answer, said so
+    loading.find_element(By.CSS_SELECTOR, "button.cancel").click()
+    _wait_for(browser, "a", {"model": PRESET})
+    assert "Cancelled" in browser.find_element(By.CSS_SELECTOR, "#slot-a .notice").text
+    assert not browser.find_elements(By.CSS_SELECTOR, "#slot-a .answer.stale")
+    # let the next one through: its answer replaces the old
+    browser.execute_script("window.__release = []")
+    _set(browser, "a", "per_device_batch", "3")
+    WebDriverWait(browser, 10).until(lambda d: d.execute_script("return window.__release.length"))
+    browser.execute_script("window.__release.forEach((go) => go())")
+    _wait_for(browser, "a", {"model": PRESET, "per_device_batch": 3})
+    # a 504: the server stopped the work; the last answer is kept
+    browser.execute_script("""
+      window.fetch = (url, opts) => url === "/v1/estimate" ? Promise.resolve(new Response(
+        JSON.stringify({error: {field: null, message: "over the time limit of 30 s",
+                                accepted: []}}),
+        {status: 504, headers: {"Content-Type": "application/json"}})) : window.__fetch(url, opts);
+    """)
+    _set(browser, "a", "per_device_batch", "5")
+    WebDriverWait(browser, 10).until(lambda d: d.find_elements(
+        By.CSS_SELECTOR, "#slot-a .results[data-state='error'] .error[data-status='504']"))
+    error = browser.find_element(By.CSS_SELECTOR, "#slot-a .results .error")
+    assert "server stopped the work" in error.text and "time limit" in error.text
+    assert browser.find_element(By.CSS_SELECTOR, "#slot-a .answer .verdict").is_displayed()
+    browser.execute_script("window.fetch = window.__fetch")
+
+
+def test_inference_layout(server, browser):
+    body = {"model": PRESET, "mode": "inference", "gpu": "A100-80GB"}
+    browser.get(f"{server}/?a.model={PRESET}&a.mode=inference&a.gpu=A100-80GB")
+    _wait_for(browser, "a", body)
+    api = httpx.post(server + "/v1/estimate", json=body, timeout=30).json()
+    root = browser.find_element(By.ID, "slot-a")
+    text = root.find_element(By.CSS_SELECTOR, ".results").text
+    assert "largest micro-batch" not in text and "whole run" not in text
+    metric = {m.get_attribute("data-metric"): m.get_attribute("data-value")
+              for m in root.find_elements(By.CSS_SELECTOR, "dd[data-metric]")}
+    inf = api["inference"]
+    assert float(metric["time_to_first_token_seconds"]) == inf["time_to_first_token_seconds"]
+    assert float(metric["usd"]) == inf["usd_per_million_tokens"]
+    assert int(metric["kv_cache_bytes"]) == inf["kv_cache_bytes"]
+    assert "per million generated tokens" in text
+    verdict = root.find_element(By.CSS_SELECTOR, ".verdict")
+    assert f"largest batch that fits at {inf['context']:,} tokens: {inf['max_batch']}" in verdict.text
+    assumed = _assumed(browser, "a")
+    assert assumed["inference.context"][0] == f"{inf['context']:,}"
+    assert "training.seq_len" not in assumed
+    assert root.find_element(By.CSS_SELECTOR, "details[data-group^='inference']") \
+        .get_attribute("open") is not None
+
+
+@pytest.mark.parametrize("width,height", [(390, 1500), (1280, 1500)])
+def test_no_horizontal_overflow(server, browser, width, height):
+    """At phone and laptop widths the page fits the viewport and the verdict is in view; the
+    screenshots are docs/img/page-390.png and docs/img/page-1280.png (docs/serve.md)."""
+    query = (f"a.model={PRESET}&a.per_device_batch=4&a.gpu=A100-80GB"
+             f"&b.model={PRESET}&b.mode=inference&b.gpu=A100-80GB")
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+        "width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+    try:
+        browser.get(f"{server}/?{query}")
+        _wait_for(browser, "a", {"model": PRESET, "per_device_batch": 4, "gpu": "A100-80GB"})
+        _wait_for(browser, "b", {"model": PRESET, "mode": "inference", "gpu": "A100-80GB"})
+        inner, scroll = browser.execute_script(
+            "return [window.innerWidth, document.documentElement.scrollWidth]")
+        assert inner == width
+        assert scroll <= inner
+        for slot in "ab":
+            rect = browser.execute_script(
+                "const r = document.querySelector(arguments[0]).getBoundingClientRect();"
+                "return [r.left, r.right, r.top]", f"#slot-{slot} .verdict")
+            assert 0 <= rect[0] and rect[1] <= width
+        assert browser.execute_script(
+            "return document.querySelector('#slot-a .verdict').getBoundingClientRect().top"
+        ) < height
+        shot = Path(__file__).resolve().parents[1] / "docs" / "img" / f"page-{width}.png"
+        assert browser.save_screenshot(str(shot))
+        assert shot.stat().st_size > 20_000
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 @pytest.fixture(scope="module")
