@@ -31,8 +31,9 @@ if TYPE_CHECKING:
     from fmest.job import Job
 
 QUANTITIES = ("memory", "time", "tokens", "cost")
-#: the searches a report may carry (``memory.max_micro_batch``, ``memory.min_gpus``)
-SEARCHES = ("max_micro_batch", "min_gpus")
+#: the searches a report may carry (``memory.max_micro_batch``, ``memory.min_gpus``,
+#: ``memory.to_make_it_fit``: :mod:`fmest.fit_advice`, after the other two, whose answers it reuses)
+SEARCHES = ("max_micro_batch", "min_gpus", "to_make_it_fit")
 Given = Mapping[str, Any] | argparse.Namespace
 
 
@@ -88,7 +89,8 @@ def _engine(engine: Optional["Engine"]) -> "Engine":
 def with_searches(report: "Report", engine: "Engine",
                   searches: Sequence[str] = SEARCHES) -> "Report":
     """``report`` with the searches it shows beside its memory answer (training jobs whose
-    memory was answered): the largest micro-batch and the fewest GPUs that fit."""
+    memory was answered): the largest micro-batch and the fewest GPUs that fit, and for a job
+    that does not fit the cheapest changes that make it fit (:mod:`fmest.fit_advice`)."""
     from fmest import searches as search
 
     if report.memory is None or report.job.mode != "training" or not searches:
@@ -118,7 +120,12 @@ def with_searches(report: "Report", engine: "Engine",
                 report.job, report.memory, usable_memory_bytes(report.job, report.context)))
         found["min_gpus"] = search.min_gpus(engine, report.job, known=known)
     warnings = tuple(dict.fromkeys((*report.warnings, *notes)))
-    return attrs.evolve(report, warnings=warnings, **found)
+    report = attrs.evolve(report, warnings=warnings, **found)
+    if "to_make_it_fit" in searches:
+        from fmest.fit_advice import to_make_it_fit
+
+        report = attrs.evolve(report, to_make_it_fit=to_make_it_fit(engine, report))
+    return report
 
 
 def estimate_jobs(pairs: Sequence[tuple["Job", Any]], *, engine: Optional["Engine"] = None,

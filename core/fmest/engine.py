@@ -216,6 +216,10 @@ class Report:
     #: whole nodes, the P(fit) level used), when the use case searched it
     #: (:func:`fmest.api.estimate_jobs`); ``max_micro_batch`` likewise
     min_gpus: Any = field(default=None, eq=False, repr=False)
+    #: ``memory.to_make_it_fit``: the ranked :class:`fmest.fit_advice.FitChange` list that makes
+    #: a job that does not fit fit (``[]`` when it fits; ``None`` when not computed), when the
+    #: use case searched it (:func:`fmest.api.estimate_jobs`)
+    to_make_it_fit: Any = field(default=None, eq=False, repr=False)
 
     @property
     def all_reports(self) -> tuple["Report", ...]:

@@ -70,6 +70,34 @@ def _min_gpus(report: Report) -> dict[str, Any]:
             "min_gpus_confidence": found.confidence}
 
 
+def _to_make_it_fit(report: Report) -> Optional[list[dict[str, Any]]]:
+    """``memory.to_make_it_fit``: the ranked changes that make the job fit (fmest.fit_advice;
+    ``[]`` when it fits, null when not computed)."""
+    advice = getattr(report, "to_make_it_fit", None)
+    return None if advice is None else [item.to_dict() for item in advice]
+
+
+def _fails_at_confidence(report: Report) -> bool:
+    """Whether the job does not fit at its ``options.fit_confidence`` (fmest.searches.judge's
+    rule: P(fit) below it, or the point verdict without an interval)."""
+    p = _confidence(report)["fits_probability"]
+    return report.fits is False if p is None else p < report.job.options.fit_confidence
+
+
+def _advice_line(rank: int, item: Any, gpus: int) -> str:
+    """``1. --grad-checkpoint full (62.10 GiB, step +33 %)``: one change of the table's list."""
+    parts = [f"{item.peak_bytes / GIB:.2f} GiB"]
+    if item.fits_probability is not None:
+        parts.append(f"P(fit) {item.fits_probability * 100:.0f} %")
+    if item.step_ratio is None:
+        parts.append("step time not estimated")
+    elif item.gpus != gpus:
+        parts.append(f"{item.gpus} GPUs, GPU time per token {(item.step_ratio - 1) * 100:+.0f} %")
+    else:
+        parts.append(f"step {(item.step_ratio - 1) * 100:+.0f} %")
+    return f"    {rank}. {item.change} ({', '.join(parts)})"
+
+
 def report_to_dict(report: Report) -> dict[str, Any]:
     """The ``--format json`` object. Field names are a contract: add, never rename."""
     ctx, job = report.context, report.job
@@ -110,6 +138,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "max_micro_batch": report.max_micro_batch,
             "max_micro_batch_confidence": report.max_micro_batch_confidence,
             **_min_gpus(report),
+            "to_make_it_fit": _to_make_it_fit(report),
             "notes": list(m.notes),
             "provenance": _prov(m),
             "host_bytes": m.host_bytes,
@@ -366,6 +395,14 @@ def report_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
         if report.min_gpus is not None:
             lines.append(f"  fewest GPUs that fit: {fewest['min_gpus'] or 'none'} "
                          f"({fewest['min_gpus_reason']})")
+        advice = getattr(report, "to_make_it_fit", None)
+        if advice:
+            lines.append("  to make it fit (settings first, then hardware, then what is "
+                         "trained; least slowdown first):")
+            lines.extend(_advice_line(i, item, lay.world_size)
+                         for i, item in enumerate(advice, 1))
+        elif advice == [] and _fails_at_confidence(report):
+            lines.append("  to make it fit: no single change found")
         if m.host_bytes is not None:
             lines.append(f"  host RAM per node  {_fmt_gib(m.host_bytes)} GiB")
         if m.provenance.interval:
