@@ -493,3 +493,70 @@ def test_planner_resolves_precision_as_the_engine_does(stack, sharding):
     precision = ctx.transforms.precision
     assert wire == (4.0 if precision in ("amp", "master") else 2.0)
     assert per_param == (4.0 if precision == "amp" else 2.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 26: --plot checked before the search; stale prices flagged per plan
+# ---------------------------------------------------------------------------------------------
+
+SMALL = ["plan", "--model", "meta-llama/Llama-3.2-1B", "--dataset-tokens", "1e8",
+         "--gpus", "A100-80GB", "--max-gpus", "8", "--top", "3"]
+
+
+def _no_search(monkeypatch):
+    import fmest.plan.planner as planner
+
+    def refuse(*a, **k):
+        raise AssertionError("the search ran before --plot was checked")
+    monkeypatch.setattr(planner, "plan", refuse)
+
+
+@pytest.mark.parametrize("name", ["out.jpg", "out", "folder.png"])
+def test_a_bad_plot_file_name_fails_before_the_search(engine, tmp_path, capsys, monkeypatch,
+                                                      name):
+    _no_search(monkeypatch)
+    (tmp_path / "folder.png").mkdir()
+    rc, out, err = _run(engine, SMALL + ["--plot", str(tmp_path / name)], capsys)
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert "--plot" in err and ".png, .svg, .pdf" in err
+
+
+def test_an_unwritable_plot_folder_fails_before_the_search(engine, tmp_path, capsys,
+                                                          monkeypatch):
+    _no_search(monkeypatch)
+    (tmp_path / "a-file").write_text("x")
+    rc, out, err = _run(engine, SMALL + ["--plot", str(tmp_path / "a-file" / "p.png")], capsys)
+    assert rc == 2 and out == "" and "--plot" in err
+
+
+def test_plot_pdf_is_drawn(engine, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    pdf = tmp_path / "new-folder" / "front.pdf"   # a missing folder is made
+    rc, out, err = _run(engine, SMALL + ["--plot", str(pdf)], capsys)
+    assert rc == 0, err
+    assert pdf.read_bytes()[:5] == b"%PDF-" and f"wrote {pdf}" in err
+
+
+def test_stale_prices_are_flagged_per_plan(engine, capsys, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)    # one line per row
+    monkeypatch.setenv("FMEST_PRICE_TODAY", "2030-01-01")
+    monkeypatch.setenv("FMEST_PRICE_MAX_AGE_DAYS", "1")     # every quote is old by then
+    rc, out, err = _run(engine, SMALL + ["--format", "json"], capsys)
+    assert rc == 0, err
+    plans = json.loads(out)["plans"]
+    assert plans and all(p["price_stale"] is True for p in plans if p["usd"] is not None)
+    rc, table, err = _run(engine, SMALL, capsys)
+    rows = [ln for ln in table.splitlines() if ln[:1].isdigit()]
+    assert rows and all(ln.rstrip().endswith(" !") for ln in rows)
+    assert "! priced from a STALE quote" in table
+    rc, text, err = _run(engine, SMALL + ["--format", "csv"], capsys)
+    assert {r["price_stale"] for r in csv.DictReader(io.StringIO(text))} == {"True"}
+
+    monkeypatch.setenv("FMEST_PRICE_TODAY", "2026-01-01")
+    monkeypatch.setenv("FMEST_PRICE_MAX_AGE_DAYS", "100000")   # none is
+    rc, out, err = _run(engine, SMALL + ["--format", "json"], capsys)
+    assert {p["price_stale"] for p in json.loads(out)["plans"]} == {False}
+    rc, table, err = _run(engine, SMALL, capsys)
+    assert "STALE" not in table and not any(ln.rstrip().endswith(" !")
+                                            for ln in table.splitlines())

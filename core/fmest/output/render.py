@@ -381,42 +381,86 @@ def csv_text(fields: Sequence[str], rows: Iterable[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
+def clock(seconds: float) -> str:
+    """Elapsed or remaining time of a running task: whole seconds below two minutes (``42 s``,
+    no ticking decimals), then :func:`fmest.output.units.duration` (``3.5 min``)."""
+    from fmest.output.units import duration
+
+    return f"{max(0.0, seconds):.0f} s" if seconds < 120 else duration(seconds)
+
+
+def eta_seconds(elapsed: float, done: float, total: float) -> Optional[float]:
+    """The one ETA rule of every progress display: the time left at the average rate so far
+    (``None`` before the first step or without a total)."""
+    if done <= 0 or total <= 0:
+        return None
+    return max(0.0, elapsed / done * (total - done))
+
+
+def _rich_columns():
+    """rich columns showing :func:`clock` of the elapsed time and, for a task with a total,
+    ``ETA`` by :func:`eta_seconds` (rich's own remaining-time column uses another rate; one ETA
+    shows, whatever the display)."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class Elapsed(ProgressColumn):
+        def render(self, task) -> Text:
+            return Text(clock(task.elapsed or 0.0), style="progress.elapsed")
+
+    class Eta(ProgressColumn):
+        def render(self, task) -> Text:
+            if task.total is None:
+                return Text("")
+            eta = eta_seconds(task.elapsed or 0.0, task.completed, task.total)
+            return Text("ETA " + ("-" if eta is None else clock(eta)),
+                        style="progress.remaining")
+
+    return Elapsed(), Eta()
+
+
 class Progress:
     """Progress of a long run on stderr: a rich bar on a terminal, plain lines otherwise.
 
     ``enabled=None`` shows it on a terminal only. Plain lines (a log file, CI) come at most
     one per ``min_interval_s``, the first after ``min_interval_s`` has passed, and the last
     update prints only when an earlier one did: a quick run stays quiet, a slow one is
-    followed. Use as a context manager or call :meth:`close`.
+    followed. ``timing``: plain lines end with the elapsed time and the ETA (the bar always
+    shows both). Either way the ETA is :func:`eta_seconds`, the only one shown: callers pass
+    their own counts in ``detail``, never a second ETA. Use as a context manager or call
+    :meth:`close`.
     """
 
     def __init__(self, label: str, total: int, *, enabled: Optional[bool] = None,
-                 stream: Optional[TextIO] = None, min_interval_s: float = 0.0) -> None:
+                 stream: Optional[TextIO] = None, min_interval_s: float = 0.0,
+                 timing: bool = False) -> None:
         self.label, self.total, self.done = label, max(0, int(total)), 0
         self.stream = sys.stderr if stream is None else stream
         self.tty = is_tty(self.stream)
         self.enabled = self.tty if enabled is None else bool(enabled)
         self.min_interval_s = min_interval_s
-        self._last = time.monotonic() if min_interval_s > 0 else float("-inf")
+        self.timing = timing
+        self.started = time.monotonic()
+        self._last = self.started if min_interval_s > 0 else float("-inf")
         self._printed = False
         self._bar = None
         if self.enabled and self.tty:
             from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
             from rich.progress import Progress as RichProgress
 
             self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(),
                                      MofNCompleteColumn(), TextColumn("{task.fields[detail]}"),
-                                     TimeElapsedColumn(), TimeRemainingColumn(),
+                                     *_rich_columns(),
                                      console=Console(file=self.stream), transient=False)
             self._task = self._bar.add_task(label, total=self.total or None, detail="")
             self._bar.start()
+
+    def timing_text(self, now: Optional[float] = None) -> str:
+        """``elapsed 42 s, ETA 1.5 min`` at ``now`` (default: the clock)."""
+        elapsed = (time.monotonic() if now is None else now) - self.started
+        eta = eta_seconds(elapsed, self.done, self.total)
+        return f"elapsed {clock(elapsed)}, ETA {'-' if eta is None else clock(eta)}"
 
     def update(self, done: Optional[int] = None, *, advance: int = 0, detail: str = "",
                force: bool = False) -> None:
@@ -435,7 +479,8 @@ class Progress:
             return
         self._last, self._printed = now, True
         self.stream.write(f"{self.label}: {self.done}/{self.total}"
-                          + (f" {detail}" if detail else "") + "\n")
+                          + (f" {detail}" if detail else "")
+                          + (f" ({self.timing_text(now)})" if self.timing else "") + "\n")
         self.stream.flush()
 
     def close(self) -> None:
@@ -456,14 +501,20 @@ STATUS_LOG_MIN_SECONDS = 2.0
 
 @contextlib.contextmanager
 def status(message: str, *, stream: Optional[TextIO] = None) -> Iterator[None]:
-    """A task without steps (one traced run): a spinner with ``message`` on a terminal; in a
-    log, one line ``message: N s`` when it took :data:`STATUS_LOG_MIN_SECONDS` or more."""
+    """A task without steps (one traced run): on a terminal a spinner with ``message`` and the
+    seconds elapsed (:func:`clock`, ticking), gone when the task ends; in a log, one line
+    ``message: N s`` when it took :data:`STATUS_LOG_MIN_SECONDS` or more."""
     stream = sys.stderr if stream is None else stream
     start = time.monotonic()
     if is_tty(stream):
         from rich.console import Console
+        from rich.progress import Progress as RichProgress
+        from rich.progress import SpinnerColumn, TextColumn
 
-        with Console(file=stream).status(message):
+        elapsed, _ = _rich_columns()
+        with RichProgress(SpinnerColumn(), TextColumn("{task.description}"), elapsed,
+                          console=Console(file=stream), transient=True) as spinner:
+            spinner.add_task(message, total=None)
             yield
         return
     yield

@@ -66,19 +66,25 @@ def _progress(stream: Optional[TextIO] = None) -> Callable[[int, int], None]:
     return report
 
 
-def plan_from_args(args, engine, *, job_layers=None, progress=None):
-    """(result, constraints) of the job and planning flags in ``args`` (``job_layers``: the
-    job from another source, e.g. a service body, as :func:`fmest.api.read_jobs`)."""
+def _read_job(args, job_layers=None):
+    """The one job of ``args`` (:func:`fmest.api.read_jobs`); several are an InputError."""
     from fmest.api import read_jobs
 
     pairs = read_jobs(args, job_layers=job_layers)
     if len(pairs) > 1:
         raise InputError("--input-file", f"the input holds {len(pairs)} jobs; plan one at a "
                          "time (split the EstimateInput)")
+    return pairs[0][0]
+
+
+def plan_from_args(args, engine, *, job_layers=None, progress=None):
+    """(result, constraints) of the job and planning flags in ``args`` (``job_layers``: the
+    job from another source, e.g. a service body, as :func:`fmest.api.read_jobs`)."""
+    job = _read_job(args, job_layers)
     cons = constraints_from_args(args)
     from fmest.plan.planner import plan
 
-    return plan(pairs[0][0], cons, engine=engine, progress=progress), cons
+    return plan(job, cons, engine=engine, progress=progress), cons
 
 
 def plan_output(args, engine, *, job_layers=None) -> dict[str, Any]:
@@ -94,8 +100,13 @@ def run(args, engine) -> int:
         from fmest.atomic import check_writable_dir
 
         check_writable_dir(args.export_dir, field="--export-dir")
+    plot = _check_plot(args.plot) if args.plot else False   # so does a bad --plot file name
     progress = _progress()
-    result, cons = plan_from_args(args, engine, progress=progress)
+    job = _read_job(args)
+    cons = constraints_from_args(args)
+    from fmest.plan.planner import plan
+
+    result = plan(job, cons, engine=engine, progress=progress)
     fmt = args.format
     if fmt == "json":
         print(json.dumps(result_to_dict(result, cons), indent=2, default=str))
@@ -105,8 +116,8 @@ def run(args, engine) -> int:
         print(plan_table(result))
     if args.export:
         _export(result, args, engine)
-    if args.plot:
-        _plot(result, args.plot)
+    if plot:
+        _plot(result, cons, args.plot, model=job.model)
     return 0
 
 
@@ -129,7 +140,8 @@ def plan_to_dict(p: Plan, rank: int) -> dict[str, Any]:
         "total_seconds": p.total_seconds,
         "total_hours": None if p.total_seconds is None else p.total_seconds / 3600,
         "usd": p.usd, "usd_per_hour": p.usd_per_hour, "provider": p.provider,
-        "instance": p.instance, "pareto": p.pareto, "method": p.method,
+        "instance": p.instance, "price_stale": p.price_stale, "pareto": p.pareto,
+        "method": p.method,
         "predicted": {"memory_bytes": p.predicted_memory_bytes,
                       "step_seconds": p.predicted_step_seconds},
         "job": job_to_dict(p.job),
@@ -165,6 +177,12 @@ def _duration(seconds) -> str:
     return duration(seconds)
 
 
+#: After the provider of a plan whose price quote is stale (``price_stale`` in the JSON).
+STALE_MARK = " !"
+STALE_NOTE = ("! priced from a STALE quote (observed longer ago than FMEST_PRICE_MAX_AGE_DAYS "
+              "allows; `fmest prices` lists them): check the provider's current price")
+
+
 def _rows(result: PlanResult) -> list[list[str]]:
     rows = []
     for i, p in enumerate(result.plans, 1):
@@ -175,7 +193,8 @@ def _rows(result: PlanResult) -> list[list[str]]:
             "-" if p.fits_probability is None else f"{p.fits_probability * 100:.0f} %",
             f"{p.step_seconds:.2f}", f"{p.tokens_per_second:,.0f}", _duration(p.total_seconds),
             "-" if p.usd is None else f"{p.usd:,.2f}",
-            "-" if p.provider is None else f"{p.provider} {p.instance}"])
+            "-" if p.provider is None else
+            f"{p.provider} {p.instance}{STALE_MARK if p.price_stale else ''}"])
     return rows
 
 
@@ -197,6 +216,8 @@ def plan_table(result: PlanResult, *, tty: bool | None = None) -> str:
         lines.append(table([Column(name=h, align="right" if h in _RIGHT else "left")
                             for h in HEADER], rows, tty=tty))
         lines.append("* on the cost/time Pareto front of these plans")
+        if any(p.price_stale for p in result.plans):
+            lines.append(STALE_NOTE)
     else:
         lines.append("No configuration fits within the constraints.")
     lines.append(f"\nevaluated {result.evaluated:,} configurations in {result.seconds:.2f} s "
@@ -218,7 +239,7 @@ CSV_FIELDS = ("rank", "gpu", "gpus", "nodes", "layout", "strategy", "micro_batch
               "grad_accum_steps", "checkpointing", "memory_bytes", "gpu_memory_bytes",
               "headroom_bytes", "step_seconds", "tokens_per_second", "total_seconds", "usd",
               "usd_per_hour", "provider", "instance", "pareto", "fits_probability",
-              "step_seconds_p10", "step_seconds_p90")
+              "step_seconds_p10", "step_seconds_p90", "price_stale")
 
 
 def render_csv(result: PlanResult) -> str:
@@ -270,29 +291,26 @@ def write_files(files: dict[str, str], directory: str, *, field: str) -> None:
         print(f"wrote {path}", file=sys.stderr)
 
 
-def _plot(result: PlanResult, path: str) -> None:
-    if not path.lower().endswith((".png", ".svg")):
-        raise InputError("--plot", "must name a .png or .svg file", value=path)
-    try:
-        import matplotlib
+def _check_plot(path: str) -> bool:
+    """Before the search: ``path`` must name a writable file of an image format
+    (:func:`fmest.output.plot.check_plot_path`: an InputError naming ``--plot`` and the
+    accepted formats if not). False, with a message, when matplotlib is missing: the plan is
+    still printed, the plot skipped."""
+    from fmest.output.plot import check_plot_path
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    check_plot_path(path)
+    try:
+        import matplotlib  # noqa: F401
     except ImportError:
-        print("fmest plan: --plot needs matplotlib (pip install 'fmest[plot]'); no plot "
-              "written", file=sys.stderr)
-        return
-    pts = [(p.total_seconds / 3600, p.usd, p.pareto) for p in result.plans
-           if p.usd is not None and p.total_seconds is not None]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.scatter([h for h, _, _ in pts], [c for _, c, _ in pts], label="plans", color="0.6")
-    front = sorted((h, c) for h, c, f in pts if f)
-    if front:
-        ax.plot([h for h, _ in front], [c for _, c in front], "o-", label="Pareto front")
-    ax.set_xlabel("total time (h)")
-    ax.set_ylabel("cost (USD)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+        print("fmest plan: --plot needs matplotlib (pip install 'fmest[plot]'); no plot will "
+              "be written", file=sys.stderr)
+        return False
+    return True
+
+
+def _plot(result: PlanResult, cons: Constraints, path: str, *, model: str = "") -> None:
+    """Cost against time of the plans (:func:`fmest.output.plot.write_plan_plot`)."""
+    from fmest.output.plot import write_plan_plot
+
+    write_plan_plot(result_to_dict(result, cons), path, model=model)
     print(f"wrote {path}", file=sys.stderr)

@@ -115,6 +115,9 @@ class Plan:
     #: the step time's P10-P90 (the engine's time answer's interval); ``None`` without one
     step_seconds_p10: Optional[float] = None
     step_seconds_p90: Optional[float] = None
+    #: the price quote behind ``usd`` was observed longer ago than the price table's limit
+    #: (the cost answer's ``stale``: ``FMEST_PRICE_MAX_AGE_DAYS``, ``fmest prices``)
+    price_stale: bool = False
 
 
 @frozen(kw_only=True)
@@ -857,6 +860,7 @@ def _to_plan(engine, job: Job, predicted_mem: float, predicted_step: float) -> O
                 usd=cost.usd if cost else None, usd_per_hour=cost.usd_per_hour if cost else None,
                 provider=cost.provider if cost else None,
                 instance=cost.instance if cost else None,
+                price_stale=bool(cost.stale) if cost else False,
                 predicted_memory_bytes=float(predicted_mem),
                 predicted_step_seconds=float(predicted_step), method=job.options.method,
                 fits_probability=p_fit,

@@ -512,23 +512,22 @@ def add_arguments(parser) -> None:
 
 class _Progress:
     """The sweep's progress on stderr (fmest.output.render: a bar on a terminal, one line per
-    finished configuration in a log) with the count of each status."""
+    finished configuration in a log) with the count of each status; the elapsed time and the
+    one ETA are the display's (:func:`fmest.output.render.eta_seconds`), not computed here."""
 
-    def __init__(self, total: int, skipped: int) -> None:
+    def __init__(self, total: int, skipped: int, *, stream=None) -> None:
         from fmest.output.render import Progress
 
         self.total, self.skipped, self.done = total, skipped, 0
         self.counts: dict[str, int] = {}
-        self.t0 = time.perf_counter()
-        self.bar = Progress(f"probing ({skipped} already done)", total, enabled=True)
+        self.bar = Progress(f"probing ({skipped} already done)", total, enabled=True,
+                            stream=stream, timing=True)
 
     def update(self, status: str) -> None:
         self.done += 1
         self.counts[status] = self.counts.get(status, 0) + 1
-        el = time.perf_counter() - self.t0
-        eta = el / self.done * (self.total - self.done)
         counts = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
-        self.bar.update(self.done, detail=f"{counts} {el:.0f}s eta {eta:.0f}s")
+        self.bar.update(self.done, detail=counts)
         if self.done >= self.total:
             self.bar.close()
 
