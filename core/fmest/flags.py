@@ -397,8 +397,9 @@ JOB_FLAGS: tuple[Flag, ...] = (
          parse=parse_probability, default=None, server_side=True,
          help="the probability that a job fits at which it counts as fitting: the largest "
               "micro-batch and fewest GPUs that fit, fmest plan's plans, and --fail-if-no-fit "
-              "(exit 3 below P) (default 0.9; answers without an interval: their FITS / DOES "
-              "NOT FIT)"),
+              "(exit 3 below P) (default 0.5, the point estimate's verdict, until the intervals "
+              "meet their targets: docs/benchmarks.md; answers without an interval: their FITS "
+              "/ DOES NOT FIT)"),
 )
 
 
@@ -467,9 +468,10 @@ PLAN_FLAGS: tuple[Flag, ...] = JOB_FLAGS + (
               "the exporter of 'fmest export'"),
     Flag(names=("--export-dir",), group="plan", metavar="DIR", default="fmest-plan",
          server_side=True, help="where --export writes (default ./fmest-plan)"),
-    Flag(names=("--plot",), group="plan", metavar="FILE.png|FILE.svg", server_side=True,
-         help="draw cost against time with the Pareto front (needs matplotlib: pip install "
-              "'fmest[plot]')"),
+    Flag(names=("--plot",), group="plan", metavar="FILE.png|FILE.svg|FILE.pdf",
+         server_side=True,
+         help="draw cost against time with the Pareto front, one colour per GPU type (needs "
+              "matplotlib: pip install 'fmest[plot]')"),
 )
 
 
