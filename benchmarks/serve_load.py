@@ -56,12 +56,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server() -> tuple[str, subprocess.Popen]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "fmest.serve.app:create_app", "--factory",
-         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-         "--backlog", "512"], env=dict(os.environ, HF_HUB_OFFLINE="1"))
+def start_process(argv: list[str], port: int, name: str = "the server",
+                  **popen) -> tuple[str, subprocess.Popen]:
+    """Start a server process on ``port`` (offline) and wait until its /healthz answers."""
+    proc = subprocess.Popen(argv, env=dict(os.environ, HF_HUB_OFFLINE="1"), **popen)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -71,7 +69,14 @@ def start_server() -> tuple[str, subprocess.Popen]:
         except httpx.HTTPError:
             time.sleep(0.2)
     proc.kill()
-    raise SystemExit("the server did not start within 60 s")
+    raise SystemExit(f"{name} did not start within 60 s")
+
+
+def start_server() -> tuple[str, subprocess.Popen]:
+    port = _free_port()
+    return start_process([sys.executable, "-m", "uvicorn", "fmest.serve.app:create_app",
+                          "--factory", "--host", "127.0.0.1", "--port", str(port),
+                          "--log-level", "warning", "--backlog", "512"], port)
 
 
 async def load(url: str, items: list[dict], expected: list, total: int,

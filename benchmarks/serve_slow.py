@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,9 @@ from typing import Optional
 import httpx
 
 from fmest.serve import raise_open_files_limit
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_load import _free_port, start_process  # noqa: E402  (benchmarks/serve_load.py)
 
 BODY = {"model": "meta-llama/Llama-2-7b-hf", "gpu": "A100-80GB", "per_device_batch": 2}
 HEAD = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
@@ -46,12 +48,6 @@ class Outcome:
     estimate: list[tuple[int, float]] = field(default_factory=list)
     rss_before: Optional[int] = None  # server's resident KiB
     rss_loaded: Optional[int] = None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _rss_kib(pid: int) -> Optional[int]:
@@ -74,18 +70,8 @@ def start_server(kind: str, header_timeout: float) -> tuple[str, subprocess.Pope
         argv = [sys.executable, "-m", "uvicorn", "fmest.serve.app:create_app", "--factory",
                 "--port", str(port), "--http", "h11", "--limit-concurrency", "256",
                 "--timeout-keep-alive", "5"]
-    proc = subprocess.Popen(argv, env=dict(os.environ, HF_HUB_OFFLINE="1"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return url, proc
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit(f"{kind}: the server did not start within 60 s")
+    return start_process(argv, port, kind, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
 
 
 async def slow_connection(port: int, drip: bool, until: float, outcome: Outcome) -> None:

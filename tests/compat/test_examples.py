@@ -49,20 +49,6 @@ GiB = 1024**3
 
 
 @pytest.fixture(scope="module")
-def engine():
-    from fmest.testing import new_engine
-
-    return new_engine(entrypoints=True)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FMEST_CACHE_DIR", str(tmp_path_factory.mktemp("fmest-cache")))
-        yield
-
-
-@pytest.fixture(scope="module")
 def answers(engine) -> dict:
     """``ui.core.run`` of each example config: what every other door must answer."""
     return {name: run(str(path), engine=engine) for name, path in CONFIGS.items()}

@@ -262,14 +262,7 @@ def test_unknown_model_is_an_input_error_naming_it():
     assert err.value.field == "model" and "no-such-org/no-such-model-xyz" in str(err.value)
 
 
-# -- learned_answer -----------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def engine():
-    from fmest.testing import new_engine
-
-    return new_engine(entrypoints=True)
-
-
+# -- learned_answer (the engine fixture: tests/compat/conftest.py) ------------------------------
 @pytest.fixture(autouse=True)
 def _cache(tmp_path, monkeypatch):
     """Each test its own model cache."""

@@ -62,21 +62,6 @@ GB = 1_000_000_000
 UNITS = ["B", "KiB", "MiB", "GiB", "TiB"]
 
 
-@pytest.fixture(scope="module")
-def engine():
-    from fmest.testing import new_engine
-
-    return new_engine(entrypoints=True)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache(tmp_path_factory):
-    """A lookup CSV large enough trains a model cached under $FMEST_CACHE_DIR: keep it here."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FMEST_CACHE_DIR", str(tmp_path_factory.mktemp("fmest-cache")))
-        yield
-
-
 def lookup_csv(name: str) -> str:
     """One of the original's lookup CSVs (regressor/test_data/), once the lookup port exists."""
     pytest.importorskip("fmest.compat.fm_training_estimator.lookup",

@@ -25,13 +25,6 @@ def adr_example() -> dict:
     return json.loads(re.sub(r"//[^\n]*", "", text).replace("False", "false"))
 
 
-@pytest.fixture(scope="module")
-def engine():
-    from fmest.testing import new_engine
-
-    return new_engine(entrypoints=True)
-
-
 def _bytes(size: str) -> float:
     number, unit = size.split()
     return float(number) * 1024 ** ["B", "KiB", "MiB", "GiB", "TiB"].index(unit)
