@@ -1,0 +1,1 @@
+python train_bert.py --checkpoint_dir ./experiment

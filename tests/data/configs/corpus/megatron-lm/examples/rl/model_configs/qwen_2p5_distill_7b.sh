@@ -1,0 +1,81 @@
+#!/bin/bash
+TP=${TP:-2}
+PP=${PP:-1}
+NODES_REQUIRED=${NODES_REQUIRED:-2}
+LLM="qwen2p5_distill_7b"
+echo "Using Qwen 2.5 DSR1 7B model checkpoint"
+SCRIPT_PATH="${BASH_SOURCE[0]}"
+source $(dirname $SCRIPT_PATH)/common.sh
+
+# In all cases, one can override those values.
+# However, running without envs will give you some
+# good perf out of the box for established envs.
+if true; then
+  # Some default values if config is unsupported.
+  echo "Undected environment config, using default values"
+  GRPO_CLAMP_EPS_LOWER=${GRPO_CLAMP_EPS_LOWER:-0.2}
+  GRPO_CLAMP_EPS_UPPER=${GRPO_CLAMP_EPS_UPPER:-0.2}
+  MAX_INFERENCE_BS=${MAX_INFERENCE_BS:-64}
+  GRPO_GROUP_SIZE=${GRPO_GROUP_SIZE:-8}
+  GRPO_PROMPTS_PER_STEP=${GRPO_PROMPTS_PER_STEP:-128}
+  GRPO_ITERATIONS=${GRPO_ITERATIONS:-1}
+  GRPO_KL_BETA=${GRPO_KL_BETA:-"0.0"}
+  TRAINING_BATCH_SIZE=${TRAINING_BATCH_SIZE:-1024}
+  MICRO_BATCH_SIZE=${MICRO_BATCH_SIZE:-1}
+  MAX_SEQ_LENGTH=${MAX_SEQ_LENGTH:-8192}
+  EXIT_INTERVAL=${EXIT_INTERVAL:-32}
+  CHKPT_SAVE_INTERVAL=${CHKPT_SAVE_INTERVAL:-16}
+fi
+
+ENV_DEPENDENT="\
+  --micro-batch-size $MICRO_BATCH_SIZE \
+  --global-batch-size $TRAINING_BATCH_SIZE \
+  --grpo-group-size $GRPO_GROUP_SIZE \
+  --grpo-prompts-per-step $GRPO_PROMPTS_PER_STEP \
+  --grpo-iterations $GRPO_ITERATIONS \
+  --grpo-clamp-eps-lower $GRPO_CLAMP_EPS_LOWER \
+  --grpo-clamp-eps-upper $GRPO_CLAMP_EPS_UPPER \
+  --grpo-kl-beta $GRPO_KL_BETA \
+  --langrl-env-config $ENV_CONFIG "
+
+# Original Qwen model uses a wrong padding_id token. unsloth tokenizer fixes it.
+MODEL_OPTIONS="\
+  --calculate-per-token-loss \
+  --ckpt-format torch \
+  --seq-length $MAX_SEQ_LENGTH \
+  --inference-max-seq-length $MAX_SEQ_LENGTH \
+  --inference-max-requests $MAX_INFERENCE_BS \
+  --pretrained-checkpoint $CHECKPOINT \
+  --untie-embeddings-and-output-weights \
+  --disable-bias-linear \
+  --add-qkv-bias \
+  --normalization RMSNorm \
+  --norm-epsilon 1e-6 \
+  --group-query-attention \
+  --num-query-groups 4 \
+  --no-masked-softmax-fusion \
+  --attention-softmax-in-fp32 \
+  --attention-dropout 0.0 \
+  --hidden-dropout 0.0 \
+  --weight-decay 0.0 \
+  --position-embedding-type rope \
+  --rotary-percent 1.0 \
+  --rotary-base 10000 \
+  --use-rotary-position-embeddings \
+  --swiglu \
+  --num-layers 28  \
+  --hidden-size 3584  \
+  --ffn-hidden-size 18944 \
+  --num-attention-heads 28  \
+  --max-position-embeddings 131072  \
+  --tokenizer-type HuggingFaceTokenizer \
+  --tokenizer-model "unsloth/DeepSeek-R1-Distill-Qwen-7B" \
+  --lr 0.000001 \
+  --lr-warmup-samples 0 \
+  --make-vocab-size-divisible-by 128 \
+  --clip-grad 1.0 "
+
+RUN_REQUEST_ARGS="\
+  --inference-type inplace_megatron_chat \
+  --inference-server-conversation-template "unsloth/DeepSeek-R1-Distill-Qwen-7B" \
+  $RUN_REQUEST_ARGS "
