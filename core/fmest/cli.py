@@ -124,8 +124,8 @@ def _summarised(report, args) -> Any:
     if args.format == "json" or report.job.options.explain or len(config_lines) <= 3:
         return report
     rest = tuple(w for w in report.warnings if not w.startswith("config key ignored: "))
-    note = (f"{len(config_lines)} config keys ignored (they do not change memory, time or "
-            "cost; --explain lists each with its reason)",)
+    note = (f"{len(config_lines)} config keys ignored (logging, paths, data and the like: no "
+            "effect on memory, time or cost; --explain lists each with its reason)",)
     return attrs.evolve(report, warnings=rest + note)
 
 

@@ -50,6 +50,11 @@ class UnknownNameError(InputError):
     """A name (model, GPU, optimizer, policy, ...) that no registry knows."""
 
 
+class NotTrainingError(InputError):
+    """A config file that is a recipe of another kind (evaluation, quantization, merge, export,
+    ...), refused with the key that says so (:meth:`fmest.configs._base.Sink.not_training`)."""
+
+
 class PluginError(FmestError):
     """A plugin failed to load or answered with something that breaks the hook contract."""
 

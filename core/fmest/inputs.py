@@ -42,6 +42,9 @@ class Ignored:
     reason: str
     #: ``config`` for keys of training-tool config files, ``input`` for the job input
     kind: str = "input"
+    #: ``none``: the key has no effect on the estimate (logging, paths, seeds); ``unmodelled``:
+    #: fmest does not model it although it may change memory, time or cost (always warned)
+    effect: str = "none"
 
     def __str__(self) -> str:
         return f"{self.source}: {self.key}: {self.reason}" if self.source else \
@@ -88,14 +91,17 @@ class InputReport:
 
     def warnings(self) -> tuple[str, ...]:
         """The report's warning lines (the same through every door)."""
-        lines = [f"{'config key' if i.kind == 'config' else 'input field'} ignored: {i}"
-                 for i in self.ignored]
+        lines = [f"config key not modelled (may change the answer): {i}"
+                 for i in self.ignored if i.effect == "unmodelled"]
+        lines += [f"{'config key' if i.kind == 'config' else 'input field'} ignored: {i}"
+                  for i in self.ignored if i.effect != "unmodelled"]
         lines += [f"config value unresolved: {m}" for m in self.unresolved.values()]
         return tuple(lines)
 
     def to_dict(self) -> dict:
         return {"sources": list(self.sources), "origins": dict(self.origins),
                 "ignored": [str(i) for i in self.ignored],
+                "not_modelled": [str(i) for i in self.ignored if i.effect == "unmodelled"],
                 "unresolved": list(self.unresolved.values()),
                 "files": [list(f) for f in self.files],
                 "job_index": self.job_index, "job_count": self.job_count}
@@ -234,8 +240,11 @@ def read_configs(paths: Sequence[str], force_format: Optional[str] = None
         section, _, name = path.partition(".")
         value = merge.data.get(section) if not name else (merge.data.get(section) or {}).get(name)
         values[path] = (value, origin)
-    ignored = tuple(Ignored(source="", key=key, reason=reason, kind="config") for key, reason in
-                    (e.split(": ", 1) if ": " in e else (e, "") for e in merge.ignored))
+    ignored = tuple(Ignored(source="", key=key, reason=reason, kind="config", effect=effect)
+                    for entries, effect in ((merge.not_modelled, "unmodelled"),
+                                            (merge.ignored, "none"))
+                    for key, reason in (e.split(": ", 1) if ": " in e else (e, "")
+                                        for e in entries))
     return jobs, [Layer(source="config", values=values, ignored=ignored,
                         unresolved=dict(merge.unresolved), files=tuple(merge.files),
                         batch_rules=tuple(merge.batch_rules))]

@@ -42,7 +42,9 @@ class ConfigMerge:
     ``data``: a job dict in fmest's layout (``{"model": ..., "training": {...}, ...}``), only
     the fields the files set. ``origins``: job field path -> ``"file: key.path"`` that set it
     (the last file to set it). ``ignored``: ``"file: key.path: reason"`` for every key that sets
-    nothing. ``unresolved``: job field path -> ``"file: key.path: ..."`` for DeepSpeed
+    nothing and has no effect on the estimate. ``not_modelled``: ``"file: key.path: reason"``
+    for every key read but not modelled although it may change the answer (warned in every
+    output format). ``unresolved``: job field path -> ``"file: key.path: ..."`` for DeepSpeed
     ``"auto"`` values no other file resolved (fmest's default is used). ``files``:
     ``(file, format)`` in load order, included files too. ``batch_rules``: ``(total,
     "file: key")`` of every global-batch key (DeepSpeed ``train_batch_size``, Megatron-LM
@@ -54,6 +56,7 @@ class ConfigMerge:
     data: dict = field(factory=dict)
     origins: dict = field(factory=dict)
     ignored: tuple = ()
+    not_modelled: tuple = ()
     unresolved: dict = field(factory=dict)
     files: tuple = ()
     batch_rules: tuple = ()
@@ -376,7 +379,9 @@ def load_configs(paths: list[str], force_format: str | None = None) -> ConfigMer
     for total, where in batch_rules:
         if not data_parallel(lambda p: _lookup(data, p), lambda p: "")[2]:
             unresolved[where] = unsplit_reason(total, where)
+    not_modelled = tuple(f"{s.name}: {entry}" for s in sinks for entry in s.not_modelled)
     return ConfigMerge(data=data, origins=dict(sorted(origins.items())), ignored=ignored,
+                       not_modelled=not_modelled,
                        unresolved=unresolved, files=tuple((s.name, s.format) for s in sinks),
                        batch_rules=tuple(batch_rules))
 

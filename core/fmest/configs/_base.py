@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable
 
-from fmest.errors import InputError
+from fmest.errors import InputError, NotTrainingError
 
 # Reasons shared by several formats.
 NOT_ESTIMATED = "does not change per-GPU memory, time or cost in fmest's model"
+#: The recipe kinds that are not training (:meth:`Sink.not_training`).
+NOT_TRAINING = ("evaluation", "quantization", "merge", "export", "conversion", "data preparation")
 LOGGING = "logging, saving or evaluation only; does not change training memory, time or cost"
 HYPERPARAM = "an optimisation hyperparameter; does not change memory, time or cost"
 DATA = ("fmest does not read the tool's datasets; give --dataset-tokens, --num-samples or "
@@ -37,6 +39,9 @@ class Sink:
         self.dir = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
         self.values: dict[str, tuple[Any, str]] = {}
         self.ignored: list[str] = []
+        #: keys read but not modelled that may change the answer: ``"key: reason"``, printed
+        #: as a warning in every output format (never summarised away)
+        self.not_modelled: list[str] = []
         self.autos: dict[str, list[str]] = {}
         self.includes: list[tuple[str, str, str]] = []  # (path on disk, display name, format)
         self.train_batch: list[tuple[int, str]] = []  # DeepSpeed train_batch_size, key path
@@ -60,7 +65,24 @@ class Sink:
         return self.values[field][0] if field in self.values else default
 
     def ignore(self, key: str, reason: str) -> None:
+        """A key that has no effect on the estimate (logging, paths, seeds, data files)."""
         self.ignored.append(f"{key}: {reason}")
+
+    def unmodelled(self, key: str, reason: str) -> None:
+        """A key fmest does not model although it may change memory, time or cost (GaLore,
+        DoRA, a reference model, ...): the answer is given without it and every output format
+        warns, naming the key and what is assumed instead."""
+        self.not_modelled.append(f"{key}: {reason}")
+
+    def not_training(self, key: str, kind: str, detail: str = "") -> InputError:
+        """The refusal of a recipe that is not a training run (``kind`` one of
+        :data:`NOT_TRAINING`): one line naming the key that says so. Generation and serving
+        recipes are answered as inference instead (``sink.set("mode", "inference", key)``)."""
+        more = f" ({detail})" if detail else ""
+        return NotTrainingError(f"{self.name}: {key}",
+                          f"a {kind} recipe, not training{more}: fmest estimates training runs "
+                          "and serving memory (--mode inference)",
+                          accepted=("training", "generation/serving (--mode inference)"))
 
     def auto(self, field: str, key: str) -> None:
         self.autos.setdefault(field, []).append(key)

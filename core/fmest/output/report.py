@@ -186,6 +186,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
                              "origins": {k: v for k, v in inp.origins.items()
                                          if not v.startswith("--")},
                              "ignored": [str(i) for i in inp.ignored if i.kind == "config"],
+                             # the ignored keys that may change the answer (each also a warning)
+                             "not_modelled": [str(i) for i in inp.ignored
+                                              if i.kind == "config" and i.effect == "unmodelled"],
                              "unresolved": list(inp.unresolved.values())}
     return out
 
