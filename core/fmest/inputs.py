@@ -88,6 +88,8 @@ class InputReport:
     files: tuple = ()
     job_index: int = 0
     job_count: int = 1
+    #: what fmest assumed about the layout because no source said it ("layout: ..." warnings)
+    assumed: tuple = ()
 
     def warnings(self) -> tuple[str, ...]:
         """The report's warning lines (the same through every door)."""
@@ -96,6 +98,7 @@ class InputReport:
         lines += [f"{'config key' if i.kind == 'config' else 'input field'} ignored: {i}"
                   for i in self.ignored if i.effect != "unmodelled"]
         lines += [f"config value unresolved: {m}" for m in self.unresolved.values()]
+        lines += [f"layout: {m}" for m in self.assumed]
         return tuple(lines)
 
     def to_dict(self) -> dict:
@@ -104,6 +107,7 @@ class InputReport:
                 "not_modelled": [str(i) for i in self.ignored if i.effect == "unmodelled"],
                 "unresolved": list(self.unresolved.values()),
                 "files": [list(f) for f in self.files],
+                "assumed": list(self.assumed),
                 "job_index": self.job_index, "job_count": self.job_count}
 
 
@@ -362,15 +366,47 @@ def build_job(layers: Sequence[Layer], *, job_index: int = 0, job_count: int = 1
         unresolved.update({p: m for p, m in layer.unresolved.items()
                            if p not in later and p not in rule_keys})
     unresolved.update(batch_open)
+    files = tuple(f for layer in layers for f in layer.files)
     report = InputReport(
         sources=tuple(dict.fromkeys(layer.source for layer in layers)),
         origins={p: o for p, (_v, o) in sorted(values.items())},
         ignored=tuple(dict.fromkeys([*(i for layer in layers for i in layer.ignored),
                                      *unread])),
         unresolved=unresolved,
-        files=tuple(f for layer in layers for f in layer.files),
+        files=files, assumed=layout_assumptions(job, values, bool(files)),
         job_index=job_index, job_count=job_count)
     return job, report
+
+
+def layout_assumptions(job: Job, values: dict, from_files: bool) -> tuple[str, ...]:
+    """What the answer assumes about the GPU layout because no source says it (issue 23: the
+    layout is never guessed silently): with config files and no GPU count from any file or
+    flag, the GPUs fmest takes (the model-parallel size, data-parallel 1, or the default node);
+    and a sharded strategy (ZeRO, FSDP) on one GPU, where it shards nothing."""
+    if job.mode != "training":
+        return ()
+    from fmest.job import resolve_layout
+
+    try:
+        layout = resolve_layout(job)
+    except InputError:
+        return ()   # the estimate refuses the layout itself, naming the field
+    world = layout.world_size
+    out = []
+    if from_files and not {"hardware.gpus_per_node", "parallelism.dp"} & set(values):
+        out.append(f"no config file or flag gives the GPU count: {world} GPU"
+                   f"{'s' if world > 1 else ''} assumed"
+                   + (" (the model-parallel size tp x pp x cp)" if world > 1 else "")
+                   + "; give --gpus-per-node / --nodes (or the launcher's --nproc_per_node / "
+                   "--nnodes with the file) for the real layout")
+    par = job.parallelism
+    sharded = [s for s, on in ((f"ZeRO-{par.zero_stage}", par.zero_stage > 0),
+                               (f"FSDP {par.fsdp}", par.fsdp not in ("none", "no_shard")))
+               if on]
+    if sharded and world == 1:
+        out.append(f"{' and '.join(sharded)} on 1 GPU shards nothing across GPUs (only CPU "
+                   "offload, if set, moves memory); give the GPU count the run uses")
+    return tuple(out)
 
 
 def build_jobs(job_layers: Sequence[Layer], over: Sequence[Layer] = (), *,
