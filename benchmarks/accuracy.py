@@ -3,7 +3,14 @@
 Run: ``python benchmarks/accuracy.py`` (tables), ``--json`` (one JSON object), ``--markdown``
 (the README's table), ``--rows``
 (every row), ``--unsupported`` (the rows fmest cannot express, with the missing feature: a to-do
-list), ``--fitters NAME,...`` (add fitted corrections from ``fitting.AVAILABLE``, what-if).
+list), ``--fitters NAME,...`` (add fitted corrections from ``fitting.AVAILABLE``, what-if),
+``--sealed`` (the sealed part, aggregate only: once, at the end of a model change).
+
+Sealed part: the sources listed in ``benchmarks/data/sealed_sources.json`` (drawn by
+``benchmarks/sealed.py``) are kept out of every figure above, the to-do list included; ``--sealed``
+scores them with the fitted constants fitted on all the open sources and prints aggregate lines
+only (no row, no row id, no per-source figure), alone; with ``--rows``, ``--markdown``,
+``--unsupported`` or ``--fitters`` it is refused.
 Data: ``benchmarks/data/measured.csv`` (``$FMEST_MEASURED_CSV`` overrides), mapped to jobs by
 ``benchmarks/measured.py``. Method: ``docs/benchmarks.md``.
 
@@ -56,6 +63,7 @@ if str(HERE) not in sys.path:
 
 import fitting  # noqa: E402
 import measured  # noqa: E402
+import sealed as sealed_draw  # noqa: E402  (benchmarks/sealed.py)
 
 GIB = 2**30
 FMEST = "fmest"
@@ -502,6 +510,119 @@ def analyse(results: list[dict], fitters=()) -> dict:
     return out
 
 
+# -- the sealed part ----------------------------------------------------------------------------
+SEALED_REFUSED = ("--rows", "--markdown", "--unsupported", "--fitters")
+
+
+def split_sealed(items: list[dict], sealed: set[str]) -> tuple[list[dict], list[dict]]:
+    """(open, sealed): rows or results whose ``source`` is not / is in ``sealed``."""
+    return ([r for r in items if r["source"] not in sealed],
+            [r for r in items if r["source"] in sealed])
+
+
+def sealed_header(sealed_rows: list[dict]) -> str:
+    """The one line every open figure carries."""
+    n = len({r["source"] for r in sealed_rows})
+    return (f"sealed: {n} sources, {len(sealed_rows)} rows kept out; --sealed prints their "
+            "aggregate")
+
+
+def fit_and_apply(train: list[fitting.Scored], test: list[fitting.Scored],
+                  fitters) -> dict[str, float]:
+    """Predictions for ``test`` with every fitter fitted on ``train`` (the open sources)."""
+    fitted = [(f, f.fit([i for i in train if fitting._applies(f, i)])) for f in fitters]
+    return {i.id: fitting._apply(fitted, i, i.predicted) for i in test}
+
+
+def _aggregate(items: list[dict], errors: dict[str, float], unanswered=None) -> dict:
+    """:func:`summary` without anything that names a row."""
+    s = summary(items, errors, unanswered)
+    return {k: v for k, v in s.items() if k not in ("worst_id", "worst_pct")}
+
+
+def sealed_aggregate(open_results: list[dict], sealed_results: list[dict], fitters) -> dict:
+    """Aggregate figures of the sealed rows: per quantity fmest's and the baselines' summaries
+    (no row ids), the OOM/boundary checks, and per-stack counts without errors."""
+    out: dict = {"sources": len({r["source"] for r in sealed_results}),
+                 "rows": len(sealed_results)}
+    for quantity, bases in (("memory", MEMORY_BASELINES), ("throughput", THROUGHPUT_BASELINES)):
+        mine = [r for r in sealed_results if r["kind"] == quantity]
+        scored = [r for r in mine if r["status"] == "scored"]
+        train = [to_scored(r, quantity) for r in open_results
+                 if r["kind"] == quantity and r["status"] == "scored"]
+        preds = fit_and_apply(train, [to_scored(r, quantity) for r in scored], fitters)
+        err = {r["id"]: pct_error(r["row"], preds[r["id"]], r["measured"]) for r in scored}
+        unanswered = sum(r["status"] in ("unsupported", "failed") for r in mine)
+        q: dict = {"fmest": _aggregate(scored, err, unanswered), "baselines": {}}
+        for b in bases:
+            e = {r["id"]: pct_error(r["row"], r["baselines"][b], r["measured"])
+                 for r in scored if r["baselines"].get(b)}
+            q["baselines"][b] = _aggregate(scored, e)
+        q["loses_to"] = [b for b, v in q["baselines"].items()
+                         if v["median_abs_pct"] is not None
+                         and q["fmest"]["median_abs_pct"] is not None
+                         and v["median_abs_pct"] < q["fmest"]["median_abs_pct"]]
+        q["suspect"] = sum(r["status"] == "suspect" for r in mine)
+        out[quantity] = q
+    checks = {}
+    for status in ("oom-check", "boundary-check"):
+        these = [r for r in sealed_results if r["status"] == status]
+        checks[status.split("-")[0]] = {"rows": len(these),
+                                        "passed": sum(bool(r["passed"]) for r in these)}
+    out["memory"]["checks"] = checks
+    per_stack: dict[str, dict] = {}
+    for r in sealed_results:
+        e = per_stack.setdefault(r["stack"], {"sources": set(), "memory": 0, "throughput": 0,
+                                              "checks": 0, "unanswered": 0, "other": 0})
+        e["sources"].add(r["source"])
+        if r["status"] == "scored" and r["kind"] in ("memory", "throughput"):
+            e[r["kind"]] += 1
+        elif r["status"] in ("oom-check", "boundary-check"):
+            e["checks"] += 1
+        elif r["status"] in ("unsupported", "failed"):
+            e["unanswered"] += 1
+        else:
+            e["other"] += 1
+    out["per_stack"] = {st: {**e, "sources": len(e["sources"])}
+                        for st, e in sorted(per_stack.items())}
+    return out
+
+
+def print_sealed(agg: dict) -> None:
+    """The aggregate lines of ``--sealed`` (nothing that names a row or a source)."""
+    print(f"fmest on the SEALED part: {agg['sources']} sources, {agg['rows']} rows of "
+          "benchmarks/data/measured.csv (aggregate only; fitted constants fitted on the open "
+          "sources; run once, at the end of a model change)")
+    for quantity, unit in (("memory", "per-GPU peak, GiB"),
+                           ("throughput", "tokens/s, TFLOP/s, MFU or step time")):
+        q = agg[quantity]
+        print(f"\n== SEALED {quantity.upper()} ({unit}) ==")
+        print(f"  {'':44s} {'rows':>5s} {'unans':>5s} {'median|e|':>10s} {'p90|e|':>8s} "
+              f"{'<=10%':>6s} {'src-wtd med':>11s}")
+        for label, s in [("fmest", q["fmest"])] + [(f"baseline {b} (same rows)", v)
+                                                   for b, v in q["baselines"].items()]:
+            within = "-" if s["within10_share"] is None else f"{s['within10_share'] * 100:5.0f}%"
+            unans = "-" if s.get("unanswered") is None else str(s["unanswered"])
+            print(f"  {label:44s} {s['rows']:5d} {unans:>5s} "
+                  f"{_fmt(s['median_abs_pct'], '9.1f')} {_fmt(s['p90_abs_pct'], '7.1f')} "
+                  f"{within:>6s} {_fmt(s['source_weighted_median_abs_pct'], '10.1f')}")
+        if q["loses_to"]:
+            print(f"  fmest LOSES to {', '.join(q['loses_to'])} on the sealed rows")
+        if quantity == "memory":
+            c = q["checks"]
+            print(f"  checks: oom rows predicted above capacity {c['oom']['passed']}/"
+                  f"{c['oom']['rows']}; boundary rows predicted within capacity "
+                  f"{c['boundary']['passed']}/{c['boundary']['rows']}")
+        if q["suspect"]:
+            print(f"  suspect rows kept out of the medians: {q['suspect']}")
+    print("\n  per stack (counts only)")
+    print(f"    {'stack':20s} {'sources':>7s} {'memory':>7s} {'thruput':>7s} {'checks':>7s} "
+          f"{'unans':>6s} {'other':>6s}")
+    for st, e in agg["per_stack"].items():
+        print(f"    {st[:20]:20s} {e['sources']:7d} {e['memory']:7d} {e['throughput']:7d} "
+              f"{e['checks']:7d} {e['unanswered']:6d} {e['other']:6d}")
+
+
 # -- printing ----------------------------------------------------------------------------------
 def _fmt(value, spec="5.1f", suffix="%"):
     return "-" if value is None else f"{value:{spec}}{suffix}"
@@ -537,9 +658,11 @@ def print_breakdown(title: str, table: dict, bases) -> None:
 
 
 def print_report(results: list[dict], analysis: dict, seconds: float, rows_total: int,
-                 sources_total: int, show_rows: bool) -> None:
+                 sources_total: int, show_rows: bool, sealed_line: str = "") -> None:
     print(f"fmest accuracy on the evidence set: {rows_total} rows from {sources_total} sources "
           f"(benchmarks/data/measured.csv); error = fmest / measured - 1")
+    if sealed_line:
+        print(sealed_line)
     if show_rows:
         print(f"\n{'id':60s} {'stack':13s} {'unit':24s} {'measured':>10s} {'fmest':>10s} "
               f"{'error':>8s}  status")
@@ -579,8 +702,10 @@ def print_report(results: list[dict], analysis: dict, seconds: float, rows_total
     print(f"run time: {seconds:.1f} s")
 
 
-def unsupported_report(results: list[dict]) -> None:
+def unsupported_report(results: list[dict], sealed_line: str = "") -> None:
     """The to-do list: missing features with their row counts, then every row."""
+    if sealed_line:
+        print(sealed_line)
     rows = [r for r in results if r["status"] in ("unsupported", "failed", "not-scored")]
     reasons: dict[str, list[str]] = {}
     for r in rows:
@@ -594,8 +719,11 @@ def unsupported_report(results: list[dict]) -> None:
         print(f"{r['id']:70s} {r['status']:12s} {r['reason']}")
 
 
-def json_report(analysis: dict, rows_total: int, sources_total: int, seconds: float) -> dict:
-    out = {"rows": rows_total, "sources": sources_total, "seconds": round(seconds, 1)}
+def json_report(analysis: dict, rows_total: int, sources_total: int, seconds: float,
+                sealed: Optional[dict] = None) -> dict:
+    """``rows``/``sources``: the open part; ``sealed``: the sources and rows kept out."""
+    out = {"rows": rows_total, "sources": sources_total, "seconds": round(seconds, 1),
+           "sealed": sealed or {"sources": 0, "rows": 0}}
     for quantity in ("memory", "throughput"):
         q = analysis[quantity]
         out[quantity] = {k: q[k] for k in ("in_sample", "loso", "unseen", "baselines",
@@ -605,10 +733,14 @@ def json_report(analysis: dict, rows_total: int, sources_total: int, seconds: fl
     return out
 
 
-def markdown_summary(analysis: dict, rows_total: int, sources_total: int) -> str:
+def markdown_summary(analysis: dict, rows_total: int, sources_total: int,
+                     sealed: Optional[dict] = None) -> str:
     """The README's accuracy table (LOSO figures), for ``--markdown``."""
+    kept = "" if not sealed or not sealed["sources"] else (
+        f"; {sealed['rows']} rows from {sealed['sources']} more sources are sealed "
+        "(`benchmarks/data/sealed_sources.json`, scored in aggregate only)")
     lines = [f"Leave-one-source-out on {rows_total} published rows from {sources_total} sources "
-             f"(`benchmarks/data/measured.csv`), measured {time.strftime('%Y-%m-%d')}:",
+             f"(`benchmarks/data/measured.csv`), measured {time.strftime('%Y-%m-%d')}{kept}:",
              "",
              "| | rows answered (unanswered) | median abs. error | p90 | within 10 % | "
              "source-weighted median | unseen sources: median | best naive baseline: median |",
@@ -647,12 +779,33 @@ def main(argv=None) -> int:
     ap.add_argument("--fitters", default="",
                     help="comma-separated fitters to refit per fold: "
                          + ", ".join(fitting.AVAILABLE))
+    ap.add_argument("--sealed", action="store_true",
+                    help="score the sealed sources, aggregate only (once per model change)")
     args = ap.parse_args(argv)
+    if args.sealed:
+        given = [f for f, on in zip(SEALED_REFUSED, (args.rows, args.markdown, args.unsupported,
+                                                     bool(args.fitters)), strict=True) if on]
+        if given:
+            ap.error(f"--sealed prints aggregate lines only, with the default fitters; it "
+                     f"cannot be combined with {', '.join(given)} (accepted with --sealed: "
+                     "--json)")
     started = time.time()
-    rows = measured.load_rows()
+    all_rows = measured.load_rows()
+    sealed = set(sealed_draw.load())
+    rows, sealed_rows = split_sealed(all_rows, sealed)
+    sealed_line = sealed_header(sealed_rows)
+    sealed_info = {"sources": len({r["source"] for r in sealed_rows}), "rows": len(sealed_rows)}
     results = evaluate(rows, progress=True)
+    if args.sealed:
+        agg = sealed_aggregate(results, evaluate(sealed_rows, progress=True),
+                               list(fitting.FITTERS))
+        if args.json:
+            print(json.dumps(agg))
+        else:
+            print_sealed(agg)
+        return 0
     if args.unsupported:
-        unsupported_report(results)
+        unsupported_report(results, sealed_line)
         return 0
     fitters = list(fitting.FITTERS)
     for name in filter(None, args.fitters.split(",")):
@@ -663,14 +816,13 @@ def main(argv=None) -> int:
     seconds = time.time() - started
     sources = len({r["source"] for r in rows})
     if args.json:
-        print(json.dumps(json_report(analysis, len(rows), sources, seconds)))
+        print(json.dumps(json_report(analysis, len(rows), sources, seconds, sealed_info)))
         return 0
     if args.markdown:
-        print(markdown_summary(analysis, len(rows), sources))
+        print(markdown_summary(analysis, len(rows), sources, sealed_info))
         return 0
-    print_report(results, analysis, seconds, len(rows), sources, args.rows)
+    print_report(results, analysis, seconds, len(rows), sources, args.rows, sealed_line)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -35,7 +35,6 @@ import argparse
 import datetime as _dt
 import json
 import math
-import random
 import sys
 from pathlib import Path
 from typing import Callable, Optional
@@ -45,13 +44,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accuracy  # noqa: E402
 import fitting  # noqa: E402
 import measured  # noqa: E402
+import sealed as sealed_draw  # noqa: E402  (benchmarks/sealed.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "core" / "fmest" / "data" / "uncertainty.json"
-SEALED_FILE = Path(__file__).resolve().parent / "data" / "sealed_sources.json"
-#: The sealed draw: whole sources, random, recorded (the brief: "random with a recorded seed").
-SEED = 20261126
-SEALED_SHARE = 0.2
+SEALED_FILE = sealed_draw.SEALED_FILE
+#: The sealed draw: whole sources, random, recorded (the brief: "random with a recorded seed");
+#: the rule and its check live in ``benchmarks/sealed.py``.
+SEED = sealed_draw.SEED
+SEALED_SHARE = sealed_draw.SHARE
 #: Fewest sources and rows for a group of its own; below, the quantiles of all rows.
 MIN_SOURCES = 5
 MIN_ROWS = 20
@@ -65,19 +66,13 @@ TARGET_COVERAGE = 0.80
 
 
 def sealed_sources(all_sources: list[str]) -> list[str]:
-    """The sealed sources: read from :data:`SEALED_FILE`, drawn once when it does not exist."""
-    if SEALED_FILE.exists():
-        return json.loads(SEALED_FILE.read_text())["sources"]
-    pool = sorted(s for s in all_sources if not s.startswith("dev") and s)
-    k = max(1, round(SEALED_SHARE * len(pool)))
-    chosen = sorted(random.Random(SEED).sample(pool, k))
-    SEALED_FILE.write_text(json.dumps({
-        "about": "Sources kept out of fmest's uncertainty table and of every figure but "
-                 "`python benchmarks/uncertainty.py --sealed` (aggregate only, once per model "
-                 "change). Drawn once from the non-development sources.",
-        "seed": SEED, "share": SEALED_SHARE, "drawn": _dt.date.today().isoformat(),
-        "sources": chosen}, indent=2) + "\n")
-    return chosen
+    """The sealed sources: read from :data:`SEALED_FILE`; drawn by ``benchmarks/sealed.py``'s
+    rule (whole sources per stack, :data:`SEED`) and recorded when it does not exist."""
+    if not SEALED_FILE.exists():
+        rows = [r for r in measured.load_rows() if r["source"] in set(all_sources)]
+        sealed_draw.write(sealed_draw.draw(sealed_draw.source_stacks(rows), sealed_draw.development_sources(rows)),
+                     SEALED_FILE)
+    return sealed_draw.load(SEALED_FILE)
 
 
 def _weighted_quantiles(values: list[float], groups: list[str],
@@ -212,12 +207,29 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     rows = measured.load_rows()
-    results = accuracy.evaluate(rows, progress=True)
-    analysis = accuracy.analyse(results, list(fitting.FITTERS))
     sealed = set(sealed_sources(sorted({r["source"] for r in rows})))
-    res = residuals(results, analysis)
-    open_res = {q: [e for e in v if e["source"] not in sealed] for q, v in res.items()}
-    sealed_res = {q: [e for e in v if e["source"] in sealed] for q, v in res.items()}
+    # the sealed sources are never evaluated unless asked for, and never fitted on
+    results = accuracy.evaluate([r for r in rows if args.sealed or r["source"] not in sealed],
+                                progress=True)
+    fitters = list(fitting.FITTERS)
+    open_results = [r for r in results if r["source"] not in sealed]
+    analysis = accuracy.analyse(open_results, fitters)
+    open_res = residuals(open_results, analysis)
+    sealed_res: dict = {"memory": [], "time": []}
+    if args.sealed:   # scored with the fitters fitted on the open sources only
+        sealed_results = [r for r in results if r["source"] in sealed]
+        errors: dict = {}
+        for quantity in ("memory", "throughput"):
+            train = [accuracy.to_scored(r, quantity) for r in open_results
+                     if r["kind"] == quantity and r["status"] == "scored"]
+            scored = [r for r in sealed_results
+                      if r["kind"] == quantity and r["status"] == "scored"]
+            preds = accuracy.fit_and_apply(train, [accuracy.to_scored(r, quantity)
+                                                   for r in scored], fitters)
+            errors[quantity] = {"errors_loso": {
+                r["id"]: accuracy.pct_error(r["row"], preds[r["id"]], r["measured"])
+                for r in scored}}
+        sealed_res = residuals(sealed_results, errors)
     tails = {q: choose_tail(v) for q, v in open_res.items()}
     tables = {q: table(v, tail=tails[q]) for q, v in open_res.items()}
     report: dict = {"tables": tables, "tails": tails, "sealed_sources": len(sealed)}
