@@ -165,11 +165,12 @@ def _fetch_with_deadline(model_id: str, revision: str,
     return box.get("data"), box.get("err")
 
 
-def resolve_model(name_or_path: str, *, hub: bool = True, timeout_s: float = 3.0,
+def resolve_model(name_or_path: str, *, hub: bool = True, timeout_s: Optional[float] = None,
                   presets=None) -> ModelSpec:
     """Preset first, then a local path, then the alias table (fine-tunes -> their base preset,
-    with a warning), then the Hub (its local cache only when ``HF_HUB_OFFLINE`` is set;
-    ``hub=False`` skips it).
+    with a warning), then the Hub (:mod:`fmest.models.hub`: its cache only when
+    ``HF_HUB_OFFLINE``/``FMEST_OFFLINE`` is set; ``hub=False`` skips it; ``timeout_s`` None means
+    ``FMEST_HUB_TIMEOUT``).
 
     ``presets`` is the registry to look names up in (``find(name) -> loader``,
     ``all_keys()``): the engine passes its model registry, so presets registered by any plugin
@@ -204,12 +205,15 @@ def resolve_model(name_or_path: str, *, hub: bool = True, timeout_s: float = 3.0
 
     near = near_models(s, presets.all_keys())
     if hub and _looks_like_hub_id(s):
-        try:
-            return spec_from_hub(s, timeout_s=timeout_s)
-        except InputError as e:
-            reason = str(e).split(": ", 1)[-1].rsplit(" (got ", 1)[0]
-            raise UnknownNameError(field="model", message=f"not a preset or local path; {reason}",
-                                   value=s, accepted=near) from None
+        cached = _from_hf_cache(s, "main")  # huggingface_hub's own cache, no network
+        if cached is not None:
+            return spec_from_hf_config(_read_config(cached, "model"), name=s,
+                                       source=f"Hugging Face Hub cache {cached}")
+        # fmest's Hub lookup: its cache, else one GET (size cap, FMEST_HUB_TIMEOUT, per-id
+        # lock, HF_HUB_OFFLINE/FMEST_OFFLINE); failures are UnknownNameError with ``near``
+        from fmest.models.hub import hub_spec
+
+        return hub_spec(s, near=near, timeout=timeout_s)
     why = "no preset, local file or folder by that name" + (
         "" if near else "; fmest models lists the presets")
     raise UnknownNameError(field="model", message=why, value=s, accepted=near)
