@@ -29,7 +29,8 @@ SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2",
     "gemma3_text", "gemma3", "phi3", "granite", "granitemoe", "falcon", "gpt2", "bloom", "opt",
     "deepseek_v2", "deepseek_v3", "mpt", "gpt_bigcode", "qwen3_moe", "phi", "gpt_neox",
-    "stablelm", "gpt_oss", *ENCODER_DECODER_TYPES, *VISION_TYPES,
+    "stablelm", "gpt_oss", "olmo2", "smollm3", "llama4_text", *ENCODER_DECODER_TYPES,
+    *VISION_TYPES,
 )
 
 _MISSING = object()
@@ -37,7 +38,7 @@ _MISSING = object()
 # per model_type default of tie_word_embeddings (transformers' config classes)
 _TIE_DEFAULT = {
     "gemma": True, "gemma2": True, "gemma3_text": True, "falcon": True, "gpt2": True,
-    "bloom": True, "opt": True, "mpt": True, "gpt_bigcode": True,
+    "bloom": True, "opt": True, "mpt": True, "gpt_bigcode": True, "smollm3": True,
 }
 
 
@@ -362,6 +363,125 @@ def _gpt_oss(c: _Cfg, b: _Builder) -> dict:
                 dropout=_dropout(c, *_LLAMA_DROPOUT_KEYS))
 
 
+# --------------------------------------------------------------------------- newer decoders
+
+def _olmo2(c: _Cfg, b: _Builder) -> dict:
+    """OLMo 2 (transformers ``Olmo2ForCausalLM``, models/olmo2/modeling_olmo2.py in 5.x):
+    Llama projections (``attention_bias``) and SwiGLU MLP, RMSNorm ``q_norm`` over all query
+    heads (heads x head_dim) and ``k_norm`` over all key heads (kv_heads x head_dim), and the
+    "reordered" norms: ``post_attention_layernorm`` and ``post_feedforward_layernorm`` on each
+    block's output, no input norm; untied head by default (``Olmo2Config``)."""
+    h, L, nh, nkv, hd, inter, V = _decoder_dims(c)
+    tie = c.bool("tie_word_embeddings", False)
+    ab = c.bool("attention_bias", False)
+    b.attention(h, nh, nkv, hd, L, qkv_bias=ab, o_bias=ab)
+    b.gated_mlp(h, inter, L)
+    b.norms_embed_head(h, L, 2 * h + (nh + nkv) * hd, V, tie)
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
+                head_dim=hd, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
+                dropout=_dropout(c, *_LLAMA_DROPOUT_KEYS))
+
+
+def _smollm3(c: _Cfg, b: _Builder) -> dict:
+    """SmolLM3 (transformers ``SmolLM3ForCausalLM``): Llama's parameters exactly (q/k/v/o with
+    ``attention_bias``, SwiGLU with ``mlp_bias``, two RMSNorms per block, tied embeddings by
+    default). Its NoPE layers (``no_rope_layers``: 0 = no rotary embedding, every 4th layer by
+    default) change no parameter. When ``use_sliding_window`` and ``sliding_window`` are set,
+    the layers ``layer_types`` marks ``sliding_attention`` (by default the NoPE ones,
+    ``SmolLM3Config.__post_init__``) attend within the window."""
+    h, L, nh, nkv, hd, inter, V = _decoder_dims(c)
+    tie = c.bool("tie_word_embeddings", True)
+    ab = c.bool("attention_bias", False)
+    b.attention(h, nh, nkv, hd, L, qkv_bias=ab, o_bias=ab)
+    b.gated_mlp(h, inter, L, bias=c.bool("mlp_bias", False))
+    b.norms_embed_head(h, L, 2 * h, V, tie)
+    sw = c.get("sliding_window", default=None) if c.bool("use_sliding_window", False) else None
+    n_sliding = 0
+    if sw:
+        types = c.get("layer_types", default=None)
+        if isinstance(types, list) and types:
+            n_sliding = sum(1 for t in types[:L] if t == "sliding_attention")
+        else:
+            nope = _layer_flags(c, "no_rope_layers", "no_rope_layer_interval", L)
+            n_sliding = sum(1 for f in nope if not f)
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
+                head_dim=hd, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
+                sliding_window=int(sw) if sw and n_sliding else None,
+                sliding_window_layers=n_sliding if sw and n_sliding else None,
+                dropout=_dropout(c, *_LLAMA_DROPOUT_KEYS))
+
+
+def _layer_flags(c: _Cfg, key: str, interval_key: str, L: int) -> list[int]:
+    """``no_rope_layers`` of SmolLM3/Llama 4 (1 = the layer applies RoPE): the config's list,
+    else transformers' default, RoPE everywhere but every ``interval``-th layer
+    (``int((i + 1) % interval != 0)``)."""
+    flags = c.get(key, default=None)
+    if isinstance(flags, list) and flags:
+        if len(flags) < L:
+            raise InputError(f"model.config.{key}", f"needs one entry per layer ({L})",
+                             value=len(flags))
+        return [1 if f else 0 for f in flags[:L]]
+    interval = c.int(interval_key, default=4)
+    if interval < 1:
+        raise InputError(f"model.config.{interval_key}", "must be at least 1", value=interval)
+    return [int((i + 1) % interval != 0) for i in range(L)]
+
+
+def _llama4_text(c: _Cfg, b: _Builder) -> dict:
+    """Llama 4's language model (transformers ``Llama4ForCausalLM`` over ``Llama4TextConfig``,
+    models/llama4/modeling_llama4.py in 5.x). Layer ``i`` is MoE when it is in ``moe_layers``,
+    by default ``range(interleave_moe_layer_step - 1, L, interleave_moe_layer_step)``: a
+    ``router`` linear (hidden -> ``num_local_experts``, no bias), ``num_local_experts`` SwiGLU
+    experts of width ``intermediate_size`` (fused ``gate_up_proj``/``down_proj`` parameters,
+    top-``num_experts_per_tok`` routing, 1 in Scout and Maverick) and one shared expert
+    (``shared_expert.gate_proj/up_proj/down_proj``) of the same width; the other layers are a
+    dense SwiGLU of width ``intermediate_size_mlp``. q/k/v/o with ``head_dim`` (128 when the
+    key is absent, ``Llama4TextConfig``); the qk norm is a parameter-free L2 norm. Layers that
+    apply RoPE (``no_rope_layers`` entry 1; 3 of every 4 by default) attend within chunks of
+    ``attention_chunk_size`` tokens: modelled as a sliding window of that size on those layers
+    (the KV cache a chunked layer keeps is at most one chunk; a query attends to at most one
+    chunk, on average half of one, so attention FLOPs are an upper bound beyond one chunk)."""
+    h, L, nh, nkv, _, inter, V = _decoder_dims(c, head_dim_key=False)
+    hd = c.int("head_dim", default=128)
+    dense_inter = c.int("intermediate_size_mlp", default=16384)
+    E = c.int("num_local_experts", default=16)
+    k = c.int("num_experts_per_tok", default=1)
+    tie = c.bool("tie_word_embeddings", False)
+    ab = c.bool("attention_bias", False)
+    moe_layers = c.get("moe_layers", default=None)
+    if isinstance(moe_layers, list):
+        moe = {int(i) for i in moe_layers if isinstance(i, int) and 0 <= i < L}
+    else:
+        step = c.int("interleave_moe_layer_step", default=1)
+        if step < 1:
+            raise InputError("model.config.interleave_moe_layer_step", "must be at least 1",
+                             value=step)
+        moe = set(range(step - 1, L, step))
+    n_moe = len(moe) if E > 0 else 0
+    b.attention(h, nh, nkv, hd, L, qkv_bias=ab, o_bias=ab)
+    b.gated_mlp(h, dense_inter, L - n_moe)
+    b.lin("router", h, E, layers=n_moe, kind="router")
+    b.lin("gate_up_proj", h, 2 * inter, layers=n_moe, copies=E, active=k, kind="expert")
+    b.lin("down_proj", inter, h, layers=n_moe, copies=E, active=k, kind="expert")
+    b.gated_mlp(h, inter, n_moe, kind="shared_expert")
+    b.norms_embed_head(h, L, 2 * h, V, tie)
+    chunk = c.get("attention_chunk_size", default=8192)
+    rope = _layer_flags(c, "no_rope_layers", "no_rope_layer_interval", L)
+    types = c.get("layer_types", default=None)
+    if isinstance(types, list) and types:
+        n_chunked = sum(1 for t in types[:L] if t == "chunked_attention")
+    else:
+        n_chunked = sum(rope) if chunk else 0
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
+                head_dim=hd, intermediate_size=dense_inter if n_moe < L else inter,
+                vocab_size=V, tie_word_embeddings=tie, num_experts=E if n_moe else 0,
+                experts_per_token=k if n_moe else 0, moe_intermediate_size=inter,
+                num_moe_layers=n_moe,
+                sliding_window=int(chunk) if chunk and n_chunked else None,
+                sliding_window_layers=n_chunked if chunk and n_chunked else None,
+                dropout=_dropout(c, *_LLAMA_DROPOUT_KEYS))
+
+
 # --------------------------------------------------------------------------- older decoders
 
 def _falcon(c: _Cfg, b: _Builder, warnings: list[str]) -> dict:
@@ -651,6 +771,9 @@ _BUILDERS = {
     "phi": (lambda mt, c, b, w: _phi(c, b), 2048),
     "gpt_neox": (lambda mt, c, b, w: _gpt_neox(c, b), 2048),
     "stablelm": (lambda mt, c, b, w: _stablelm(c, b), 4096),
+    "olmo2": (lambda mt, c, b, w: _olmo2(c, b), 2048),
+    "smollm3": (lambda mt, c, b, w: _smollm3(c, b), 32768),
+    "llama4_text": (lambda mt, c, b, w: _llama4_text(c, b), 4096 * 32),
     "t5": (lambda mt, c, b, w: t5_inventory(c, b), 512),
     "mt5": (lambda mt, c, b, w: t5_inventory(c, b), 1024),
     "bart": (lambda mt, c, b, w: bart_inventory(c, b), 1024),
