@@ -217,3 +217,20 @@ class ModelSpec:
             return [lin for lin in self.linears if lin.kind != "head" and lin.kind != "router"]
         return [lin for lin in self.linears
                 if lin.name in tset or any(lin.name.endswith("." + t) for t in tset)]
+
+
+def sliding_layers(model: ModelSpec) -> int:
+    """Layers that attend only within ``sliding_window`` tokens: ``sliding_window_layers`` when
+    the builder set it (Llama 4's chunked layers, SmolLM3), 5 of 6 for Gemma 3
+    (``sliding_window_pattern``), every other one for Gemma 2, else all layers (Mistral-style
+    configs). Shared by the KV-cache and the attention-FLOP formulas."""
+    if not model.sliding_window:
+        return 0
+    if model.sliding_window_layers is not None:
+        return model.sliding_window_layers
+    pattern = (model.hf_config or {}).get("sliding_window_pattern")
+    if model.model_type == "gemma2":
+        return model.num_layers // 2
+    if pattern:
+        return model.num_layers - model.num_layers // int(pattern)
+    return model.num_layers

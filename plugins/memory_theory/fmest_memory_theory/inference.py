@@ -153,18 +153,11 @@ def kv_bytes_per_token_per_layer(model: ModelSpec, kv_bytes: float, *, tp: int =
 
 
 def sliding_layers(model: ModelSpec) -> int:
-    """Layers that attend only within ``sliding_window`` tokens: all layers for Mistral-style
-    configs, 5 of 6 for Gemma 3 (``sliding_window_pattern``), every other one for Gemma 2."""
-    if not model.sliding_window:
-        return 0
-    if model.sliding_window_layers is not None:
-        return model.sliding_window_layers
-    pattern = (model.hf_config or {}).get("sliding_window_pattern")
-    if model.model_type == "gemma2":
-        return model.num_layers // 2
-    if pattern:
-        return model.num_layers - model.num_layers // int(pattern)
-    return model.num_layers
+    """Layers that attend only within ``sliding_window`` tokens
+    (:func:`fmest.models.spec.sliding_layers`, shared with the time model)."""
+    from fmest.models.spec import sliding_layers as rule
+
+    return rule(model)
 
 
 def paged_tokens(tokens: int, block_tokens: int) -> int:

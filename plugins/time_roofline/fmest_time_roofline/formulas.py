@@ -302,11 +302,20 @@ def attention_context_tokens(seq_len: int, *, causal: bool = True,
 def attention_forward_flops_per_token(model, seq_len: int, *, causal: bool = True) -> float:
     """Forward FLOPs of the attention core (Q K^T and A V) per token over all layers:
     ``2 * heads * (d_qk + d_v) * context`` per layer (Narayanan et al. 2021, arXiv:2104.04473,
-    eq. 2 term ``s/(6h)``; Chinchilla, Hoffmann et al. 2022, Table 4), with the causal half."""
+    eq. 2 term ``s/(6h)``; Chinchilla, Hoffmann et al. 2022, Table 4), with the causal half.
+    A sliding window bounds the context of the layers that use it only
+    (:func:`fmest.models.spec.sliding_layers`: 5 of 6 in Gemma 3, half in Gemma 2, Llama 4's
+    chunked layers); the others attend over the whole sequence."""
+    from fmest.models.spec import sliding_layers
+
     d_qk = model.qk_head_dim or model.head_dim
     d_v = model.v_head_dim or model.head_dim
-    ctx = attention_context_tokens(seq_len, causal=causal, sliding_window=model.sliding_window)
-    return 2.0 * model.num_attention_heads * (d_qk + d_v) * ctx * model.num_layers
+    full = attention_context_tokens(seq_len, causal=causal)
+    windowed = attention_context_tokens(seq_len, causal=causal,
+                                        sliding_window=model.sliding_window)
+    n_sw = min(sliding_layers(model), model.num_layers)
+    ctx_layers = full * (model.num_layers - n_sw) + windowed * n_sw
+    return 2.0 * model.num_attention_heads * (d_qk + d_v) * ctx_layers
 
 
 def lora_adapter_forward_flops_per_token(modules, rank: int) -> float:

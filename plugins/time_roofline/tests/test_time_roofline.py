@@ -377,3 +377,18 @@ def test_expert_parallel_ranks_update_only_their_experts(engine):
     with_ep = _time(engine, job).time.breakdown["optimizer_step"]
     without = _time(engine, no_ep).time.breakdown["optimizer_step"]
     assert with_ep < 0.5 * without
+
+
+def test_sliding_window_bounds_only_the_windowed_layers():
+    """Gemma 3 windows 5 of every 6 layers (sliding_window_pattern 6): the attention FLOPs are
+    the full-context layers at the whole sequence plus the windowed ones at the window, not
+    every layer at the window."""
+    spec = new_engine().resolve_model(job_from_dict({"model": "google/gemma-3-1b-pt"}))
+    seq, window, layers = 32768, spec.sliding_window, spec.num_layers
+    n_sw = layers - layers // 6
+    per_layer = 2.0 * spec.num_attention_heads * 2 * spec.head_dim
+    full = F.attention_context_tokens(seq)
+    windowed = F.attention_context_tokens(seq, sliding_window=window)
+    assert windowed < full
+    expected = per_layer * (full * (layers - n_sw) + windowed * n_sw)
+    assert F.attention_forward_flops_per_token(spec, seq) == pytest.approx(expected)
