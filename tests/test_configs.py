@@ -70,7 +70,8 @@ def test_every_key_is_mapped_or_reported(path):
     merge = load_configs([str(path)])
     doc = parse_text(str(path), path.read_text())
     own = re.escape(str(path))
-    text = "\n".join([*merge.origins.values(), *merge.ignored, *merge.unresolved.values()])
+    text = "\n".join([*merge.origins.values(), *merge.ignored, *merge.not_modelled,
+                      *merge.unresolved.values()])
     said = []
     for hit in re.finditer(own + r": ([^:()\n]+)", text):
         said += [k.strip() for part in hit.group(1).split(", ") for k in part.split("+")]
@@ -102,7 +103,10 @@ def test_training_args_mapping():
 def test_training_args_loads_the_deepspeed_file_it_names_and_resolves_its_autos():
     m = load_configs([_d("training-args", "with_deepspeed.json")])
     assert [f for _, f in m.files] == ["training-args", "deepspeed"]
-    assert m.data["parallelism"] == {"zero_stage": 3, "cpu_offload": "optimizer"}
+    assert m.data["parallelism"] == {"zero_stage": 3, "cpu_offload": "optimizer",
+                                     "zero3_max_live_params": 1000000000,
+                                     "zero_contiguous_gradients": True,
+                                     "zero_overlap_comm": True}
     assert m.data["training"]["micro_batch_size"] == 2
     assert m.data["training"]["precision"] == "master"  # DeepSpeed owns the precision policy
     assert m.origins["training.precision"].endswith("ds_zero3_auto.json: bf16.enabled")
@@ -118,11 +122,15 @@ def test_training_args_missing_deepspeed_file_is_reported(tmp_path):
 
 def test_deepspeed_mapping_and_batch_arithmetic_derives_dp():
     m = load_configs([_d("deepspeed", "ds_zero2_offload.json")])
-    assert m.data["parallelism"] == {"zero_stage": 2, "cpu_offload": "optimizer", "dp": 8}
+    assert m.data["parallelism"] == {"zero_stage": 2, "cpu_offload": "optimizer", "dp": 8,
+                                     "zero_contiguous_gradients": True,
+                                     "zero_overlap_comm": True,
+                                     "zero_reduce_bucket_elems": 500000000}
     assert m.data["training"] == {"micro_batch_size": 4, "grad_accum_steps": 2, "dtype": "bf16",
                                   "precision": "master", "stack": "deepspeed"}
     assert "train_batch_size" in m.origins["parallelism.dp"]
-    assert any("reduce_bucket_size" in i and "no field" in i for i in m.ignored)
+    assert m.origins["parallelism.zero_reduce_bucket_elems"].endswith(
+        "zero_optimization.reduce_bucket_size")
     assert any("offload_optimizer.device: nvme" in i for i in m.ignored)
 
 

@@ -317,7 +317,10 @@ def test_fuzz_estimate_input(doc):
 
 
 # -- every config format ------------------------------------------------------------------------
-CONFIG_FILES = sorted(p for p in CONFIGS.rglob("*") if p.suffix in (".json", ".yaml", ".yml"))
+#: the hand-made examples per format (the real-file corpus has its own test,
+#: tests/test_config_corpus.py)
+CONFIG_FILES = sorted(p for p in CONFIGS.rglob("*") if p.suffix in (".json", ".yaml", ".yml")
+                      and "corpus" not in p.relative_to(CONFIGS).parts)
 
 
 def _load(path: Path):
@@ -334,7 +337,8 @@ def config_cases(draw):
 @pytest.fixture(scope="module")
 def config_tree():
     with tempfile.TemporaryDirectory() as tmp:
-        shutil.copytree(CONFIGS, Path(tmp) / "configs")
+        shutil.copytree(CONFIGS, Path(tmp) / "configs", ignore=lambda d, names: (
+            ["corpus"] if Path(d) == CONFIGS else []))
         yield Path(tmp) / "configs"
 
 

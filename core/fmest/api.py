@@ -139,11 +139,25 @@ def estimate_jobs(pairs: Sequence[tuple["Job", Any]], *, engine: Optional["Engin
     for job, origin in pairs:
         if method is not None:
             job = job.evolve(options={"method": method})
-        result = with_searches(eng.estimate(job, quantities=tuple(quantities)), eng, searches)
+        try:
+            result = with_searches(eng.estimate(job, quantities=tuple(quantities)), eng,
+                                   searches)
+        except InputError as exc:
+            raise _named_by_origin(exc, origin) from None
         extra = origin.warnings() if origin is not None else ()
         reports.append(attrs.evolve(result, input=origin, warnings=result.warnings + extra))
     first = reports[0]
     return attrs.evolve(first, others=tuple(reports[1:])) if len(reports) > 1 else first
+
+
+def _named_by_origin(exc: InputError, origin: Any) -> InputError:
+    """A refusal of a job field that a config file set, named by the file and key it came from
+    (``"axolotl.yml: base_model (-> model)"``), as the input door names the values it checks
+    itself; flags and fmest's own job fields keep their names."""
+    where = (getattr(origin, "origins", None) or {}).get(exc.field)
+    if not where or where.startswith("--") or f"(-> {exc.field})" in exc.field:
+        return exc
+    return exc.at(f"{where} (-> {exc.field})")
 
 
 def estimate_output(given: Given, engine: Optional["Engine"] = None, *,

@@ -98,7 +98,10 @@ def json_field(field: str) -> str:
     ``seq_len``, the name the service's body takes); ``-f/--input-file`` is ``input``."""
     if field == "--input-file":
         return "input"
-    return field[2:].replace("-", "_") if field.startswith("--") else field
+    if not field.startswith("--"):
+        return field
+    flag, sep, rest = field.partition(" ")   # "--zero (-> parallelism.zero_stage)": the flag only
+    return flag[2:].replace("-", "_") + sep + rest
 
 
 def error_object(exc: BaseException) -> dict:

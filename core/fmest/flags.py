@@ -54,6 +54,17 @@ def parse_count(text: str) -> float:
             f"expected a number such as 2e10 or 300M, got {text!r}") from None
 
 
+def parse_count_int(text: str) -> int:
+    """A whole number >= 0 (``5e8`` allowed): DeepSpeed's element counts."""
+    try:
+        v = float(parse_count(text))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if v < 0 or not v.is_integer():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(v)
+
+
 def parse_positive_int(text: str) -> int:
     try:
         v = float(parse_count(text))
@@ -155,9 +166,9 @@ class Flag:
 
 
 def _bool(*names: str, group: str, help: str, path: Optional[str] = None,
-          to_job: Optional[Callable[[Any], Any]] = None) -> Flag:
+          to_job: Optional[Callable[[Any], Any]] = None, server_side: bool = False) -> Flag:
     return Flag(names=names, group=group, help=help, path=path, parse=parse_bool, nargs="?",
-                to_job=to_job)
+                to_job=to_job, server_side=server_side)
 
 
 # -- the table ---------------------------------------------------------------------------------
@@ -173,6 +184,7 @@ _INFER = "inference (--mode inference; docs/inference.md)"
 _VLM = "vision-language and encoder-decoder models (docs/models.md)"
 _DIMS = "raw model dimensions (instead of --model; docs/models.md)"
 _CAL = "calibration knobs (docs/inference.md)"
+_LLMEST = "LLM/VLM GPU Memory Estimator flags, mapped onto fmest's (docs/compat.md)"
 _ANSWER = "answer"
 #: the command's own options (argparse's default group)
 OPTIONS = "options"
@@ -188,11 +200,13 @@ JOB_FLAGS: tuple[Flag, ...] = (
     Flag(names=("--config",), group=_INPUT, metavar="FILE", server_side=True, action="append",
          help="a training tool's config (TrainingArguments, DeepSpeed, accelerate, axolotl, "
               "torchtune, LLaMA-Factory, EstimateInput, torchtitan TOML, Megatron-LM arguments "
-              "/ Megatron-Bridge / NeMo YAML); repeatable, later files win, flags win over "
-              "files"),
+              "/ Megatron-Bridge / NeMo YAML, LitGPT, TRL / alignment-handbook recipes, ms-swift "
+              "and OpenRLHF command lines, shell launch scripts; docs/configs/README.md); "
+              "repeatable, later files win, flags win over files"),
     Flag(names=("--config-format",), group=_INPUT, metavar="NAME", server_side=True,
          help="skip detection: training-args, deepspeed, accelerate, axolotl, torchtune, "
-              "llama-factory, fm-training-estimator, torchtitan, megatron"),
+              "llama-factory, fm-training-estimator, torchtitan, megatron, litgpt, trl, "
+              "launch-script, ms-swift, openrlhf"),
     # training
     Flag(names=("--dtype",), group=_TRAIN, choices=("fp32", "bf16", "fp16", "fp8", "int8", "nf4"),
          help="compute dtype; int8/nf4 = quantized base weights (QLoRA training with bf16 "
@@ -286,6 +300,22 @@ JOB_FLAGS: tuple[Flag, ...] = (
     _bool("--distributed-optimizer", group=_PAR, path="parallelism.distributed_optimizer",
           help="Megatron distributed optimizer (optimizer states sharded over DP, overlapped "
                "grad reduce-scatter / param all-gather)"),
+    Flag(names=("--zero-reduce-bucket",), group=_PAR,
+         path="parallelism.zero_reduce_bucket_elems", parse=parse_count_int, metavar="ELEMS",
+         help="DeepSpeed zero_optimization.reduce_bucket_size in elements (default 5e8)"),
+    _bool("--zero-overlap-comm", group=_PAR, path="parallelism.zero_overlap_comm",
+          help="DeepSpeed zero_optimization.overlap_comm (default: true at stage 3, else "
+               "false)"),
+    _bool("--zero-contiguous-gradients", group=_PAR,
+          path="parallelism.zero_contiguous_gradients",
+          help="DeepSpeed zero_optimization.contiguous_gradients (default true)"),
+    Flag(names=("--zero3-prefetch-bucket",), group=_PAR,
+         path="parallelism.zero3_prefetch_bucket_elems", parse=parse_count_int,
+         metavar="ELEMS",
+         help="DeepSpeed stage3_prefetch_bucket_size in elements (default 5e7)"),
+    Flag(names=("--zero3-max-live-params",), group=_PAR,
+         path="parallelism.zero3_max_live_params", parse=parse_count_int, metavar="ELEMS",
+         help="DeepSpeed stage3_max_live_parameters in elements (default 1e9)"),
     Flag(names=("--hsdp-shard-size",), group=_PAR, path="parallelism.hsdp_shard_size",
          parse=parse_positive_int,
          help="shard group size for hybrid_shard (default: GPUs per node)"),
@@ -382,6 +412,46 @@ JOB_FLAGS: tuple[Flag, ...] = (
          parse=float, help="add GiB of other memory"),
     Flag(names=("--safety-margin",), group=_CAL, path="calibration.safety_margin", parse=float,
          help="share of GPU memory the fits verdict keeps free (0-1)"),
+    Flag(names=("--logits-factor",), group=_CAL, path="calibration.logits_factor",
+         parse=float, help="multiply the logits and loss memory (default 1)"),
+    Flag(names=("--cuda-libs-gib",), group=_CAL, path="calibration.cuda_context_gib",
+         parse=float, metavar="GIB",
+         help="CUDA context and libraries in GiB, instead of fmest's device term"),
+    # the LLM/VLM GPU Memory Estimator's flags (MiaoDX/llm_vlm_memory_estimator @61cdbab,
+    # llm_memory_estimator/cli.py), each mapped onto fmest's fields by LLMEST_READERS
+    Flag(names=("--attn-act-factor-fa",), group=_LLMEST, parse=float, metavar="F",
+         help="its attention activation factor with FlashAttention (0.8): scales activations"),
+    Flag(names=("--attn-act-factor-no-fa",), group=_LLMEST, parse=float, metavar="F",
+         help="its attention activation factor without FlashAttention (4.0)"),
+    Flag(names=("--mlp-act-factor",), group=_LLMEST, parse=float, metavar="F",
+         help="its MLP activation factor (6.0)"),
+    Flag(names=("--grad-ckpt-reduction",), group=_LLMEST, parse=float, metavar="F",
+         help="its share of activations kept under checkpointing (0.35)"),
+    Flag(names=("--deepspeed-overhead-gib",), group=_LLMEST, parse=float, metavar="GIB",
+         help="added to --misc-overhead-gib (fmest counts DeepSpeed's buffers itself)"),
+    _bool("--dp-offload-optimizer", "--cpu-offload-optimizer", group=_LLMEST,
+          help="same as --cpu-offload optimizer"),
+    Flag(names=("--optimizer-bits",), group=_LLMEST, parse=int, choices=(8, 32),
+         help="8: 8-bit AdamW states (adamw_8bit); 32: the optimizer as given"),
+    _bool("--master-weights", group=_LLMEST,
+          help="false: --precision pure (no fp32 copy); true: fmest's default keeps one"),
+    _bool("--kv-cache", group=_LLMEST,
+          help="training with use_cache: not modelled (a warning); serving: --mode inference"),
+    _bool("--is-seq2seq", group=_LLMEST,
+          help="fmest reads encoder-decoder structure from the model's config (a warning)"),
+    _bool("--use-vision", group=_LLMEST,
+          help="fmest counts a VLM's vision tower from the model's config (a warning)"),
+    Flag(names=("--vision-hidden",), group=_LLMEST, parse=parse_positive_int, metavar="N",
+         help="its vision-tower size: fmest reads the model's config instead (a warning)"),
+    Flag(names=("--vision-layers",), group=_LLMEST, parse=parse_positive_int, metavar="N",
+         help="as --vision-hidden"),
+    Flag(names=("--vision-image-size",), group=_LLMEST, parse=parse_positive_int, metavar="N",
+         help="as --vision-hidden"),
+    Flag(names=("--vision-patch",), group=_LLMEST, parse=parse_positive_int, metavar="N",
+         help="as --vision-hidden"),
+    Flag(names=("--lora-params-override",), group=_LLMEST, parse=parse_positive_int,
+         metavar="N", help="LoRA parameter count: fmest counts it from the target modules (a "
+                           "warning)"),
     # answer
     Flag(names=("--method",), group=_ANSWER, path="options.method",
          metavar="theory|traced|learned|hybrid", help="policy that chooses among plugin answers"),
@@ -420,6 +490,18 @@ ESTIMATE_FLAGS: tuple[Flag, ...] = JOB_FLAGS + (
               "the GPU, phase peaks (needs fmest[plot])"),
     Flag(names=("--fail-if-no-fit",), group=OPTIONS, action="store_true", server_side=True,
          help="exit 3 when a job does not fit in GPU memory (for schedulers; default: exit 0)"),
+    _bool("--probe", group=_LLMEST, server_side=True,
+          help="also run the job for real on --probe-device and print what it measured (needs "
+               "fmest-torch-runner); same as fmest probe for one job"),
+    Flag(names=("--probe-steps",), group=_LLMEST, parse=parse_positive_int, metavar="N",
+         server_side=True, help="with --probe: optimizer steps timed after the warm-up"),
+    Flag(names=("--probe-warmup", "--warmup-steps"), group=_LLMEST, parse=parse_count_int,
+         metavar="N", server_side=True, help="with --probe: warm-up steps before timing"),
+    Flag(names=("--probe-device",), group=_LLMEST, metavar="cuda|cuda:N|cpu|fake",
+         server_side=True, help="with --probe: where the steps run (default cuda)"),
+    Flag(names=("--probe-device-id",), group=_LLMEST, parse=parse_count_int, metavar="N",
+         server_side=True, help="with --probe: the GPU index (cuda:N)"),
+    _bool("--estimate-only", group=_LLMEST, server_side=True, help="skip --probe (the estimate alone)"),
     Flag(names=("--compare",), group=OPTIONS, metavar="KEY=V1,V2", action="append",
          server_side=True,
          help="estimate variants of the job side by side: KEY is a flag's JSON name (zero, "
@@ -547,12 +629,108 @@ def _dimensions_reader(v: Mapping[str, Any], put: Put) -> None:
             put("model", f"params-{params:g}", "--params")
 
 
+#: The LLM/VLM GPU Memory Estimator's activation model and defaults (MiaoDX/
+#: llm_vlm_memory_estimator @61cdbab: core/config.py defaults; components/activations.py:
+#: attention and MLP activations = B x L x H x factor x layers x bytes each;
+#: optimizations/builtin: FlashAttention multiplies the attention term by 0.2, checkpointing
+#: both terms by grad_ckpt_reduction). fmest keeps its own activation model and scales it by
+#: the ratio the given factors make in that formula (docs/compat.md).
+LLMEST_DEFAULTS = {"attn_act_factor_fa": 0.8, "attn_act_factor_no_fa": 4.0,
+                   "mlp_act_factor": 6.0, "grad_ckpt_reduction": 0.35}
+LLMEST_FLASH_EFFECT = 0.2
+_LLMEST_ACT = tuple(LLMEST_DEFAULTS)
+Note = Callable[[str, str], None]
+
+
+def _flag_name(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _llmest_activation_reader(v: Mapping[str, Any], put: Put, note: Note) -> None:
+    given = [k for k in _LLMEST_ACT if v.get(k) is not None]
+    if not given:
+        return
+    for k in given:
+        bad = v[k] < 0 or (k == "grad_ckpt_reduction" and not 0 < v[k] <= 1)
+        if bad or not math.isfinite(v[k]):
+            raise InputError(_flag_name(k), "must be in (0, 1]" if k == "grad_ckpt_reduction"
+                             else "must be a finite number >= 0", value=v[k])
+    flash = bool(v.get("flashattn")) or v.get("attn") == "flash"
+    gc = CHECKPOINTING.get(str(v.get("grad_checkpoint") or "none").strip().lower(), "none")
+    attn_key = "attn_act_factor_fa" if flash else "attn_act_factor_no_fa"
+
+    def share(values: Mapping[str, Any]) -> float:
+        attn = values[attn_key] * (LLMEST_FLASH_EFFECT if flash else 1.0)
+        kept = values["grad_ckpt_reduction"] if gc != "none" else 1.0
+        return (attn + values["mlp_act_factor"]) * kept
+
+    theirs = {k: (v[k] if v.get(k) is not None else d) for k, d in LLMEST_DEFAULTS.items()}
+    base = share(LLMEST_DEFAULTS)
+    factor = share(theirs) / base * float(v.get("activation_factor") or 1.0)
+    used = [k for k in given if not (k == "grad_ckpt_reduction" and gc == "none")
+            and not (k.startswith("attn_act_factor") and k != attn_key)]
+    for k in given:
+        if k not in used:
+            note(_flag_name(k), "has no effect here: " + (
+                "no activation checkpointing (--grad-checkpoint)" if k == "grad_ckpt_reduction"
+                else f"attention is {'flash' if flash else 'not flash'}"))
+    if used:
+        origin = " + ".join(_flag_name(k) for k in used)
+        if v.get("activation_factor") is not None:
+            origin += " x --activation-factor"
+        put("calibration.activation_factor", factor, origin)
+
+
+def _llmest_reader(v: Mapping[str, Any], put: Put, note: Note) -> None:
+    """The estimator's other flags: each sets the fmest field of the same meaning, or is named
+    in a warning saying what fmest does instead."""
+    extra = v.get("deepspeed_overhead_gib")
+    if extra is not None:
+        if not (math.isfinite(extra) and extra >= 0):
+            raise InputError("--deepspeed-overhead-gib", "must be a number of GiB >= 0",
+                             value=extra)
+        total = extra + float(v.get("misc_overhead_gib") or 0.0)
+        origin = "--deepspeed-overhead-gib" + (" + --misc-overhead-gib"
+                                               if v.get("misc_overhead_gib") else "")
+        put("calibration.misc_overhead_gib", total, origin)
+    if v.get("dp_offload_optimizer"):
+        put("parallelism.cpu_offload", "optimizer", "--dp-offload-optimizer")
+    if v.get("optimizer_bits") == 8:
+        opt = str(v.get("optimizer") or "adamw").strip().lower()
+        if opt not in ("adamw", "adam", "adamw_torch"):
+            raise InputError("--optimizer-bits", "8 bits is 8-bit AdamW; give it with "
+                             "--optimizer adamw (or --optimizer NAME for another 8-bit one)",
+                             value=8, accepted=("adamw",))
+        put("training.optimizer", "adamw_8bit", "--optimizer-bits")
+    if v.get("master_weights") is False:
+        put("training.precision", "pure", "--master-weights")
+    for dest, what in (
+            ("kv_cache", "a KV cache during training (use_cache) is not modelled; fmest counts "
+                         "the KV cache of serving with --mode inference"),
+            ("is_seq2seq", "fmest reads encoder-decoder structure from the model's config "
+                           "(model_type), not from this flag"),
+            ("use_vision", "fmest counts a VLM's vision tower from the model's config "
+                           "(vision_config); a text-only model gets none")):
+        if v.get(dest):
+            note(_flag_name(dest), what)
+    for dest in ("vision_hidden", "vision_layers", "vision_image_size", "vision_patch"):
+        if v.get(dest) is not None:
+            note(_flag_name(dest), "fmest sizes the vision tower from the model's config "
+                 "(vision_config), not from this flag")
+    if v.get("lora_params_override") is not None:
+        note("--lora-params-override", "fmest counts LoRA parameters from the model's target "
+             "modules (--lora-target-modules, --lora-rank); the override is not used")
+
+
 #: Flags whose meaning depends on other flags, read in this order after the single-field rows
 #: (``--dtype int8`` after ``--technique``, so the quantized base wins, as it always did).
 PRE_READERS: tuple[Callable[[Mapping[str, Any], Put], None], ...] = (
     _technique_reader, _checkpoint_reader, _flashattn_reader)
 COMPOSITE_READERS: tuple[Callable[[Mapping[str, Any], Put], None], ...] = (
     _mode_reader, _dtype_reader, _dimensions_reader)
+#: Readers of other tools' flags that may also name a flag fmest does not use (a warning).
+LLMEST_READERS: tuple[Callable[[Mapping[str, Any], Put, Note], None], ...] = (
+    _llmest_activation_reader, _llmest_reader)
 
 
 def read_flags(given: Mapping[str, Any] | argparse.Namespace,
@@ -583,7 +761,17 @@ def read_flags(given: Mapping[str, Any] | argparse.Namespace,
         put(flag.path, flag.to_job(value) if flag.to_job else value, flag.name)
     for reader in COMPOSITE_READERS:
         reader(values, put)
-    return Layer(source="flags", values=out)
+    notes: list = []
+
+    def note(flag: str, reason: str) -> None:
+        from fmest.inputs import Ignored
+
+        notes.append(Ignored(source="", key=flag, reason=reason, kind="flag",
+                             effect="unmodelled"))
+
+    for noting in LLMEST_READERS:
+        noting(values, put, note)
+    return Layer(source="flags", values=out, ignored=tuple(notes))
 
 
 # -- the command line -------------------------------------------------------------------------

@@ -40,7 +40,8 @@ class Ignored:
     source: str
     key: str
     reason: str
-    #: ``config`` for keys of training-tool config files, ``input`` for the job input
+    #: ``config`` for keys of training-tool config files, ``input`` for the job input,
+    #: ``flag`` for command-line flags fmest accepts but does not use (other tools' flags)
     kind: str = "input"
     #: ``none``: the key has no effect on the estimate (logging, paths, seeds); ``unmodelled``:
     #: fmest does not model it although it may change memory, time or cost (always warned)
@@ -93,8 +94,8 @@ class InputReport:
 
     def warnings(self) -> tuple[str, ...]:
         """The report's warning lines (the same through every door)."""
-        lines = [f"config key not modelled (may change the answer): {i}"
-                 for i in self.ignored if i.effect == "unmodelled"]
+        lines = [f"{'flag' if i.kind == 'flag' else 'config key'} not modelled (may change "
+                 f"the answer): {i}" for i in self.ignored if i.effect == "unmodelled"]
         lines += [f"{'config key' if i.kind == 'config' else 'input field'} ignored: {i}"
                   for i in self.ignored if i.effect != "unmodelled"]
         lines += [f"config value unresolved: {m}" for m in self.unresolved.values()]
@@ -396,7 +397,8 @@ def layout_assumptions(job: Job, values: dict, from_files: bool) -> tuple[str, .
     if from_files and not {"hardware.gpus_per_node", "parallelism.dp"} & set(values):
         out.append(f"no config file or flag gives the GPU count: {world} GPU"
                    f"{'s' if world > 1 else ''} assumed"
-                   + (" (the model-parallel size tp x pp x cp)" if world > 1 else "")
+                   + (" (the fewest the parallel degrees allow: tp x pp x cp, with data-"
+                      "parallel a multiple of ep)" if world > 1 else "")
                    + "; give --gpus-per-node / --nodes (or the launcher's --nproc_per_node / "
                    "--nnodes with the file) for the real layout")
     par = job.parallelism

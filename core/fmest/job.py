@@ -83,6 +83,13 @@ def _non_negative(inst, attribute, value):
         raise InputError(attribute.name, "must be a number >= 0", value=value)
 
 
+def _non_negative_int(inst, attribute, value):
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(attribute.name, "must be a whole number >= 0", value=value)
+
+
 def _hf_config(inst, attribute, value):
     if value is not None:
         from fmest.bounds import check_hf_config
@@ -185,6 +192,17 @@ class Parallelism:
     async_tp: bool = False
     #: Megatron's distributed optimizer (ZeRO-1 with overlapped grad reduce / param gather)
     distributed_optimizer: bool = False
+    #: DeepSpeed ZeRO buffer settings (``zero_optimization`` keys of deepspeed/runtime/zero/
+    #: config.py at deepspeedai/DeepSpeed edaa7221); None = DeepSpeed's default:
+    #: ``reduce_bucket_size`` 5e8 elements, ``overlap_comm`` true at stage 3 else false,
+    #: ``contiguous_gradients`` true, ``stage3_prefetch_bucket_size`` 5e7,
+    #: ``stage3_max_live_parameters`` 1e9
+    zero_reduce_bucket_elems: Optional[int] = field(default=None, validator=_non_negative_int)
+    zero_overlap_comm: Optional[bool] = None
+    zero_contiguous_gradients: Optional[bool] = None
+    zero3_prefetch_bucket_elems: Optional[int] = field(default=None,
+                                                       validator=_non_negative_int)
+    zero3_max_live_params: Optional[int] = field(default=None, validator=_non_negative_int)
 
     @property
     def model_parallel_size(self) -> int:
@@ -308,14 +326,20 @@ class Inference:
 @frozen(kw_only=True)
 class Calibration:
     """The LLM/VLM memory estimator's calibration knobs, applied to any memory answer
-    (fmest.physics.calibration): ``activation_factor`` scales activations, ``fragmentation_gib`` and
-    ``misc_overhead_gib`` add components, ``safety_margin`` is the share of GPU memory the fits
-    verdict keeps free (inference: ``1 - gpu_memory_utilization`` when 0)."""
+    (fmest.physics.calibration): ``activation_factor`` scales activations, ``logits_factor`` the
+    logits and loss, ``fragmentation_gib`` and ``misc_overhead_gib`` add components,
+    ``cuda_context_gib`` replaces the CUDA context term, ``safety_margin`` is the share of GPU
+    memory the fits verdict keeps free (inference: ``1 - gpu_memory_utilization`` when 0)."""
 
     activation_factor: float = field(default=1.0, validator=_positive)
     fragmentation_gib: float = field(default=0.0, validator=_non_negative)
     misc_overhead_gib: float = field(default=0.0, validator=_non_negative)
     safety_margin: float = field(default=0.0, validator=_margin)
+    #: scales the ``logits_and_loss`` component (the estimator's ``--logits-factor``)
+    logits_factor: float = field(default=1.0, validator=_non_negative)
+    #: replaces the ``cuda_context`` component, in GiB (the estimator's ``--cuda-libs-gib``);
+    #: None keeps fmest's device term
+    cuda_context_gib: Optional[float] = field(default=None, validator=_non_negative)
 
 
 @frozen(kw_only=True)
@@ -418,7 +442,12 @@ def resolve_layout(job: Job) -> Layout:
                              f"(gpus_per_node x nodes); that needs dp = {dp}", value=par.dp)
         gpn = hw.gpus_per_node
     else:
-        world, nodes = _default_world(par.dp, mp, hw.nodes)
+        dp_given = par.dp
+        if dp_given is None and par.ep > 1 and hw.nodes == 1:
+            # no GPU count anywhere: the fewest GPUs the expert-parallel degree allows
+            # (experts shard over data-parallel ranks, so dp x cp must be a multiple of ep)
+            dp_given = par.ep // math.gcd(par.ep, par.cp)
+        world, nodes = _default_world(dp_given, mp, hw.nodes)
         dp = world // mp
         gpn = world // nodes
         if par.ep > 1 and (dp * par.cp) % par.ep and dp % par.ep:

@@ -20,17 +20,23 @@ from fmest.configs import (
     axolotl,
     deepspeed,
     fm_training_estimator,
+    launch,
+    litgpt,
     llama_factory,
     megatron,
+    ms_swift,
+    openrlhf,
     torchtitan,
     torchtune,
     training_args,
+    trl,
 )
 from fmest.configs._base import Sink
 from fmest.errors import InputError
 
 _MODULES = (training_args, deepspeed, accelerate, axolotl, torchtune, llama_factory,
-            fm_training_estimator, torchtitan, megatron)
+            fm_training_estimator, torchtitan, megatron, litgpt, trl)
+_MODULES += (launch, ms_swift, openrlhf)   # issue 23: launch scripts and their CLIs
 MAPPERS = {m.FORMAT: m.map_config for m in _MODULES}
 FORMATS = tuple(MAPPERS)
 
@@ -68,6 +74,8 @@ def parse_text(path: str, text: str) -> dict:
     flags (Megatron-LM arguments, as ``{"--flag": value}``); malformed text names file, line,
     column."""
     ext = os.path.splitext(path)[1].lower()
+    if launch.is_script(path, text):   # a bash launch script: read by fmest.configs.launch
+        return {launch.SCRIPT_KEY: text}
     if ext not in (".json", ".yaml", ".yml") and torchtitan.looks_like_toml(path, text):
         return torchtitan.parse_toml(path, text)
     if ext not in (".json", ".yaml", ".yml") and megatron.looks_like_args(text):
@@ -76,10 +84,10 @@ def parse_text(path: str, text: str) -> dict:
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise InputError(path, f"malformed JSON at line {exc.lineno} column {exc.colno}: "
+            raise InputError(f"{path}: (text)", f"malformed JSON at line {exc.lineno} column {exc.colno}: "
                              f"{exc.msg}") from None
         except RecursionError:
-            raise InputError(path, "JSON nested too deeply") from None
+            raise InputError(f"{path}: (text)", "JSON nested too deeply") from None
     else:
         import yaml
 
@@ -89,15 +97,15 @@ def parse_text(path: str, text: str) -> dict:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise InputError(path, f"malformed YAML{where}: {problem}") from None
+            raise InputError(f"{path}: (text)", f"malformed YAML{where}: {problem}") from None
         except RecursionError:
-            raise InputError(path, "YAML nested too deeply") from None
+            raise InputError(f"{path}: (text)", "YAML nested too deeply") from None
         if len(docs) > 1:
-            raise InputError(path, "holds several YAML documents; give one config per file")
+            raise InputError(f"{path}: (text)", "holds several YAML documents; give one config per file")
         doc = docs[0] if docs else {}
     doc = megatron.args_from_list(doc) or doc   # a list of Megatron-LM arguments
     if not isinstance(doc, dict):
-        raise InputError(path, "expected a mapping of keys at the top level",
+        raise InputError(f"{path}: (top level)", "expected a mapping of keys at the top level",
                          value=type(doc).__name__)
     return doc
 
@@ -110,6 +118,9 @@ _AXOLOTL_KEYS = {"base_model", "sequence_len", "micro_batch_size", "adapter", "l
                  "load_in_8bit", "pad_to_sequence_len", "dataset_prepared_path"}
 _DS_KEYS = {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size",
             "zero_allow_untested_optimizer", "steps_per_print", "wall_clock_breakdown"}
+#: ms-swift argument files (swift/arguments/base_args/base_args.py, rlhf_args.py, model_args.py)
+_SWIFT_KEYS = {"tuner_type", "train_type", "rlhf_type", "attn_impl", "quant_bits",
+               "infer_backend", "sampler_engine", "sampler_type"}
 _ACCEL_KEYS = {"compute_environment", "distributed_type", "machine_rank", "num_machines",
                "main_training_function", "rdzv_backend"}
 _HF_KEYS = {"per_device_train_batch_size", "output_dir", "num_train_epochs", "optim",
@@ -128,6 +139,10 @@ _NAME_HINTS = (("deepspeed", ("ds_config", "deepspeed", "zero")),
 
 def detect_from_doc(path: str, doc: dict) -> Optional[str]:
     keys = set(doc)
+    if launch.SCRIPT_KEY in keys:
+        return launch.FORMAT
+    if keys & _SWIFT_KEYS and not keys & _LF_KEYS:
+        return ms_swift.FORMAT
     if keys & {"job_configs", "jobConfigs"}:
         return "fm-training-estimator"
     if megatron.detect(doc):
@@ -141,8 +156,12 @@ def detect_from_doc(path: str, doc: dict) -> Optional[str]:
     if keys & _DS_KEYS or any(isinstance(doc.get(k), dict) and "enabled" in doc[k]
                               for k in ("bf16", "fp16")):
         return "deepspeed"
+    if litgpt.detect(doc):
+        return "litgpt"
     if keys & _LF_KEYS:
         return "llama-factory"
+    if trl.detect(doc):
+        return "trl"
     if keys & _AXOLOTL_KEYS:
         return "axolotl"
     if keys & _HF_KEYS:
@@ -159,11 +178,35 @@ def detect_from_doc(path: str, doc: dict) -> Optional[str]:
 def detect_format(path: str, text: str) -> str:
     """The format of a config file, from its keys (each tool's own keys) and, when the keys do
     not tell, its name. Raises :class:`InputError` listing the formats when neither does."""
-    fmt = detect_from_doc(path, parse_text(path, text))
+    doc = parse_text(path, text)
+    fmt = detect_from_doc(path, doc)
     if fmt is None:
-        raise InputError(path, "cannot tell which tool's config this is; give --config-format",
-                         accepted=FORMATS)
+        raise unknown_format(path, doc)
     return fmt
+
+
+#: keys of a model's own Hugging Face ``config.json`` (transformers PretrainedConfig)
+_MODEL_CONFIG_KEYS = {"hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size",
+                      "intermediate_size", "hidden_act", "max_position_embeddings"}
+#: NeMo's userbuffer (``tp_overlap``) configs: per-GEMM communication-overlap settings
+_NEMO_UB_KEYS = {"qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad", "proj_fprop", "fc2_fprop"}
+
+
+def unknown_format(path: str, doc: dict) -> InputError:
+    """The refusal of a file no reader claims, naming what it looks like when that is clear
+    (a model's config.json, a NeMo userbuffer fragment) and the formats otherwise."""
+    keys = set(doc)
+    if len(keys & _MODEL_CONFIG_KEYS) >= 3:
+        return InputError(f"{path}: (format)", "a model's config.json, not a training config: "
+                          "give it as --model FILE (with --config for the training files)",
+                          accepted=FORMATS)
+    if len(keys & _NEMO_UB_KEYS) >= 2:
+        return InputError(f"{path}: (format)", "a NeMo tensor-parallel communication-overlap "
+                          "(userbuffer) fragment that a run config includes "
+                          "(model.ub_tp_comm_overlap_cfg), not a run by itself; give the run's "
+                          "config", accepted=FORMATS)
+    return InputError(f"{path}: (format)", "cannot tell which tool's config this is; give "
+                      "--config-format", accepted=FORMATS)
 
 
 # -- loading and merging -----------------------------------------------------------------
@@ -332,8 +375,7 @@ def load_configs(paths: list[str], force_format: str | None = None) -> ConfigMer
         doc = parse_text(display, text)
         fmt = fmt or detect_from_doc(display, doc)
         if fmt is None:
-            raise InputError(display, "cannot tell which tool's config this is; give "
-                             "--config-format", accepted=FORMATS)
+            raise unknown_format(display, doc)
         sink = Sink(display, path, fmt)
         MAPPERS[fmt](doc, sink)
         sinks.append(sink)

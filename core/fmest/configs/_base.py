@@ -22,6 +22,12 @@ DATA = ("fmest does not read the tool's datasets; give --dataset-tokens, --num-s
         "--dataset to size the run")
 
 
+def _real_key(key: str) -> bool:
+    """A key path of the file (not a note such as ``(axolotl config)`` or a default's
+    ``key (unset: ...)``)."""
+    return bool(key) and not key.startswith("(") and "(unset" not in key
+
+
 def join(prefix: str, key: Any) -> str:
     if isinstance(key, int):
         return f"{prefix}[{key}]"
@@ -49,7 +55,14 @@ class Sink:
 
     # -- recording ------------------------------------------------------------------------
     def set(self, field: str, value: Any, key: str) -> None:
-        self.values.pop(field, None)  # re-insert so the order follows the file
+        prev = self.values.pop(field, None)  # re-insert so the order follows the file
+        if prev is not None and _real_key(prev[1]) and _real_key(key) and prev[1] != key:
+            # two keys of one file set the same field: both were read, the later one wins
+            if prev[0] == value:
+                key = f"{prev[1]}+{key}" if prev[1] not in key.split("+") else key
+            else:
+                self.ignore(prev[1], f"overridden by {key} in the same file ({field} = "
+                            f"{value!r})")
         self.values[field] = (value, key)
 
     def set_when_true(self, field: str, on: Any, key: str, value: Any,
@@ -79,8 +92,9 @@ class Sink:
         :data:`NOT_TRAINING`): one line naming the key that says so. Generation and serving
         recipes are answered as inference instead (``sink.set("mode", "inference", key)``)."""
         more = f" ({detail})" if detail else ""
+        article = "an" if kind[:1] in "aeiou" else "a"
         return NotTrainingError(f"{self.name}: {key}",
-                          f"a {kind} recipe, not training{more}: fmest estimates training runs "
+                          f"{article} {kind} recipe, not training{more}: fmest estimates training runs "
                           "and serving memory (--mode inference)",
                           accepted=("training", "generation/serving (--mode inference)"))
 
@@ -103,6 +117,8 @@ class Sink:
                               (value, value)):
             if os.path.isfile(cand):
                 self.includes.append((cand, display, fmt))
+                self.ignore(key, f"names {display}, read as a {fmt} config right after this "
+                            "file (config.files)")
                 return
         self.ignore(key, f"{fmt} config {value!r} not found next to the file or in the working "
                     "directory; pass it with --config to map it")

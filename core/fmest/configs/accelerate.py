@@ -57,8 +57,8 @@ def map_fsdp_config(cfg: dict, sink: Sink, prefix: str) -> None:
                 v = v.split(".")[-1]  # ShardingStrategy.FULL_SHARD
             sink.set("parallelism.fsdp", sink.choice(key, v, SHARDING), key)
             if v in ("HYBRID_SHARD_ZERO2", 5):
-                sink.ignore(key, "HYBRID_SHARD_ZERO2 is estimated as hybrid_shard (fmest has no "
-                            "ZeRO-2 hybrid variant; parameters counted as sharded)")
+                sink.unmodelled(key, "HYBRID_SHARD_ZERO2 is estimated as hybrid_shard (fmest "
+                                "has no ZeRO-2 hybrid variant; parameters counted as sharded)")
         elif name == "reshard_after_forward":
             if isinstance(value, str) and value.strip().upper() in SHARDING:
                 v = value.strip().upper()
@@ -77,6 +77,13 @@ def map_fsdp_config(cfg: dict, sink: Sink, prefix: str) -> None:
             v = "NONE" if value is None else str(value).strip().upper().split(".")[-1]
             sink.set("parallelism.fsdp_backward_prefetch",
                      sink.choice(key, v, _PREFETCH), key)
+        elif name in ("forward_prefetch", "limit_all_gathers") and isinstance(value, bool) \
+                and value is (name == "forward_prefetch"):
+            # FSDP1 forward_prefetch issues the next all-gather before the current forward
+            # runs; limit_all_gathers=False lets the CPU run ahead with more gathers in flight
+            # (torch/distributed/fsdp/fully_sharded_data_parallel.py docs)
+            sink.unmodelled(key, f"{value}: more unsharded units in flight than the two fmest "
+                            "counts (current + prefetched)")
         elif name in _FSDP_IGNORED:
             sink.ignore(key, _FSDP_IGNORED[name])
         else:

@@ -9,12 +9,43 @@ base, i.e. fmest's ``qlora`` with 8-bit weights.
 
 from __future__ import annotations
 
+import re
+
 from fmest.configs._base import DATA, HYPERPARAM, LOGGING, Sink, model_name, target_list
+from fmest.configs.training_args import map_attention, map_optimizer
 
 FORMAT = "axolotl"
 
-_ATTN = {"flash_attention": "flash", "sdp_attention": "sdpa", "eager_attention": "eager",
-         "xformers_attention": "flash", "flex_attention": "flash", "s2_attention": "flash"}
+#: the deprecated boolean attention switches (src/axolotl/utils/schemas/config.py @067b021:
+#: "Use `attn_implementation: ...` instead") as attn_implementation values
+_ATTN = {"flash_attention": "flash_attention_2", "sdp_attention": "sdpa",
+         "eager_attention": "eager", "xformers_attention": "xformers",
+         "flex_attention": "flex_attention", "s2_attention": "s2", "sage_attention": "sage"}
+#: axolotl attention backends beyond transformers' (CANONICAL_ATTN_IMPLS in
+#: src/axolotl/utils/schemas/enums.py @067b021): memory-efficient kernels that store no s x s
+#: scores, estimated as FlashAttention with a not-modelled warning
+_ATTN_AS_FLASH = {"xformers": "xFormers memory-efficient attention",
+                  "sage": "SageAttention (8-bit QK)", "fp8": "FP8 attention",
+                  "s2": "shifted-sparse (S^2) attention"}
+#: the plugin class that turns the liger_* switches on (src/axolotl/integrations/liger)
+_LIGER_PLUGIN = "axolotl.integrations.liger"
+_LIGER_KERNELS = ("liger_rope", "liger_rms_norm", "liger_glu_activation", "liger_swiglu")
+#: PEFT matches a *string* target_modules with re.fullmatch against each module's full name
+#: (peft tuners_utils.check_target_module_exists); axolotl passes lora_target_modules through
+#: (src/axolotl/loaders/adapter.py @067b021). fmest stores module *names*, so a regex is
+#: resolved by matching it against the full names of the common Hugging Face layouts below.
+_LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "gate_proj", "up_proj",
+                 "down_proj", "gate_up_proj", "out_proj", "in_proj", "x_proj", "dt_proj",
+                 "fc1", "fc2", "c_attn", "c_proj", "c_fc", "query_key_value", "dense",
+                 "dense_h_to_4h", "dense_4h_to_h", "Wqkv", "wqkv", "wo", "w1", "w2", "w3",
+                 "in_proj_qkvz", "in_proj_ba", "lm_head")
+_CONTAINERS = ("model.layers.{i}.{b}", "model.language_model.layers.{i}.{b}",
+               "model.text_model.layers.{i}.{b}", "language_model.model.layers.{i}.{b}",
+               "model.model.layers.{i}.{b}", "transformer.h.{i}.{b}",
+               "model.layers.{i}.{b}.experts.0", "gpt_neox.layers.{i}.{b}")
+_BLOCKS = ("self_attn", "mlp", "cross_attn", "attn", "attention", "linear_attn", "mixer",
+           "feed_forward", "block_sparse_moe", "mlp.shared_expert", "mlp.experts")
+_LAYERS = 96
 
 _IGNORED_PREFIXES = (("wandb_", LOGGING), ("mlflow_", LOGGING), ("comet_", LOGGING),
                      ("hub_", LOGGING), ("eval", LOGGING), ("save", LOGGING),
@@ -24,10 +55,8 @@ _IGNORED_PREFIXES = (("wandb_", LOGGING), ("mlflow_", LOGGING), ("comet_", LOGGI
                                                          "vocabulary from the model config"),
                      ("lora_dropout", HYPERPARAM), ("lora_fan_in", HYPERPARAM),
                      ("early_stopping", LOGGING), ("neftune", HYPERPARAM),
-                     ("rl", "RL stages' reference/reward models are not modelled; the "
-                            "estimate is for the trained model"))
+                     ("rl_", HYPERPARAM))
 _IGNORED = {
-    "base_model_config": "fmest reads the model config from base_model",
     "model_type": "fmest reads the architecture from the model config",
     "trust_remote_code": "loading only", "strict": "config validation only",
     "output_dir": LOGGING, "resume_from_checkpoint": LOGGING, "auto_resume_from_checkpoints":
@@ -41,26 +70,36 @@ _IGNORED = {
                       "sequence_len",
     "pad_to_sequence_len": "fmest sizes activations at sequence_len (padded) already",
     "eval_sample_packing": LOGGING, "sample_packing_eff_est": DATA,
-    "lora_modules_to_save": "fully trained extra modules (embeddings/head) are not modelled; "
-                            "the estimate counts LoRA adapters only",
     "lora_model_dir": "adapter loading only",
-    "peft_use_dora": "DoRA's magnitude vectors are not modelled (estimated as LoRA)",
     "peft_use_rslora": "a scaling rule; same memory", "lora_on_cpu": "loading only",
-    "unfrozen_parameters": "partial freezing has no fmest field",
     "gradient_checkpointing_kwargs": "use_reentrant does not change what is stored",
     "torch_compile_backend": "compile details; fmest only knows whether the model is compiled",
     "torch_compile_mode": "compile details; fmest only knows whether the model is compiled",
-    "ddp_timeout": "launch setting", "ddp_bucket_cap_mb": "DDP buffer size; not modelled",
+    "ddp_timeout": "launch setting",
     "ddp_broadcast_buffers": "launch setting", "ddp_find_unused_parameters": "launch setting",
-    "bnb_config_kwargs": "quantisation details; fmest uses NF4 with double quantisation",
-    "gptq": "GPTQ bases are not modelled", "tf32": "tf32 changes speed, not memory",
+    "tf32": "tf32 changes speed, not memory",
     "max_packed_sequence_len": DATA, "sequence_len_overflow_handling": DATA,
     "group_size": DATA, "special_tokens_reference": DATA, "default_system_message": DATA,
     "chat_template_jinja": DATA, "is_preprocess": DATA, "num_dataset_shards_to_save": DATA,
     "fix_untrained_tokens": DATA, "embeddings_skip_upcast": "dtype of embeddings only",
     "low_cpu_mem_usage": "loading only", "load_best_model_at_end": LOGGING,
     "use_tensorboard": LOGGING, "profiler_steps": LOGGING, "include_tokens_per_second": LOGGING,
-    "plugins": "plugins other than liger/cut-cross-entropy are not modelled",
+}
+#: keys fmest reads but does not model although they may change memory or time: the answer is
+#: given without them and every output format warns (Sink.unmodelled)
+_UNMODELLED = {
+    "lora_modules_to_save": "fully trained extra modules (embeddings/head) are not modelled; "
+                            "the estimate counts LoRA adapters only",
+    "peft_use_dora": "DoRA's magnitude vectors and weight-norm recomputation are not modelled "
+                     "(estimated as LoRA)",
+    "unfrozen_parameters": "partial freezing is estimated as full fine-tuning, an upper bound",
+    "ddp_bucket_cap_mb": "DDP gradient-bucket size is not modelled (PyTorch's 25 MB assumed)",
+    "bnb_config_kwargs": "quantisation details are not modelled; NF4 with double quantisation "
+                         "assumed",
+    "gptq": "a GPTQ-quantised base is estimated as a bitsandbytes 4-bit base",
+    "lora_mlp_kernel": "axolotl's fused LoRA MLP kernel is not modelled (unfused LoRA assumed)",
+    "lora_qkv_kernel": "axolotl's fused LoRA QKV kernel is not modelled (unfused LoRA assumed)",
+    "lora_o_kernel": "axolotl's fused LoRA O kernel is not modelled (unfused LoRA assumed)",
 }
 
 
@@ -88,10 +127,97 @@ def _adapter(doc: dict, sink: Sink) -> None:
     tech = sink.choice("adapter", adapter, {"lora": "lora", "qlora": "qlora"})
     if tech == "qlora" or k4 or k8:
         key = "load_in_8bit" if (k8 and not k4) else ("load_in_4bit" if k4 else "adapter")
-        sink.set("training.technique", "qlora", "adapter" if tech == "qlora" else key)
+        sink.set("training.technique", "qlora",
+                 "adapter" if tech == "qlora" or key == "adapter" else f"adapter+{key}")
         sink.set("training.quantization_bits", 8 if (k8 and not k4) else 4, key)
     else:
         sink.set("training.technique", "lora", "adapter")
+
+
+def _suffixes(entries: list[str]) -> list[str]:
+    """PEFT list targets match a module whose full name equals the entry or ends with
+    ``"." + entry`` (peft tuners_utils.check_target_module_exists): the module name is the
+    entry's last dotted part (``self_attn.q_proj`` -> ``q_proj``)."""
+    out: list[str] = []
+    for entry in entries:
+        name = entry.rsplit(".", 1)[-1]
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def resolve_regex(pattern: str) -> tuple[list[str], bool]:
+    """The module names a PEFT regex ``target_modules`` selects in the common Hugging Face
+    layouts (:data:`_CONTAINERS` x :data:`_BLOCKS` x :data:`_LINEAR_NAMES`, layers
+    0..:data:`_LAYERS`-1), and whether it selects them in only some layers. ``([], False)`` when
+    it matches none of them (or is not a valid regex)."""
+    try:
+        rx = re.compile(pattern)
+    except re.error:
+        return [], False
+    names: dict[str, set[int]] = {}
+    for name in _LINEAR_NAMES:
+        if rx.fullmatch(name) or rx.fullmatch(f"model.{name}"):
+            names.setdefault(name, set()).update(range(_LAYERS))
+        for block in _BLOCKS:
+            for container in _CONTAINERS:
+                for i in range(_LAYERS):
+                    if rx.fullmatch(container.format(i=i, b=block) + "." + name):
+                        names.setdefault(name, set()).add(i)
+    if not names:
+        return [], False
+    return list(names), any(len(layers) < _LAYERS for layers in names.values())
+
+
+def _targets(sink: Sink, key: str, value, linear: bool) -> None:
+    """``lora_target_modules``: a list of module names/suffixes, or a string (PEFT: a regex
+    over full module names; a plain name is the regex matching only itself)."""
+    if linear:
+        sink.ignore(key, "lora_target_linear: true adds every linear layer, so all-linear")
+        return
+    if isinstance(value, str) and re.search(r"[\\^$*+?()\[\]|{}]", value):
+        names, partial = resolve_regex(value)
+        if not names:
+            sink.set("training.lora_target_modules", ["all-linear"], key)
+            sink.unmodelled(key, f"the regex {value!r} matches no module fmest can name; "
+                            "estimated as all-linear LoRA, an upper bound")
+            return
+        sink.set("training.lora_target_modules", names, key)
+        if re.search(r"vision|visual|audio", value):
+            sink.unmodelled(key, f"the regex {value!r} also names vision/audio-tower modules; "
+                            "LoRA there is not counted (language-model modules only)")
+        if partial:
+            sink.unmodelled(key, f"the regex {value!r} selects {', '.join(names)} in some "
+                            "layers only; estimated on every layer, an upper bound")
+        return
+    sink.set("training.lora_target_modules", _suffixes(target_list(value)), key)
+
+
+def _liger(doc: dict, sink: Sink, plugins: list[str]) -> None:
+    """axolotl's Liger plugin (``plugins: [axolotl.integrations.liger.LigerPlugin]``) patches
+    the kernels its ``liger_*`` switches name: RMSNorm, SwiGLU/GLU, RoPE -> training.liger
+    (which also fuses the loss); ``liger_fused_linear_cross_entropy`` -> training.loss fused."""
+    on = [k for k in _LIGER_KERNELS if doc.get(k) is not None and sink.bool_(k, doc[k])]
+    has_plugin = any(_LIGER_PLUGIN in p.lower() for p in plugins)
+    for key in _LIGER_KERNELS + ("liger_layer_norm", "liger_cross_entropy",
+                                 "liger_rms_norm_gated", "liger_use_token_scaling"):
+        if key not in doc or doc[key] is None:
+            continue
+        if not has_plugin:
+            sink.ignore(key, "no effect: plugins does not list the Liger plugin "
+                        f"({_LIGER_PLUGIN}.LigerPlugin)")
+        elif key in on:
+            continue   # set once below, naming every switch that turned it on
+        elif key in _LIGER_KERNELS or not sink.bool_(key, doc[key]):
+            sink.ignore(key, "false")
+        else:
+            sink.unmodelled(key, "this Liger kernel alone is not modelled (unfused op assumed)")
+    if has_plugin and on:
+        sink.set("training.liger", True, "+".join(on))
+    if has_plugin and on and set(on) != set(_LIGER_KERNELS) - {"liger_swiglu"} \
+            and set(on) != set(_LIGER_KERNELS) - {"liger_glu_activation"}:
+        sink.unmodelled(", ".join(on), "only some Liger kernels are on; training.liger counts "
+                        "fused RMSNorm, SwiGLU and RoPE together, a lower bound")
 
 
 def map_config(doc: dict, sink: Sink) -> None:
@@ -108,7 +234,12 @@ def map_config(doc: dict, sink: Sink) -> None:
     if str(doc.get("bf16")).strip().lower() == "auto" and doc.get("fp16") is not None \
             and sink.bool_("fp16", doc["fp16"]):
         sink.ignore("bf16", "auto, but fp16: true is set: estimated in fp16")
-    plugins = doc.get("plugins") or []
+    plugins = [str(p) for p in (doc.get("plugins") or [])] \
+        if isinstance(doc.get("plugins") or [], list) else [str(doc["plugins"])]
+    _liger(doc, sink, plugins)
+    lora = sink.get("training.technique") in ("lora", "qlora")
+    linear = doc.get("lora_target_linear") is not None and \
+        sink.bool_("lora_target_linear", doc["lora_target_linear"])
     for name, value in doc.items():
         key = name
         if value is None and name != "adapter":
@@ -119,14 +250,27 @@ def map_config(doc: dict, sink: Sink) -> None:
                 sink.ignore(key, "false: base weights not quantised")
             continue
         if name == "base_model":
+            if doc.get("base_model_config"):
+                sink.ignore(key, "the weights; axolotl reads the architecture from "
+                            "base_model_config")
+            else:
+                sink.set("model", model_name(value), key)
+        elif name == "base_model_config":
+            # axolotl loads the model config from base_model_config (defaults to base_model)
             sink.set("model", model_name(value), key)
+        elif not lora and (name in ("lora_r", "lora_alpha", "lora_target_modules",
+                                    "lora_target_linear") or name.startswith("lora_")) \
+                and name not in _IGNORED and not name.startswith(("lora_dropout",
+                                                                   "lora_fan_in")):
+            sink.ignore(key, "no adapter (full fine-tuning): axolotl applies no LoRA, so the "
+                        "LoRA keys have no effect")
         elif name == "lora_r":
             sink.set("training.lora_rank", sink.int_(key, value), key)
         elif name == "lora_alpha":
             sink.set("training.lora_alpha", sink.num(key, value), key)
         elif name == "lora_target_modules":
             if value:
-                sink.set("training.lora_target_modules", target_list(value), key)
+                _targets(sink, key, value, linear)
             else:
                 sink.ignore(key, "empty")
         elif name == "lora_target_linear":
@@ -157,16 +301,18 @@ def map_config(doc: dict, sink: Sink) -> None:
             else:
                 sink.set("workload.max_steps", sink.int_(key, value), key)
         elif name == "optimizer":
-            from fmest.configs.training_args import optimizer_name
-
-            sink.set("training.optimizer", optimizer_name(value), key)
-        elif name in _ATTN:
-            if sink.bool_(key, value):
-                sink.set("training.attention", _ATTN[name], key)
-                if name in ("xformers_attention", "flex_attention", "s2_attention"):
-                    sink.ignore(key, "estimated as flash attention (no stored s x s scores)")
-            else:
+            map_optimizer(sink, key, value)
+        elif name in _ATTN or name == "attn_implementation":
+            if name in _ATTN and not sink.bool_(key, value):
                 sink.ignore(key, "false")
+                continue
+            impl = _ATTN.get(name) or str(value).strip().lower()
+            if impl in _ATTN_AS_FLASH:
+                sink.set("training.attention", "flash", key)
+                sink.unmodelled(key, f"{_ATTN_AS_FLASH[impl]} estimated as FlashAttention (no "
+                                "stored s x s scores)")
+            else:
+                map_attention(sink, key, impl)
         elif name == "gradient_checkpointing":
             text = str(value).strip().lower()
             if text in ("offload", "unsloth"):
@@ -218,20 +364,41 @@ def map_config(doc: dict, sink: Sink) -> None:
             sink.set("training.compile", str(value).strip().lower() != "auto" and
                      sink.bool_(key, value), key)
         elif name in ("liger_fused_linear_cross_entropy", "cut_cross_entropy"):
-            sink.set_when_true("training.loss", "fused", key, value)
+            plugin = _LIGER_PLUGIN if name.startswith("liger") else \
+                "axolotl.integrations.cut_cross_entropy"
+            if any(plugin in p.lower() for p in plugins):
+                sink.set_when_true("training.loss", "fused", key, value)
+            else:
+                sink.ignore(key, f"no effect: plugins does not list {plugin}")
         elif name == "chunked_cross_entropy":
             sink.set_when_true("training.loss", "chunked", key, value)
         elif name in ("sequence_parallel_degree", "context_parallel_size"):
             sink.set("parallelism.cp", sink.int_(key, value), key)
         elif name == "tensor_parallel_size":
             sink.set("parallelism.tp", sink.int_(key, value), key)
-        elif name in ("liger_rope", "liger_rms_norm", "liger_glu_activation",
-                      "liger_layer_norm", "liger_swiglu"):
-            sink.ignore(key, "fused kernels other than the loss are not modelled")
+        elif name.startswith("liger_"):
+            continue   # _liger
         elif name == "plugins":
-            names = [str(p) for p in (plugins if isinstance(plugins, list) else [plugins])]
-            sink.ignore(key, f"{names}: plugins are not modelled (their flags, e.g. "
-                        "liger_fused_linear_cross_entropy / cut_cross_entropy, are)")
+            other = [p for p in plugins if _LIGER_PLUGIN not in p.lower()
+                     and "cut_cross_entropy" not in p.lower()]
+            if other:
+                sink.unmodelled(key, f"{other}: these plugins are not modelled (the Liger and "
+                                "Cut Cross Entropy plugins are, through their switches)")
+            else:
+                sink.ignore(key, "the Liger / Cut Cross Entropy plugins: modelled through "
+                            "their switches (liger_*, cut_cross_entropy)")
+        elif name == "rl":
+            sink.unmodelled(key, f"{value}: the reference/reward models and generation of "
+                            "this RL method are not modelled; the estimate is for the trained "
+                            "model alone")
+        elif name in ("trl", "vllm"):
+            sink.unmodelled(key, "RL generation settings (vLLM server / colocated engine) are "
+                            "not modelled")
+        elif name in _UNMODELLED:
+            if isinstance(value, bool) and not value:
+                sink.ignore(key, "false")
+            else:
+                sink.unmodelled(key, _UNMODELLED[name])
         elif name in _IGNORED:
             sink.ignore(key, _IGNORED[name])
         else:

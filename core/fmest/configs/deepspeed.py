@@ -18,18 +18,63 @@ FORMAT = "deepspeed"
 
 _OPTIMIZERS = {"adam": "adamw", "adamw": "adamw", "fusedadam": "adamw", "cpuadam": "adamw",
                "deepspeedcpuadam": "adamw", "lion": "lion", "fusedlion": "lion",
-               "cpulion": "lion", "sgd": "sgd", "adafactor": "adafactor"}
+               "cpulion": "lion", "sgd": "sgd", "adafactor": "adafactor", "adagrad": "adagrad",
+               "cpuadagrad": "adagrad", "deepspeedcpuadagrad": "adagrad",
+               # FusedLamb (deepspeed/ops/lamb/fused_lamb.py) keeps Adam's exp_avg and
+               # exp_avg_sq: two fp32 states
+               "lamb": "adamw", "fusedlamb": "adamw",
+               "onebitadam": "adamw", "zerooneadam": "adamw", "onebitlamb": "adamw",
+               "muadam": "adamw", "muadamw": "adamw", "musgd": "sgd", "muon": "sgd_momentum"}
+# what the communication-compressing optimizers keep beyond the two Adam states
+# (deepspeed/runtime/fp16/onebit/{adam,zoadam,lamb}.py at deepspeedai/DeepSpeed edaa7221)
+_EXTRA_STATES = {
+    "onebitadam": "1-bit Adam's error-feedback buffers worker_error (one fp32 copy of the "
+                  "parameters) and server_error (1/dp of it), onebit/adam.py, are not counted",
+    "zerooneadam": "0/1 Adam's error-feedback buffers worker_error (one fp32 copy of the "
+                   "parameters) and server_error (1/dp of it), onebit/zoadam.py, are not "
+                   "counted",
+    "onebitlamb": "1-bit LAMB's exp_avg_sq_fresh (a third fp32 state) and its error-feedback "
+                  "buffers worker_error/server_error, onebit/lamb.py, are not counted",
+    "muon": "Muon keeps a momentum buffer for the hidden matrices and Adam states for the "
+            "rest; estimated as one momentum buffer for all parameters, without its "
+            "Newton-Schulz temporaries",
+}
 
-_BUCKETS = ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
-            "stage3_param_persistence_threshold", "stage3_max_live_parameters",
-            "stage3_max_reuse_distance", "sub_group_size", "prefetch_bucket_size",
-            "param_persistence_threshold", "max_live_parameters", "max_reuse_distance",
-            "model_persistence_threshold")
-_BUCKET_REASON = ("a communication/prefetch buffer size; fmest's job has no field for it, so "
-                  "the estimate does not reflect this value")
+# ZeRO buffer keys -> job field (deepspeed/runtime/zero/config.py at deepspeedai/DeepSpeed
+# edaa7221267243c7be7fb49c5d5f5c4fb97b4641; the ``stage3_`` spellings are pydantic aliases)
+_BUFFER_FIELDS = {
+    "reduce_bucket_size": "parallelism.zero_reduce_bucket_elems",
+    "stage3_prefetch_bucket_size": "parallelism.zero3_prefetch_bucket_elems",
+    "prefetch_bucket_size": "parallelism.zero3_prefetch_bucket_elems",
+    "stage3_max_live_parameters": "parallelism.zero3_max_live_params",
+    "max_live_parameters": "parallelism.zero3_max_live_params",
+}
+_SWITCH_FIELDS = {"overlap_comm": "parallelism.zero_overlap_comm",
+                  "contiguous_gradients": "parallelism.zero_contiguous_gradients"}
+_BUFFER_UNMODELLED = {
+    "stage3_param_persistence_threshold": "parameters smaller than this stay unpartitioned on "
+    "every GPU (stage3.py persistent parameters); estimated as all parameters sharded",
+    "param_persistence_threshold": "parameters smaller than this stay unpartitioned on every "
+    "GPU; estimated as all parameters sharded",
+    "model_persistence_threshold": "caps the unpartitioned persistent parameters; estimated as "
+    "all parameters sharded",
+    "stage3_model_persistence_threshold": "caps the unpartitioned persistent parameters; "
+    "estimated as all parameters sharded",
+    "sub_group_size": "the optimizer step runs over sub-groups of this many elements (ZeRO-3 "
+    "/ offload tiles); their temporaries are not counted",
+}
+_BUFFER_IGNORED = {
+    # utils.all_gather_dp_groups: all_gather_into_tensor writes straight into the flat
+    # parameter buffer; the bucket only splits the legacy all_gather into shards (views)
+    "allgather_bucket_size": "splits the stage 1/2 parameter all-gather into shards that are "
+    "views of the flat parameter buffer (deepspeed/runtime/utils.py all_gather_dp_groups): no "
+    "buffer of its own",
+    "stage3_max_reuse_distance": "when a released parameter is kept for reuse; bounded by "
+    "stage3_max_live_parameters",
+    "max_reuse_distance": "when a released parameter is kept for reuse; bounded by "
+    "stage3_max_live_parameters",
+}
 _ZERO_IGNORED = {
-    "overlap_comm": "overlaps communication with compute; fmest does not model its buffers",
-    "contiguous_gradients": "memory layout only (reduces fragmentation)",
     "reduce_scatter": "collective choice; same bytes per GPU",
     "allgather_partitions": "collective choice; same bytes per GPU",
     "round_robin_gradients": "CPU-offload scheduling; same bytes per GPU",
@@ -50,6 +95,12 @@ _ZERO_IGNORED = {
     "use_multi_rank_bucket_allreduce": "collective choice; same bytes per GPU",
     "log_trace_cache_warnings": "logging only",
 }
+#: keys that change memory or time but have no fmest field: warned, not ignored
+_ZERO_UNMODELLED = {"zero_hpz_partition_size", "zero_quantized_weights",
+                    "zero_quantized_gradients", "zero_quantized_nontrainable_weights",
+                    "mics_shard_size", "mics_hierarchical_params_gather"}
+_TOP_UNMODELLED = {"amp", "data_types", "compression_training", "sparse_attention",
+                   "sequence_parallel_size", "communication_data_type"}
 _TOP_IGNORED = {
     "gradient_clipping": HYPERPARAM, "scheduler": HYPERPARAM,
     "prescale_gradients": HYPERPARAM, "gradient_predivide_factor": HYPERPARAM,
@@ -101,7 +152,8 @@ def _offload(zero: dict, sink: Sink, prefix: str) -> None:
                 if dev == "nvme":
                     sink.ignore(k, "nvme is modelled like cpu: off the GPU either way")
             elif name in ("ratio",):
-                sink.ignore(k, "partial offload has no fmest field; estimated as full offload")
+                sink.unmodelled(k, "partial offload has no fmest field; estimated as full "
+                                "offload")
             else:
                 sink.ignore(k, "host-side offload setting; per-GPU memory unchanged")
     for legacy, moves in (("cpu_offload", "optimizer"), ("cpu_offload_params", "params"),
@@ -133,9 +185,22 @@ def _zero(zero: Any, sink: Sink, prefix: str) -> None:
         if name == "stage":
             sink.set("parallelism.zero_stage", sink.choice(key, value, {0: 0, 1: 1, 2: 2, 3: 3}),
                      key)
-        elif name in _BUCKETS:
-            sink.ignore(key, _BUCKET_REASON + (" (\"auto\": sized from the model by the HF "
-                                               "integration)" if _is_auto(value) else ""))
+        elif name in _BUFFER_FIELDS and _is_auto(value):
+            # transformers' HfDeepSpeedConfig fills reduce_bucket_size = hidden^2,
+            # stage3_prefetch_bucket_size = 0.9 x hidden^2 from the model (integrations/
+            # deepspeed.py); fmest has no hidden size here, so DeepSpeed's default is used
+            sink.unmodelled(key, "\"auto\" (hidden_size^2 in the HF integration): sized with "
+                            "DeepSpeed's default instead")
+        elif name in _BUFFER_FIELDS:
+            sink.set(_BUFFER_FIELDS[name], int(sink.num(key, value)) if value else 0, key)
+        elif name in _SWITCH_FIELDS:
+            sink.set(_SWITCH_FIELDS[name], sink.bool_(key, value), key)
+        elif name in _BUFFER_UNMODELLED:
+            sink.unmodelled(key, _BUFFER_UNMODELLED[name])
+        elif name in _BUFFER_IGNORED:
+            sink.ignore(key, _BUFFER_IGNORED[name])
+        elif name in _ZERO_IGNORED and name in _ZERO_UNMODELLED:
+            sink.unmodelled(key, _ZERO_IGNORED[name] + "; estimated without it")
         elif name in _ZERO_IGNORED:
             sink.ignore(key, _ZERO_IGNORED[name])
         else:
@@ -167,8 +232,13 @@ def _optimizer(block: Any, sink: Sink, prefix: str) -> None:
         key = join(prefix, name)
         if name == "type":
             text = str(value).strip().lower().replace("_", "")
-            sink.set("training.optimizer", _OPTIMIZERS.get(text, str(value).strip().lower()),
-                     key)
+            opt = _OPTIMIZERS.get(text, str(value).strip().lower())
+            params = block.get("params") if isinstance(block.get("params"), dict) else {}
+            if opt == "sgd" and float(params.get("momentum", 0) or 0) > 0:
+                opt = "sgd_momentum"   # torch.optim.SGD keeps momentum_buffer when momentum>0
+            sink.set("training.optimizer", opt, key)
+            if text in _EXTRA_STATES:
+                sink.unmodelled(key, f"{value}: estimated as {opt}; " + _EXTRA_STATES[text])
         else:
             sink.ignore(key, HYPERPARAM)
 
@@ -224,6 +294,8 @@ def map_config(doc: dict, sink: Sink, prefix: str = "") -> None:
                 else:
                     sink.ignore(join(key, k), "tensor-parallel detail; fmest knows only the "
                                 "degree")
+        elif name in _TOP_IGNORED and name in _TOP_UNMODELLED:
+            sink.unmodelled(key, _TOP_IGNORED[name] + "; estimated without it")
         elif name in _TOP_IGNORED:
             sink.ignore(key, _TOP_IGNORED[name])
         else:

@@ -6,22 +6,86 @@ transformers ``Seq2SeqTrainingArguments``, mapped by :mod:`fmest.configs.trainin
 LLaMA-Factory defaults that differ from fmest's are applied when the file leaves them unset:
 ``finetuning_type: lora``, ``lora_rank: 8``, ``lora_alpha: 2 x lora_rank``,
 ``lora_target: all`` and gradient checkpointing on (``disable_gradient_checkpointing: false``).
+
+Recipes that do not train (mirror hiyouga/LLaMA-Factory @ff6d4d12): ``export_dir``
+(``llamafactory-cli export``: merge, or GPTQ quantisation with ``export_quantization_bit``) is
+refused as merge/quantization/export; ``do_predict`` without ``do_train: true``, or ``do_train:
+false`` (``run_sft`` trains only ``if training_args.do_train``) as evaluation; ``infer_backend``
+(``llamafactory-cli chat/webchat/api``, src/llamafactory/hparams/model_args.py) is answered as
+serving (``mode: inference``). The v1 format (``model:`` plus ``peft_config`` /
+``dist_config`` / ``kernel_config`` / ``quant_config`` / ``optim_config`` plugin tables,
+src/llamafactory/v1/config/{model,training}_args.py) is read by :func:`map_v1`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from fmest.configs._base import DATA, HYPERPARAM, LOGGING, Sink, model_name, target_list
-from fmest.configs.training_args import map_keys
+from fmest.configs.training_args import (
+    UNMODELLED_OPTIMIZER,
+    map_attention,
+    map_keys,
+    map_optimizer,
+)
 
 FORMAT = "llama-factory"
 
-_FLASH = {"auto": None, "disabled": "eager", "sdpa": "sdpa", "fa2": "flash", "fa3": "flash"}
+#: v0 ``flash_attn`` (AttentionFunction in src/llamafactory/extras/constants.py); the v1 format
+#: takes transformers' names (eager, sdpa, flash_attention_2, ...)
+_FLASH = {"auto": None, "disabled": "eager", "sdpa": "sdpa", "fa2": "flash", "fa3": "flash",
+          "eager": "eager", "flash_attention_2": "flash", "flash_attention_3": "flash"}
 _OWN = frozenset({
     "model_name_or_path", "finetuning_type", "lora_rank", "lora_alpha", "lora_target",
     "quantization_bit", "double_quantization", "cutoff_len", "flash_attn",
     "enable_liger_kernel", "pure_bf16", "disable_gradient_checkpointing", "stage",
-    "use_unsloth_gc", "sequence_parallel_size",
+    "use_unsloth_gc", "sequence_parallel_size", "oft_target", "freeze_vision_tower",
 })
+#: switches (``use_*: true``) and keys fmest reads but does not model: the answer is given
+#: without them and every output format warns (Sink.unmodelled)
+_GALORE = UNMODELLED_OPTIMIZER.format(opt="adamw", name="{}")
+_UNMODELLED_SWITCHES = {
+    "use_galore": _GALORE.format("GaLore"), "use_apollo": _GALORE.format("APOLLO"),
+    "use_badam": _GALORE.format("BAdam (one block trained at a time)"),
+    "use_adam_mini": _GALORE.format("Adam-mini (one second moment per block)"),
+    "use_muon": _GALORE.format("Muon (momentum only on matrices)"),
+    "use_dora": "DoRA's magnitude vectors and weight-norm recomputation are not modelled "
+                "(estimated as LoRA)",
+    "shift_attn": "S^2-attention's shifted groups are not modelled (full attention assumed)",
+    "use_unsloth": "unsloth's own kernels are modelled only through the unsloth stack profile",
+    "use_llama_pro": "LLaMA Pro's expanded blocks are not added; the estimate is for the model "
+                     "as named",
+    "use_kt": "KTransformers' CPU-resident experts are not modelled (all weights on GPU assumed)",
+    "use_mca": "the mcore_adapter (Megatron) trainer is not modelled; estimated as the HF Trainer",
+    "use_megatron_bridge": "the Megatron-Bridge trainer is not modelled; estimated as the HF "
+                           "Trainer",
+    "use_hyper_parallel": "hyper-parallel training is not modelled; estimated as the HF Trainer",
+    "use_dft_loss": "the DFT loss is estimated as the standard loss",
+    "use_asft_loss": "the ASFT loss (it keeps a reference model) is estimated as the standard "
+                     "loss",
+    "use_eaft_loss": "the EAFT loss is estimated as the standard loss",
+    "freeze_multi_modal_projector": "which multimodal parts train is not modelled beyond "
+                                    "freeze_vision_tower",
+    "freeze_language_model": "a frozen language model is estimated as trained, an upper bound",
+    "upcast_lmhead_output": "fp32 logits from the head are not modelled separately",
+}
+_UNMODELLED = {
+    "additional_target": "fully trained extra modules are not modelled; the estimate counts "
+                         "LoRA adapters only",
+    "ref_model": "the DPO/PPO reference model is not modelled; the estimate is for the trained "
+                 "model alone",
+    "reward_model": "the PPO reward model is not modelled; the estimate is for the trained "
+                    "model alone",
+    "freeze_trainable_layers": "freeze tuning is estimated as full fine-tuning, an upper bound",
+    "freeze_trainable_modules": "freeze tuning is estimated as full fine-tuning, an upper bound",
+    "freeze_extra_modules": "freeze tuning is estimated as full fine-tuning, an upper bound",
+    "oft_rank": "OFT's orthogonal blocks are estimated as LoRA adapters of lora_rank",
+    "oft_block_size": "OFT's orthogonal blocks are estimated as LoRA adapters of lora_rank",
+    "quantization_method": "the base is estimated as a bitsandbytes-style block-quantised base "
+                           "of quantization_bit bits",
+    "mixture_of_depths": "mixture-of-depths (convert/load) is not modelled; the dense model is "
+                         "estimated",
+}
 _IGNORED = {
     "template": DATA, "dataset": DATA, "dataset_dir": DATA, "eval_dataset": DATA,
     "max_samples": DATA, "val_size": DATA, "overwrite_cache": DATA, "packing": DATA,
@@ -34,44 +98,118 @@ _IGNORED = {
     "model_revision": "loading only", "use_fast_tokenizer": "loading only",
     "adapter_name_or_path": "adapter loading only", "lora_dropout": HYPERPARAM,
     "loraplus_lr_ratio": HYPERPARAM, "pref_beta": HYPERPARAM, "pref_loss": HYPERPARAM,
-    "pref_ftx": HYPERPARAM, "ref_model": "the DPO/PPO reference model is not modelled",
-    "additional_target": "fully trained extra modules are not modelled; the estimate counts "
-                         "LoRA adapters only",
-    "use_dora": "DoRA's magnitude vectors are not modelled (estimated as LoRA)",
+    "pref_ftx": HYPERPARAM,
     "use_rslora": "a scaling rule; same memory", "pissa_init": "initialisation only",
     "pissa_iter": "initialisation only", "pissa_convert": "initialisation only",
-    "create_new_adapter": "adapter bookkeeping only", "freeze_vision_tower": "vision towers are "
-                                                                           "not modelled",
-    "quantization_method": "fmest models bitsandbytes-style block quantisation",
+    "create_new_adapter": "adapter bookkeeping only",
     "quantization_type": "fmest models NF4/int8 bases alike by bit width",
     "upcast_layernorm": "layer-norm dtype; negligible memory",
-    "upcast_lmhead_output": "fp32 logits; give --loss standard (the default) to count them",
     "rope_scaling": "position-encoding scaling; same memory at the given cutoff_len",
-    "shift_attn": "S^2-attention is not modelled", "use_unsloth": "unsloth kernels are not "
-                                                                  "modelled",
-    "plot_loss": LOGGING, "use_badam": "BAdam's block-wise optimizer is not modelled",
-    "use_galore": "GaLore's projected optimizer states are not modelled",
-    "use_apollo": "APOLLO's optimizer states are not modelled",
-    "freeze_trainable_layers": "freeze tuning is estimated as full fine-tuning",
-    "freeze_trainable_modules": "freeze tuning is estimated as full fine-tuning",
-    "freeze_extra_modules": "freeze tuning is estimated as full fine-tuning",
-    "print_param_status": LOGGING, "infer_backend": "inference only", "export_dir": "export only",
+    "plot_loss": LOGGING, "print_param_status": LOGGING,
+    "ref_model_adapters": "the reference model is not modelled (see ref_model)",
+    "ref_model_quantization_bit": "the reference model is not modelled (see ref_model)",
+    "reward_model_adapters": "the reward model is not modelled (see reward_model)",
+    "reward_model_quantization_bit": "the reward model is not modelled (see reward_model)",
+    "reward_model_type": "the reward model is not modelled (see reward_model)",
+    "module_dropout": HYPERPARAM, "loraplus_lr_embedding": HYPERPARAM,
+    "use_reentrant_gc": "use_reentrant does not change what is stored",
+    "low_cpu_mem_usage": "loading only", "compute_accuracy": LOGGING,
     "moe_aux_loss_coef": HYPERPARAM, "include_effective_tokens_per_second": LOGGING,
 }
 
 
+def _not_training(doc: dict, sink: Sink) -> None:
+    """Raise for the recipes that do not train: export/merge/quantise, prediction/evaluation."""
+    if doc.get("export_dir") not in (None, ""):
+        if doc.get("export_quantization_bit") is not None:
+            raise sink.not_training("export_quantization_bit", "quantization",
+                                    "llamafactory-cli export with GPTQ quantisation")
+        if doc.get("adapter_name_or_path") not in (None, ""):
+            raise sink.not_training("export_dir", "merge",
+                                    "llamafactory-cli export merges adapter_name_or_path")
+        raise sink.not_training("export_dir", "export", "llamafactory-cli export")
+    train = doc.get("do_train")
+    trains = train is not None and sink.bool_("do_train", train)
+    if train is not None and not trains:
+        raise sink.not_training("do_train", "evaluation", "do_train: false; LLaMA-Factory "
+                                "trains only when do_train is true")
+    for key in ("do_predict", "do_eval"):
+        if not trains and doc.get(key) is not None and sink.bool_(key, doc[key]):
+            raise sink.not_training(key, "evaluation", f"{key}: true without do_train: true")
+
+
+_RUNTIMES = {"huggingface": "transformers", "hf": "transformers", "vllm": "vllm",
+             "sglang": "vllm", "ktransformers": "transformers"}
+_INFER_DTYPES = {"auto": None, "float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+
+
+def _map_inference(doc: dict, sink: Sink) -> None:
+    """``llamafactory-cli chat/api`` recipes: serving memory (ModelArguments' infer_backend,
+    vllm_*/sglang_* and GeneratingArguments' max_new_tokens, default 1024)."""
+    sink.set("mode", "inference", "infer_backend")
+    if "max_new_tokens" not in doc:
+        sink.set("inference.output_tokens", 1024,
+                 "max_new_tokens (unset: LLaMA-Factory GeneratingArguments default 1024)")
+    for name, value in doc.items():
+        key = name
+        if value is None:
+            sink.ignore(key, "null: not set (LLaMA-Factory's default)")
+        elif name == "infer_backend":
+            backend = str(value).strip().lower()
+            runtime = sink.choice(key, backend, _RUNTIMES)
+            sink.set("inference.runtime", runtime, key)
+            if backend in ("sglang", "ktransformers"):
+                sink.unmodelled(key, f"{backend}'s memory pool is estimated as {runtime}'s")
+        elif name == "model_name_or_path":
+            sink.set("model", model_name(value), key)
+        elif name in ("vllm_maxlen", "sglang_maxlen"):
+            sink.set("inference.context", sink.int_(key, value), key)
+        elif name in ("vllm_gpu_util", "sglang_mem_fraction"):
+            sink.set("inference.gpu_memory_utilization", sink.num(key, value), key)
+        elif name == "vllm_enforce_eager":
+            sink.set("inference.cuda_graphs", not sink.bool_(key, value), key)
+        elif name == "max_new_tokens":
+            sink.set("inference.output_tokens", sink.int_(key, value), key)
+        elif name == "infer_dtype":
+            dtype = sink.choice(key, value, _INFER_DTYPES)
+            if dtype is None:
+                sink.ignore(key, "auto: the model's dtype (fmest's training.dtype default)")
+            else:
+                sink.set("training.dtype", dtype, key)
+        elif name == "quantization_bit":
+            bits = sink.choice(key, value, {4: "nf4", 8: "int8"})
+            sink.set("inference.quantization", bits, key)
+        elif name == "adapter_name_or_path":
+            sink.unmodelled(key, "the LoRA adapter's weights are not counted (a small share "
+                            "of the base)")
+        else:
+            sink.ignore(key, "a template, loading or sampling setting; no effect on serving "
+                        "memory in fmest's model")
+
+
 def map_config(doc: dict, sink: Sink) -> None:
+    if "model" in doc and "model_name_or_path" not in doc:
+        map_v1(doc, sink)
+        return
+    _not_training(doc, sink)
+    if doc.get("infer_backend") is not None:
+        _map_inference(doc, sink)
+        return
     sink.set("training.stack", "unsloth" if str(doc.get("use_unsloth", "")).lower()
              in ("true", "1", "yes") else "hf-trainer", "(LLaMA-Factory config)")
     tech_key = "finetuning_type"
     ftype = str(doc.get("finetuning_type", "lora")).strip().lower()
     if "finetuning_type" not in doc:
         tech_key = "finetuning_type (unset: LLaMA-Factory default lora)"
+    # FinetuningArguments.finetuning_type: Literal["lora", "oft", "freeze", "full"]
     tech = sink.choice("finetuning_type", ftype, {"lora": "lora", "full": "full",
-                                                  "freeze": "full"})
+                                                  "freeze": "full", "oft": "lora"})
     if ftype == "freeze":
-        sink.ignore("finetuning_type", "freeze tuning (only some layers trained) is estimated "
-                    "as full fine-tuning, an upper bound")
+        sink.unmodelled("finetuning_type", "freeze tuning (only some layers trained) is "
+                        "estimated as full fine-tuning, an upper bound")
+    elif ftype == "oft":
+        sink.unmodelled("finetuning_type", "OFT (orthogonal fine-tuning) is estimated as LoRA "
+                        "adapters of lora_rank on the oft_target modules")
     bits = doc.get("quantization_bit")
     if bits is not None:
         bits = sink.choice("quantization_bit", bits, {4: 4, 8: 8})
@@ -89,9 +227,10 @@ def map_config(doc: dict, sink: Sink) -> None:
         if doc.get("lora_alpha") is None:
             sink.set("training.lora_alpha", float(rank * 2),
                      "lora_alpha (unset: LLaMA-Factory default lora_rank x 2)")
-        if "lora_target" not in doc:
+        target = "oft_target" if ftype == "oft" else "lora_target"
+        if target not in doc:
             sink.set("training.lora_target_modules", ["all-linear"],
-                     "lora_target (unset: LLaMA-Factory default all)")
+                     f"{target} (unset: LLaMA-Factory default all)")
     if not sink.bool_("disable_gradient_checkpointing",
                       doc.get("disable_gradient_checkpointing", False)):
         sink.set("training.activation_checkpointing", "full",
@@ -106,6 +245,29 @@ def map_config(doc: dict, sink: Sink) -> None:
     rest = {k: v for k, v in doc.items() if k not in _OWN}
     for name in [k for k in rest if k in _IGNORED]:
         sink.ignore(name, _IGNORED[name])
+    for name in [k for k in rest if k in _UNMODELLED_SWITCHES]:
+        if sink.bool_(name, rest[name]):
+            sink.unmodelled(name, _UNMODELLED_SWITCHES[name])
+        else:
+            sink.ignore(name, "false")
+    for name in [k for k in rest if k in _UNMODELLED]:
+        if name == "quantization_method" and str(rest[name]).strip().lower() in (
+                "bnb", "bitsandbytes"):
+            sink.ignore(name, "bitsandbytes: the block quantisation fmest models")
+        else:
+            sink.unmodelled(name, _UNMODELLED[name])
+    for name in [k for k in rest if k.startswith(("galore_", "apollo_", "badam_"))]:
+        switch = "use_" + name.split("_", 1)[0]
+        if rest.get(switch) is not None and sink.bool_(switch, rest[switch]):
+            sink.ignore(name, f"a {switch} setting (see {switch})")
+        else:
+            sink.ignore(name, f"no effect: {switch} is not true")
+    for name in [k for k in rest if k in ("do_train", "do_eval", "do_predict")]:
+        sink.ignore(name, "checked above: a training recipe")
+    rest = {k: v for k, v in rest.items()
+            if k not in _UNMODELLED_SWITCHES and k not in _UNMODELLED
+            and not k.startswith(("galore_", "apollo_", "badam_"))
+            and k not in ("do_train", "do_eval", "do_predict")}
     map_keys({k: v for k, v in rest.items() if k not in _IGNORED}, sink)
     for name, value in doc.items():
         key = name
@@ -123,9 +285,11 @@ def map_config(doc: dict, sink: Sink) -> None:
                 sink.ignore(key, "finetuning_type is not lora")
             else:
                 sink.set("training.lora_alpha", sink.num(key, value), key)
-        elif name == "lora_target":
+        elif name in ("lora_target", "oft_target"):
             targets = target_list(value)
-            if tech == "full":
+            if (name == "oft_target") != (ftype == "oft"):
+                sink.ignore(key, f"finetuning_type is {ftype}")
+            elif tech == "full":
                 sink.ignore(key, "finetuning_type is not lora")
             else:
                 sink.set("training.lora_target_modules",
@@ -142,7 +306,12 @@ def map_config(doc: dict, sink: Sink) -> None:
             else:
                 sink.set("training.attention", attn, key)
         elif name == "enable_liger_kernel":
+            # model/model_utils/liger_kernel.py: RoPE, RMSNorm, SwiGLU and fused linear CE
+            sink.set_when_true("training.liger", True, key, value, "false: no Liger kernels")
             sink.set_when_true("training.loss", "fused", key, value, "false: standard loss")
+        elif name == "freeze_vision_tower":
+            # FinetuningArguments.freeze_vision_tower: default True (frozen)
+            sink.set("training.train_vision_tower", not sink.bool_(key, value), key)
         elif name == "pure_bf16":
             if sink.bool_(key, value):
                 sink.set("training.dtype", "bf16", key)
@@ -163,3 +332,199 @@ def map_config(doc: dict, sink: Sink) -> None:
                             "modelled; the estimate is for the trained model alone")
         elif name == "sequence_parallel_size":
             sink.set("parallelism.cp", sink.int_(key, value), key)
+
+
+# -- the v1 format ------------------------------------------------------------------------------
+#: v1 top-level keys with no effect on memory, time or cost
+_V1_IGNORED = {
+    "model_class": "the Auto class used to load the model (llm/cls/other)",
+    "trust_remote_code": "loading only", "custom_chat_template": DATA,
+    "init_config": "model initialisation (meta device / rank 0); not the training footprint",
+    "train_dataset": DATA, "eval_dataset": DATA, "output_dir": LOGGING,
+    "learning_rate": HYPERPARAM, "max_grad_norm": HYPERPARAM, "seed": LOGGING,
+    "full_determinism": LOGGING, "resume_from_checkpoint": LOGGING, "save_steps": LOGGING,
+    "save_epochs": LOGGING, "save_ckpt_as_hf": LOGGING, "save_total_limit": LOGGING,
+    "logging_steps": LOGGING, "lr_scheduler_config": HYPERPARAM, "dist_timeout": "launch setting",
+    "pref_loss": HYPERPARAM, "pref_beta": HYPERPARAM, "pref_ftx": HYPERPARAM,
+    "simpo_gamma": HYPERPARAM, "dpo_label_smoothing": HYPERPARAM, "ld_alpha": HYPERPARAM,
+    "batching_strategy": "padding-free / dynamic batching fills cutoff_len; fmest sizes "
+                         "activations at cutoff_len",
+    "batching_workers": DATA, "cp_mode": "Ulysses and ring context parallelism split the same "
+                                         "activations in fmest's model",
+    "sample_backend": "sampling after training; not the training footprint",
+    "max_new_tokens": "sampling after training; not the training footprint",
+}
+_V1_DIST = {"fsdp2": "full_shard", "fsdp": "full_shard", "fsdpturbo": "full_shard"}
+
+
+def _plugin(sink: Sink, key: str, value: Any) -> dict:
+    """A v1 ``*_config`` plugin table (v1/config/arg_utils.py ``get_plugin_config``: a mapping
+    with ``name``, or a bare name string)."""
+    if isinstance(value, str):
+        return {"name": value}
+    table = sink.mapping(key, value)
+    if "name" not in table:
+        raise sink.error(f"{key}.name", "a plugin table needs a name")
+    return table
+
+
+def _v1_peft(sink: Sink, key: str, table: dict) -> None:
+    name = str(table["name"]).strip().lower()
+    if name == "freeze":
+        sink.set("training.technique", "full", f"{key}.name")
+        sink.unmodelled(f"{key}.name", "freeze tuning (only some layers trained) is estimated "
+                        "as full fine-tuning, an upper bound")
+        for k in table:
+            if k != "name":
+                sink.ignore(f"{key}.{k}", "a freeze-tuning setting (see name)")
+        return
+    if name != "lora":
+        raise sink.error(f"{key}.name", "not a PEFT method fmest models", value=table["name"],
+                         accepted=("lora", "freeze"))
+    quant = sink.get("training.quantization_bits")
+    sink.set("training.technique", "qlora" if quant else "lora", f"{key}.name")
+    for k, v in table.items():
+        sub = f"{key}.{k}"
+        if k == "name":
+            continue
+        if v is None:
+            sink.ignore(sub, "null: the plugin's default")
+        elif k == "r":
+            sink.set("training.lora_rank", sink.int_(sub, v), sub)
+        elif k == "lora_alpha":
+            sink.set("training.lora_alpha", sink.num(sub, v), sub)
+        elif k == "target_modules":
+            targets = target_list(v)
+            sink.set("training.lora_target_modules",
+                     ["all-linear" if t == "all" else t for t in targets], sub)
+        elif k in ("lora_dropout",):
+            sink.ignore(sub, HYPERPARAM)
+        elif k in ("adapter_name_or_path",):
+            sink.ignore(sub, "adapter loading only")
+        else:
+            sink.unmodelled(sub, "a PEFT option fmest does not model (plain LoRA assumed)")
+
+
+def _v1_dist(sink: Sink, key: str, table: dict) -> None:
+    name = str(table["name"]).strip().lower()
+    if name == "deepspeed":
+        from fmest.configs import deepspeed
+
+        if table.get("config_file"):
+            sink.include(f"{key}.config_file", table["config_file"], deepspeed.FORMAT)
+        else:
+            sink.ignore(f"{key}.name", "deepspeed without config_file: ZeRO stage unknown")
+        sink.set("training.stack", "deepspeed", f"{key}.name")
+    elif name in _V1_DIST:
+        sink.set("parallelism.fsdp", _V1_DIST[name], f"{key}.name")
+    else:
+        raise sink.error(f"{key}.name", "not a distributed backend fmest models",
+                         value=table["name"], accepted=("fsdp2", "fsdpturbo", "deepspeed"))
+    for k, v in table.items():
+        sub = f"{key}.{k}"
+        if k in ("name", "config_file"):
+            continue
+        if k == "ep_size":
+            sink.set("parallelism.ep", sink.int_(sub, v), sub)
+        elif k in ("dcp_path", "ep_dispatcher"):
+            sink.ignore(sub, "checkpoint conversion / dispatch detail; same memory")
+        else:
+            sink.unmodelled(sub, "a distributed option fmest does not model")
+
+
+def _v1_kernel(sink: Sink, key: str, table: dict) -> None:
+    names = [n.strip().lower() for n in str(table["name"]).split(",") if n.strip()]
+    if "liger_kernel" in names:
+        sink.set("training.liger", True, f"{key}.name")
+        sink.set("training.loss", "fused", f"{key}.name")
+    other = [n for n in names if n != "liger_kernel"]
+    if other:
+        sink.unmodelled(f"{key}.name", f"kernels {other} are not modelled (auto: the kernels "
+                        "installed; unfused ops assumed)")
+    for k in table:
+        if k != "name":
+            sink.ignore(f"{key}.{k}", "a kernel option (see name)")
+
+
+def map_v1(doc: dict, sink: Sink) -> None:
+    """The v1 format (src/llamafactory/v1/config/{model,training}_args.py @ff6d4d12): full
+    fine-tuning unless ``peft_config`` names lora; defaults that differ from fmest's are set
+    when unset: ``bf16: true``, ``enable_activation_checkpointing: true``, ``cutoff_len:
+    2048``, ``num_train_epochs: 3``."""
+    peft = doc.get("peft_config")
+    if isinstance(peft, dict) and peft.get("export_dir") not in (None, ""):
+        raise sink.not_training("peft_config.export_dir", "merge", "the v1 export recipe merges "
+                                "adapter_name_or_path into the model")
+    sink.set("training.stack", "hf-trainer", "(LLaMA-Factory v1 config)")
+    sink.set("training.technique", "full", "peft_config (unset: full fine-tuning)")
+    defaults = (("bf16", True), ("enable_activation_checkpointing", True),
+                ("cutoff_len", 2048), ("num_train_epochs", 3))
+    for name, value in defaults:
+        if name not in doc:
+            _v1_key(sink, name, value, f"{name} (unset: LLaMA-Factory v1 default {value})")
+    quant = doc.get("quant_config")
+    if quant is not None:
+        table = _plugin(sink, "quant_config", quant)
+        bits = sink.choice("quant_config.quantization_bit", table.get("quantization_bit", 4),
+                           {4: 4, 8: 8})
+        sink.set("training.quantization_bits", bits, "quant_config.quantization_bit")
+        for k in table:
+            if k not in ("quantization_bit",):
+                sink.ignore(f"quant_config.{k}", "bitsandbytes (bnb) or auto: fmest models a "
+                            "block-quantised base by its bit width")
+    for name, value in doc.items():
+        _v1_key(sink, name, value, name)
+    if quant is not None and sink.get("training.technique") != "qlora":
+        raise sink.error("quant_config", "a quantised base needs peft_config: {name: lora}",
+                         value=quant)
+
+
+def _v1_key(sink: Sink, name: str, value: Any, key: str) -> None:
+    if value is None:
+        sink.ignore(key, "null: not set (the v1 default)")
+    elif name == "model":
+        sink.set("model", model_name(value), key)
+    elif name == "flash_attn":
+        map_attention(sink, key, value)
+    elif name == "peft_config":
+        _v1_peft(sink, key, _plugin(sink, key, value))
+    elif name == "dist_config":
+        _v1_dist(sink, key, _plugin(sink, key, value))
+    elif name == "kernel_config":
+        _v1_kernel(sink, key, _plugin(sink, key, value))
+    elif name == "optim_config":
+        table = _plugin(sink, key, value)
+        map_optimizer(sink, f"{key}.name", table["name"])
+        for k in table:
+            if k != "name":
+                sink.ignore(f"{key}.{k}", HYPERPARAM)
+    elif name == "quant_config":
+        pass   # read first, in map_v1
+    elif name == "micro_batch_size":
+        sink.set("training.micro_batch_size", sink.int_(key, value), key)
+    elif name == "global_batch_size":
+        sink.train_batch.append((sink.int_(key, value), key))
+    elif name == "cutoff_len":
+        sink.set("training.seq_len", sink.int_(key, value), key)
+    elif name == "num_train_epochs":
+        sink.set("workload.epochs", sink.num(key, value), key)
+    elif name == "max_steps":
+        sink.set("workload.max_steps", sink.int_(key, value), key)
+    elif name == "bf16":
+        sink.set("training.dtype", "bf16" if sink.bool_(key, value) else "fp32", key)
+    elif name == "enable_activation_checkpointing":
+        sink.set("training.activation_checkpointing",
+                 "full" if sink.bool_(key, value) else "none", key)
+    elif name == "dp_size":
+        sink.set("parallelism.dp", sink.int_(key, value), key)
+    elif name == "cp_size":
+        sink.set("parallelism.cp", sink.int_(key, value), key)
+    elif name in ("mp_replicate_size", "mp_shard_size"):
+        if sink.int_(key, value) == 1 and name == "mp_replicate_size":
+            sink.ignore(key, "1: no replication (plain FSDP)")
+        else:
+            sink.unmodelled(key, "hybrid sharding sizes are not modelled (all GPUs shard)")
+    elif name in _V1_IGNORED:
+        sink.ignore(key, _V1_IGNORED[name])
+    else:
+        sink.ignore(key, "not a v1 key fmest knows; no effect assumed")

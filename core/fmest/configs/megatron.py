@@ -165,6 +165,7 @@ class _State:
         self.dtype_key: str | None = None
         self.fp8_key: str | None = None
         self.vp_layers: tuple[int, str] | None = None
+        self.amp_o2: tuple[bool, str] | None = None
 
 
 def _reason(name: str) -> str:
@@ -197,6 +198,23 @@ def _apply(name: str, value: Any, key: str, sink: Sink, state: _State) -> None:
             or isinstance(value, str) and value.strip().isdigit() and int(value) >= 1):
         sink.ignore(key, f"{value!r}: the launcher decides (-1/auto/gpu); give --gpus-per-node "
                     "/ --nodes")
+    elif name == "train_iters" and (value is None or value == -1):
+        sink.ignore(key, f"{value}: unset (the run is bounded by epochs or data)")
+    elif name in _INT_FIELDS and value is None:
+        sink.ignore(key, "null: not set (the tool's default)")
+    elif name == "num_query_groups" and value is None:
+        sink.ignore(key, "null: multi-head attention (one group per head)")
+    elif name == "activation":
+        text = str(value).strip().lower()
+        gated = text.replace("fast-", "") in ("swiglu", "geglu", "reglu")
+        state.dims["swiglu"] = (gated, key)
+        if text.replace("fast-", "") not in ("swiglu", "gelu"):
+            sink.unmodelled(key, f"{value}: counted as "
+                            f"{'SwiGLU' if gated else 'GELU'} (same parameters and FLOPs)")
+    elif name == "share_embeddings_and_output_weights":
+        state.dims["untie_embeddings_and_output_weights"] = (not sink.bool_(key, value), key)
+    elif name == "megatron_amp_O2":
+        state.amp_o2 = (sink.bool_(key, value), key)
     elif name in _INT_FIELDS:
         sink.set(_INT_FIELDS[name], sink.int_(key, value), key)
     elif name == "train_samples":
@@ -241,7 +259,11 @@ def _apply(name: str, value: Any, key: str, sink: Sink, state: _State) -> None:
             sink.set("training.activation_checkpointing",
                      sink.choice(key, value, _RECOMPUTE), key)
     elif name in ("recompute_method", "recompute_num_layers", "recompute_modules"):
-        sink.ignore(key, "which layers are recomputed; fmest recomputes every layer")
+        if value is None:
+            sink.ignore(key, "null: not set")
+        else:
+            sink.unmodelled(key, f"{value!r}: which layers/modules are recomputed; fmest "
+                            "recomputes every layer (full) or the attention core (selective)")
     elif name in ("bf16", "fp16"):
         if sink.bool_(key, value):
             state.dtype_key = key
@@ -304,6 +326,8 @@ def _section(block: Any, prefix: str, sink: Sink, state: _State) -> None:
             sink.set("training.optimizer", "sgd_momentum" if "sgd" in text else "adamw", key)
         elif prefix == "trainer" and name == "precision":
             _precision(value, key, sink, state)
+        elif prefix == "model" and name == "tokenizer" and isinstance(value, dict):
+            _tokenizer(value, key, sink, state)
         elif isinstance(value, dict) and prefix in ("model", "trainer") and name in (
                 "optim",):
             _section(value, key, sink, state)
@@ -312,6 +336,30 @@ def _section(block: Any, prefix: str, sink: Sink, state: _State) -> None:
                         "tokenizer or data blend)")
         else:
             _apply(str(name), value, key, sink, state)
+
+
+def _tokenizer(block: dict, key: str, sink: Sink, state: _State) -> None:
+    """NeMo ``model.tokenizer``: the vocabulary size comes from the tokenizer
+    (megatron_base_model.py ``_vocab_size_with_padding(self.tokenizer.vocab_size, ...)``); a
+    Hugging Face tokenizer (``library: huggingface``, ``type: <Hub id>``) of a model fmest
+    knows gives its ``vocab_size``, Megatron's GPT-2 BPE 50257."""
+    library = str(block.get("library") or "").strip().lower()
+    kind = block.get("type")
+    vocab = None
+    if library == "huggingface" and isinstance(kind, str):
+        from fmest.models.presets import find_preset, preset_data
+
+        canon = find_preset(kind)
+        if canon is not None:
+            vocab = preset_data(canon).get("config", {}).get("vocab_size")
+    elif library == "megatron" and str(kind) in ("GPT2BPETokenizer", "gpt2"):
+        vocab = 50257
+    if vocab and "vocab_size" not in state.dims:
+        state.dims["vocab_size"] = (int(vocab), join(key, "type"))
+        sink.ignore(key, f"read: vocabulary {vocab} of the {library} tokenizer {kind}")
+    else:
+        sink.ignore(key, "the tokenizer's files; its vocabulary size is known only for "
+                    "library huggingface with a type fmest knows (fmest models)")
 
 
 def _precision(value: Any, key: str, sink: Sink, state: _State) -> None:
@@ -334,6 +382,87 @@ def _precision(value: Any, key: str, sink: Sink, state: _State) -> None:
                                    "bf16-mixed", "16-mixed", "32"])
     state.dtype_key = key
     sink.set("training.dtype", dtype or "bf16", key)
+
+
+def _nemo_kind(doc: dict, sink: Sink) -> None:
+    """NeMo 1 example configs that are not training runs: export (``export_options``,
+    ``megatron_gpt_export.yaml``), post-training quantization (``quantization``,
+    ``megatron_gpt_ptq.yaml``), pruning (``prune``), validation / evaluation
+    (``*_validate_config.yaml``, ``*_eval*.yaml``) are refused; generation
+    (``megatron_gpt_inference.yaml``: a top-level ``inference`` section) is answered as
+    inference (``mode: inference``)."""
+    import os
+
+    base = os.path.basename(sink.name).lower()
+    if "export_options" in doc or "onnx_model_file" in doc:
+        raise sink.not_training("export_options", "export", "NeMo export to ONNX/TensorRT")
+    training = isinstance(section(doc, "model").get("optim"), dict)
+    if isinstance(doc.get("quantization"), dict) and not training:
+        raise sink.not_training("quantization", "quantization",
+                                "NeMo post-training quantization")
+    if isinstance(doc.get("prune"), dict):
+        raise sink.not_training("prune", "conversion", "NeMo pruning of a trained model")
+    if "validate" in base or "_eval" in base or str(doc.get("name", "")).endswith("_eval"):
+        raise sink.not_training("name" if "name" in doc else "(file name)", "evaluation",
+                                "NeMo validation / evaluation of a trained model")
+    if isinstance(doc.get("inference"), dict) and not training:
+        sink.set("mode", "inference", "inference")
+
+
+#: Megatron-Bridge LoRA target_modules (megatron/bridge/peft/lora.py; default: all four)
+#: -> the Hugging Face Llama-style names fmest counts
+_BRIDGE_TARGETS = {"linear_qkv": ("q_proj", "k_proj", "v_proj"), "linear_proj": ("o_proj",),
+                   "linear_fc1": ("gate_proj", "up_proj"), "linear_fc2": ("down_proj",)}
+
+
+def _peft(value: Any, sink: Sink) -> None:
+    """Megatron-Bridge ``peft``: ``lora`` / ``dora`` or the LoRA config's fields (``dim``,
+    ``alpha``, ``target_modules``; megatron/bridge/peft/lora.py defaults dim 32, alpha 32,
+    all four linear layers)."""
+    if value is None or str(value).strip().lower() in ("none", "null", "false"):
+        sink.ignore("peft", "no PEFT: full training")
+        return
+    block = value if isinstance(value, dict) else {"_target_": str(value)}
+    kind = str(block.get("_target_", "lora")).lower()
+    sink.set("training.technique", "lora", "peft")
+    if "dora" in kind:
+        sink.unmodelled("peft", "DoRA's magnitude vectors are not modelled; estimated as LoRA")
+    elif "lora" not in kind:
+        raise sink.error("peft", "fmest models LoRA (and DoRA as LoRA)", value=value,
+                         accepted=("lora", "dora"))
+    sink.set("training.lora_rank", 32, "peft.dim (unset: Megatron-Bridge default 32)")
+    sink.set("training.lora_alpha", 32.0, "peft.alpha (unset: Megatron-Bridge default 32)")
+    sink.set("training.lora_target_modules", ["all-linear"],
+             "peft.target_modules (unset: all four linear layers)")
+    if not isinstance(value, dict):
+        return
+    for name, item in value.items():
+        key = join("peft", name)
+        if name == "dim":
+            sink.set("training.lora_rank", sink.int_(key, item), key)
+        elif name == "alpha":
+            sink.set("training.lora_alpha", sink.num(key, item), key)
+        elif name == "target_modules":
+            names = [t for t in (item or [])]
+            out: list[str] = []
+            for t in names:
+                out.extend(sink.choice(key, t, _BRIDGE_TARGETS))
+            sink.set("training.lora_target_modules", out, key)
+        elif name == "_target_":
+            continue
+        else:
+            sink.ignore(key, "a LoRA detail (dropout, init); same adapter size")
+
+
+def _inference(block: dict, sink: Sink) -> None:
+    for name, value in block.items():
+        key = join("inference", name)
+        if name == "tokens_to_generate" and value is not None:
+            sink.set("inference.output_tokens", sink.int_(key, value), key)
+        elif name == "batch_size" and value is not None:
+            sink.set("inference.batch", sink.int_(key, value), key)
+        else:
+            sink.ignore(key, "a sampling or output setting; same serving memory")
 
 
 def _model_config(sink: Sink, state: _State) -> None:
@@ -363,7 +492,9 @@ def _model_config(sink: Sink, state: _State) -> None:
         vocab = sink.int_(keys["vocab_size"], dims["vocab_size"])
     else:
         vocab = 50257   # the GPT-2 BPE of Megatron-LM's GPT examples (--vocab-file gpt2-vocab)
-        sink.ignore("(vocab size)", "no --vocab-size: the GPT-2 BPE's 50257 is used")
+        sink.unmodelled("(vocab size)", "no --vocab-size and no tokenizer fmest can size "
+                        "(NeMo: model.tokenizer library huggingface with a known type): the "
+                        "GPT-2 BPE's 50257 is used")
     # megatron/training/tokenizer/tokenizer.py _vocab_size_with_padding
     multiple = divisible * tp
     vocab = -(-vocab // multiple) * multiple
@@ -407,6 +538,10 @@ def map_config(doc: dict, sink: Sink) -> None:
                      "(Megatron-LM default: no --tp-comm-overlap)")
     else:
         nemo = "trainer" in doc
+        _nemo_kind(doc, sink)
+        if nemo and state.amp_o2 is None and not isinstance(section(doc, "model").get(
+                "megatron_amp_O2"), bool):
+            state.amp_o2 = (False, "model.megatron_amp_O2 (unset: NeMo default false)")
         sink.set("training.stack", "megatron-core",
                  "(NeMo Megatron YAML)" if nemo else "(Megatron-Bridge recipe YAML)")
         for name, value in doc.items():
@@ -430,6 +565,10 @@ def map_config(doc: dict, sink: Sink) -> None:
                           "ft", "straggler", "nvrx_straggler", "rerun_state_machine", "exp_manager",
                           "name", "restore_from_path"):
                 sink.ignore(name, LOGGING if name not in ("scheduler",) else HYPERPARAM)
+            elif name == "peft":
+                _peft(value, sink)
+            elif name == "inference" and sink.get("mode") == "inference":
+                _inference(value, sink)
             elif name == "dist":
                 sink.ignore(name, "process-group settings; Megatron FSDP / torch FSDP2 "
                             "switches are not read (give --fsdp)")
@@ -444,11 +583,25 @@ def map_config(doc: dict, sink: Sink) -> None:
         both = state.fp8_key if state.dtype_key in (None, state.fp8_key) else \
             f"{state.fp8_key}+{state.dtype_key}"
         sink.set("training.dtype", "fp8", both)
-    if "training.dtype" in sink.values and sink.get("training.dtype") != "fp32":
-        # bf16/fp16/fp8 weights with fp32 main params and grads (Megatron's mixed precision)
-        sink.set("training.precision", "master", sink.values["training.dtype"][1])
+    if "training.dtype" in sink.values and sink.get("training.dtype") != "fp32" and \
+            state.amp_o2 is not None and not state.amp_o2[0]:
+        # NeMo 1 without megatron_amp_O2: PyTorch Lightning native AMP, fp32 parameters and
+        # autocast (NeMo megatron_base_model.py: O2 keeps half params + fp32 main params)
+        sink.set("training.precision", "amp",
+                 f"{sink.values['training.dtype'][1]}+{state.amp_o2[1]}")
+    elif "training.dtype" in sink.values and sink.get("training.dtype") != "fp32":
+        # bf16/fp16/fp8 weights with fp32 main params and grads (Megatron's mixed precision;
+        # NeMo's megatron_amp_O2: half params, fp32 main params in the optimizer)
+        where = sink.values["training.dtype"][1]
+        if state.amp_o2 is not None:
+            where += f"+{state.amp_o2[1]}"
+        sink.set("training.precision", "master", where)
     elif "training.dtype" in sink.values:
         sink.set("training.precision", "pure", sink.values["training.dtype"][1])
+    if state.amp_o2 is not None and "(unset" not in state.amp_o2[1] and not any(
+            state.amp_o2[1] in v[1].split("+") for v in sink.values.values()):
+        sink.ignore(state.amp_o2[1], "no effect: no half-precision training dtype in the file "
+                    "(O2 keeps half-precision parameters with fp32 main parameters)")
     if state.vp_layers is not None:
         per, key = state.vp_layers
         layers = state.dims.get("num_layers")

@@ -30,6 +30,39 @@ FLAVORS = {
                "405b": "meta-llama/Llama-3.1-405B"},
     "qwen3": {"8b": "Qwen/Qwen3-8B"},
 }
+FLAVORS["deepseek_v3"] = {
+    # torchtitan/models/deepseek_v3/__init__.py "16B": vocab 102400, dim 2048, 27 layers (1
+    # dense), 64 routed + 2 shared experts, top-6, moe_inter_dim 1408: DeepSeek-V2-Lite's shapes
+    "16b": "deepseek-ai/DeepSeek-V2-Lite", "671b": "deepseek-ai/DeepSeek-V3"}
+
+
+def _qwen3(dim: int, layers: int, heads: int, kv: int, ffn: int, vocab: int = 151936,
+           tied: bool = True) -> dict:
+    return {"model_type": "qwen3", "vocab_size": vocab, "hidden_size": dim,
+            "intermediate_size": ffn, "num_hidden_layers": layers,
+            "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": 128,
+            "max_position_embeddings": 4096, "rope_theta": 1000000.0,
+            "tie_word_embeddings": tied, "rms_norm_eps": 1e-6}
+
+
+#: flavors with no fmest preset, as Hugging Face configs built from torchtitan's model args
+#: tables at 238fa9953e4aec2a62582121564273d7cbb1e9f1 (torchtitan/models/qwen3/__init__.py
+#: ``qwen3_args``; torchtitan/models/llama3/__init__.py ``llama3_args["debugmodel"]``: dim 256,
+#: 6 layers, 16 heads, vocab 2048, FFN int(2 x 4 x 256 / 3) = 682 rounded up to multiple_of
+#: 256 = 768, model/model.py FeedForward)
+FLAVOR_CONFIGS = {
+    "qwen3": {"debugmodel": _qwen3(256, 8, 16, 8, 3072, vocab=2048),
+              "0.6b": _qwen3(1024, 28, 16, 8, 3072),
+              "1.7b": _qwen3(2048, 28, 16, 8, 6144),
+              "4b": _qwen3(2560, 36, 32, 8, 9728),
+              "32b": _qwen3(5120, 64, 64, 8, 25600, tied=False)},
+    "llama3": {"debugmodel": {
+        "model_type": "llama", "vocab_size": 2048, "hidden_size": 256,
+        "intermediate_size": 768, "num_hidden_layers": 6, "num_attention_heads": 16,
+        "num_key_value_heads": 16, "max_position_embeddings": 131072, "rope_theta": 500000.0,
+        "tie_word_embeddings": False, "rms_norm_eps": 1e-5}},
+}
+_NOT_LLM = {"flux": "a diffusion (FLUX) model, not a language model fmest sizes"}
 _DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
 _SCHEDULES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved1f1b": "interleaved",
               "loopedbfs": "interleaved"}
@@ -89,15 +122,25 @@ def _model(block: dict, sink: Sink) -> None:
     fields = [k for k in ("name", "flavor") if k in block]
     preset = FLAVORS.get(name, {}).get(str(flavor).strip().lower()) if flavor is not None \
         else None
+    cfg = FLAVOR_CONFIGS.get(name, {}).get(str(flavor).strip().lower()) \
+        if flavor is not None else None
+    if name in _NOT_LLM:
+        raise sink.error("model.name", _NOT_LLM[name], value=name,
+                         accepted=sorted(set(FLAVORS) | set(FLAVOR_CONFIGS)))
     if preset:
         sink.set("model", preset, "model." + "+".join(fields))
+    elif cfg is not None:
+        where = "model." + "+".join(fields) + " (torchtitan model args table)"
+        sink.set("model", f"torchtitan/{name}-{flavor}", where)
+        sink.set("model_config", dict(cfg), where)
     elif assets and os.path.isfile(os.path.join(str(assets), "config.json")):
         sink.set("model", str(assets), "model.hf_assets_path")
     else:
         for k in fields:
             sink.ignore(join("model", k), f"no fmest preset for torchtitan {name} flavor "
                         f"{flavor!r} (known: " + ", ".join(
-                            f"{n} {f}" for n, fl in FLAVORS.items() for f in fl) +
+                            f"{n} {f}" for tab in (FLAVORS, FLAVOR_CONFIGS)
+                            for n, fl in tab.items() for f in fl) +
                         "); give --model")
     for k, value in block.items():
         key = join("model", k)
@@ -110,7 +153,8 @@ def _model(block: dict, sink: Sink) -> None:
                 sink.set("training.dtype", "fp8", key)
             rest = [c for c in conv if c and c not in _FLOAT8]
             if rest or not conv:
-                sink.ignore(key, f"converters {rest or conv} are not modelled (float8 is)")
+                sink.unmodelled(key, f"converters {rest or conv} are not modelled (float8 "
+                                "is); estimated without them")
         elif k == "hf_assets_path" and "model" in sink.values and \
                 sink.values["model"][1] == key:
             continue
@@ -181,8 +225,8 @@ def _parallelism(block: dict, sink: Sink) -> None:
             if text in _SCHEDULES:
                 sink.set("parallelism.pp_schedule", _SCHEDULES[text], key)
             else:
-                sink.ignore(key, f"schedule {value!r} is not modelled; estimated as 1f1b "
-                            "(fmest models 1F1B, GPipe, Interleaved1F1B)")
+                sink.unmodelled(key, f"schedule {value!r} is not modelled; estimated as 1f1b "
+                                "(fmest models 1F1B, GPipe, Interleaved1F1B)")
         elif k == "pipeline_parallel_microbatch_size":
             sink.set("training.micro_batch_size", sink.int_(key, value), key)
         elif k == "fsdp_reshard_after_forward":
@@ -214,7 +258,11 @@ def _float8(block: dict, sink: Sink, prefix: str) -> None:
             sink.ignore(key, "torchao scaling recipe; the torchtitan stack prices torchao "
                         "tensorwise casts")
         elif k == "enable_fsdp_float8_all_gather":
-            sink.ignore(key, "fp8 FSDP all-gather (half the gather bytes) is not modelled")
+            if sink.bool_(key, block[k]):
+                sink.unmodelled(key, "fp8 FSDP all-gather (half the gather bytes) is not "
+                                "modelled; estimated with bf16 all-gathers")
+            else:
+                sink.ignore(key, "false: bf16 all-gathers")
         else:
             sink.ignore(key, "float8 detail; fp8 compute comes from model.converters")
 
@@ -278,8 +326,8 @@ def map_config(doc: dict, sink: Sink) -> None:
                 if k == "mode":
                     mode = str(v).strip().lower()
                     if mode == "memory_budget":
-                        sink.ignore(key, "memory_budget (compile's min-cut) is not modelled; "
-                                    "estimated without checkpointing")
+                        sink.unmodelled(key, "memory_budget (compile's min-cut) is not "
+                                        "modelled; estimated without checkpointing")
                     else:
                         sink.set("training.activation_checkpointing", sink.choice(
                             key, mode, {"none": "none", "full": "full",
@@ -308,7 +356,8 @@ def map_config(doc: dict, sink: Sink) -> None:
                     if k == "linear" and kk == "float8":
                         _float8(sink.mapping(key, vv), sink, key)
                     else:
-                        sink.ignore(key, "MX / grouped-GEMM quantization is not modelled")
+                        sink.unmodelled(key, "MX / grouped-GEMM quantization is not "
+                                        "modelled; estimated in the compute dtype")
         elif name in _SECTION_IGNORED:
             sink.ignore(name, _SECTION_IGNORED[name])
         else:

@@ -11,7 +11,8 @@ the recipe's ``dtype`` without an fp32 copy (``precision: pure``). Distributed r
 from __future__ import annotations
 
 import os
-from typing import Any
+import re
+from typing import Any, Optional
 
 from fmest.configs._base import DATA, HYPERPARAM, LOGGING, Sink, join
 
@@ -37,6 +38,9 @@ BUILDERS = {
     "qwen2_5_3b": "Qwen/Qwen2.5-3B", "qwen2_5_7b": "Qwen/Qwen2.5-7B",
     "qwen2_5_14b": "Qwen/Qwen2.5-14B", "qwen2_5_32b": "Qwen/Qwen2.5-32B",
     "qwen2_5_72b": "Qwen/Qwen2.5-72B", "qwen3_8b": "Qwen/Qwen3-8B",
+    # torchtune.models.llama3_2_vision._model_builders (11B/90B: Llama 3.2 Vision checkpoints)
+    "llama3_2_vision_11b": "meta-llama/Llama-3.2-11B-Vision",
+    "llama3_2_vision_90b": "meta-llama/Llama-3.2-90B-Vision",
 }
 
 # torchtune module names -> the Hugging Face names fmest's model specs use
@@ -74,48 +78,99 @@ _IGNORED = {
 }
 
 
-def builder_model(component: str, doc: dict) -> tuple[str, str]:
-    """(fmest model, technique) of a torchtune model builder path."""
+def builder_base(component: str) -> tuple[str, str]:
+    """(builder name less ``lora_``/``qlora_`` and ``_base``/``_instruct``, technique)."""
     name = str(component).strip().split(".")[-1]
     tech = "full"
     for prefix, t in (("qlora_", "qlora"), ("lora_", "lora")):
         if name.startswith(prefix):
             name, tech = name[len(prefix):], t
-    base = name
     for suffix in ("_base", "_instruct"):
-        base = base.removesuffix(suffix)
+        name = name.removesuffix(suffix)
+    return name, tech
+
+
+def builder_model(component: str, doc: dict) -> tuple[str, str]:
+    """(fmest model, technique) of a torchtune model builder path. A builder with no fmest
+    preset gives the checkpoint folder when it holds a ``config.json``, else the builder path
+    itself, so the model resolution's refusal names the builder (``--model`` overrides it)."""
+    base, tech = builder_base(component)
     if base in BUILDERS:
         return BUILDERS[base], tech
-    # Unknown builder: the HF checkpoint folder often names the model (or is a local config).
     ckpt = (doc.get("checkpointer") or {}).get("checkpoint_dir") if isinstance(
         doc.get("checkpointer"), dict) else None
-    if ckpt:
-        if os.path.isfile(os.path.join(str(ckpt), "config.json")):
-            return str(ckpt), tech
-        # the folder's name (Meta-Llama-3.1-8B-Instruct): the engine's model resolution looks
-        # it up in the model registry, so any plugin's presets resolve (an unknown name fails
-        # there with the nearest registered names)
-        return os.path.basename(str(ckpt).rstrip("/")), tech
+    if ckpt and os.path.isfile(os.path.join(str(ckpt), "config.json")):
+        return str(ckpt), tech
     return str(component).strip(), tech
 
 
-def _model(block: Any, sink: Sink, doc: dict) -> None:
-    block = sink.mapping("model", block)
+#: the generic builders whose arguments are the model's dimensions (pytorch/torchtune @
+#: bd2a0fc7, torchtune/models/llama{2,3}/_component_builders.py ``llama2(...)``/``llama3(...)``:
+#: vocab_size, num_layers, num_heads, num_kv_heads, embed_dim, max_seq_len, intermediate_dim
+#: (default ``scale_hidden_dim_for_mlp``), norm_eps, rope_base)
+_GENERIC = {"torchtune.models.llama2.llama2": "llama2", "torchtune.models.llama3.llama3": "llama3",
+            "torchtune.models.llama2.lora_llama2": "llama2",
+            "torchtune.models.llama3.lora_llama3": "llama3"}
+_DIMS = {"vocab_size": "vocab_size", "num_layers": "num_hidden_layers",
+         "num_heads": "num_attention_heads", "num_kv_heads": "num_key_value_heads",
+         "embed_dim": "hidden_size", "intermediate_dim": "intermediate_size"}
+
+
+def _scale_hidden_dim_for_mlp(dim: int, multiple_of: int = 256) -> int:
+    """torchtune/models/llama2/_model_utils.py (same in llama3): 4 x int(2 dim / 3), rounded
+    up to a multiple of 256."""
+    hidden = 4 * int(2 * dim / 3)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+def _generic_config(comp: str, block: dict, sink: Sink, key: str) -> Optional[dict]:
+    """A Hugging Face Llama config from a generic builder's dimension arguments, or None."""
+    if str(comp).strip() not in _GENERIC:
+        return None
+    cfg: dict[str, Any] = {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+                           "tie_word_embeddings": False, "hidden_act": "silu"}
+    for name, hf in _DIMS.items():
+        if block.get(name) is not None:
+            cfg[hf] = sink.int_(join(key, name), block[name])
+    if not {"vocab_size", "num_hidden_layers", "num_attention_heads",
+            "hidden_size"} <= set(cfg):
+        return None
+    cfg.setdefault("num_key_value_heads", cfg["num_attention_heads"])
+    cfg.setdefault("intermediate_size", _scale_hidden_dim_for_mlp(cfg["hidden_size"]))
+    if block.get("max_seq_len") is not None:
+        cfg["max_position_embeddings"] = sink.int_(join(key, "max_seq_len"), block["max_seq_len"])
+    if block.get("norm_eps") is not None:
+        cfg["rms_norm_eps"] = float(block["norm_eps"])
+    if block.get("rope_base") is not None:
+        cfg["rope_theta"] = float(block["rope_base"])
+    return cfg
+
+
+def _model(block: Any, sink: Sink, doc: dict, key: str = "model") -> None:
+    block = sink.mapping(key, block)
     comp = block.get("_component_")
     if not comp:
-        raise sink.error("model._component_", "required: the model builder, e.g. "
+        raise sink.error(f"{key}._component_", "required: the model builder, e.g. "
                          "torchtune.models.llama3_2.lora_llama3_2_3b")
     model, tech = builder_model(comp, doc)
-    sink.set("model", model, "model._component_")
+    generic = _generic_config(comp, block, sink, key)
+    if generic is not None:
+        model = f"torchtune-{_GENERIC[str(comp).strip()]}-custom"
+        dims = "+".join(join(key, n) for n in (*_DIMS, "max_seq_len", "norm_eps", "rope_base")
+                        if n in block)
+        sink.set("model_config", generic, dims)
+    sink.set("model", model, f"{key}._component_")
     sink.set("training.technique", tech, "model._component_")
     if tech == "qlora":
         sink.set("training.quantization_bits", 4, "model._component_")
     targets: list[str] = []
     target_keys = [k for k in ("lora_attn_modules", "apply_lora_to_mlp", "apply_lora_to_output")
                    if k in block]
+    prefix = key
     for name, value in block.items():
-        key = join("model", name)
-        if name == "_component_":
+        key = join(prefix, name)
+        if name == "_component_" or (generic is not None and name in (
+                *_DIMS, "max_seq_len", "norm_eps", "rope_base")):
             continue
         if name == "lora_rank":
             sink.set("training.lora_rank", sink.int_(key, value), key)
@@ -137,14 +192,30 @@ def _model(block: Any, sink: Sink, doc: dict) -> None:
             else:
                 sink.ignore(key, "false: base weights not quantised")
         elif name == "use_dora":
-            sink.ignore(key, "DoRA's magnitude vectors are not modelled (estimated as LoRA)")
+            if sink.bool_(key, value):
+                sink.unmodelled(key, "DoRA's magnitude vectors and its weight-norm activations "
+                                "are not modelled; estimated as LoRA")
+            else:
+                sink.ignore(key, "false: plain LoRA")
         elif name == "lora_dropout":
             sink.ignore(key, HYPERPARAM)
         else:
             sink.ignore(key, "builder argument not used by fmest")
     if target_keys:
-        sink.set("training.lora_target_modules", targets or ["q_proj", "v_proj"],
-                 "model." + "+".join(target_keys))
+        targets = targets or ["q_proj", "v_proj"]
+        if builder_base(comp)[0].startswith("phi3"):
+            # torchtune's phi3 splits the checkpoint's fused qkv_proj / gate_up_proj
+            # (torchtune/models/phi3/_convert_weights.py); fmest's Phi-3 spec has the fused
+            # Hugging Face modules, so an adapter on any of q/k/v (gate/up) is counted on the
+            # fused projection: r x (3 x hidden) output columns instead of r x hidden per slice
+            fused = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
+                     "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj"}
+            targets = list(dict.fromkeys(fused.get(t, t) for t in targets))
+            sink.unmodelled("model.lora_attn_modules", "torchtune adapts q/k/v (and gate/up) "
+                            "separately; Phi-3's fused qkv_proj/gate_up_proj are adapted as one "
+                            "module each (a few more adapter parameters)")
+        sink.set("training.lora_target_modules", targets,
+                 "+".join(join(prefix, k) for k in target_keys))
 
 
 def _component(block: Any, sink: Sink, key: str) -> tuple[str, dict]:
@@ -153,9 +224,159 @@ def _component(block: Any, sink: Sink, key: str) -> tuple[str, dict]:
     return comp, block
 
 
+#: the recipes of ``tune run`` (recipes/*.py and recipes/dev/*.py of pytorch/torchtune at
+#: bd2a0fc7c31430972728494fa01aaeeb0ebf1ba1) that do not train
+_GENERATE = ("generate", "dev/generate_v2", "dev/generate_v2_distributed")
+_NOT_TRAINING = {"eleuther_eval": "evaluation", "quantize": "quantization"}
+# losses of the preference/RL/distillation recipes (torchtune/rlhf/loss/*.py,
+# torchtune/dev/grpo/loss.py, torchtune/dev/rl/linear_grpo_loss.py): the policy's forward and
+# backward are the same as SFT's; what they add is a second model, named by the recipe
+_RL_LOSSES = ("dpoloss", "rsoloss", "simpoloss", "ppoloss", "grposimpleloss", "grpoloss",
+              "grpowithchunkedoutputloss", "lineargrpoloss")
+_LAUNCH = re.compile(r"^\s*#.*?\btune\s+run\s+(.*?)\s--config\b")
+
+
+def launch_line(path: str | None) -> tuple[str | None, int | None, int | None, str]:
+    """``(recipe, nproc_per_node, nnodes, line)`` of the first ``tune run ... --config`` in
+    the file's header comment (every torchtune config states how it is launched)."""
+    if not path or not os.path.isfile(path):
+        return None, None, None, ""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            head = fh.read(20000)
+    except (OSError, UnicodeDecodeError):
+        return None, None, None, ""
+    for line in head.splitlines():
+        m = _LAUNCH.match(line)
+        if not m:
+            continue
+        words = m.group(1).replace("=", " ").split()
+        recipe = nproc = nnodes = None
+        i = 0
+        while i < len(words):
+            w = words[i]
+            if w in ("--nproc_per_node", "--nnodes") and i + 1 < len(words):
+                v = words[i + 1]
+                num = int(v) if v.isdigit() else None
+                if w == "--nnodes":
+                    nnodes = num
+                else:
+                    nproc = num
+                i += 2
+                continue
+            if not w.startswith("-") and recipe is None:
+                recipe = w
+            i += 1
+        return recipe, nproc, nnodes, line.lstrip("# ").strip()
+    return None, None, None, ""
+
+
+def _recipe_kind(doc: dict, sink: Sink, recipe: str | None) -> str:
+    """``training``, ``generate``, ``evaluation`` or ``quantization``: from the launch line's
+    recipe, else the file name torchtune gives those configs, else their keys."""
+    if recipe is not None:
+        if recipe in _GENERATE:
+            return "generate"
+        return _NOT_TRAINING.get(recipe, "training")
+    base = os.path.basename(sink.name).lower()
+    if "generation" in base:
+        return "generate"
+    if "evaluation" in base:
+        return "evaluation"
+    if base.startswith("quantization"):
+        return "quantization"
+    if "optimizer" not in doc and "loss" not in doc:
+        if "tasks" in doc:
+            return "evaluation"
+        if "max_new_tokens" in doc or "prompt" in doc:
+            return "generate"
+        if isinstance(doc.get("quantizer"), dict):
+            return "quantization"
+    return "training"
+
+
+def _second_model(name: str, value, sink: Sink, why: str) -> None:
+    """A frozen (or separately trained) second model the recipe holds beside the trained one:
+    named with its size, not counted."""
+    block = sink.mapping(name, value)
+    comp = str(block.get("_component_", "")).strip()
+    base = builder_base(comp)[0] if comp else ""
+    size = BUILDERS.get(base, comp or "the trained model's builder")
+    sink.unmodelled(join(name, "_component_") if comp else name,
+                    f"{why} ({size}) is not counted: only the trained model's memory and "
+                    "time are estimated")
+    for k in block:
+        if k != "_component_":
+            sink.ignore(join(name, k), f"argument of the {name} builder")
+
+
+def _loss_is_rl(value) -> bool:
+    comp = value.get("_component_", "") if isinstance(value, dict) else ""
+    return str(comp).strip().split(".")[-1].lower() in _RL_LOSSES
+
+
+def _rl_loss(comp: str, doc: dict, sink: Sink, recipe: str | None) -> None:
+    """A preference / RL loss: the trained model is estimated as fine-tuning with the standard
+    cross-entropy logits; the reference model is named (``lora_dpo_*`` recipes use the same
+    weights with the adapters disabled, ``disable_adapter`` in recipes/lora_dpo_distributed.py:
+    nothing extra)."""
+    key = "loss._component_"
+    short = comp.split(".")[-1]
+    sink.set("training.loss", "standard", key)
+    lora_dpo = (recipe or "").startswith("lora_dpo") or (
+        recipe is None and "lora" in str(section_comp(doc, "model")).lower()
+        and "dpo" in short.lower())
+    if lora_dpo:
+        sink.ignore(key, f"{short}: the reference model is the base weights with the adapters "
+                    "disabled (no second copy); chosen+rejected pairs are the batch")
+    else:
+        model = section_comp(doc, "model") or section_comp(doc, "policy_model")
+        size = BUILDERS.get(builder_base(model)[0], model) if model else "the policy"
+        sink.unmodelled(key, f"{short}: the frozen reference copy of the trained model "
+                        f"({size}) and its forward pass are not counted; only the trained "
+                        "model is estimated")
+
+
+def section_comp(doc: dict, name: str) -> str:
+    block = doc.get(name)
+    return str(block.get("_component_", "")).strip() if isinstance(block, dict) else ""
+
+
 def map_config(doc: dict, sink: Sink) -> None:
-    sink.set("training.stack", "torchtune", "(torchtune recipe config)")   # issue 12
+    recipe, nproc, nnodes, line = launch_line(sink.path)
+    kind = _recipe_kind(doc, sink, recipe)
+    where = "recipe " + (f"{recipe} (header comment: {line})" if recipe else
+                         f"file name {os.path.basename(sink.name)}")
+    if kind in ("evaluation", "quantization"):
+        raise sink.not_training("(header comment)" if recipe else "(file name)", kind,
+                                f"torchtune {where}")
+    generate = kind == "generate"
+    if generate:
+        sink.set("mode", "inference", where)
+        # torchtune's generate recipes decode one prompt at a time with a static KV cache in
+        # eager PyTorch (recipes/generate.py, recipes/dev/generate_v2.py), not paged vLLM
+        sink.set("inference.runtime", "transformers", where)
+        sink.set("inference.batch", 1, where + ": one prompt")
+    else:
+        sink.set("training.stack", "torchtune", "(torchtune recipe config)")   # issue 12
     sharded = None
+    distributed = recipe is not None and "distributed" in recipe
+    if recipe is not None and (distributed or recipe.endswith("single_device")):
+        origin = f"header comment: {line}"
+        if distributed and nproc is None:
+            sink.unmodelled("(header comment)", f"{recipe} is a distributed recipe and its "
+                            "launch line gives no --nproc_per_node: the GPU count is fmest's "
+                            "default unless --gpus-per-node/--nodes are given")
+        elif distributed:
+            sink.set("hardware.gpus_per_node", nproc, origin)
+            if nnodes is not None:
+                sink.set("hardware.nodes", nnodes, origin)
+            if generate:   # generate_v2_distributed.py: "tp_degree = dist.get_world_size()"
+                sink.set("parallelism.tp", nproc * (nnodes or 1), origin + " (all GPUs TP)")
+        else:
+            sink.set("hardware.gpus_per_node", 1, origin + " (single-device recipe)")
+        if distributed and not generate:
+            sharded = f"header comment: {recipe}"
     for name, value in doc.items():
         key = name
         if name == "model":
@@ -178,7 +399,7 @@ def map_config(doc: dict, sink: Sink) -> None:
         elif name == "dtype":
             sink.set("training.dtype", sink.choice(key, value, _DTYPES), key)
             sink.set("training.precision", "pure", key)
-        elif name == "loss":
+        elif name == "loss" and not _loss_is_rl(value):
             comp, block = _component(value, sink, key)
             short = comp.split(".")[-1].lower()
             if short not in _LOSSES:
@@ -190,6 +411,65 @@ def map_config(doc: dict, sink: Sink) -> None:
             for k in block:
                 if k != "_component_":
                     sink.ignore(join(key, k), "loss detail; fmest knows only the loss kind")
+        elif name == "loss" and _loss_is_rl(value):
+            comp, block = _component(value, sink, key)
+            _rl_loss(comp, doc, sink, recipe)
+            for k in block:
+                if k != "_component_":
+                    sink.ignore(join(key, k), HYPERPARAM)
+        elif name in ("teacher_model", "ref_model", "ref_policy_model"):
+            _second_model(name, value, sink, {"teacher_model": "the frozen teacher model of "
+                                              "knowledge distillation"}.get(
+                                                  name, "the frozen reference model"))
+        elif name == "reward_and_value_model":
+            _second_model(name, value, sink, "the reward model and the trained value model "
+                          "(two copies of this classifier)")
+        elif name == "policy_model":
+            _model(value, sink, doc, "policy_model")
+            sink.unmodelled(join(name, "_component_"), "PPO also holds a frozen reference "
+                            "copy of the policy (ref_policy_checkpointer) and the reward and "
+                            "value models; only the policy's training is estimated")
+        elif name == "kd_loss":
+            comp, block = _component(value, sink, key)
+            sink.unmodelled(join(key, "_component_"), f"{comp.split('.')[-1]}: the teacher's "
+                            "logits and the KL term beside the cross-entropy are not counted")
+            for k in block:
+                if k != "_component_":
+                    sink.ignore(join(key, k), "loss detail")
+        elif name == "quantizer":
+            if value is None:
+                sink.ignore(key, "null: no quantization")
+                continue
+            comp, block = _component(value, sink, key)
+            if generate:
+                sink.unmodelled(join(key, "_component_"), f"{comp.split('.')[-1]}: quantized "
+                                "generation is estimated with bf16 weights")
+            else:
+                # torchtune.training.quantization: *QATQuantizer.prepare swaps nn.Linear for
+                # torchao fake-quantized linears (weights and activations rounded each forward,
+                # in the compute dtype); their extra temporaries are not counted
+                sink.unmodelled(join(key, "_component_"), f"{comp.split('.')[-1]}: QAT "
+                                "fake quantization (fake-quantized weight/activation copies "
+                                "each forward) is not modelled; estimated as plain bf16 "
+                                "training")
+            for k in block:
+                if k != "_component_":
+                    sink.ignore(join(key, k), "quantizer detail")
+        elif name == "max_new_tokens" and generate:
+            sink.set("inference.output_tokens", sink.int_(key, value), key)
+        elif name in ("max_generated_tokens", "grpo_samples", "ppo_epochs", "ppo_batch_size",
+                      "forward_batch_size", "num_steps", "temperature", "top_k",
+                      "enable_kv_cache", "min_response_length", "penalise_no_eos",
+                      "reward_penalty", "stop_token_ids", "whiten_rewards", "gamma", "lmbda",
+                      "kd_ratio", "prompt", "max_new_tokens"):
+            if generate:
+                sink.ignore(key, "the prompt / sampling setting; same weights and KV cache")
+            elif name in ("kd_ratio", "prompt"):
+                sink.ignore(key, HYPERPARAM)
+            else:
+                sink.unmodelled(key, "an RL rollout setting: generating the rollouts (and "
+                                "their KV cache) is not estimated, only the policy's training "
+                                "step")
         elif name == "optimizer":
             comp, block = _component(value, sink, key)
             lowered = comp.lower()

@@ -5,7 +5,11 @@ Field names: transformers ``training_args.py``
 The mapping itself is :func:`fmest.compat.fm_training_estimator.training_arguments_fields`
 (shared with the EstimateInput reader), called key by key so each field knows its key; this
 module adds the keys that reader leaves to ``--config``: ``deepspeed`` (the DeepSpeed file is
-loaded too), ``fsdp_config`` (the FSDP options), ``torch_compile`` and ``use_liger_kernel``.
+loaded too), ``fsdp_config`` (the FSDP options), ``torch_compile``, ``use_liger_kernel``, ``optim``
+(every ``transformers.training_args.OptimizerNames`` value, transformers 5.24), and the keys
+training scripts put beside TrainingArguments in one file: ``model_name_or_path`` (the model),
+``attn_implementation`` (transformers ``ALL_ATTENTION_FUNCTIONS`` keys) and TRL's
+``max_seq_length`` / ``max_length`` (``SFTConfig``: the training sequence length).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any
 
 from fmest.compat.fm_training_estimator import training_arguments_fields
 from fmest.compat.fm_training_estimator.reader import HALF_BOTH
-from fmest.configs._base import Sink, join
+from fmest.configs._base import Sink, join, model_name
 from fmest.errors import InputError
 
 FORMAT = "training-args"
@@ -27,6 +31,62 @@ def optimizer_name(value: Any) -> str:
     if text.startswith("OptimizerNames."):
         text = text.split(".", 1)[1]
     return text.lower()
+
+
+#: transformers ``OptimizerNames`` (and axolotl ``CustomSupportedOptimizers``) whose states
+#: fmest cannot size: low-rank projected (GaLore, APOLLO, Q-GaLore), fused into backward (LOMO,
+#: AdaLomo), or orthogonalised / extra-state (Muon, Dion, GrokAdamW, CAME, SinkGD, FlashOptim).
+#: Each is answered with the optimizer on the right (AdamW states on the trainable parameters, or
+#: the 8-bit / factored variant) and a not-modelled warning.
+_UNMODELLED_OPTIMIZERS = (
+    ("galore_adamw_8bit", "adamw_8bit"), ("galore_adafactor", "adafactor"),
+    ("q_galore_adamw8bit", "adamw_8bit"), ("galore_", "adamw"), ("apollo_", "adamw"),
+    ("adalomo", "adamw"), ("lomo", "adamw"), ("grokadamw", "adamw"), ("muon", "adamw"),
+    ("dion", "adamw"), ("came_pytorch", "adafactor"), ("sinkgd", "adamw"),
+    ("flash_adamw", "adamw"), ("flash_adam", "adamw"), ("flash_sgdw", "sgd_momentum"),
+    ("flash_sgd", "sgd_momentum"), ("flash_lion", "lion"),
+)
+UNMODELLED_OPTIMIZER = ("estimated as {opt} states on the trainable parameters, an upper bound "
+                        "({name} keeps projected, fused or otherwise smaller optimizer state "
+                        "fmest does not model)")
+
+
+def map_optimizer(sink: Sink, key: str, value: Any) -> None:
+    """``optim`` / axolotl ``optimizer``: a registered optimizer name is set as given (the
+    registry refuses unknown names listing the known ones); a projected / low-memory optimizer
+    fmest cannot size is estimated with the optimizer :data:`_UNMODELLED_OPTIMIZERS` names and
+    reported as not modelled."""
+    name = optimizer_name(value)
+    for prefix, stand_in in _UNMODELLED_OPTIMIZERS:
+        if name.startswith(prefix):
+            sink.set("training.optimizer", stand_in, key)
+            sink.unmodelled(key, UNMODELLED_OPTIMIZER.format(opt=stand_in, name=name))
+            return
+    sink.set("training.optimizer", name, key)
+
+
+#: ``attn_implementation`` -> training.attention: transformers 5.24 ``ALL_ATTENTION_FUNCTIONS``
+#: (flash_attention_2/3/4, flex_attention, sdpa, eager; a ``paged|`` prefix is the generation
+#: cache layout) and Hub kernels (``kernels-community/...flash-attn...``).
+ATTN_IMPLEMENTATIONS = {"eager": "eager", "sdpa": "sdpa", "flash_attention_2": "flash",
+                        "flash_attention_3": "flash", "flash_attention_4": "flash",
+                        "flex_attention": "flash", "fa2": "flash", "fa3": "flash"}
+
+
+def map_attention(sink: Sink, key: str, value: Any) -> None:
+    """An ``attn_implementation`` value into ``training.attention``; flex attention (no stored
+    s x s scores, like FlashAttention) is estimated as flash with a not-modelled warning."""
+    text = str(getattr(value, "value", value)).strip().lower()
+    base = text.split("|", 1)[1] if text.startswith("paged|") else text
+    if base.startswith("kernels-community/") and "flash" in base:
+        base = "flash_attention_2"
+    if base not in ATTN_IMPLEMENTATIONS:
+        raise sink.error(key, "not an attention implementation fmest knows", value=value,
+                         accepted=list(ATTN_IMPLEMENTATIONS))
+    sink.set("training.attention", ATTN_IMPLEMENTATIONS[base], key)
+    if base == "flex_attention":
+        sink.unmodelled(key, "flex_attention estimated as FlashAttention (no stored s x s "
+                        "scores; a score_mod/block mask's own memory is not counted)")
 
 
 def _deepspeed(sink: Sink, key: str, value: Any) -> None:
@@ -62,12 +122,31 @@ def _own(sink: Sink, key: str, name: str, value: Any) -> bool:
         sink.set("training.compile", sink.bool_(key, value), key)
     elif name == "use_liger_kernel":
         if sink.bool_(key, value):
+            # transformers Trainer: _apply_liger_kernel_to_instance patches RMSNorm, SwiGLU,
+            # RoPE and the fused linear cross-entropy (liger_kernel_config defaults)
+            sink.set("training.liger", True, key)
             sink.set("training.loss", "fused", key)
         else:
             sink.ignore(key, "false: the standard loss (fmest's default unless another key sets "
                         "it)")
     elif name == "optim":
-        sink.set("training.optimizer", optimizer_name(value), key)
+        map_optimizer(sink, key, value)
+    elif name == "model_name_or_path":
+        if value in (None, ""):
+            sink.ignore(key, "empty: no model named")
+        else:
+            sink.set("model", model_name(value), key)
+    elif name == "attn_implementation":
+        if value in (None, ""):
+            sink.ignore(key, "null: the model's default (sdpa in transformers)")
+        else:
+            map_attention(sink, key, value)
+    elif name in ("max_seq_length", "max_length"):
+        # TRL SFTConfig: max_length (max_seq_length before TRL 0.20) truncates every sample
+        if value in (None, ""):
+            sink.ignore(key, "null: no truncation; fmest keeps its seq_len default")
+        else:
+            sink.set("training.seq_len", sink.int_(key, value), key)
     elif name in ("gradient_checkpointing_kwargs", "optim_args", "optim_target_modules"):
         sink.ignore(key, "does not change what is stored in fmest's model (use_reentrant, "
                     "optimizer arguments)")

@@ -1,0 +1,303 @@
+"""TRL trainer configs and alignment-handbook recipes (``trl sft --config x.yaml``,
+``accelerate launch scripts/run_sft.py recipes/.../config_full.yaml``) -> stack ``trl``
+(an alias of ``hf-trainer``).
+
+One YAML holds TRL's ``ModelConfig`` (huggingface/trl at commit
+f2cd57710ae345ea6428ae95363267fcf38a3dc8, ``trl/trainer/model_config.py``:
+``model_name_or_path``, ``torch_dtype``/``dtype``, ``attn_implementation``, ``use_peft``,
+``lora_*``, ``load_in_4bit``/``load_in_8bit``), the script/data arguments
+(``trl/scripts/utils.py``; alignment-handbook's ``dataset_mixer`` / ``dataset_mixture``) and
+the trainer config (``sft_config.py``: ``max_length``, formerly ``max_seq_length``,
+``packing``, ``padding_free``, ``activation_offloading``; ``dpo_config.py``: ``beta``,
+``loss_type``, ``precompute_ref_log_probs``; ``grpo_config.py``: ``num_generations``,
+``max_completion_length``, ``use_vllm``). The rest is transformers ``TrainingArguments``,
+mapped by :func:`fmest.configs.training_args.map_keys`.
+
+The estimate is for the trained policy. What a preference or RL trainer adds is reported as
+not modelled, naming what it would add: DPO/KTO's frozen reference model (none with
+``precompute_ref_log_probs``, ``reference_free`` or PEFT, whose adapters are disabled for the
+reference pass, ``dpo_trainer.py``), the two sequences of a preference pair, GRPO's
+generations (``num_generations`` completions of ``max_completion_length`` tokens, vLLM's
+memory when ``use_vllm``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fmest.configs._base import DATA, HYPERPARAM, LOGGING, Sink, model_name, target_list
+from fmest.configs.training_args import map_keys
+
+FORMAT = "trl"
+
+#: keys of TRL's ModelConfig / ScriptArguments / alignment-handbook that TrainingArguments
+#: and the other formats do not have (detection, with model_name_or_path)
+KEYS = frozenset({"use_peft", "lora_target_modules", "torch_dtype", "attn_implementation",
+                  "dataset_mixer", "dataset_mixture", "dataset_name", "max_prompt_length",
+                  "num_generations", "use_bnb_nested_quant", "dataset_train_split"})
+
+_ATTENTION = {"flash_attention_2": "flash", "flash_attention_3": "flash",
+              "kernels-community/flash-attn": "flash", "kernels-community/flash-attn3": "flash",
+              "kernels-community/vllm-flash-attn3": "flash", "sdpa": "sdpa", "eager": "eager",
+              "flex_attention": "sdpa"}
+_DTYPE = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16",
+          "float32": "fp32", "fp32": "fp32", "auto": None}
+_DATA_KEYS = {"dataset_name", "dataset_config", "dataset_train_split", "dataset_test_split",
+              "dataset_streaming", "dataset_mixer", "dataset_mixture", "dataset_splits",
+              "dataset_num_proc", "dataset_text_field", "dataset_kwargs", "dataset_configs",
+              "chat_template", "chat_template_path", "chat_template_kwargs",
+              "preprocessing_num_workers", "truncation_side", "truncation_mode",
+              "auto_insert_empty_system_msg", "eos_token", "pad_token", "shuffle_dataset",
+              "completion_only_loss", "assistant_only_loss",
+              "pad_to_multiple_of", "padding_value", "label_pad_token_id", "max_target_length",
+              "remove_unused_columns", "text_column"}
+_LOADING = {"model_revision", "trust_remote_code", "model_init_kwargs", "hub_model_revision",
+            "tokenizer_name_or_path", "ignore_bias_buffers", "lora_task_type",
+            "bnb_4bit_quant_storage", "ref_model_init_kwargs", "model_adapter_name"}
+_HYPER = {"beta", "label_smoothing", "rpo_alpha", "loss_weights", "ld_alpha",
+          "f_divergence_type", "f_alpha_divergence_coef", "use_weighting", "discopop_tau",
+          "lora_dropout", "use_rslora", "disable_dropout", "router_aux_loss_coef",
+          "desirable_weight", "undesirable_weight", "epsilon", "epsilon_high", "delta",
+          "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "reward_weights",
+          "scale_rewards", "num_iterations", "importance_sampling_level",
+          "mask_truncated_completions", "cpo_alpha", "simpo_gamma", "loss_type"}
+_LOG = {"generate_during_eval", "log_completions", "num_completions_to_print",
+        "eval_packing", "num_generations_eval", "log_level_replica"}
+
+
+def detect(doc: dict) -> bool:
+    return "model_name_or_path" in doc and bool(set(doc) & KEYS)
+
+
+def _trainer(sink: Sink, doc: dict) -> tuple[str, str]:
+    """Which TRL trainer the recipe is for: (kind, why)."""
+    path = sink.name.replace("\\", "/").lower()
+    parts = path.split("/")
+    base = os.path.basename(path)
+    for kind in ("grpo", "orpo", "kto", "dpo", "sft"):
+        if kind in parts[:-1] or base.startswith(kind) or f"_{kind}" in base:
+            return kind, f"(file path: {kind})"
+    if "num_generations" in doc or "use_vllm" in doc:
+        return "grpo", "num_generations"
+    for k in ("beta", "max_prompt_length", "precompute_ref_log_probs", "reference_free"):
+        if k in doc:
+            return "dpo", k
+    return "sft", "(no preference or RL keys: SFT)"
+
+
+def _flag(doc: dict, key: str, sink: Sink) -> bool:
+    value = doc.get(key)
+    return value is not None and sink.bool_(key, value)
+
+
+def map_config(doc: dict, sink: Sink) -> None:
+    sink.set("training.stack", "trl", "(TRL / alignment-handbook recipe)")
+    kind, why = _trainer(sink, doc)
+    peft = _flag(doc, "use_peft", sink)
+    four, eight = _flag(doc, "load_in_4bit", sink), _flag(doc, "load_in_8bit", sink)
+    if four and eight:
+        raise sink.error("load_in_8bit", "load_in_4bit and load_in_8bit are both true (TRL's "
+                         "ModelConfig refuses it)", value=True, accepted=("one of them",))
+    if (four or eight) and not peft:
+        raise sink.error("load_in_4bit" if four else "load_in_8bit", "a quantised base trains "
+                         "only adapters: set use_peft: true", value=True,
+                         accepted=("use_peft: true",))
+    technique = "qlora" if (four or eight) else ("lora" if peft else "full")
+    sink.set("training.technique", technique,
+             "use_peft+load_in_4bit" if four else "use_peft+load_in_8bit" if eight else
+             ("use_peft" if peft else ("use_peft (unset: TRL default false)"
+                                       if "use_peft" not in doc else "use_peft")))
+    if technique == "qlora":
+        sink.set("training.quantization_bits", 4 if four else 8,
+                 "load_in_4bit" if four else "load_in_8bit")
+    if peft:
+        if "lora_r" not in doc:
+            sink.set("training.lora_rank", 16, "lora_r (unset: TRL ModelConfig default 16)")
+        if "lora_alpha" not in doc:
+            sink.set("training.lora_alpha", 32.0, "lora_alpha (unset: TRL default 32)")
+
+    own: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for name, value in doc.items():
+        (own if name in _OWN else rest)[name] = value
+    for name, value in own.items():
+        key = name
+        if name == "model_name_or_path":
+            sink.set("model", model_name(value), key)
+        elif name in ("torch_dtype", "dtype") and value is None:
+            sink.ignore(key, "null: the checkpoint's dtype; bf16/fp16 set the compute dtype")
+        elif name in ("torch_dtype", "dtype"):
+            dtype = sink.choice(key, str(value).strip().lower().replace("torch.", ""), _DTYPE)
+            if dtype is None:
+                sink.ignore(key, "auto: the checkpoint's dtype; bf16/fp16 below set the "
+                            "compute dtype")
+            elif "bf16" in doc or "fp16" in doc:
+                sink.ignore(key, f"{value}: the loading dtype; bf16/fp16 set the training "
+                            "precision")
+            else:
+                sink.set("training.dtype", dtype, key)
+                sink.set("training.precision", "pure", key)
+        elif name == "attn_implementation":
+            if value is None:
+                sink.ignore(key, "null: transformers' default (sdpa)")
+            else:
+                sink.set("training.attention", sink.choice(key, str(value).strip(),
+                                                           _ATTENTION), key)
+        elif name in ("use_peft", "load_in_4bit", "load_in_8bit"):
+            if not _flag(doc, name, sink):
+                sink.ignore(key, "false")
+        elif name == "lora_r":
+            if peft:
+                sink.set("training.lora_rank", sink.int_(key, value), key)
+            else:
+                sink.ignore(key, "use_peft is false: full fine-tuning")
+        elif name == "lora_alpha":
+            if peft:
+                sink.set("training.lora_alpha", sink.num(key, value), key)
+            else:
+                sink.ignore(key, "use_peft is false: full fine-tuning")
+        elif name == "lora_target_modules":
+            if not peft:
+                sink.ignore(key, "use_peft is false: full fine-tuning")
+            elif value is None:
+                sink.ignore(key, "null: PEFT's default target modules for the model type")
+            else:
+                targets = ["all-linear"] if value == "all-linear" else target_list(value)
+                sink.set("training.lora_target_modules", targets, key)
+        elif name in ("lora_modules_to_save", "lora_target_parameters"):
+            if value:
+                sink.unmodelled(key, "fully trained extra modules / parameters are not "
+                                "counted; the estimate trains the LoRA adapters only")
+            else:
+                sink.ignore(key, "null: none")
+        elif name == "use_dora":
+            if peft and _flag(doc, name, sink):
+                sink.unmodelled(key, "DoRA's magnitude vectors and extra weight-norm pass are "
+                                "not modelled; estimated as LoRA")
+            else:
+                sink.ignore(key, "false or no PEFT")
+        elif name in ("bnb_4bit_quant_type",):
+            sink.ignore(key, "fmest models NF4 and FP4 bases alike by bit width")
+        elif name == "use_bnb_nested_quant":
+            sink.set("training.double_quantization", sink.bool_(key, value), key)
+        elif name in ("max_length", "max_seq_length"):
+            if value is None:
+                sink.ignore(key, "null: no truncation; fmest uses --seq-len or its default")
+            elif name == "max_seq_length" and "max_length" in doc:
+                sink.ignore(key, "the old name of max_length, which is given too")
+            else:
+                sink.set("training.seq_len", sink.int_(key, value), key)
+        elif name in ("packing", "padding_free"):
+            on = value is not None and sink.bool_(key, value)
+            sink.ignore(key, "packs samples to full max_length sequences: fmest counts every "
+                        "sequence at seq_len, which packing makes exact" if on else
+                        "false: padded batches; fmest counts each sequence at seq_len (an "
+                        "upper bound)")
+        elif name == "packing_strategy":
+            sink.ignore(key, "how sequences are packed; same tokens per sequence")
+        elif name == "activation_offloading":
+            sink.set("training.activation_offload", sink.bool_(key, value), key)
+        elif name in ("max_prompt_length", "max_completion_length"):
+            if kind == "grpo" and name == "max_completion_length":
+                continue   # in the GRPO note below
+            sink.ignore(key, "a part of max_length (which sets the sequence length)")
+        elif name in ("precompute_ref_log_probs", "reference_free", "ref_adapter_name",
+                      "force_use_ref_model", "sync_ref_model", "ref_model_mixup_alpha",
+                      "ref_model_sync_steps", "precompute_ref_batch_size"):
+            continue   # in the reference-model note below
+        elif name in ("num_generations", "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization",
+                      "vllm_tensor_parallel_size", "generation_batch_size",
+                      "steps_per_generation", "vllm_max_model_length"):
+            continue   # in the GRPO note below
+        elif name in _DATA_KEYS:
+            sink.ignore(key, DATA)
+        elif name in _LOADING:
+            sink.ignore(key, "loading only")
+        elif name in _HYPER:
+            sink.ignore(key, HYPERPARAM)
+        elif name in _LOG:
+            sink.ignore(key, LOGGING)
+    map_keys(rest, sink)
+    _notes(kind, why, doc, peft, sink)
+
+
+def _notes(kind: str, why: str, doc: dict, peft: bool, sink: Sink) -> None:
+    """What the preference / RL trainer adds beyond the policy's training step."""
+    if kind == "sft":
+        return
+    if kind in ("dpo", "kto"):
+        skip = [k for k in ("precompute_ref_log_probs", "reference_free")
+                if doc.get(k) is not None and sink.bool_(k, doc[k])]
+        if skip:
+            sink.ignore(skip[0], f"{kind.upper()}: no reference model held during training")
+        elif peft and not doc.get("ref_adapter_name") and not doc.get("force_use_ref_model"):
+            sink.unmodelled(f"use_peft ({kind.upper()}, {why})", "the reference log-probs come "
+                            "from the base with the adapters disabled: one extra forward pass "
+                            "per step (about +1/3 of the step's FLOPs) is not counted")
+        else:
+            sink.unmodelled(f"(reference model: {kind.upper()}, {why})", "TRL keeps a frozen "
+                            "copy of the policy as the reference model: its weights (the "
+                            "policy's parameter count x the dtype's bytes, sharded like the "
+                            "policy under ZeRO-3/FSDP) and one forward pass per step (about "
+                            "+1/3 of the FLOPs) are not counted; set precompute_ref_log_probs "
+                            "to drop it")
+    if kind in ("dpo", "orpo"):
+        sink.unmodelled(f"({kind.upper()} preference pairs, {why})",
+                        "each sample is a chosen and a rejected sequence run in one batch: "
+                        "activations and FLOPs of 2 x per_device_train_batch_size sequences; "
+                        "estimated as per_device_train_batch_size sequences (give "
+                        "--micro-batch-size twice the pairs to count both)")
+    for k in ("ref_adapter_name", "force_use_ref_model", "sync_ref_model",
+              "ref_model_mixup_alpha", "ref_model_sync_steps", "precompute_ref_batch_size"):
+        if k in doc:
+            sink.ignore(k, "reference-model detail; see the reference model note")
+    if kind == "grpo":
+        n = doc.get("num_generations", 8)
+        comp = doc.get("max_completion_length", 256)
+        sink.unmodelled("num_generations" if "num_generations" in doc else
+                        f"(GRPO generations, {why})",
+                        f"GRPO samples {n} completions of up to {comp} tokens per prompt "
+                        "before each update: the generation time and its KV cache are not "
+                        "counted; the estimate is the policy's training step on "
+                        "prompt+completion sequences")
+        if "max_completion_length" in doc:
+            sink.ignore("max_completion_length", "in the num_generations note")
+        if doc.get("use_vllm") is not None and sink.bool_("use_vllm", doc["use_vllm"]):
+            util = doc.get("vllm_gpu_memory_utilization", 0.3)
+            sink.unmodelled("use_vllm", f"vLLM generates the completions; in colocate mode it "
+                            f"takes vllm_gpu_memory_utilization ({util}) of each GPU's memory, "
+                            "in server mode separate GPUs: neither is counted")
+        elif "use_vllm" in doc:
+            sink.ignore("use_vllm", "false: generation with the policy's own weights")
+        for k in ("vllm_mode", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size",
+                  "generation_batch_size", "steps_per_generation", "vllm_max_model_length"):
+            if k in doc:
+                sink.ignore(k, "generation detail; see the use_vllm / num_generations notes")
+        beta = doc.get("beta", 0.0)
+        if beta not in (None, 0, 0.0) and not peft:
+            sink.unmodelled("beta", f"beta {beta} > 0: GRPO keeps a frozen reference model "
+                            "for the KL term (its weights and a forward pass are not counted)")
+    else:
+        for k in ("num_generations", "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization",
+                  "vllm_tensor_parallel_size", "generation_batch_size",
+                  "steps_per_generation", "vllm_max_model_length"):
+            if k in doc:
+                sink.ignore(k, f"a generation setting; not used by {kind.upper()}")
+
+
+_OWN = frozenset({
+    "model_name_or_path", "torch_dtype", "dtype", "attn_implementation", "use_peft",
+    "load_in_4bit", "load_in_8bit", "lora_r", "lora_alpha", "lora_target_modules",
+    "lora_modules_to_save", "lora_target_parameters", "use_dora", "bnb_4bit_quant_type",
+    "use_bnb_nested_quant", "max_length", "max_seq_length", "packing", "padding_free",
+    "packing_strategy", "activation_offloading", "max_prompt_length", "max_completion_length",
+    "precompute_ref_log_probs", "reference_free", "ref_adapter_name", "force_use_ref_model",
+    "sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps",
+    "precompute_ref_batch_size", "num_generations", "use_vllm", "vllm_mode",
+    "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "generation_batch_size",
+    "steps_per_generation", "vllm_max_model_length",
+}) | _DATA_KEYS | _LOADING | _HYPER | _LOG
+
+
+__all__ = ["FORMAT", "detect", "map_config"]
