@@ -63,7 +63,13 @@ def print_json_error(obj: dict) -> None:
 
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors and exit code 2 (no usage dump, no traceback); with
-    ``--format json`` the error is also a JSON object on stdout."""
+    ``--format json`` the error is also a JSON object on stdout. Flags are never abbreviated:
+    a prefix (``--grad-ckpt``) is a mistyped flag with a did-you-mean, not silently another
+    flag that begins with it (``--grad-ckpt-reduction``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         if _JSON_ERRORS.get():
@@ -146,8 +152,18 @@ def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
 
         print(json.dumps(adr_output(api.read_jobs(args)[0][0], engine_factory()), indent=2))
         return 0
+    from fmest.compat import llm_memory_estimator as llmest
+
+    probing = llmest.wants_probe(args)
+    if probing:
+        llmest.probe_device(args)   # a device this machine lacks fails before any work
     if args.format in ("json", "csv"):
         out = api.estimate_output(args, engine_factory())
+        if probing:   # the LLM/VLM GPU Memory Estimator's --probe: measured beside estimated
+            measured = llmest.probe_jobs(args, [j for j, _ in api.read_jobs(args)])
+            for target, row in zip(out["jobs"] if "jobs" in out else [out], measured,
+                                   strict=True):
+                target["probe"] = row
         if args.format == "json":
             print(json.dumps(out, indent=2, default=str))
         else:
@@ -171,6 +187,8 @@ def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
             print(f"{'' if r is report else chr(10)}== job {r.input.job_index + 1} of "
                   f"{len(reports)}: {r.job.model} ==")
         print(report_table(_summarised(r, args), explain=bool(r.job.options.explain)))
+        if probing:
+            print("\n" + llmest.probe_text(llmest.probe_jobs(args, [r.job])))
         counted = r.input is not None and "workload.dataset_tokens" in r.input.origins and \
             not str(r.input.origins["workload.dataset_tokens"]).startswith("--")
         if r.input is not None and (r.input.files or counted) and r.job.options.explain:

@@ -269,12 +269,9 @@ def sharding_name(job: Job) -> str:
 
 def calibrated(job: Job, memory: MemoryEstimate) -> MemoryEstimate:
     """``memory`` with the job's calibration knobs applied (fmest.physics.calibration)."""
-    from fmest.physics.calibration import calibrate_memory
+    from fmest.physics.calibration import apply_calibration
 
-    cal = job.calibration
-    return calibrate_memory(memory, activation_factor=cal.activation_factor,
-                            fragmentation_gib=cal.fragmentation_gib,
-                            misc_overhead_gib=cal.misc_overhead_gib)
+    return apply_calibration(memory, job.calibration)
 
 
 #: optimizer-state components of the memory plugins (memory_theory, the traced runner)

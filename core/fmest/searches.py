@@ -222,7 +222,7 @@ def _fits_at(engine: "Engine", job: Job, confidence: Optional[float] = None
 def _judge_at(engine: "Engine", job: Job, confidence: Optional[float] = None
               ) -> Optional[Judged]:
     """:func:`judge` of ``job``'s searched memory answer; None when there is none (refused)."""
-    from fmest.physics.calibration import calibrate_memory, usable_bytes
+    from fmest.physics.calibration import apply_calibration, usable_bytes
 
     try:
         ctx = engine.context(job)
@@ -232,9 +232,7 @@ def _judge_at(engine: "Engine", job: Job, confidence: Optional[float] = None
     if est is None:
         return None
     knobs = job.calibration
-    est = calibrate_memory(est, activation_factor=knobs.activation_factor,
-                           fragmentation_gib=knobs.fragmentation_gib,
-                           misc_overhead_gib=knobs.misc_overhead_gib)
+    est = apply_calibration(est, knobs)
     return judge(job, est, usable_bytes(ctx.gpu.memory_bytes, knobs.safety_margin), confidence)
 
 

@@ -28,11 +28,14 @@ import itertools
 import json
 import os
 import platform
+import statistics
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
+
+import attrs
 
 from fmest.errors import InputError
 from fmest_torch_runner.records import CATEGORIES, RUNNER_VERSION
@@ -393,8 +396,12 @@ def job_features(job, ctx) -> dict:
     return row
 
 
-def probe_one(job_dict: dict, device: str, *, theory: bool = True) -> dict:
-    """Run one configuration in this process and return its row."""
+def probe_one(job_dict: dict, device: str, *, theory: bool = True,
+              steps: Optional[int] = None, warmup: int = 0) -> dict:
+    """Run one configuration in this process and return its row. ``steps``/``warmup``: run
+    ``warmup + steps`` optimizer steps (at least the runner's two: optimizer states exist from
+    step 2) and time the ``steps`` after the warm-up (the LLM/VLM GPU Memory Estimator's
+    ``--probe-steps`` / ``--probe-warmup``); the peaks are over every step."""
     from fmest.convert import job_from_dict, job_to_dict
 
     row: dict[str, Any] = {"device": device, "status": "error"}
@@ -431,6 +438,8 @@ def probe_one(job_dict: dict, device: str, *, theory: bool = True) -> dict:
         row.update(status="unsupported", error=str(exc))
         row.update(environment(device))
         return row
+    if steps is not None:
+        spec = attrs.evolve(spec, steps=max(spec.steps, warmup + steps))
     row["precision_resolved"] = spec.precision
     row["optimizer_impl_resolved"] = spec.optimizer_impl
     row["attention_resolved"] = spec.attention
@@ -450,7 +459,9 @@ def probe_one(job_dict: dict, device: str, *, theory: bool = True) -> dict:
     st = res.step_seconds
     row["step1_seconds"] = st[0] if st else None
     row["step2_seconds"] = st[1] if len(st) > 1 else None
-    row["measured_step_seconds"] = st[-1] if st else None
+    timed = st[warmup:] if steps is not None and len(st) > warmup else st[-1:]
+    row["measured_step_seconds"] = statistics.median(timed) if timed else None
+    row["steps_run"] = len(st)
     row["run_wall_seconds"] = res.wall_seconds
     row.update(environment(device))
     return row
