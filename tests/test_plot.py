@@ -163,3 +163,16 @@ def test_estimate_footer_reads_durations_as_the_tables_do():
     text = _footer({"time": {"step_seconds": 6.912, "total_seconds": 16200.0}})
     assert text == f"step {duration(6.912)}   ·   whole run {duration(16200.0)}"
     assert text == "step 6.91 s   ·   whole run 4.5 h"
+
+
+def test_estimate_checks_the_plot_folder_before_any_work(tmp_path, capsys):
+    """A --plot whose folder cannot take a file (here: a file stands where the folder
+    should be) is refused at once, naming --plot, as fmest plan does."""
+    from fmest.cli import main
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    assert main(["estimate", "--model", "gpt2", "--seq-len", "512",
+                 "--plot", str(blocker / "out.png")]) == 2
+    err = capsys.readouterr().err
+    assert "--plot:" in err and "not-a-folder" in err

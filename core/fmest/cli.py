@@ -137,10 +137,10 @@ def _summarised(report, args) -> Any:
 
 def cmd_estimate(args: argparse.Namespace, engine_factory) -> int:
     from fmest import api
-    from fmest.output.plot import plot_format, write_plot
+    from fmest.output.plot import check_plot_path, write_plot
 
     if args.plot:
-        plot_format(args.plot)  # a bad file name fails before any work
+        check_plot_path(args.plot)  # a bad file name or folder fails before any work
     if getattr(args, "compare", None):   # variants side by side (api.compare_output)
         variants = api.compare_output(args, engine_factory())
         print(json.dumps(variants, indent=2, default=str) if args.format == "json"
