@@ -209,3 +209,22 @@ def test_golden_jobs_advice_fits_when_applied(engine, capsys, monkeypatch, name)
         changed = _json(engine, [*argv, *item["flags"]], capsys)["memory"]
         assert not _fails(changed, confidence), (name, item["change"])
         assert changed["total_bytes"] == item["peak_bytes"]
+
+
+def test_changes_are_combined_when_no_single_one_fits(engine, capsys):
+    """Llama-3.1-70B full fine-tuning on two A100-80GB at seq 4096: no single change fits (QLoRA
+    alone keeps the unsharded activations), so the strongest settings and QLoRA are tried
+    together and every change not needed is dropped; applying the flags fits."""
+    argv = ["--model", "meta-llama/Llama-3.1-70B", "--gpu", "A100-80GB", "--gpus-per-node", "2",
+            "--seq-len", "4096"]
+    advice = _json(engine, argv, capsys)["memory"]["to_make_it_fit"]
+    assert [a["kind"] for a in advice] == ["combined"]
+    flags = advice[0]["flags"]
+    assert "--technique" in flags and len(flags) >= 4
+    after = _json(engine, [*argv, *flags], capsys)["memory"]
+    assert after["fits"] and after["to_make_it_fit"] == []
+    # dropping any one of the combined changes no longer fits (nothing unneeded is kept)
+    pairs = list(zip(flags[::2], flags[1::2], strict=True))
+    for i in range(len(pairs)):
+        rest = [x for j, p in enumerate(pairs) if j != i for x in p]
+        assert not _json(engine, [*argv, *rest], capsys)["memory"]["fits"]

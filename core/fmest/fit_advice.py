@@ -25,13 +25,16 @@ The candidates, in the order they are tried (a group offers its first member tha
   ``memory.min_gpus`` when it has one; with ZeRO-3 added when the job shards nothing);
 * a GPU of the same vendor with more memory (the smallest such that fits; among equal
   memory, the fastest);
-* LoRA, else QLoRA, instead of full fine-tuning; QLoRA instead of LoRA.
+* LoRA, else QLoRA, instead of full fine-tuning; QLoRA instead of LoRA;
+* when no single change fits: the strongest member of every settings group together (the
+  smallest micro-batch, fused loss, full checkpointing, offload, 8-bit optimizer, ZeRO-3), then
+  that with QLoRA: the first that fits, as one ``combined`` change.
 
 At most :data:`MAX_ESTIMATES` estimates are made (about 0.6 ms each on the theory path).
 
 Ranking rule: settings changes first (checkpointing, micro-batch, loss, sharding, offload,
 8-bit optimizer), then hardware changes (more GPUs, a larger GPU), then changes of what is
-trained (LoRA, QLoRA). Within each tier the least slowdown first: ``step_ratio``, the GPU time
+trained (LoRA, QLoRA), then a combined change. Within each tier the least slowdown first: ``step_ratio``, the GPU time
 per trained token of the changed job over the original's (the step-time ratio when the GPUs and
 the tokens per step are unchanged; so more GPUs count by the GPU-hours they add), a change
 whose time is unknown after those with one, then the lower peak, then the label.
@@ -59,7 +62,7 @@ SELECTIVE_STACKS = frozenset({"megatron-core", "megatron-deepspeed", "torchtitan
 EIGHT_BIT = {"adamw": "adamw_8bit", "adamw_torch_fused": "adamw_8bit",
              "paged_adamw": "paged_adamw_8bit", "lion": "lion_8bit"}
 #: rank of a change's kind (module doc: the ranking rule)
-TIERS = {"setting": 0, "hardware": 1, "training": 2}
+TIERS = {"setting": 0, "hardware": 1, "training": 2, "combined": 3}
 
 
 @frozen(kw_only=True)
@@ -90,11 +93,13 @@ class FitChange:
 
 @frozen(kw_only=True)
 class _Option:
-    """One candidate: its flags, kind and job."""
+    """One candidate: its flags, kind and job; ``sections`` the job changes it makes (``None``
+    when it is not a plain change of fields, such as more GPUs: never combined)."""
 
     flags: tuple[str, ...]
     kind: str
     job: "Job"
+    sections: Optional[dict] = None
 
 
 def rank_key(item: FitChange) -> tuple:
@@ -145,7 +150,61 @@ def to_make_it_fit(engine: "Engine", report: "Report") -> Optional[list[FitChang
                 found.append(item)
                 open_groups.remove(g)
         rank += 1
+    if not found:   # no single change is enough: the strongest settings together, then with
+        found = _combined(engine, report, groups)   # the strongest change of what is trained
     return sorted(found, key=rank_key)
+
+
+#: the order combined changes are applied in: a later change of the same flag wins (ZeRO-3
+#: from the sharding group over the ZeRO-2 that CPU offload brings along)
+_COMBINE_ORDER = ("--per-device-batch", "--loss", "--grad-checkpoint", "--cpu-offload",
+                  "--optimizer", "--zero", "--fsdp", "--technique")
+
+
+def _merge(report: "Report", chosen: Sequence[_Option]) -> _Option:
+    """The options as one: each flag keeps its last value, printed in :data:`_COMBINE_ORDER`;
+    each job section merges (offload, which may bring ``--zero 2`` along, goes before the
+    sharding group so its ZeRO-3 wins)."""
+    pairs: dict[str, str] = {}
+    merged: dict[str, dict] = {}
+    for opt in sorted(chosen, key=lambda o: 0 if "--cpu-offload" in o.flags else 1):
+        for flag, value in zip(opt.flags[::2], opt.flags[1::2], strict=True):
+            pairs.pop(flag, None)
+            pairs[flag] = value
+        for section, fields in (opt.sections or {}).items():
+            merged.setdefault(section, {}).update(fields)
+    order = {f: i for i, f in enumerate(_COMBINE_ORDER)}
+    flags = tuple(x for f in sorted(pairs, key=lambda f: order.get(f, len(order)))
+                  for x in (f, pairs[f]))
+    return _Option(flags=flags, kind="combined", job=report.job.evolve(**merged),
+                   sections=merged)
+
+
+def _combined(engine: "Engine", report: "Report",
+              groups: list[Sequence[_Option]]) -> list[FitChange]:
+    """When no single change fits: every settings group's strongest member (its last) applied
+    together, and if that does not fit either, together with the strongest change of what is
+    trained (QLoRA); the first that fits, with every change it does not need dropped, as one
+    ``combined`` change (:func:`_merge`; at most two estimates and one per change dropped)."""
+    settings = [g[-1] for g in groups if g[-1].kind == "setting" and g[-1].sections is not None]
+    training = [g[-1] for g in groups if g[-1].kind == "training" and g[-1].sections is not None]
+    attempts = [settings] + ([settings + training[-1:]] if training else [])
+    for chosen in attempts:
+        if len(chosen) < 2:
+            continue
+        best = _try(engine, report, _merge(report, chosen))
+        if best is None:
+            continue
+        # then drop what it does not need, one change at a time (at most one estimate each)
+        for opt in list(chosen):
+            rest = [o for o in chosen if o is not opt]
+            if len(rest) < 2:
+                break
+            item = _try(engine, report, _merge(report, rest))
+            if item is not None:
+                chosen, best = rest, item
+        return [best]
+    return []
 
 
 def _try(engine: "Engine", report: "Report", option: _Option) -> Optional[FitChange]:
@@ -196,7 +255,8 @@ def _groups(engine: "Engine", report: "Report") -> list[Sequence[_Option]]:
     groups: list[Sequence[_Option]] = []
 
     def option(kind: str, flags: Sequence[str], **sections: Any) -> _Option:
-        return _Option(flags=tuple(flags), kind=kind, job=job.evolve(**sections))
+        return _Option(flags=tuple(flags), kind=kind, job=job.evolve(**sections),
+                       sections=sections)
 
     # activation checkpointing
     stack = getattr(getattr(ctx, "transforms", None), "stack", None)
