@@ -728,9 +728,18 @@ PRE_READERS: tuple[Callable[[Mapping[str, Any], Put], None], ...] = (
     _technique_reader, _checkpoint_reader, _flashattn_reader)
 COMPOSITE_READERS: tuple[Callable[[Mapping[str, Any], Put], None], ...] = (
     _mode_reader, _dtype_reader, _dimensions_reader)
-#: Readers of other tools' flags that may also name a flag fmest does not use (a warning).
+def _kept_not_modelled_reader(v: Mapping[str, Any], put: Put, note: Note) -> None:
+    """Fields the job keeps (for export) that no estimator uses yet: named in a warning."""
+    for dest in ("zero3_prefetch_bucket", "zero3_max_live_params"):
+        if v.get(dest) is not None:
+            note(_flag_name(dest), "kept in the job, not used by the memory model yet: ZeRO-3's "
+                 "gathered parameters are estimated as two layers and the root module")
+
+
+#: Readers that may also name a flag fmest reads but does not use (a warning): other tools'
+#: flags, and fields kept in the job that no estimator uses yet.
 LLMEST_READERS: tuple[Callable[[Mapping[str, Any], Put, Note], None], ...] = (
-    _llmest_activation_reader, _llmest_reader)
+    _llmest_activation_reader, _llmest_reader, _kept_not_modelled_reader)
 
 
 def read_flags(given: Mapping[str, Any] | argparse.Namespace,

@@ -248,8 +248,9 @@ class ShardingStrategy:
       half precision (``None``: the dtype decides; :func:`fmest.physics.precision.resolve_precision`).
     * ``ddp_bucket``: unsharded gradients are copied into persistent flat all-reduce buckets
       (PyTorch DDP, FSDP NO_SHARD): one more copy of the gradients in memory.
-    * ``reduce_bucket_elements``/``allgather_bucket_elements``: flat compute-dtype buckets of
-      that many elements for gradient reduction and parameter gathering (DeepSpeed ZeRO-1/2).
+    * ``reduce_bucket_elements``/``allgather_bucket_elements``: DeepSpeed's bucket sizes; the
+      IPG reduce buffers they size (ZeRO-1/2/3; the all-gather has no buffer of its own) are
+      counted by :func:`fmest.default_plugins.parallelism.zero_reduce_buffer_elements`.
     * ``native_tensor_parallel``: composes with PyTorch-native (DTensor) TP, as torchtitan does:
       vocabulary-parallel loss and separately all-gathered sequence-parallel inputs.
     * ``pp_unsharded_params``: under pipeline parallelism parameters stay unsharded from forward

@@ -193,6 +193,10 @@ def _zero(zero: Any, sink: Sink, prefix: str) -> None:
                             "DeepSpeed's default instead")
         elif name in _BUFFER_FIELDS:
             sink.set(_BUFFER_FIELDS[name], int(sink.num(key, value)) if value else 0, key)
+            if _BUFFER_FIELDS[name].startswith("parallelism.zero3_"):
+                sink.unmodelled(key, "kept in the job, not used by the memory model yet: "
+                                "ZeRO-3's gathered parameters are estimated as two layers and "
+                                "the root module")
         elif name in _SWITCH_FIELDS:
             sink.set(_SWITCH_FIELDS[name], sink.bool_(key, value), key)
         elif name in _BUFFER_UNMODELLED:

@@ -12,8 +12,11 @@ Behaviour flags (see :class:`fmest.transforms.ShardingStrategy`), each with its 
 * ``ddp_bucket``: DDP copies gradients into flat all-reduce buckets that persist across steps
   unless ``gradient_as_bucket_view=True`` (torch.nn.parallel.DistributedDataParallel docs);
   FSDP NO_SHARD all-reduces the same way.
-* ``reduce_bucket_elements``/``allgather_bucket_elements``: DeepSpeed ZeRO-1/2 defaults,
-  ``reduce_bucket_size`` = ``allgather_bucket_size`` = 5e8 elements (DeepSpeed config docs).
+* ``reduce_bucket_elements``: DeepSpeed's ``reduce_bucket_size`` default, 5e8 elements, for
+  ZeRO-1, 2 and 3: the size of the IPG reduce buffer(s) each rank allocates
+  (:func:`zero_reduce_buffer_elements`). ``allgather_bucket_elements`` is 0: DeepSpeed
+  all-gathers updated partitions straight into the flat parameter groups, no buffer of its own
+  (deepspeedai/DeepSpeed edaa7221 ``deepspeed/runtime/utils.py`` ``all_gather_dp_groups``).
 * ``native_tensor_parallel``, ``pp_unsharded_params``, ``fp32_grad_accum``: FSDP2 composes with
   DTensor TP (loss_parallel, ``PrepareModuleInput`` gathers), keeps parameters unsharded under
   pipeline parallelism (torchtitan ``reshard_after_forward=False``) and upcasts unsharded
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from fmest.hookspecs import hookimpl
 
 if TYPE_CHECKING:
+    from fmest.job import Parallelism
     from fmest.transforms import ShardingStrategy
 
 
@@ -46,8 +50,11 @@ class _ZeroFlags(TypedDict):
 
 
 _ALL = frozenset({"optimizer", "gradients", "parameters"})
-#: DeepSpeed ``reduce_bucket_size`` / ``allgather_bucket_size`` defaults (DeepSpeed config docs)
+#: DeepSpeed ``reduce_bucket_size`` default, ``Field(pp_int(5e8))`` (deepspeedai/DeepSpeed
+#: edaa7221 ``deepspeed/runtime/zero/config.py`` ``DeepSpeedZeroConfig.reduce_bucket_size``)
 DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
+#: ``contiguous_gradients`` default True (same file, ``DeepSpeedZeroConfig``)
+DEEPSPEED_CONTIGUOUS_GRADIENTS = True
 _FSDP = _FsdpFlags(framework="fsdp", native_tensor_parallel=True, pp_unsharded_params=True,
                    fp32_grad_accum=True)
 _ZERO = _ZeroFlags(framework="deepspeed", auto_precision="master")
@@ -62,16 +69,15 @@ def builtin_strategies() -> tuple["ShardingStrategy", ...]:
         ShardingStrategy(name="zero0", aliases=("ddp", "none"), framework="ddp", ddp_bucket=True,
                          source="Li et al. 2020 (PyTorch DDP)"),
         ShardingStrategy(name="zero1", shards=frozenset({"optimizer"}),
-                         reduce_bucket_elements=DEEPSPEED_BUCKET_ELEMENTS,
-                         allgather_bucket_elements=DEEPSPEED_BUCKET_ELEMENTS, **_ZERO,
+                         reduce_bucket_elements=DEEPSPEED_BUCKET_ELEMENTS, **_ZERO,
                          source="Rajbhandari et al. 2020, ZeRO stage 1"),
         ShardingStrategy(name="zero2", shards=frozenset({"optimizer", "gradients"}),
                          grad_collective="reduce_scatter",
-                         reduce_bucket_elements=DEEPSPEED_BUCKET_ELEMENTS,
-                         allgather_bucket_elements=DEEPSPEED_BUCKET_ELEMENTS, **_ZERO,
+                         reduce_bucket_elements=DEEPSPEED_BUCKET_ELEMENTS, **_ZERO,
                          source="Rajbhandari et al. 2020, ZeRO stage 2"),
         ShardingStrategy(name="zero3", shards=_ALL, param_gather=True,
-                         grad_collective="reduce_scatter", **_ZERO,
+                         grad_collective="reduce_scatter",
+                         reduce_bucket_elements=DEEPSPEED_BUCKET_ELEMENTS, **_ZERO,
                          source="Rajbhandari et al. 2020, ZeRO stage 3"),
         ShardingStrategy(name="fsdp_full_shard", aliases=("fsdp", "full_shard", "fsdp2"),
                          shards=_ALL, param_gather=True, grad_collective="reduce_scatter",
@@ -90,6 +96,42 @@ def builtin_strategies() -> tuple["ShardingStrategy", ...]:
         ShardingStrategy(name="fsdp_no_shard", aliases=("no_shard",), ddp_bucket=True, **_FSDP,
                          source="Zhao et al. 2023, FSDP NO_SHARD (= DDP)"),
     )
+
+
+def zero_reduce_buffer_elements(strategy: "ShardingStrategy", parallelism: "Parallelism", *,
+                                pipeline: bool, offload_optimizer: bool) -> int:
+    """Elements of DeepSpeed's IPG gradient-reduce buffers on each rank (0 for a strategy
+    without ``reduce_bucket_elements``), from the job's ``zero_*`` fields or DeepSpeed's
+    defaults, as deepspeedai/DeepSpeed edaa7221 allocates them (whatever dp is: the ZeRO
+    optimizer and its buffers exist on one rank too):
+
+    * ZeRO-1/2 (``deepspeed/runtime/zero/stage_1_and_2.py`` ``setup_buckets``): with
+      ``contiguous_gradients`` (forced on by optimizer offload: ``self.contiguous_gradients =
+      contiguous_gradients or self.cpu_offload``), ``buf_0`` of ``reduce_bucket_size``
+      elements in the optimizer's low-precision dtype, and ``buf_1`` of the same size when
+      ``overlap_comm`` is on ("double buffers"), allocated at full size whatever the model's
+      size. ``overlap_comm`` defaults to ``stage == 3`` (``deepspeed/runtime/zero/config.py``
+      ``overlap_comm_valid``), so off here, and a ``PipelineModule`` turns it off
+      (``deepspeed/runtime/engine.py`` ``_configure_zero_optimizer``).
+    * ZeRO-3 (``deepspeed/runtime/zero/stage3.py`` ``_setup_for_real_optimizer``): one buffer
+      of ``reduce_bucket_size`` elements in the communication dtype with
+      ``contiguous_gradients``, whatever ``overlap_comm`` says. Gathered parameters are the
+      memory plugin's gathered-layer term, not counted here.
+    """
+    size = strategy.reduce_bucket_elements
+    if not size:
+        return 0
+    if parallelism.zero_reduce_bucket_elems is not None:
+        size = parallelism.zero_reduce_bucket_elems
+    contiguous = (DEEPSPEED_CONTIGUOUS_GRADIENTS if parallelism.zero_contiguous_gradients is None
+                  else parallelism.zero_contiguous_gradients)
+    stage3 = "parameters" in strategy.shards
+    if stage3:
+        return size if contiguous else 0
+    if not (contiguous or offload_optimizer):
+        return 0
+    overlap = stage3 if parallelism.zero_overlap_comm is None else parallelism.zero_overlap_comm
+    return size * (2 if overlap and not pipeline else 1)
 
 
 def __getattr__(name: str) -> Any:

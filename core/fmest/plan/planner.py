@@ -240,9 +240,9 @@ def effective_behaviour(strategy, *, precision: str, data_parallel: bool,
     the behaviour the layout exercises, as the engine reads it: the precision policy it
     resolves to; what it shards (declared: a strategy that shards with one data rank is
     pruned before, ``no_dp``), hybrid, per-layer gathers and their prefetch, the gradient
-    collective (only with shards, else DDP's all-reduce); DDP's bucket copy and flat buckets
-    only with dp > 1 (``fmest.transforms.ShardingStrategy.collectives``; memory_theory's
-    ``_bucket_bytes``); PyTorch-native TP only with tp > 1; an unsharded stage and fp32
+    collective (only with shards, else DDP's all-reduce); DDP's bucket copy only with dp > 1
+    (``fmest.transforms.ShardingStrategy.collectives``), DeepSpeed's reduce buffers whatever
+    dp is (memory_theory's ``_bucket_bytes``); PyTorch-native TP only with tp > 1; an unsharded stage and fp32
     accumulation under PP only for a parameter-sharding strategy with pp > 1 (memory_theory's
     ``_gathered_param_buffers``). ``framework``, ``name`` and ``source`` are labels."""
     shards = frozenset(strategy.shards)
@@ -253,8 +253,7 @@ def effective_behaviour(strategy, *, precision: str, data_parallel: bool,
         strategy.backward_prefetch if gathers else None,
         strategy.grad_collective if shards and data_parallel else None,
         (strategy.ddp_bucket and not shards) if data_parallel else None,
-        (strategy.reduce_bucket_elements, strategy.allgather_bucket_elements)
-        if data_parallel else None,
+        (strategy.reduce_bucket_elements, strategy.allgather_bucket_elements),
         strategy.native_tensor_parallel if tensor_parallel else None,
         (strategy.pp_unsharded_params, strategy.fp32_grad_accum)
         if params_sharded and pipeline else None,
@@ -652,6 +651,28 @@ def _context_parallel_arrays(sel: dict, gpu, ctx: dict, sel_gpn: int):
     return a_arr, b_arr
 
 
+def _zero_buffer_elements(sel: dict, rows: np.ndarray, strategy, ctx: dict) -> np.ndarray:
+    """DeepSpeed's IPG reduce-buffer elements of each configuration in ``rows``, as memory_theory
+    ``_bucket_bytes`` counts them: none when the stack reduces from its contiguous gradient
+    buffer and the strategy does not shard gradients, else
+    :func:`fmest.default_plugins.parallelism.zero_reduce_buffer_elements` (pipeline
+    parallelism and optimizer offload change it)."""
+    from fmest.default_plugins.parallelism import zero_reduce_buffer_elements
+
+    stack = ctx["stack"]
+    if stack is not None and stack.profile.contiguous_grad_buffer \
+            and "gradients" not in strategy.shards:
+        return np.zeros(int(rows.sum()))
+    par = ctx["job"].parallelism
+    pipeline, offload = sel["pp"][rows] > 1, sel["off"][rows] == 1
+    out = np.zeros(int(rows.sum()))
+    for pp_on in (False, True):
+        for off_on in (False, True):
+            out[(pipeline == pp_on) & (offload == off_on)] = zero_reduce_buffer_elements(
+                strategy, par, pipeline=pp_on, offload_optimizer=off_on)
+    return out
+
+
 def _sharding_arrays(sel: dict, gpn: int, ctx: dict) -> dict:
     """What each configuration's strategy shards, over how many ranks (the registered
     :class:`fmest.transforms.ShardingStrategy` answers), and its precision policy."""
@@ -672,8 +693,7 @@ def _sharding_arrays(sel: dict, gpn: int, ctx: dict) -> dict:
         out["pp_unsharded"][rows] = strategy.pp_unsharded_params
         out["fp32_acc"][rows] = strategy.fp32_grad_accum
         out["ddp_bucket"][rows] = strategy.ddp_bucket
-        out["bucket_elements"][rows] = (strategy.reduce_bucket_elements
-                                        + strategy.allgather_bucket_elements)
+        out["bucket_elements"][rows] = _zero_buffer_elements(sel, rows, strategy, ctx)
         out["amp"][rows] = resolve_precision(ctx["job"].training, strategy,
                                              ctx["stack"]) == "amp"
         if not strategy.shards:

@@ -125,7 +125,7 @@ def local_trainable(cfg: dict):
 def framework_buffer_bytes(cfg: dict):
     """(buffers held through forward and backward, unsharded gradients accumulated in them)
     per GPU, by the strategy's declared behaviour as the memory plugin counts them: DDP's
-    gradient bucket copy, reduce/all-gather buckets, ZeRO-3/FSDP gathered layers and root, a
+    gradient bucket copy, DeepSpeed's reduce buffers, ZeRO-3/FSDP gathered layers and root, a
     stage kept unsharded (no per-layer gather, or ``pp_unsharded_params`` under pipeline
     parallelism) with its unsharded gradient accumulators (fp32 under amp with
     ``fp32_grad_accum``), and torch.autocast's weight copies when parameters are not sharded."""
@@ -136,8 +136,9 @@ def framework_buffer_bytes(cfg: dict):
     many = cfg["dp"] > 1
     buckets = np.where(cfg["ddp_bucket"] & no_shards & many,
                        grads * DDP_BUCKET_COPIES_OF_GRADS, 0.0) \
-        + np.where((cfg["bucket_elements"] > 0) & many,
-                   np.minimum(cfg["bucket_elements"], cfg["trainable"] / mp) * act_b, 0.0)
+        + cfg["bucket_elements"] * act_b   # DeepSpeed's IPG reduce buffers, full size
+    # (filled per row by the planner's _zero_buffer_elements, as the memory plugin's
+    # fmest.default_plugins.parallelism.zero_reduce_buffer_elements)
     layer = cfg["layer_params"] / cfg["tp"] * act_b   # a whole layer: ep does not split it
     gathered = FSDP_UNSHARDED_LAYERS * layer + cfg["root_params"] / cfg["tp"] * act_b \
         + np.where(cfg["lora"], 0.0, layer / act_b * (act_b + np.where(cfg["amp"], 4.0, 0.0)))

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Optional
 import attrs
 from attrs import frozen
 
+from fmest.default_plugins.parallelism import zero_reduce_buffer_elements
 from fmest.estimates import MemoryEstimate, Provenance
 from fmest.transforms import (
     OptimizerSizing,
@@ -327,7 +328,12 @@ class Buffers:
 
 def _bucket_bytes(setup: JobSetup, state: ModelState) -> float:
     """Persistent flat buckets: DDP's gradient bucket copy (``ShardingStrategy.ddp_bucket``)
-    or DeepSpeed-style reduce/all-gather buckets (``*_bucket_elements``)."""
+    or DeepSpeed's IPG reduce buffers (``reduce_bucket_elements``, sized from the job's
+    ``zero_*`` fields by ``zero_reduce_buffer_elements``) in the compute dtype: DeepSpeed casts
+    the module to bf16/fp16 (``engine.py`` ``_configure_distributed_model``) and ZeRO-1/2's
+    buffer takes the optimizer's parameter dtype, ZeRO-3's the communication dtype (that same
+    dtype by default, ``engine.py`` ``communication_data_type``), deepspeedai/DeepSpeed
+    edaa7221."""
     strategy, dp = setup.strategy, setup.layout.dp
     stack = setup.stack
     out = float(stack.profile.workspace_bytes) if stack is not None else 0.0
@@ -338,9 +344,10 @@ def _bucket_bytes(setup: JobSetup, state: ModelState) -> float:
         return out
     if strategy.ddp_bucket and not strategy.shards and dp > 1 and state.trainable_params:
         out += state.grads_full * F.DDP_BUCKET_COPIES_OF_GRADS
-    buckets = strategy.reduce_bucket_elements + strategy.allgather_bucket_elements
-    if buckets and dp > 1:
-        out += min(buckets, state.trainable_params) * setup.act_bytes
+    if state.trainable_params:
+        out += zero_reduce_buffer_elements(
+            strategy, setup.parallelism, pipeline=setup.layout.pp > 1,
+            offload_optimizer=setup.offload_optimizer) * setup.act_bytes
     return out
 
 

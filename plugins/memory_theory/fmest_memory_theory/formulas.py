@@ -86,9 +86,10 @@ FUSED_LOSS_CHUNKS = 16
 #: ``gradient_as_bucket_view=True`` ("the saved memory size will be equal to the total
 #: gradients size", torch.nn.parallel.DistributedDataParallel docs).
 DDP_BUCKET_COPIES_OF_GRADS = 1
-#: DeepSpeed ZeRO-1/2 flat reduce/all-gather buckets are a behaviour of the sharding strategy
-#: (``ShardingStrategy.reduce_bucket_elements``/``allgather_bucket_elements``, registered with
-#: their source in ``fmest.default_plugins.parallelism``).
+#: DeepSpeed ZeRO-1/2/3 IPG reduce buffers are a behaviour of the sharding strategy
+#: (``ShardingStrategy.reduce_bucket_elements``, DeepSpeed's ``reduce_bucket_size``) sized by
+#: ``fmest.default_plugins.parallelism.zero_reduce_buffer_elements``, which cites
+#: deepspeedai/DeepSpeed edaa7221 for each rule (one or two buffers, defaults per stage).
 #: ZeRO-3/FSDP keep the current layer's unsharded parameters and prefetch the next one
 #: (FSDP ``forward_prefetch``/``backward_prefetch=BACKWARD_PRE``; Zhao et al. 2023 section 3.3).
 FSDP_UNSHARDED_LAYERS = 2
