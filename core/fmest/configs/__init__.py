@@ -35,8 +35,8 @@ from fmest.configs._base import Sink
 from fmest.errors import InputError
 
 _MODULES = (training_args, deepspeed, accelerate, axolotl, torchtune, llama_factory,
-            fm_training_estimator, torchtitan, megatron, litgpt, trl)
-_MODULES += (launch, ms_swift, openrlhf)   # issue 23: launch scripts and their CLIs
+            fm_training_estimator, torchtitan, megatron, litgpt, trl,
+            launch, ms_swift, openrlhf)   # the last three: launch scripts and their CLIs
 MAPPERS = {m.FORMAT: m.map_config for m in _MODULES}
 FORMATS = tuple(MAPPERS)
 

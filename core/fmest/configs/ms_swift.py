@@ -382,7 +382,7 @@ def _train(head: str, sub: str, names: dict, sink: Sink) -> None:
     hf: dict = {}
     rest: dict = {}
     unknown: list[str] = []
-    deepspeed_key = None
+    deepspeed_key: Optional[str] = None
     for name, (value, key) in names.items():
         if name in own:
             continue
@@ -470,7 +470,7 @@ def _train(head: str, sub: str, names: dict, sink: Sink) -> None:
             # swift loads the weights in torch_dtype (model_args.py) and the HF Trainer
             # steps them in that dtype: weights, grads and AdamW states alike
             sink.set("training.precision", "pure", dtype_key)
-        elif dtype_key is not None:
+        elif dtype_key is not None and deepspeed_key is not None:
             sink.master_keys[sink.get("training.dtype")] = deepspeed_key
     if unknown:
         sink.unmodelled(", ".join(unknown), f"{program} arguments fmest does not know; "

@@ -85,12 +85,12 @@ def map_args(program: str, args: dict, sink: Sink) -> None:
         raise sink.not_training(program, kind, "not a training entry point")
     sink.set("training.stack", "deepspeed", f"({program}: DeepSpeed engine)")
     names: dict[str, tuple[Any, str]] = {}
-    for key, value in args.items():
-        if key == "(positional)":
+    for arg, value in args.items():
+        if arg == "(positional)":
             sink.ignore(" ".join(map(str, value)), "a positional argument")
             continue
-        name = key[2:] if key.startswith("--") else key
-        names[_CANON.get(name, name)] = (_first(value), key)
+        name = arg[2:] if arg.startswith("--") else arg
+        names[_CANON.get(name, name)] = (_first(value), arg)
 
     def get(name: str, default: Any = None) -> Any:
         return names[name][0] if name in names else default

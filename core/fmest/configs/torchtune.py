@@ -371,7 +371,8 @@ def map_config(doc: dict, sink: Sink) -> None:
             sink.set("hardware.gpus_per_node", nproc, origin)
             if nnodes is not None:
                 sink.set("hardware.nodes", nnodes, origin)
-            if generate:   # generate_v2_distributed.py: "tp_degree = dist.get_world_size()"
+            if generate and nproc is not None:   # generate_v2_distributed.py: "tp_degree =
+                # dist.get_world_size()"
                 sink.set("parallelism.tp", nproc * (nnodes or 1), origin + " (all GPUs TP)")
         else:
             sink.set("hardware.gpus_per_node", 1, origin + " (single-device recipe)")
