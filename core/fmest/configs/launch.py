@@ -105,7 +105,8 @@ def _heredocs(text: str) -> str:
         read = re.match(r"\s*read\b(?:\s+-[a-z]+(?:\s+(?:''|\"\"))?)*\s+([A-Za-z_]\w*)\s*<<",
                         line)
         cat = re.match(r"\s*(?:export\s+)?([A-Za-z_]\w*)=[\"']?\$\(\s*cat\s*<<", line)
-        name = (read or cat).group(1) if (read or cat) else None
+        found = read or cat
+        name = found.group(1) if found is not None else None
         if name is not None:
             if quoted:
                 value = "'" + content.replace("'", "'\\''") + "'"
@@ -259,15 +260,16 @@ def _lex(text: str) -> list[tuple[int, list]]:
             i += 2 if text.startswith(("&&", "||", ";;"), i) else 1
             if c == "|" and text.startswith("|&", i - 1):
                 i += 1
-        elif c == "<" and re.match(r"<[A-Za-z][^<>\n]*>(?=[\s;]|$)", text[i:]):
-            # <describe the value>: a template's placeholder, not a redirection
-            m = re.match(r"<[A-Za-z][^<>\n]*>", text[i:])
+        elif c == "<" and (m := re.match(r"<[A-Za-z][^<>\n]*>(?=[\s;]|$)", text[i:])):
+            # <describe the value>: a template's placeholder, not a redirection (the lookahead
+            # is zero-width: group(0) and end() are those of the placeholder itself)
             if not items:
                 start_line = line
             items.append([("var", m.group(0), True)])
             i += m.end()
         elif c in "<>" or text.startswith("&>", i):
-            op = re.match(r"&>>?|>>?&?|<<<|<&|<>|<", text[i:]).group(0)
+            m = re.match(r"&>>?|>>?&?|<<<|<&|<>|<", text[i:])
+            op = m.group(0) if m is not None else c   # always matches: "<", ">" or "&>" here
             i += len(op)
             items.append(("redir", op))
         else:
@@ -381,7 +383,7 @@ def _split(text: str) -> list[str]:
 class _Shell:
     def __init__(self, path: str, sbatch: dict, depth: int = 0) -> None:
         self.path = path
-        self.vars: dict[str, object] = {}   # name -> Field | list[Field]
+        self.vars: dict[str, Field | list[Field]] = {}
         self.script = Script(sbatch=sbatch)
         self.depth = depth
 
@@ -425,7 +427,7 @@ class _Shell:
             empty = cur is None or (op.startswith(":") and cur.text == "")
             if op.endswith("+"):
                 return [Field("")] if empty else self._word_fields(word, line, True)
-            if not empty:
+            if not empty and cur is not None:   # not empty implies cur is set
                 return [Field(cur.text, (*cur.vars, name))]
             if op.endswith("?"):
                 return None
@@ -470,9 +472,10 @@ class _Shell:
                 got, placeholder = self._cmd(text), text
             else:
                 got = self._var(text, line)
-                placeholder = f"${text}" if _NAME.fullmatch(text) or text.isdigit() else f"${{{text}}}"
+                placeholder = f"${text}" if _NAME.fullmatch(text) or text.isdigit() \
+                    else f"${{{text}}}"
             unset = got is None
-            if unset:
+            if got is None:
                 self._unresolved(placeholder, line)
                 got = [Field(placeholder)]
             multi = len(got) > 1
@@ -566,16 +569,20 @@ class _Shell:
                     f"line {line}: for {name} in {' '.join(v.text for v in values)}: only the "
                     f"first item ({name}={values[0].text}) is estimated")
 
-    def _assign(self, item, line: int, conditional: bool) -> tuple[str, object]:
+    def _assign(self, item, line: int, conditional: bool) -> tuple[str, Field | list[Field]]:
         if isinstance(item, tuple):   # an array
             _tag, name, plus, words = item
             fields = [f for w in words for f in self.expand(w, line)]
-            if plus and isinstance(self.vars.get(name), list):
-                fields = [*self.vars[name], *fields]
+            prev = self.vars.get(name)
+            if plus and isinstance(prev, list):
+                fields = [*prev, *fields]
             return name, fields
         text_parts = list(item)
         raw = "".join(t for _k, t, _q in text_parts)
         m = _ASSIGN.match(raw)
+        # callers check _is_assignment(item) first: the leading literal text, a prefix of raw,
+        # matches _ASSIGN, so raw does too
+        assert m is not None
         # the parts after "NAME=": drop the literal prefix characters
         cut = m.end()
         rest: list = []
@@ -590,11 +597,12 @@ class _Shell:
                 consumed += len(t)
         fields = self.expand([(k, t, True) for k, t, _q in rest], line)
         value = Field(fields[0].text if fields else "", fields[0].vars if fields else ())
-        if m.group(3) == "+" and isinstance(self.vars.get(m.group(1)), Field):
-            value = Field(self.vars[m.group(1)].text + value.text, value.vars)
+        prev_value = self.vars.get(m.group(1))
+        if m.group(3) == "+" and isinstance(prev_value, Field):
+            value = Field(prev_value.text + value.text, value.vars)
         return m.group(1), value
 
-    def _set(self, name: str, value, conditional: bool) -> None:
+    def _set(self, name: str, value: Field | list[Field], conditional: bool) -> None:
         cur = self.vars.get(name)
         if conditional and cur is not None:
             text = cur.text if isinstance(cur, Field) else " ".join(f.text for f in cur)
@@ -613,7 +621,7 @@ class _Shell:
         return _ASSIGN.match(lead) is not None
 
     def _command(self, items: list, line: int, conditional: bool, herestring) -> None:
-        env: dict[str, Field] = {}
+        env: dict[str, Field | list[Field]] = {}
         k = 0
         while k < len(items) and self._is_assignment(items[k]):
             name, value = self._assign(items[k], line, conditional)
@@ -640,12 +648,12 @@ class _Shell:
             pieces = re.split(f"[{re.escape(sep_text)}]", text) if sep_text else text.split()
             for n, name in enumerate(names):
                 if n >= len(pieces):
-                    value = ""
+                    piece = ""
                 elif n < len(names) - 1:
-                    value = pieces[n]
+                    piece = pieces[n]
                 else:
-                    value = (sep_text or " ").join(pieces[n:])
-                self.vars[name] = Field(value.strip())
+                    piece = (sep_text or " ").join(pieces[n:])
+                self.vars[name] = Field(piece.strip())
             return
         if head in ("source", ".") and len(words) > 1 and self.depth < 3:
             target = " ".join(f.text for f in self.expand(words[1], line))
@@ -791,7 +799,7 @@ class Candidate:
     """A launched program: its kind (``training``, ``inference`` or a not-training kind),
     its argument format, its arguments and the GPU layout the launchers give it."""
 
-    kind: str
+    kind: Optional[str]   # None: an ms-swift subcommand ms_swift.command_kind does not know
     fmt: str
     program: str
     args: list
@@ -907,9 +915,8 @@ class _Finder:
                     if m:
                         env[m.group(1)] = Field(words[i].text[m.end():], words[i].vars)
                     i += 1
-            elif _ASSIGN.match(tok) and "=" in tok and not tok.startswith("-") and \
-                    _ASSIGN.match(tok).end() <= len(tok):
-                m = _ASSIGN.match(tok)
+            elif (m := _ASSIGN.match(tok)) and "=" in tok and not tok.startswith("-") and \
+                    m.end() <= len(tok):
                 env[m.group(1)] = Field(tok[m.end():], words[i].vars)
                 i += 1
             elif tok == "" or (PLACEHOLDER.fullmatch(tok) and i + 1 < len(words)):
@@ -988,7 +995,7 @@ class _Finder:
         for names, field_ in ((("--nproc_per_node", "--nproc-per-node"),
                                "hardware.gpus_per_node"),
                               (("--nnodes",), "hardware.nodes")):
-            name = next((n for n in names if n in opts), None)
+            name = next((n for n in names if n in opts), "")
             value = opts.get(name) if name else None
             if isinstance(value, Field) and _count(value):
                 layout[field_] = (_count(value), _origin(launcher, name, value))
@@ -1030,14 +1037,15 @@ class _Finder:
         procs = opts.get("--num_processes")
         machines = opts.get("--num_machines")
         n_machines = _count(machines) if isinstance(machines, Field) else None
-        if isinstance(procs, Field) and _count(procs):
-            total = _count(procs)   # accelerate: num_processes is the total over machines
+        total = _count(procs) if isinstance(procs, Field) else None
+        if isinstance(procs, Field) and total:
+            # accelerate: num_processes is the total over machines
             per = total // (n_machines or 1) if total % (n_machines or 1) == 0 else None
             if per:
                 layout["hardware.gpus_per_node"] = (per, _origin("accelerate launch",
                                                                  "--num_processes", procs) + (
                     f" / --num_machines {n_machines}" if n_machines else ""))
-        if n_machines:
+        if n_machines and isinstance(machines, Field):   # n_machines implies a Field
             layout["hardware.nodes"] = (n_machines, _origin("accelerate launch",
                                                             "--num_machines", machines))
         cfg = opts.get("--config_file")
@@ -1173,8 +1181,8 @@ class _Finder:
         self.unknown.extend(finder.unknown)
         self.skipped.extend(finder.skipped)
 
-    def _add(self, kind: str, fmt: str, program: str, args: list, launcher: str, layout: dict,
-             env: dict, line: int, swift: bool = False) -> None:
+    def _add(self, kind: Optional[str], fmt: str, program: str, args: list, launcher: str,
+             layout: dict, env: dict, line: int, swift: bool = False) -> None:
         layout = dict(layout)
         if swift:
             self._swift_layout(program, launcher, layout, env)
@@ -1193,7 +1201,9 @@ class _Finder:
         if "hardware.gpus_per_node" in layout or launcher not in ("swift", "megatron"):
             return
         visible = self.env(env, "CUDA_VISIBLE_DEVICES")
-        n = _devices(visible[0]) if visible else None
+        if visible is None:
+            return
+        n = _devices(visible[0])
         if n and _ms_swift_kind(*program.split(" ", 1)) == "inference":
             layout["hardware.gpus_per_node"] = (n, visible[1])
         elif n == 1 or (n and program.startswith("megatron")):
@@ -1232,7 +1242,7 @@ class _Finder:
                     break
 
 
-def _ms_swift_kind(head: str, sub: str) -> str:
+def _ms_swift_kind(head: str, sub: str) -> Optional[str]:
     from fmest.configs import ms_swift
 
     return ms_swift.command_kind(head, sub)
@@ -1342,10 +1352,10 @@ def map_config(doc: dict, sink: Sink) -> None:
             continue
         launcher_flags = [name for _launcher, name in c.layout.get("(options)", [])
                           if str(name).startswith("-")]
-        flags = " ".join(dict.fromkeys([*launcher_flags, *(a.text.split("=", 1)[0]
-                                                           for a in c.args
-                                                           if a.text.startswith("-"))]))
-        what = f"line {c.line} {c.program} {flags}".strip()
+        flag_text = " ".join(dict.fromkeys([*launcher_flags, *(a.text.split("=", 1)[0]
+                                                               for a in c.args
+                                                               if a.text.startswith("-"))]))
+        what = f"line {c.line} {c.program} {flag_text}".strip()
         if c.kind == chosen.kind:
             sink.unmodelled(what, f"the script runs several "
                             f"{'training' if c.kind == 'training' else 'serving'} commands; "
@@ -1490,8 +1500,8 @@ def _bridge(chosen: Candidate, sink: Sink) -> list[str]:
 
     nested: dict = {}
     keys: dict = {}
-    mode_key = None
-    mode = None
+    mode_key = ""   # set together with mode; read only when mode is not None
+    mode: Optional[str] = None
     dropped: list[str] = []
     model_known = False
     recipe = None
