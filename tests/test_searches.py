@@ -82,8 +82,9 @@ def test_an_affine_memory_costs_four_decisions(confidence, answer):
 
 @pytest.mark.parametrize("confidence,answer", [
     (0.5, 5),       # the point: 20 + 300/5 = 80 <= 80; 4 GPUs: 95
-    # P90 = 1.483 x the point: 1.483 x 53.3 = 79.1 at 9; 8: 1.483 x 57.5 = 85.3
-    (0.9, 9),
+    # P90 = 1.483 x the point: 1.483 x 53.3 = 79.1 at 9, but 9 does not split evenly over the
+    # two 8-GPU nodes that hold it: 10 (2 nodes of 5); 8: 1.483 x 57.5 = 85.3
+    (0.9, 10),
 ])
 def test_min_gpus_matches_a_scan_and_probes_few_counts(confidence, answer):
     calls: list[int] = []
@@ -92,7 +93,8 @@ def test_min_gpus_matches_a_scan_and_probes_few_counts(confidence, answer):
     job = JOB.evolve(parallelism={"zero_stage": 3}, hardware={"gpus_per_node": 8},
                      options={"fit_confidence": confidence})
     found = searches.min_gpus(eng, job)
-    scan = next(n for n in range(1, 65) if _fits(20 + 300 / n, confidence))
+    scan = next(n for n in range(1, 65) if _fits(20 + 300 / n, confidence)
+                and searches._even_on_fewest_nodes(n, 8))
     assert found.gpus == scan == answer
     whole = -(-answer // 8)   # within one node the count itself, else whole 8-GPU nodes
     assert found.whole_node_gpus == (answer if whole == 1 else whole * 8)
@@ -103,20 +105,31 @@ def test_min_gpus_matches_a_scan_and_probes_few_counts(confidence, answer):
     assert len(calls) <= 5
 
 
-def test_min_gpus_past_one_node_gives_any_count_and_whole_nodes():
+def test_min_gpus_past_one_node_gives_an_even_count_and_whole_nodes():
     """300 GiB + 20 GiB at the point (0.5): 1,000 GiB of state over n GPUs: 17 GPUs fit
-    (20 + 1000/17 = 78.8), spread as 17 nodes of one GPU (17 is prime); in whole 8-GPU nodes:
-    24 (3 nodes)."""
+    (20 + 1000/17 = 78.8), but 17 on 8-GPU nodes splits evenly only as 17 nodes of one GPU:
+    the answer is 18, 3 nodes of 6 (the fewest nodes that hold it, evenly); in whole 8-GPU
+    nodes: 24 (3 nodes)."""
     calls: list[int] = []
     eng = new_engine((_plugin(lambda b, n: 20 + 1000 / n, calls), "mem"))
     job = JOB.evolve(parallelism={"zero_stage": 3}, hardware={"gpus_per_node": 8},
                      options={"fit_confidence": 0.5})
     found = searches.min_gpus(eng, job)
-    assert found.gpus == 17 and found.job.hardware.nodes * found.job.hardware.gpus_per_node == 17
+    assert found.gpus == 18
+    assert (found.job.hardware.gpus_per_node, found.job.hardware.nodes) == (6, 3)
     assert (found.whole_node_gpus, found.nodes) == (24, 3)
     assert found.whole_node_job.hardware.gpus_per_node == 8
     assert "in whole nodes of 8: 24 GPUs (3 nodes of 8)" in found.reason
     assert len(calls) <= 8
+
+
+def test_even_counts_on_the_fewest_nodes():
+    assert searches._even_on_fewest_nodes(7, 8) and searches._even_on_fewest_nodes(18, 8)
+    assert not searches._even_on_fewest_nodes(17, 8)     # only 17 nodes of one GPU
+    assert not searches._even_on_fewest_nodes(9, 8)      # 2 nodes cannot hold 9 evenly
+    assert searches._even_on_fewest_nodes(10, 8)         # 2 nodes of 5
+    assert not searches._even_on_fewest_nodes(12, 8, tp=4)   # 2 nodes of 6 split tp-4 groups
+    assert searches._even_on_fewest_nodes(16, 8, tp=4)
 
 
 def test_node_split_spreads_over_the_fewest_even_nodes():

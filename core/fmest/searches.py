@@ -250,6 +250,18 @@ def node_split(world: int, gpus_per_node: int, tp: int = 1) -> tuple[int, int]:
     return 1, world  # unreachable: nodes = world gives one GPU per node (keep_tp 1 then)
 
 
+def _even_on_fewest_nodes(world: int, gpus_per_node: int, tp: int = 1) -> bool:
+    """Whether ``world`` GPUs fit one node, or split evenly (whole tensor-parallel groups on
+    each) over the fewest nodes of ``gpus_per_node`` that hold them: launchers start the same
+    number of processes on every node (torchrun ``--nproc_per_node``), and a count that only
+    splits as one GPU on each of many nodes is no layout anyone runs on multi-GPU servers."""
+    if world <= gpus_per_node:
+        return True
+    nodes = -(-world // gpus_per_node)
+    keep_tp = tp if tp <= gpus_per_node else 1
+    return world % nodes == 0 and (world // nodes) % keep_tp == 0
+
+
 def _with_world(job: Job, *, dp: int, tp: int, pp: int, gpus_per_node: int) -> Job:
     world = dp * tp * pp * job.parallelism.cp
     gpn, nodes = node_split(world, gpus_per_node, tp)
@@ -290,8 +302,9 @@ def min_gpus(engine: "Engine", job: Job, *,
     * Plain data parallelism (DDP / ZeRO-0) keeps a full replica per rank, so more ranks never
       help; when the user set ``tp``/``pp`` those grow together, keeping their ratio
       (``tp x k``, ``pp x k`` for k = 1, 2, 4, ...), the data-parallel degree kept.
-    * ``gpus`` is any count the layout accepts: past one node the GPUs spread over the fewest
-      nodes that split them evenly (18 on 8-GPU nodes: 3 nodes of 6); ``whole_node_gpus`` /
+    * ``gpus`` is the fewest count that fits one node or splits evenly over the fewest nodes
+      that hold it (18 on 8-GPU nodes: 3 nodes of 6; 19 is skipped, 21 is 3 nodes of 7:
+      :func:`_even_on_fewest_nodes`); ``whole_node_gpus`` /
       ``nodes`` is the fewest in whole nodes of ``gpus_per_node`` (default 8): 24, 3 nodes.
       A hybrid-sharded strategy shards within a node, so its counts are whole nodes past one
       (a partial node would shard over fewer GPUs): both answers are the same.
@@ -318,8 +331,10 @@ def min_gpus(engine: "Engine", job: Job, *,
         most = MAX_GPUS // mp
         if strategy.hybrid:     # shards within a node: a partial node would shard over fewer
             candidates = _runnable_dp(mp, gpn, most)
-        else:
-            candidates = range(1, most + 1)
+        else:   # past one node, only counts that split evenly over the fewest nodes that hold
+            # them (19 on 8-GPU nodes would be 19 nodes of one GPU: 21, 3 nodes of 7, instead)
+            candidates = [d for d in range(1, most + 1)
+                          if _even_on_fewest_nodes(d * mp, gpn, par.tp)]
         # only layouts the job's rules accept: expert parallelism needs ep | dp*cp (or dp); a
         # refused layout counted as "does not fit" would break the search's monotone order
         if par.ep > 1:
