@@ -279,3 +279,15 @@ def test_every_corpus_script_answers_or_refuses_cleanly():
         except InputError:
             pass
     assert answered > len(files) // 2
+
+
+def test_ms_swift_entry_point_scripts_are_ms_swift():
+    """``accelerate launch swift/cli/sft.py --model M ... --model_name NAME``: the script is what
+    ``swift sft`` runs, so its --model is the model (--model_name is the run's self-cognition
+    name, not a model)."""
+    path = os.path.join(CORPUS, "ms-swift", "examples", "train", "multi-gpu", "fsdp2_lora",
+                        "train.sh")
+    merge = load_configs([path])
+    assert merge.data["model"] == "Qwen/Qwen2.5-7B-Instruct"
+    assert merge.data["training"]["technique"] == "lora"
+    assert merge.origins["model"].endswith(": --model")

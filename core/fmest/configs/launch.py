@@ -1090,6 +1090,14 @@ class _Finder:
             self._add(_ms_swift_kind(head, args[0].text), "ms-swift", f"{head} {args[0].text}",
                       args[1:], launcher or head, layout, env, line, swift=True)
             return
+        # ms-swift's entry points run as scripts (modelscope/ms-swift swift/cli/<sub>.py and
+        # swift/cli/_megatron/<sub>.py: what `swift <sub>` / `megatron <sub>` call)
+        cli = re.search(r"swift[/.]cli[/.](_megatron[/.])?([a-z_]+)(\.py)?$", tok)
+        if cli and cli.group(2) not in ("main", "utils", "__init__"):
+            program = f"{'megatron' if cli.group(1) else 'swift'} {cli.group(2)}"
+            self._add(_ms_swift_kind(*program.split()), "ms-swift", program, args,
+                      launcher or "python", layout, env, line, swift=True)
+            return
         if "openrlhf.cli." in name or "openrlhf/cli/" in name:
             stem = name.replace("/", ".").rsplit(".", 2)[-2 if name.endswith(".py") else -1]
             kind = "training" if stem.startswith("train_") else (
@@ -1606,8 +1614,11 @@ def _bridge(chosen: Candidate, sink: Sink) -> list[str]:
 # -- Python scripts with HF TrainingArguments / DeepSpeed-Chat flags ------------------------
 _SEQ_FLAGS = ("max_seq_len", "max_seq_length", "max_length", "seq_length", "block_size",
               "model_max_length", "cutoff_len", "max_len", "seq_len")
-_MODEL_FLAGS = ("model_name_or_path", "actor_model_name_or_path", "model_name", "model_path",
-                "pretrained_model_name_or_path", "base_model", "model")
+#: in this order: a ``--model_name`` is often only the name a run gives its model (ms-swift's
+#: self-cognition name), so it comes last
+_MODEL_FLAGS = ("model_name_or_path", "actor_model_name_or_path",
+                "pretrained_model_name_or_path", "base_model", "model", "model_path",
+                "model_name")
 _HF_NAMES = {"per_device_train_batch_size", "gradient_accumulation_steps",
              "gradient_checkpointing", "bf16", "fp16", "num_train_epochs", "max_steps", "optim",
              "deepspeed", "fsdp", "fsdp_config", "torch_compile", "use_liger_kernel", "tf32"}
