@@ -165,7 +165,11 @@ def _offload(zero: dict, sink: Sink, prefix: str) -> None:
             else:
                 devices.setdefault(moves, ("cpu" if sink.bool_(k, zero[legacy]) else "none", k))
     if "params" in devices and devices["params"][0] != "none":
-        sink.set("parallelism.cpu_offload", "params", devices["params"][1])
+        # fmest's "params" offload moves the optimizer state too (ZeRO-Infinity): both keys
+        where = devices["params"][1]
+        if "optimizer" in devices and devices["optimizer"][0] != "none":
+            where = f"{devices['optimizer'][1]}+{where}"
+        sink.set("parallelism.cpu_offload", "params", where)
     elif "optimizer" in devices and devices["optimizer"][0] != "none":
         sink.set("parallelism.cpu_offload", "optimizer", devices["optimizer"][1])
     elif devices:

@@ -905,8 +905,9 @@ class _Finder:
             if head in _WRAPPERS:
                 i += 1
             elif head == "uv" and nxt == "run":
-                _opts, i = _options(words, i + 2, {"--no-sync", "--frozen", "--locked",
-                                                   "--isolated", "--no-project", "--active"})
+                uv_opts, i = _options(words, i + 2, {"--no-sync", "--frozen", "--locked",
+                                                     "--isolated", "--no-project", "--active"})
+                _note(layout, "uv run", uv_opts)   # reported: environment options only
             elif head == "env":
                 i += 1
                 while i < len(words) and (_ASSIGN.match(words[i].text) or
@@ -1821,7 +1822,10 @@ def _dschat(names: dict, sink: Sink, take, rlhf: bool) -> None:
         sink.unmodelled(f"--{lora}", f"LoRA adapters of rank {rank} are added but the base "
                         "weights stay trainable (no --only_optimize_lora): estimated as full "
                         "fine-tuning without the adapters' extra parameters")
-        take(module)
+        if module in names:
+            take(module)
+            sink.unmodelled(f"--{module}", "the modules those adapters go on; not counted "
+                            "(full fine-tuning, see --lora_dim)")
     elif lora in names:
         sink.ignore(f"--{lora}", "0: no LoRA")
     if module in names and module not in ("",) and rank == 0:
