@@ -65,6 +65,24 @@ def _disabled_vlm_checks() -> Iterator[None]:
         llava.torch_compilable_check = orig
 
 
+def replay_into(res: RunResult, tracker: Any) -> None:
+    """Replay the trace's allocation events through the caching-allocator simulator
+    (:mod:`fmest.allocator`, default ``PYTORCH_CUDA_ALLOC_CONF``): ``res.reserved_peak_bytes``
+    becomes the simulated ``max_memory_reserved``; a note gives both counters and the
+    ``expandable_segments:True`` figure."""
+    from fmest.allocator import AllocatorConfig
+    from fmest_torch_runner.tracker import replay_allocator
+
+    base = replay_allocator(tracker)
+    expandable = replay_allocator(tracker, AllocatorConfig(expandable_segments=True))
+    res.reserved_peak_bytes = base.max_memory_reserved
+    res.notes.append(
+        f"caching-allocator replay of {len(tracker.events)} events (fmest.allocator, rules of "
+        f"c10/cuda/CUDACachingAllocator.cpp): max_memory_allocated "
+        f"{base.max_memory_allocated} B, max_memory_reserved {base.max_memory_reserved} B; "
+        f"with expandable_segments:True reserved {expandable.max_memory_reserved} B")
+
+
 def run_fake(run: RunSpec, res: RunResult, round_bytes: int) -> None:
     """Trace ``run`` on fake tensors into ``res`` (FSDP2 when ``run.fsdp_world_size > 1``)."""
     if run.fsdp_world_size > 1:
@@ -84,6 +102,7 @@ def run_fake(run: RunSpec, res: RunResult, round_bytes: int) -> None:
                 res.step_seconds = train_steps(model, run, "fake", tracker)
     fill_from_tracker(res, tracker)
     res.peak_bytes = res.tracker_peak_bytes
+    replay_into(res, tracker)
     res.notes.append("fake trace: CPU kernel semantics, storage sizes exact"
                      + (f", rounded up to {round_bytes} B" if round_bytes > 1 else ""))
 
@@ -159,6 +178,7 @@ def run_fake_fsdp(run: RunSpec, res: RunResult, round_bytes: int) -> None:
                 res.step_seconds = train_steps(model, run, "fake", tracker)
         del model
     fill_from_tracker(res, tracker)
+    replay_into(res, tracker)
     kept = {w: p for w, p in res.phase_peaks_bytes.items() if w != FSDP_IGNORED_WINDOW}
     res.peak_window, res.peak_bytes = max(kept.items(), key=lambda kv: kv[1])
     res.breakdown_bytes = dict(res.phase_breakdowns[res.peak_window])

@@ -38,6 +38,9 @@ def _check_runnable(job: Job, spec: ModelSpec, device: str) -> None:
         raise Unsupported(f"model {spec.name!r} has no hf_config to build it from")
     if tr.dtype == "fp8":
         raise Unsupported("fp8 training (torchao float8) is not run by the torch runner")
+    if tr.objective != "lm":
+        raise Unsupported(f"objective {tr.objective!r}: the torch runner runs the causal-LM "
+                          "step only (no preference pairs, reference or KL passes)")
     if tr.technique == "qlora" and device != "cuda":
         raise Unsupported("QLoRA (bitsandbytes 4-bit) is not supported on this device "
                           f"({device}); it needs CUDA")

@@ -8,7 +8,8 @@ Per-GPU memory = peak of a two-step fake-tensor trace of the real transformers m
 allocator's 512-byte blocks), with parallelism the trace does not execute applied by scaling
 its per-category bytes (FSDP full sharding, and ZeRO-3 approximated by it, IS executed: FSDP2
 on a fake process group, see :func:`fsdp_world_size`), plus documented GPU-side terms
-(:func:`gpu_side_terms`). Traces are cached on disk by configuration hash in
+(:func:`gpu_side_terms`; the caching-allocator reserve comes from replaying the trace's
+allocation events through :mod:`fmest.allocator`). Traces are cached on disk by configuration hash in
 ``$FMEST_CACHE_DIR/traces`` (default ``~/.cache/fmest/traces``); each entry carries the SHA-256
 of its content, and one that does not match is traced again with a note (:func:`traced_run`).
 """
@@ -28,15 +29,18 @@ MIB = 1 << 20
 #: GPU-side terms: the same constants as the analytic plugin, from core (fmest.physics.device_terms),
 #: plus extra NCCL buffers across nodes (typical value, not yet measured on a GPU).
 from fmest.physics.device_terms import (  # noqa: E402
-    ALLOCATOR_RESERVE_FRACTION,
     CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
     NCCL_BUFFER_BYTES,
+    allocator_reserve_bytes,
 )
 
 NCCL_INTERNODE_EXTRA_BYTES = 256 * MIB
 #: the CUDA caching allocator hands out blocks in multiples of 512 bytes
 ROUND_BYTES = 512
+#: version of the allocator replay stored in a cached trace (``reserved_peak_bytes``); part of
+#: the cache key so that entries traced before the replay existed are traced again
+ALLOCATOR_REPLAY_VERSION = "1"
 
 
 def cache_dir() -> Path:
@@ -60,6 +64,7 @@ def trace_key(run, round_bytes: int = ROUND_BYTES) -> str:
     from fmest_torch_runner.runner import RUNNER_VERSION
 
     payload = {"run": run.key(), "round_bytes": round_bytes, "runner": RUNNER_VERSION,
+               "allocator_replay": ALLOCATOR_REPLAY_VERSION,
                "torch": _version("torch"), "transformers": _version("transformers"),
                "peft": _version("peft") if run.technique != "full" else ""}
     text = json.dumps(payload, sort_keys=True, default=str)
@@ -137,27 +142,47 @@ def traced_run(run, *, round_bytes: int = ROUND_BYTES, use_cache: bool = True,
     return res, False
 
 
-def gpu_side_terms(peak_bytes: int, *, world_size: int, nodes: int) -> dict[str, int]:
+def reserve_ratio(res) -> Optional[float]:
+    """Simulated ``max_memory_reserved`` / ``max_memory_allocated`` of a fake trace (the
+    allocator replay, :func:`fmest_torch_runner.fake_trace.replay_into`); None when the result
+    carries no replay."""
+    reserved, allocated = res.reserved_peak_bytes, res.tracker_peak_bytes
+    if res.mode != "fake" or not reserved or not allocated:
+        return None
+    return max(1.0, reserved / allocated)
+
+
+def gpu_side_terms(peak_bytes: int, *, world_size: int, nodes: int,
+                   ratio: Optional[float] = None) -> dict[str, int]:
     """Memory a GPU run holds beyond the tensors the trace sees (defaults from
     :mod:`fmest.physics.device_terms`, shared with the analytic plugin; overridable by environment
     variables):
 
     * ``cuda_context``: CUDA context + cuBLAS workspaces (``FMEST_CUDA_CONTEXT_BYTES``,
       default 512 MiB + 2 x 32 MiB);
-    * ``allocator_reserve``: caching-allocator reserve over the allocated peak
-      (``FMEST_ALLOCATOR_RESERVE_FRACTION``, default 0.10, calibrated on reserved-memory rows);
+    * ``allocator_reserve``: caching-allocator reserve over the allocated peak: ``peak x
+      (ratio - 1)`` with ``ratio`` the trace's simulated reserved/allocated peaks
+      (:func:`reserve_ratio`), else ``fmest.physics.device_terms.allocator_reserve_bytes`` (the
+      rule of the traced table core/fmest/data/allocator_reserve.json);
+      ``FMEST_ALLOCATOR_RESERVE_FRACTION`` (a fraction of the peak), when set, overrides both;
     * ``nccl_buffers``: NCCL buffers when world size > 1 (``FMEST_NCCL_BUFFER_BYTES``, default
       256 MiB, +256 MiB across nodes).
     """
     ctx = int(float(os.environ.get("FMEST_CUDA_CONTEXT_BYTES",
                                    CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES)))
-    frac = float(os.environ.get("FMEST_ALLOCATOR_RESERVE_FRACTION", ALLOCATOR_RESERVE_FRACTION))
+    env = os.environ.get("FMEST_ALLOCATOR_RESERVE_FRACTION")
+    if env is not None:
+        reserve = peak_bytes * float(env)
+    elif ratio is not None:
+        reserve = peak_bytes * (ratio - 1.0)
+    else:
+        reserve = allocator_reserve_bytes(peak_bytes)
     nccl = 0
     if world_size > 1:
         nccl = int(float(os.environ.get("FMEST_NCCL_BUFFER_BYTES", NCCL_BUFFER_BYTES)))
         if nodes > 1:
             nccl += NCCL_INTERNODE_EXTRA_BYTES
-    return {"cuda_context": ctx, "allocator_reserve": int(round(peak_bytes * frac)),
+    return {"cuda_context": ctx, "allocator_reserve": int(round(reserve)),
             "nccl_buffers": nccl}
 
 
@@ -266,14 +291,14 @@ def _gather_bytes(job, ctx, res, factors) -> int:
     return int(2 * unsharded / max(1, ctx.model.num_layers))
 
 
-def _phase_peaks(windows: dict, layout) -> dict[str, int]:
+def _phase_peaks(windows: dict, layout, ratio: Optional[float] = None) -> dict[str, int]:
     """Per phase kind, the largest window plus its GPU-side terms."""
     peaks: dict[str, int] = {}
     for window, cats in windows.items():
         kind = window.split("_", 1)[1]
         peak = sum(cats.values())
         peak += sum(gpu_side_terms(peak, world_size=layout.world_size,
-                                   nodes=layout.nodes).values())
+                                   nodes=layout.nodes, ratio=ratio).values())
         peaks[kind] = max(peaks.get(kind, 0), peak)
     return peaks
 
@@ -287,8 +312,16 @@ def _trace_notes(job, run, res, hit: bool, window: str, fsdp_traced: bool) -> li
              f"({run.precision}, {run.param_dtype} weights{autocast}, {run.optimizer} "
              f"{run.optimizer_impl}, peak in {window}; trace "
              + ("from cache" if hit else f"{res.wall_seconds:.1f} s") + ")",
-             "GPU-side terms cuda_context, allocator_reserve, nccl_buffers are uncalibrated "
-             "defaults (docs/torch_runner.md)"]
+             "GPU-side terms cuda_context, nccl_buffers are uncalibrated defaults "
+             "(docs/torch_runner.md)"]
+    ratio = reserve_ratio(res)
+    if ratio is not None:
+        notes.append(f"allocator_reserve: the trace's allocation events replayed through the "
+                     f"CUDA caching-allocator rules (fmest.allocator, docs/allocator.md): "
+                     f"max_memory_reserved = {ratio:.3f} x max_memory_allocated")
+    else:
+        notes.append("allocator_reserve: no allocator replay in this trace; the traced-table "
+                     "rule (core/fmest/data/allocator_reserve.json)")
     if run.attention != job.training.attention:
         notes.append(f"attention {job.training.attention!r} traced as {run.attention!r}")
     if job.training.attention == "flash":
@@ -354,8 +387,9 @@ def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimat
         windows.pop(FSDP_IGNORED_WINDOW, None)
     window, comps = max(windows.items(), key=lambda kv: sum(kv[1].values()))
     components = dict(comps)
+    ratio = reserve_ratio(res)
     components.update(gpu_side_terms(sum(comps.values()), world_size=ctx.layout.world_size,
-                                     nodes=ctx.layout.nodes))
+                                     nodes=ctx.layout.nodes, ratio=ratio))
     notes = _trace_notes(job, run, res, hit, window, fsdp_traced) + scale_notes + cache_notes
     unfused = stack_fusion_note(job, ctx)
     if unfused is not None:
@@ -375,5 +409,6 @@ def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimat
                               + ("; parallelism scaled, not executed" if scaled else ""),
                               scaled=scaled,
                               unfused_stack=unfused[0] if unfused is not None else None),
-        phase=window.split("_", 1)[1], phase_peaks_bytes=_phase_peaks(windows, ctx.layout),
+        phase=window.split("_", 1)[1],
+        phase_peaks_bytes=_phase_peaks(windows, ctx.layout, ratio),
         notes=tuple(notes))

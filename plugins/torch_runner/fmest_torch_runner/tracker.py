@@ -13,6 +13,11 @@ held as ``.grad`` become ``grads``, those held in the optimizer's state ``optimi
 The correction is also applied to the snapshots taken at the phase's peak when the storage was
 already alive then (allocation sequence number <= the peak's), so breakdowns at peaks are right.
 
+Every allocation and free is also logged in program order (``events``: ``("m", handle,
+nbytes)`` with the storage's exact ``nbytes``, ``("f", handle)`` when it dies) for the
+caching-allocator replay (:mod:`fmest.allocator`), which turns the trace into
+``max_memory_allocated`` / ``max_memory_reserved`` figures (:func:`replay_allocator`).
+
 Work per op is O(outputs); nothing walks modules (torch's ``MemTracker`` does, ~10-35x slower).
 
 Tensor subclasses that wrap other tensors (``DTensor`` of FSDP2: sharded parameters, gradients,
@@ -53,13 +58,14 @@ def storages_of(t) -> list:
 
 
 class _Record:
-    __slots__ = ("nbytes", "category", "seq", "alive")
+    __slots__ = ("nbytes", "category", "seq", "alive", "handle")
 
-    def __init__(self, nbytes: int, category: str, seq: int) -> None:
+    def __init__(self, nbytes: int, category: str, seq: int, handle: int) -> None:
         self.nbytes = nbytes
         self.category = category
         self.seq = seq
         self.alive = True
+        self.handle = handle
 
 
 class _Peak:
@@ -100,6 +106,9 @@ class StorageTracker(TorchDispatchMode):
         self.start_bytes = 0
         #: per-category bytes alive when each window last ended
         self.window_end: dict[str, dict[str, int]] = {}
+        #: allocation events in program order for :mod:`fmest.allocator` (exact nbytes)
+        self.events: list[tuple] = []
+        self._handles = 0
 
     # -- bookkeeping ----------------------------------------------------------------------
     def _size(self, n: int) -> int:
@@ -111,7 +120,9 @@ class StorageTracker(TorchDispatchMode):
         if key in self._records or storage.nbytes() == 0:
             return
         self._seq += 1
-        rec = _Record(self._size(storage.nbytes()), category, self._seq)
+        self._handles += 1
+        rec = _Record(self._size(storage.nbytes()), category, self._seq, self._handles)
+        self.events.append(("m", self._handles, storage.nbytes()))
         self._records[key] = rec
         self._by_category[category] += rec.nbytes
         self.total += rec.nbytes
@@ -124,6 +135,7 @@ class StorageTracker(TorchDispatchMode):
             return
         rec.alive = False
         self._seq += 1
+        self.events.append(("f", rec.handle))
         self._by_category[rec.category] -= rec.nbytes
         self.total -= rec.nbytes
 
@@ -138,6 +150,13 @@ class StorageTracker(TorchDispatchMode):
                 self._add(storage, self.resize_category)
             return
         self._seq += 1
+        # a resize is a free of the old bytes and an allocation of the new ones
+        if old_nbytes > 0:
+            self.events.append(("f", rec.handle))
+        if new > 0:
+            self._handles += 1
+            rec.handle = self._handles
+            self.events.append(("m", rec.handle, new))
         newb = self._size(new) if new > 0 else 0
         self._by_category[rec.category] -= rec.nbytes
         self.total -= rec.nbytes
@@ -234,3 +253,11 @@ class StorageTracker(TorchDispatchMode):
                 for st in storages_of(t):
                     self._add(st, category)
         return out
+
+
+def replay_allocator(tracker: StorageTracker, config: object = None):
+    """The tracker's allocation events replayed through the caching-allocator simulator
+    (:func:`fmest.allocator.replay`): a :class:`fmest.allocator.ReplayResult`."""
+    from fmest.allocator import replay
+
+    return replay(tracker.events, config)  # type: ignore[arg-type]
