@@ -160,7 +160,7 @@ def test_section_7_calibrated_constants_are_hand_set():
     # the paragraph that names them ends where section 9 is cited
     listed = seven.split("Calibrated globally", 1)[1].split("Section 9", 1)[0]
     names = re.findall(r"`([A-Z][A-Z0-9_]+)`", listed)
-    assert len(names) == 4
+    assert 1 <= len(names) <= 4   # issue 20 gave the others a source
     rows = _rows()
     for name in names:
         assert rows[name]["kind"] == "hand-set on the evidence", name

@@ -20,12 +20,10 @@ from fmest.physics.gpu_prefix import value_by_gpu_prefix
 #: A100 83 %, H100 89 %, H200 86 %).
 HBM_EFFICIENCY = 0.85
 
-#: torch.compile (Inductor) fuses chains of elementwise ops into one kernel, so norms,
-#: activations, residual adds and RoPE read and write HBM once instead of once per op.
-#: Evidence: torchtune 3B single A100 +27 % tokens/s, torchtitan Llama-3.1-8B on 8/128 H100
-#: +16 %/+16 % (measured_dev.csv rows tt32-3b-compile, titan24-8b-*-r2). Calibrated (global):
-#: the memory-bound time is divided by this factor under ``--compile``.
-COMPILE_MEMORY_BOUND_SPEEDUP = 2.5
+# torch.compile (Inductor) enters the time model through bytes, not a divisor: the fused
+# kernels' bytes per element are fmest_time_roofline.formulas.COMPILED_FWD_BYTES_PER_ELEMENT and
+# COMPILED_BWD_BYTES_PER_ELEMENT
+# (traced by benchmarks/count_elementwise_bytes.py).
 
 # ---------------------------------------------------------------------------------------------
 # Collectives
@@ -43,17 +41,23 @@ INTRA_NODE_COLLECTIVE_EFFICIENCY = 0.78
 INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU = {"H100-SXM": 0.82, "H800": 0.82, "H200": 0.82,
                                            "GH200": 0.82}
 INTER_NODE_COLLECTIVE_EFFICIENCY = 0.72
-#: Per-step latency of a collective algorithm step (NCCL: a few microseconds per hop within a
-#: node, ~10 us across nodes; HN §5 "latency term for small messages").
-INTRA_NODE_LATENCY_S = 5e-6
-INTER_NODE_LATENCY_S = 10e-6
+#: Latency of one collective algorithm step: NCCL's own cost model, the per-step hardware
+#: latency of the Simple protocol (the one large training collectives run), ring algorithm:
+#: NVLink 3.4 us, network 14 us (``hwLatencies`` of NVIDIA/nccl src/graph/tuning.cc, commit
+#: 5067397c2676d5aed50042fc39e5c8ee96eb0027, 2026-06-11; NCCL adds a base latency of 8.4 us
+#: per operation that this model leaves out).
+INTRA_NODE_LATENCY_S = 3.4e-6
+INTER_NODE_LATENCY_S = 14e-6
 #: Fallback NIC bandwidth per GPU when the GPU table has none: 200 Gb/s (HN §7, GCP A3 Mega).
 DEFAULT_INTER_NODE_BYTES_PER_S = 25e9
 #: Overlapped communication is not free: NCCL kernels occupy SMs and HBM bandwidth while
-#: compute runs, slowing it (Chang et al. 2024, FLUX, arXiv:2406.06858 §2; Pati et al. 2024,
-#: T3, arXiv:2401.16677 §3: 10-30 % slowdown of concurrent GEMMs). This fraction of every hidden
-#: second of communication is added to the step. Calibrated (global) within that range.
-OVERLAP_INTERFERENCE_FRACTION = 0.2
+#: compute runs, slowing it. Measured: "overlapping computation and communication can result
+#: in an average computational slowdown of 18.9 %, with a maximum of 40.0 %" over GPT and
+#: LLaMA training on 4 A100, H100, MI250, MI210 (Lee et al. 2025, "Characterizing
+#: Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning",
+#: arXiv:2507.03114, abstract). This fraction of every hidden second of communication (the
+#: compute it overlaps) is added to the step.
+OVERLAP_INTERFERENCE_FRACTION = 0.189
 
 
 def intra_node_collective_efficiency(gpu_name: str) -> float:
@@ -68,8 +72,11 @@ def intra_node_collective_efficiency(gpu_name: str) -> float:
 # Host link and host optimizer (offload)
 # ---------------------------------------------------------------------------------------------
 
-#: Achievable fraction of a PCIe link (HN §5: EFA/p2p measurements reach 83-97 % of spec;
-#: pinned host copies reach ~80 % of PCIe spec in practice).
+#: Achievable fraction of a PCIe x16 link for pinned host<->device copies, measured with
+#: NVIDIA nvbandwidth: A100-SXM4-40GB (Gen4, 32 GB/s) host_to_device_memcpy_sm 25.13 GB/s =
+#: 0.785 (NVIDIA/nvbandwidth issue #42, 2025-07-05); H100 (Gen5, 64 GB/s)
+#: device_to_host_memcpy_sm 52.77 GB/s = 0.825 (NVIDIA/nvbandwidth issue #24, 2024-09-11; its
+#: host-to-device 35.2 GB/s is the anomaly that issue reports). Mean of the two, 0.805 -> 0.80.
 PCIE_EFFICIENCY = 0.80
 #: Fallback host link: PCIe Gen4 x16, 32 GB/s per direction (PCI-SIG).
 DEFAULT_PCIE_BYTES_PER_S = 32e9

@@ -11,15 +11,19 @@ in :mod:`fmest.physics.time_constants` and imported here under the same names.
 
 from __future__ import annotations
 
+import csv
+import functools
 import math
 from typing import Optional
 
 from fmest.physics.gpu_prefix import value_by_gpu_prefix
+from fmest.physics.time_constants import (
+    CPU_ADAM_PARAMS_PER_S_PER_NODE as CPU_ADAM_PARAMS_PER_S_PER_NODE,
+)
 
 # the constants shared with the planner's array formulas, defined once in the core; the ones
 # this module does not use itself are re-exported (``F.X``) for the plugin and the tests
 from fmest.physics.time_constants import (
-    COMPILE_MEMORY_BOUND_SPEEDUP,
     DEFAULT_INTER_NODE_BYTES_PER_S,
     DEFAULT_PCIE_BYTES_PER_S,
     HBM_EFFICIENCY,
@@ -29,9 +33,6 @@ from fmest.physics.time_constants import (
     OVERLAP_INTERFERENCE_FRACTION,
     PCIE_EFFICIENCY,
     intra_node_collective_efficiency,
-)
-from fmest.physics.time_constants import (
-    CPU_ADAM_PARAMS_PER_S_PER_NODE as CPU_ADAM_PARAMS_PER_S_PER_NODE,
 )
 from fmest.physics.time_constants import (
     INTRA_NODE_COLLECTIVE_EFFICIENCY as INTRA_NODE_COLLECTIVE_EFFICIENCY,
@@ -68,48 +69,46 @@ MAMF_FRACTION_DEFAULT = 0.80
 #: i.e. 0.896 of the tabulated 989.4.
 POWER_CAP_DERATE = {"H100-SXM-96GB": 0.896}
 
-#: GEMM-shape saturation: each GEMM dimension d contributes a factor d / (d + D_HALF). With
-#: D_HALF = 64 a 4096-wide dimension loses 1.5 %, a LoRA rank of 16 loses 80 % (a tile of a
-#: tensor-core GEMM is 64-256 wide; dimensions well below one tile leave the tensor cores idle,
-#: NVIDIA "Matrix Multiplication Background User's Guide", tile/wave quantization). The MAMF
-#: fractions above are already measured at the best (large) shape, so this factor only
-#: describes the fall-off. Calibrated (global) within the 32-128 range that tile sizes allow.
-GEMM_HALF_SATURATION_DIM = 64.0
+#: CTA (thread-block) output tiles of cuBLAS's tensor-core GEMM kernels, (rows, cols): NVIDIA
+#: "Matrix Multiplication Background User's Guide" (DU-09799-001, Feb 2023) §2.3 "Typical Tile
+#: Dimensions In cuBLAS And Performance": 256x128, 128x256, 128x128, 256x64, 64x256, 128x64,
+#: 64x128, 64x64 (the same sizes are enumerated by cublasLt's ``cublasLtMatmulTile_t``).
+GEMM_CTA_TILES = ((256, 128), (128, 256), (128, 128), (256, 64), (64, 256), (128, 64),
+                  (64, 128), (64, 64))
 
-#: Attention core = its own op class (not a GEMM): fraction of dense bf16 peak a fused (flash)
-#: attention kernel reaches, forward and backward separately, by architecture. FLOPs are counted
-#: the FlashAttention way (causal half; backward = 2.5x forward).
-#: * Hopper (PyTorch SDPA's flash backend is FlashAttention-2): Shah et al. 2024, FlashAttention-3
-#:   (arXiv:2407.08608) Fig. 5-6, H100 SXM5, head dim 128, seq 16k: FA2 forward causal 335
-#:   TFLOP/s, backward 322 TFLOP/s of 989.4 -> 0.339 / 0.325 (abstract: "FA2 achieves only 35 %
-#:   utilization on H100").
-#: * Ampere: FlashAttention-2 (Dao 2023, arXiv:2307.08691) reaches 50-73 % of A100 peak forward;
-#:   A100 causal head-dim-128 runs reach 50-60 % (FA2 forward 156-187 TFLOP/s at 1k-4k tokens,
-#:   liangan1/GPU_travel flash-attn benchmark) -> 0.60 forward; no A100 backward figure was
-#:   retrieved, so the backward keeps the former combined value 0.60.
-#: * Others: 0.45 (between the two).
-ATTENTION_FWD_EFFICIENCY = {"A100": 0.60, "A10": 0.60, "H100": 0.339, "H800": 0.339,
-                            "H200": 0.339, "H20": 0.339}
-ATTENTION_BWD_EFFICIENCY = {"A100": 0.60, "A10": 0.60, "H100": 0.325, "H800": 0.325,
-                            "H200": 0.325, "H20": 0.325}
-ATTENTION_EFFICIENCY_DEFAULT = 0.45
-#: Backwards-compatible alias (forward table).
-ATTENTION_EFFICIENCY = ATTENTION_FWD_EFFICIENCY
+#: Streaming multiprocessors (AMD: compute units) per GPU, the width of one wave of GEMM tiles
+#: (one CTA tile per SM; NVIDIA Matrix Multiplication Background guide §3.2 "Wave
+#: Quantization"). Keyed by a prefix of ``GpuSpec.name``; a GPU without a figure gets no wave
+#: term (tile quantization only), never another GPU's count. Sources: Volta whitepaper (V100
+#: 80); Turing whitepaper (T4 40, TITAN RTX 72); A100 whitepaper (108 on every A100) and
+#: ml-engineering compute/accelerator/README.md ("A100-80GB has 108 SMs", "H100 has 132 SMs");
+#: Hopper whitepaper (H100 SXM5 132, H100 PCIe 114; H100 NVL, H800 SXM, H200 and GH200 are the
+#: same 132-SM GH100 configuration) and FlashAttention-3 (arXiv:2407.08608) App. C.2 ("132, the
+#: number of SMs in H100 SXM5"); NVIDIA GA102 whitepaper (RTX 3090 82, RTX A6000 84, A10 72,
+#: RTX A5000 64: CUDA cores / 128 per SM); Ada whitepaper (RTX 4090 128, L40/L40S and RTX 6000
+#: Ada 142, L4 58); AMD CDNA3 whitepaper (MI300X and MI325X 304 CUs).
+GPU_SM_COUNT = {
+    "V100": 80, "T4-": 40, "TITAN-RTX": 72, "A100": 108, "A10-": 72, "RTX3090": 82,
+    "RTX-A6000": 84, "RTX-A5000": 64, "RTX4090": 128, "L40S": 142, "L40-": 142,
+    "RTX6000-ADA": 142, "L4-": 58, "H100-SXM": 132, "H100-PCIE": 114, "H100-NVL": 132,
+    "H800": 132, "H200": 132, "GH200": 132, "MI300X": 304, "MI325X": 304,
+}
 
-#: Hopper attention kernels written for it (cuDNN fused attention behind Transformer Engine's
-#: DotProductAttention, FlashAttention-3): Shah et al. 2024 (arXiv:2407.08608) abstract "up to
-#: 740 TFLOP/s (75 % utilization)" in FP16; causal head-dim-128 forward ~640 TFLOP/s at 16k
-#: (Fig. 5) and backward 1.5-1.75x FA2's 322 TFLOP/s (Fig. 6). Taken below those peaks for
-#: the 2k-8k sequences of training runs: 0.60 forward, 0.50 backward. Used for stacks whose
-#: attention kernel is ``te-fused`` (core/fmest/data/stacks.toml); other GPUs keep the FA2 table.
-FUSED_ATTENTION_FWD_EFFICIENCY = {"H100": 0.60, "H800": 0.60, "H200": 0.60, "H20": 0.60}
-FUSED_ATTENTION_BWD_EFFICIENCY = {"H100": 0.50, "H800": 0.50, "H200": 0.50, "H20": 0.50}
+#: Attention core = its own op class (not a GEMM): the fraction of the dense bf16 peak a fused
+#: attention kernel reaches comes from published kernel benchmarks in
+#: ``fmest/data/attention_kernels.csv`` (Shah et al. 2024 FlashAttention-3, arXiv:2407.08608,
+#: Fig. 5-6: FA2, FA3 and cuDNN on H100 SXM5 by sequence length, head dim and causal mask; an
+#: FA2 A100 benchmark), interpolated in log2 sequence length and log2 head dim
+#: (:func:`attention_efficiency`). Which table kernel runs for a stack's attention kernel:
+#: PyTorch SDPA's flash backend is FlashAttention-2; Transformer Engine's DotProductAttention
+#: (``te-fused``) runs cuDNN fused attention on Hopper (stacks.toml).
+ATTENTION_TABLE_KERNEL = {"sdpa": "fa2", "flash": "fa2", "te-fused": "cudnn"}
 
 #: The flash-attention backward pass executes 2.5x the forward FLOPs (it recomputes Q K^T:
 #: 5 matmuls vs 2; Dao 2023, Algorithm 2; torch.utils.flop_counter sdpa_backward_flop_count).
 FLASH_BACKWARD_FLOPS_FACTOR = 2.5
 
-# HBM_EFFICIENCY and COMPILE_MEMORY_BOUND_SPEEDUP: fmest.physics.time_constants (imported above;
+# HBM_EFFICIENCY: fmest.physics.time_constants (imported above;
 # the planner's array formulas read the same objects).
 
 #: Share of a step in which no useful kernel runs in an eager PyTorch training loop (kernel
@@ -158,21 +157,52 @@ def host_dispatch_seconds(*, layers: float, checkpointing: str, lora_modules_per
 # Elementwise (memory-bound) traffic
 # ---------------------------------------------------------------------------------------------
 
-#: Bytes per element moved by one eager RMSNorm/LayerNorm forward in bf16 (HF LlamaRMSNorm:
-#: upcast r2 w4, square+mean r4, multiply by rsqrt r4 w4, downcast r4 w2, weight r2 w2 -> 28).
-NORM_BYTES_PER_ELEMENT = 28.0
+#: Bytes per element moved by one eager RMSNorm/LayerNorm forward in bf16, HF LlamaRMSNorm
+#: (upcast r2 w4, pow r4 w4, mean r4, multiply by rsqrt r4 w4, downcast r4 w2, weight r2 w2 ->
+#: 36): traced by ``python benchmarks/count_elementwise_bytes.py`` (TorchDispatchMode byte
+#: count, transformers 5.24, torch 2.13, 2026-11): residual add + norm 42.05 bytes per hidden
+#: element forward, less the 6 of the add.
+NORM_BYTES_PER_ELEMENT = 36.0
 #: Residual add: read two bf16 tensors, write one.
 RESIDUAL_BYTES_PER_ELEMENT = 6.0
-#: Rotary embedding on q and k (q*cos + rotate_half(q)*sin: 4 ops, ~16 bytes per element).
-ROPE_BYTES_PER_ELEMENT = 16.0
+#: Rotary embedding on q and k, HF apply_rotary_pos_emb (q*cos, neg of half, cat, *sin, add):
+#: 20.8 bytes per q/k element forward, same trace (cos/sin reads included).
+ROPE_BYTES_PER_ELEMENT = 20.8
 #: Head reshapes/transposes of q, k, v and the attention output (one copy each, r2 w2).
 LAYOUT_BYTES_PER_ELEMENT = 4.0
 #: Gated activation silu(gate)*up (silu r2 w2, mul r4 w2) per intermediate element; GELU r2 w2.
+#: Same trace: 10.0 bytes forward for silu(gate)*up.
 GATED_ACT_BYTES_PER_ELEMENT = 10.0
 ACT_BYTES_PER_ELEMENT = 4.0
-#: Backward of elementwise ops reads the incoming gradient and the saved inputs and writes the
-#: input gradient: about twice the forward traffic.
-ELEMENTWISE_BACKWARD_FACTOR = 2.0
+#: Backward / forward HBM traffic of each eager elementwise family, from the same trace (bytes
+#: of the ATen ops autograd runs for ``torch.autograd.grad``, the formulas of
+#: torch/csrc/autograd/derivatives.yaml): residual add + RMSNorm 106.09 / 42.05 = 2.52 (the
+#: norm backward re-reads x and rstd in fp32 and sums the two residual-stream gradients), RoPE
+#: 38.8 / 20.8 = 1.87, silu(gate)*up 20.0 / 10.0 = 2.00 (GELU tanh 8.0 / 4.0 = 2.00), the
+#: attention-output layout copy 2.0 / 4.0 = 0.50 (its backward is a view). ``scores`` is the eager-attention softmax chain (matmul output, mask
+#: add, fp32 softmax, downcast): 30.0 / 32.1 = 0.93.
+ELEMENTWISE_BACKWARD_FACTOR = {"norm": 2.52, "residual": 2.52, "rope": 1.87, "layout": 0.5,
+                               "activation": 2.0, "scores": 0.93}
+#: Bytes per element of the kernels Inductor generates for each family under torch.compile,
+#: forward and backward: each fused chain reads its inputs once and writes its outputs once.
+#: Counted by ``python benchmarks/count_elementwise_bytes.py`` (torch.compile of the same
+#: code, Inductor CPU backend, torch 2.13, 2026-11; bytes of every non-extern kernel,
+#: ``BaseSchedulerNode.get_read_write_buffers_sizes``). ``norm`` is the residual add fused with
+#: the RMSNorm that follows it (per hidden element; ``residual`` is then 0); ``loss`` is per
+#: logit (fp32 upcast, log-softmax, NLL and their backward fused); ``scores`` per eager
+#: attention score; ``fp8_cast`` per GEMM operand element (amax reduction + scaled cast: two
+#: kernels, the reduction cannot fuse with its consumer).
+COMPILED_FWD_BYTES_PER_ELEMENT = {"norm": 10.0, "residual": 0.0, "rope": 10.8, "layout": 4.0,
+                                  "activation": 6.0, "gelu": 4.0, "loss": 4.0, "scores": 12.2,
+                                  "fp8_cast": 5.0}
+COMPILED_BWD_BYTES_PER_ELEMENT = {"norm": 12.0, "residual": 0.0, "rope": 4.8, "layout": 0.0,
+                                  "activation": 10.0, "gelu": 6.0, "loss": 4.0, "scores": 14.2,
+                                  "fp8_cast": 0.0}
+
+
+def compiled_bytes_per_element(op: str) -> tuple[float, float]:
+    """(forward, backward) bytes per element of ``op``'s Inductor kernels."""
+    return COMPILED_FWD_BYTES_PER_ELEMENT[op], COMPILED_BWD_BYTES_PER_ELEMENT[op]
 #: Cross-entropy over the vocabulary, per logit, forward+backward, eager (upcast to fp32, log-
 #: softmax, gather, softmax gradient, downcast: ~36 bytes); chunked/fused losses never
 #: materialise the fp32 copy (~12 bytes).
@@ -184,16 +214,43 @@ EAGER_SCORE_BYTES_PER_ELEMENT = 20.0
 #: and recompute): read 0.5 byte + block constants, write 2, read 2 in the matmul -> ~4.6 bytes
 #: per parameter per use (Dettmers et al. 2023, arXiv:2305.14314, §3 "double dequant").
 QLORA_DEQUANT_BYTES_PER_PARAM = 4.6
-#: float8 training (torchao/TE dynamic scaling): each GEMM operand is read in bf16 for the amax,
-#: read again and written as fp8 (r2 r2 w1 = 5 bytes per element). These are elementwise
-#: kernels: under torch.compile Inductor fuses the amax reduction and the cast with the
-#: neighbouring elementwise ops (torchao float8 README: "torch.compile is required to get
-#: performance" from float8 training), so they get ``COMPILE_MEMORY_BOUND_SPEEDUP`` like the
-#: other elementwise traffic; eager they run as separate kernels.
-FP8_CAST_BYTES_PER_ELEMENT = 5.0
+
+
+def gptq_dequant_bytes_per_param(bits: int) -> float:
+    """HBM bytes per weight of one GPTQ forward in training (``training.quantization_method``
+    ``gptq``). AutoGPTQ 0.5.1 ``qlinear_cuda_old.QuantLinear.forward`` (AutoGPTQ/AutoGPTQ tag
+    v0.5.1) unpacks the whole weight with torch ops once the layer sees
+    ``kernel_switch_threshold`` (128) rows or more, the path Qwen's finetune.py takes
+    (``GPTQConfig(bits=4, disable_exllama=True)``, QwenLM/Qwen 712d922) and ms-swift 1.x forces
+    in training (``_check_gptq_model`` sets ``autogptq_cuda_available = False``, ms-swift
+    swift/llm/utils/model.py 46922151): read the packed ``qweight`` (bits/8), ``bitwise_right_shift``
+    writes int32 (4), ``.to(int8|int16)`` (r4 w i), ``bitwise_and`` (r i w i), ``weight -
+    zeros`` (r i w i), ``scales * (...)`` to the 16-bit dtype (r i w 2), and ``torch.matmul``
+    reads that weight (2); i = 1 byte (int8) for 2-4 bits, 2 (int16) for 8 bits: 18.5 bytes at
+    4 bits, 25 at 8. The matmul saves the dequantized weight for backward, so backward does
+    not unpack again (uses: forward, and the recompute under full checkpointing)."""
+    i = 2.0 if bits == 8 else 1.0
+    return bits / 8.0 + 4.0 + (4.0 + i) + 2 * i + 2 * i + (i + 2.0) + 2.0
+#: float8 training (torchao tensorwise dynamic scaling), eager: each GEMM operand goes through
+#: abs, amax, fp32 upcast, scale multiply, clamp and the fp8 downcast as separate kernels
+#: (torchao/float8/float8_utils.py ``tensor_to_amax``, ``to_fp8_saturated``): 33.0 bytes per
+#: operand element, traced by ``python benchmarks/count_elementwise_bytes.py``. Under
+#: torch.compile Inductor makes it an amax reduction and one cast kernel,
+#: ``COMPILED_FWD/BWD_BYTES_PER_ELEMENT["fp8_cast"]`` = 5 (torchao float8 README: "torch.compile is
+#: required to get performance"); a stack that fuses the cast gives its own figure.
+FP8_CAST_BYTES_PER_ELEMENT = 33.0
 #: foreach AdamW runs ~8 multi-tensor kernels (weight decay, two lerps/mults, sqrt, div, add,
 #: addcdiv): about 3x the traffic of the single-pass fused kernel (torch/optim/adamw.py).
 FOREACH_OPTIMIZER_PASS_FACTOR = 3.0
+
+
+def fp8_cast_bytes_per_element(stack_bytes: Optional[float] = None, *,
+                               compiled: bool = False) -> float:
+    """HBM bytes per GEMM operand element of a dynamic fp8 cast: the stack's figure when it
+    has one (``stack_bytes``), else eager ``FP8_CAST_BYTES_PER_ELEMENT``; under torch.compile
+    at most Inductor's ``COMPILED_FWD/BWD_BYTES_PER_ELEMENT["fp8_cast"]``."""
+    cast = FP8_CAST_BYTES_PER_ELEMENT if stack_bytes is None else stack_bytes
+    return min(cast, sum(compiled_bytes_per_element("fp8_cast"))) if compiled else cast
 
 
 def dtype_bytes(dtype: str) -> float:
@@ -220,42 +277,193 @@ def power_cap_derate(gpu_name: str) -> float:
     return POWER_CAP_DERATE.get(gpu_name, 1.0)
 
 
-def attention_efficiency(gpu_name: str, direction: str = "fwd", kernel: str = "sdpa") -> float:
-    """Fraction of bf16 peak reached by fused attention, ``direction`` ``fwd`` or ``bwd``
-    (``ATTENTION_FWD_EFFICIENCY`` / ``ATTENTION_BWD_EFFICIENCY``: FA3 paper figures for FA2
-    on H100, FA2 paper range on A100); ``kernel`` ``te-fused`` (a stack's cuDNN/FA3-class
-    kernel) uses ``FUSED_ATTENTION_*_EFFICIENCY`` where the GPU has a figure."""
-    default = value_by_gpu_prefix(ATTENTION_BWD_EFFICIENCY if direction == "bwd"
-                                  else ATTENTION_FWD_EFFICIENCY, gpu_name,
-                                  ATTENTION_EFFICIENCY_DEFAULT)
-    if kernel == "te-fused":
-        fused = FUSED_ATTENTION_BWD_EFFICIENCY if direction == "bwd" \
-            else FUSED_ATTENTION_FWD_EFFICIENCY
-        return value_by_gpu_prefix(fused, gpu_name, default)
-    return default
+@functools.lru_cache(maxsize=None)
+def _attention_table() -> dict:
+    """``fmest/data/attention_kernels.csv`` as {(gpu, kernel, direction, causal): {head_dim:
+    [(seq_len, fraction of the GPU's dense bf16 peak)]}} (read once)."""
+    from importlib import resources
+
+    from fmest.gpus import shipped_gpus
+
+    peaks = {g.name: g.peak_flops_per_s("bf16") for g in shipped_gpus()}
+    text = resources.files("fmest").joinpath("data/attention_kernels.csv").read_text(
+        encoding="utf-8")
+    table: dict = {}
+    for row in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+        peak = peaks.get(row["gpu"])
+        if not peak:
+            continue
+        key = (row["gpu"], row["kernel"], row["direction"], row["causal"] == "yes")
+        table.setdefault(key, {}).setdefault(int(row["head_dim"]), []).append(
+            (float(row["seq_len"]), float(row["tflops"]) * 1e12 / peak))
+    for by_dim in table.values():
+        for points in by_dim.values():
+            points.sort()
+    return table
 
 
-def gemm_shape_efficiency(m: float, k: float, n: float,
-                          half_dim: float = GEMM_HALF_SATURATION_DIM) -> float:
-    """Saturating fraction (0-1] of the best-shape GEMM rate for an (m x k) @ (k x n) GEMM:
-    the product of d / (d + half_dim) over the three dims (tile quantization, NVIDIA
-    "Matrix Multiplication Background User's Guide")."""
-    factor = 1.0
-    for dim in (m, k, n):
-        factor *= dim / (dim + half_dim)
-    return factor
+@functools.lru_cache(maxsize=None)
+def _gpu_family() -> dict:
+    """GPU name -> (architecture, SM count): two GPUs with the same pair run the same kernel
+    at the same fraction of their peak (the same silicon configuration)."""
+    from fmest.gpus import shipped_gpus
+
+    return {g.name: (g.architecture, value_by_gpu_prefix(GPU_SM_COUNT, g.name, None))
+            for g in shipped_gpus()}
+
+
+def _interp_log2(points, x: float) -> float:
+    """Piecewise-linear interpolation of sorted (x, y) points in log2 x, clamped at the ends."""
+    if x <= points[0][0]:
+        return points[0][1]
+    if x >= points[-1][0]:
+        return points[-1][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if x <= x1:
+            t = (math.log2(x) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
+            return y0 + t * (y1 - y0)
+    return points[-1][1]
+
+
+def _table_value(by_dim: dict, seq_len: float, head_dim: float) -> float:
+    """Table fraction at (seq_len, head_dim): each head dim's series in log2 seq, then
+    between the two nearest head dims in log2 head dim (clamped)."""
+    dims = sorted(by_dim)
+    per_dim = [(float(d), _interp_log2(by_dim[d], seq_len)) for d in dims]
+    return _interp_log2(per_dim, head_dim)
+
+
+def _measured_gpu(gpu_name: str) -> Optional[str]:
+    """The table GPU that runs kernels as ``gpu_name`` does (same architecture and SM count),
+    or ``None``."""
+    family = _gpu_family()
+    mine = family.get(gpu_name)
+    if mine is None or mine[1] is None:
+        return None
+    for gpu in sorted({key[0] for key in _attention_table()}):
+        if family.get(gpu) == mine:
+            return gpu
+    return None
+
+
+def _tabulated_efficiency(gpu: str, kernel: str, direction: str, causal: bool,
+                          seq_len: float, head_dim: float) -> Optional[float]:
+    """Fraction of peak of ``kernel`` on the table GPU ``gpu``; a causal backward (Fig. 6 of
+    the FA3 paper has none) is the non-causal backward times the causal / non-causal forward
+    ratio of the same kernel at the same point (the causal mask's load imbalance and partial
+    diagonal blocks, measured on the forward pass)."""
+    table = _attention_table()
+    row = table.get((gpu, kernel, direction, causal))
+    if row is not None:
+        return _table_value(row, seq_len, head_dim)
+    if causal:
+        other = table.get((gpu, kernel, direction, False))
+        fwd_c = table.get((gpu, kernel, "fwd", True))
+        fwd_n = table.get((gpu, kernel, "fwd", False))
+        if other is not None and fwd_c is not None and fwd_n is not None:
+            return _table_value(other, seq_len, head_dim) \
+                * _table_value(fwd_c, seq_len, head_dim) / _table_value(fwd_n, seq_len, head_dim)
+    return None
+
+
+def attention_efficiency_and_note(gpu_name: str, direction: str = "fwd", kernel: str = "sdpa",
+                                  *, seq_len: float = 4096, head_dim: float = 128,
+                                  causal: bool = True) -> tuple[float, Optional[str]]:
+    """(fraction of dense bf16 peak, note) of fused attention on ``gpu_name``, ``direction``
+    ``fwd`` or ``bwd``, for a stack attention ``kernel`` (``ATTENTION_TABLE_KERNEL``), at
+    ``seq_len`` keys and ``head_dim``, from ``fmest/data/attention_kernels.csv``.
+
+    A GPU with no figure of its own (no table GPU of the same architecture and SM count) does
+    not borrow another's: its fraction is its own MAMF fraction times the ratio the same
+    kernel reaches to MAMF on the GPUs that have the figure (attention and GEMMs run on the
+    same tensor cores), and the note says so. A cuDNN (``te-fused``) kernel on a GPU with no
+    cuDNN figure reads the FlashAttention-2 figure of that GPU (Transformer Engine's flash
+    backend). A tabulated GPU missing one direction scales its own other-direction figure by
+    the direction ratio of the same kernel on the GPUs measured in both (note says so)."""
+    table_kernel = ATTENTION_TABLE_KERNEL.get(kernel, "fa2")
+    measured = _measured_gpu(gpu_name)
+    table = _attention_table()
+    other = "bwd" if direction == "fwd" else "fwd"
+    if measured is not None:
+        if not any(key[0] == measured and key[1] == table_kernel for key in table):
+            table_kernel = "fa2"
+        eff = _tabulated_efficiency(measured, table_kernel, direction, causal, seq_len, head_dim)
+        if eff is not None:
+            return eff, None
+        own = _tabulated_efficiency(measured, table_kernel, other, causal, seq_len, head_dim)
+        if own is not None:
+            ratios = []
+            for gpu in sorted({key[0] for key in table}):
+                a = _tabulated_efficiency(gpu, table_kernel, direction, causal, seq_len, head_dim)
+                b = _tabulated_efficiency(gpu, table_kernel, other, causal, seq_len, head_dim)
+                if a is not None and b is not None:
+                    ratios.append(a / b)
+            ratio = sum(ratios) / len(ratios)
+            return own * ratio, (
+                f"{gpu_name}: no published {table_kernel} attention {direction} figure "
+                f"(fmest/data/attention_kernels.csv); fraction of peak = its own {other} figure "
+                f"x {ratio:.3f}, the {direction}/{other} ratio of {table_kernel} on the GPUs "
+                f"measured in both")
+    ratios = []
+    for gpu in sorted({key[0] for key in table}):
+        eff = _tabulated_efficiency(gpu, table_kernel, direction, causal, seq_len, head_dim)
+        if eff is not None:
+            ratios.append(eff / mamf_fraction(gpu, "bf16"))
+    ratio = sum(ratios) / len(ratios)
+    note = (f"{gpu_name}: no published {table_kernel} attention {direction} figure "
+            f"(fmest/data/attention_kernels.csv); fraction of peak = its MAMF fraction x "
+            f"{ratio:.3f}, the ratio {table_kernel} reaches to MAMF on the GPUs measured")
+    return mamf_fraction(gpu_name, "bf16") * ratio, note
+
+
+def attention_efficiency(gpu_name: str, direction: str = "fwd", kernel: str = "sdpa", *,
+                         seq_len: float = 4096, head_dim: float = 128,
+                         causal: bool = True) -> float:
+    """The fraction of :func:`attention_efficiency_and_note` without its note."""
+    return attention_efficiency_and_note(gpu_name, direction, kernel, seq_len=seq_len,
+                                         head_dim=head_dim, causal=causal)[0]
+
+
+def sm_count(gpu_name: str) -> Optional[int]:
+    """SMs (compute units) of a GPU from ``GPU_SM_COUNT``; ``None`` when not tabulated."""
+    return value_by_gpu_prefix(GPU_SM_COUNT, gpu_name, None)
+
+
+@functools.lru_cache(maxsize=65536)
+def _tile_wave_efficiency(m: float, n: float, batch: float, sms: Optional[int]) -> float:
+    best = 0.0
+    for tm, tn in GEMM_CTA_TILES:
+        tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
+        slots = math.ceil(tiles / sms) * sms if sms else tiles
+        best = max(best, m * n * batch / (slots * tm * tn))
+    return best
+
+
+def gemm_shape_efficiency(m: float, k: float, n: float, sms: Optional[int] = None,
+                          batch: float = 1.0) -> float:
+    """Fraction (0-1] of the best-shape (MAMF) rate an (m x k) @ (k x n) GEMM (``batch`` of
+    them in one batched call) reaches through tile and wave quantization: for each cuBLAS CTA
+    tile (tm, tn) of ``GEMM_CTA_TILES``, tiles = ceil(m/tm) ceil(n/tn) batch run in
+    ceil(tiles / SMs) waves of ``sms`` tiles, so the useful share is
+    m n batch / (waves SMs tm tn); the best tile is taken, as cuBLAS's heuristic tries to
+    (NVIDIA Matrix Multiplication Background guide §3.1-3.2). Without an SM count only tile
+    quantization applies. ``k`` enters through the roofline's bytes term (``gemm_seconds``)."""
+    if m <= 0 or n <= 0:
+        return 1.0
+    return _tile_wave_efficiency(float(m), float(n), float(batch), sms)
 
 
 def gemm_seconds(m: float, k: float, n: float, *, peak_flops_per_s: float, max_fraction: float,
                  hbm_bytes_per_s: float, bytes_per_element: float,
-                 half_dim: float = GEMM_HALF_SATURATION_DIM) -> float:
+                 sms: Optional[int] = None) -> float:
     """Roofline time of one GEMM: ``max(2mkn / (peak * MAMF * shape), bytes / (HBM * eff))``
-    with bytes = (mk + kn + mn) elements (Williams et al. 2009, "Roofline"; NVIDIA Matrix
-    Multiplication Background guide, arithmetic intensity)."""
+    with bytes = (mk + kn + mn) elements and shape the tile/wave quantization of
+    :func:`gemm_shape_efficiency` on ``sms`` SMs (Williams et al. 2009, "Roofline"; NVIDIA
+    Matrix Multiplication Background guide, arithmetic intensity and quantization)."""
     if m <= 0 or k <= 0 or n <= 0:
         return 0.0
     flops = 2.0 * m * k * n
-    rate = peak_flops_per_s * max_fraction * gemm_shape_efficiency(m, k, n, half_dim)
+    rate = peak_flops_per_s * max_fraction * gemm_shape_efficiency(m, k, n, sms)
     bytes_moved = (m * k + k * n + m * n) * bytes_per_element
     return max(flops / rate, bytes_moved / (hbm_bytes_per_s * HBM_EFFICIENCY))
 
@@ -381,22 +589,52 @@ def training_flops_per_token(model, *, seq_len: int, technique: str = "full",
 def elementwise_bytes_per_token_per_layer(model, *, act_bytes: float = 2.0,
                                           gated: Optional[bool] = None, tp: int = 1,
                                           sequence_parallel: bool = False,
-                                          per_element=None) -> float:
-    """HBM bytes of the unfused (eager) elementwise ops of one transformer layer, forward plus
-    backward, per token: two norms, two residual adds, RoPE on q/k, head layout copies and the
-    MLP activation (op-by-op traffic in the constants above; backward = 2x forward). Scales
-    with ``act_bytes / 2`` (the constants are for bf16 activations). Under tensor parallelism
-    the head/intermediate terms split over ``tp``; norms and residual adds are replicated on
-    every rank unless sequence parallelism splits them too (Korthikanti et al. 2022, §4.2.2).
-    ``per_element(op, eager_bytes)`` gives a training stack's bytes per element of ``op``
-    (``norm``, ``residual``, ``rope``, ``layout``, ``activation``) when it fuses the chain
-    (fmest.stacks.ResolvedStack.bytes_per_element); default: the eager figures."""
-    def each(op, eager):
-        return eager if per_element is None else per_element(op, eager)
+                                          per_element=None, compiled: bool = False) -> float:
+    """HBM bytes of the elementwise ops of one transformer layer, forward plus backward, per
+    token (:func:`elementwise_bytes_fwd_bwd`, summed)."""
+    fwd, bwd = elementwise_bytes_fwd_bwd(model, act_bytes=act_bytes, gated=gated, tp=tp,
+                                         sequence_parallel=sequence_parallel,
+                                         per_element=per_element, compiled=compiled)
+    return fwd + bwd
+
+
+def elementwise_bytes_fwd_bwd(model, *, act_bytes: float = 2.0, gated: Optional[bool] = None,
+                              tp: int = 1, sequence_parallel: bool = False, per_element=None,
+                              compiled: bool = False) -> tuple[float, float]:
+    """(forward, backward) HBM bytes per token of the elementwise ops of one transformer
+    layer: two norms, two residual adds, RoPE on q/k, head layout copies and the MLP
+    activation. Eager: the op-by-op forward constants above, backward =
+    ``ELEMENTWISE_BACKWARD_FACTOR[op]`` x forward. ``compiled`` (torch.compile): the Inductor
+    kernels' bytes, ``COMPILED_FWD/BWD_BYTES_PER_ELEMENT``. Scales with ``act_bytes / 2`` (the
+    constants are for bf16 activations). Under tensor parallelism the head/intermediate terms
+    split over ``tp``; norms and residual adds are replicated on every rank unless sequence
+    parallelism splits them too (Korthikanti et al. 2022, §4.2.2). ``per_element(op,
+    eager_bytes)`` gives a training stack's forward bytes per element of ``op`` (``norm``,
+    ``residual``, ``rope``, ``layout``, ``activation``) when it fuses the chain
+    (fmest.stacks.ResolvedStack.bytes_per_element); its backward takes the eager factor; under
+    compile the smaller of the stack's and Inductor's bytes is used."""
+    gated = model.gated_mlp if gated is None else gated
+    eager_bytes = {"norm": NORM_BYTES_PER_ELEMENT, "residual": RESIDUAL_BYTES_PER_ELEMENT,
+                   "rope": ROPE_BYTES_PER_ELEMENT, "layout": LAYOUT_BYTES_PER_ELEMENT,
+                   "activation": GATED_ACT_BYTES_PER_ELEMENT if gated
+                   else ACT_BYTES_PER_ELEMENT}
+
+    def each(op) -> tuple[float, float]:
+        eager = eager_bytes[op]
+        fwd = eager if per_element is None else per_element(op, eager)
+        pair = (fwd, fwd * ELEMENTWISE_BACKWARD_FACTOR[op])
+        if compiled:
+            key = "gelu" if op == "activation" and not gated else op
+            # Inductor's layout copy is the attention output only (q/k/v come out of the fused
+            # RoPE kernel in the layout SDPA takes): q of the eager 2q + 2kv elements
+            comp = compiled_bytes_per_element(key)
+            if sum(comp) < sum(pair):
+                pair = comp
+        return pair
+
     hidden = model.hidden_size
     q_dim = model.num_attention_heads * (model.qk_head_dim or model.head_dim)
     kv_dim = model.num_kv_heads * (model.qk_head_dim or model.head_dim)
-    gated = model.gated_mlp if gated is None else gated
     if model.is_moe:
         inter = model.experts_per_token * (model.moe_intermediate_size or model.intermediate_size)
         shared = [lin for lin in model.linears if lin.kind == "shared_expert"
@@ -404,25 +642,37 @@ def elementwise_bytes_per_token_per_layer(model, *, act_bytes: float = 2.0,
         inter += max((lin.out_features for lin in shared), default=0)
     else:
         inter = model.intermediate_size
-    replicated = (2 * each("norm", NORM_BYTES_PER_ELEMENT) * hidden
-                  + 2 * each("residual", RESIDUAL_BYTES_PER_ELEMENT) * hidden)
-    split = (each("rope", ROPE_BYTES_PER_ELEMENT) * (q_dim + kv_dim)
-             + each("layout", LAYOUT_BYTES_PER_ELEMENT) * (2 * q_dim + 2 * kv_dim)
-             + each("activation", GATED_ACT_BYTES_PER_ELEMENT if gated
-                    else ACT_BYTES_PER_ELEMENT) * inter)
-    fwd = replicated / (tp if sequence_parallel else 1) + split / tp
-    return fwd * (1.0 + ELEMENTWISE_BACKWARD_FACTOR) * act_bytes / 2.0
+    layout_elements = q_dim if compiled else 2 * q_dim + 2 * kv_dim
+    out = []
+    for side in (0, 1):
+        replicated = 2 * each("norm")[side] * hidden + 2 * each("residual")[side] * hidden
+        split = (each("rope")[side] * (q_dim + kv_dim)
+                 + each("layout")[side] * layout_elements
+                 + each("activation")[side] * inter)
+        out.append((replicated / (tp if sequence_parallel else 1) + split / tp)
+                   * act_bytes / 2.0)
+    return out[0], out[1]
 
 
-def loss_bytes_per_token(vocab_size: int, loss: str = "standard") -> float:
-    """HBM bytes of the cross-entropy over the vocabulary per token, forward and backward."""
-    return CE_BYTES_PER_LOGIT.get(loss, CE_BYTES_PER_LOGIT["standard"]) * vocab_size
+def loss_bytes_per_token(vocab_size: int, loss: str = "standard", *,
+                         compiled: bool = False) -> float:
+    """HBM bytes of the cross-entropy over the vocabulary per token, forward and backward
+    (under torch.compile the smaller of that and Inductor's fused kernels,
+    ``COMPILED_FWD/BWD_BYTES_PER_ELEMENT["loss"]``)."""
+    per_logit = CE_BYTES_PER_LOGIT.get(loss, CE_BYTES_PER_LOGIT["standard"])
+    if compiled:
+        per_logit = min(per_logit, sum(compiled_bytes_per_element("loss")))
+    return per_logit * vocab_size
 
 
-def eager_attention_bytes_per_token_per_layer(heads: float, seq_len: int) -> float:
+def eager_attention_bytes_per_token_per_layer(heads: float, seq_len: int, *,
+                                              compiled: bool = False) -> float:
     """HBM bytes of materialised s x s attention scores per token per layer (eager attention
-    computes the full square and masks it), forward and backward."""
-    return EAGER_SCORE_BYTES_PER_ELEMENT * heads * seq_len * (1.0 + ELEMENTWISE_BACKWARD_FACTOR)
+    computes the full square and masks it), forward and backward (Inductor's fused softmax
+    kernels under torch.compile)."""
+    per_score = sum(compiled_bytes_per_element("scores")) if compiled else \
+        EAGER_SCORE_BYTES_PER_ELEMENT * (1.0 + ELEMENTWISE_BACKWARD_FACTOR["scores"])
+    return per_score * heads * seq_len
 
 
 def optimizer_update_bytes_per_param(*, states: float, state_bytes: float, param_bytes: float,
@@ -440,10 +690,11 @@ def optimizer_update_bytes_per_param(*, states: float, state_bytes: float, param
 
 def memory_bound_seconds(bytes_moved: float, hbm_bytes_per_s: float, *,
                          compiled: bool = False) -> float:
-    """Time of memory-bound work at ``HBM_EFFICIENCY`` of peak bandwidth (HN §4), divided by
-    ``COMPILE_MEMORY_BOUND_SPEEDUP`` under torch.compile."""
-    seconds = bytes_moved / (hbm_bytes_per_s * HBM_EFFICIENCY)
-    return seconds / COMPILE_MEMORY_BOUND_SPEEDUP if compiled else seconds
+    """Time of memory-bound work at ``HBM_EFFICIENCY`` of peak bandwidth (HN §4).
+    ``compiled`` is accepted for callers and changes nothing: torch.compile enters through the
+    bytes (``COMPILED_FWD/BWD_BYTES_PER_ELEMENT``), not through a divisor."""
+    del compiled
+    return bytes_moved / (hbm_bytes_per_s * HBM_EFFICIENCY)
 
 
 # ---------------------------------------------------------------------------------------------

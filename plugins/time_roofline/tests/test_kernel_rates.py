@@ -1,0 +1,113 @@
+"""GEMM tile/wave quantization and the published attention-kernel table (issue 20): the
+arithmetic by hand, the table lookup and interpolation, and the note of a GPU with no figure."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fmest_time_roofline import formulas as F
+
+
+def test_wave_arithmetic_by_hand():
+    # NVIDIA Matrix Multiplication Background guide §3.2: one 256x128 tile per SM, so an A100
+    # (108 SMs) runs 108 tiles in a wave; 109 tiles need a second, nearly empty wave.
+    assert F.sm_count("A100-SXM-80GB") == 108
+    # 108 tiles of 256x128 exactly (m = 256*9, n = 128*12): one full wave
+    assert F.gemm_shape_efficiency(256 * 9, 4096, 128 * 12, 108) == pytest.approx(1.0)
+    # m = 128: 128x256 tiles, ceil(4096/256) = 16 tiles in one wave of 132 -> 16/132 of the
+    # SMs busy; a 64-wide tile doubles the tiles (32 of 132) with no padding, best of all:
+    # 64x64 -> 2 * 64 = 128 tiles in one wave -> 128/132
+    eff = F.gemm_shape_efficiency(128, 4096, 4096, 132)
+    assert eff == pytest.approx(128 / 132)
+    # tile quantization alone (no SM count): m = 100 pads to 128 with 128-row tiles, to 128
+    # with two 64-row tiles as well -> 100/128
+    assert F.gemm_shape_efficiency(100, 4096, 4096, None) == pytest.approx(100 / 128)
+
+
+def test_wave_efficiency_formula_matches_a_brute_force():
+    def brute(m, n, sms):
+        best = 0.0
+        for tm, tn in F.GEMM_CTA_TILES:
+            tiles = math.ceil(m / tm) * math.ceil(n / tn)
+            waves = math.ceil(tiles / sms)
+            best = max(best, m * n / (waves * sms * tm * tn))
+        return best
+    for m, n in ((512, 4096), (4096, 11008), (8192, 1024), (3000, 5000), (16, 4096)):
+        assert F.gemm_shape_efficiency(m, 1024, n, 132) == pytest.approx(brute(m, n, 132))
+
+
+@pytest.mark.parametrize("gpu, m, n, k", [
+    # ml-engineering compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison
+    # table", Best Shape column (MxNxK found by mamf-finder.py): MAMF was measured there, so
+    # the model must give those shapes (close to) no quantization loss
+    ("A100-SXM-80GB", 6912, 16384, 2048),
+    ("H100-SXM-80GB", 6144, 17920, 2816),
+    ("A100-PCIE-80GB", 2304, 5120, 1536),
+    ("MI300X-192GB", 4096, 10240, 4864),
+])
+def test_mamf_best_shapes_lose_little_to_quantization(gpu, m, n, k):
+    assert F.gemm_shape_efficiency(m, k, n, F.sm_count(gpu)) > 0.98
+
+
+def test_gpu_without_sm_count_gets_no_wave_term():
+    assert F.sm_count("GAUDI2-96GB") is None
+    assert F.sm_count("A10G-24GB") is None          # no cited figure: not A10's
+    assert F.sm_count("A10-24GB") == 72 and F.sm_count("A100-PCIE-40GB") == 108
+    # 1 + 1/132 of a wave on an H100 but tile-exact: only the wave term can lose
+    assert F.gemm_shape_efficiency(128 * 133, 1024, 128, None) == pytest.approx(1.0)
+
+
+def test_attention_table_rows_are_read():
+    # FA3 paper Fig. 5(d): FA2 forward, causal, head dim 128, 16k: 335 TFLOP/s of 989.4
+    assert F.attention_efficiency("H100-SXM-80GB", "fwd", seq_len=16384) == \
+        pytest.approx(335 / 989.4)
+    # Fig. 6(b): FA2 backward, non-causal, head dim 128, 2k: 291
+    assert F.attention_efficiency("H100-SXM-80GB", "bwd", seq_len=2048, causal=False) == \
+        pytest.approx(291 / 989.4)
+    # te-fused reads the cuDNN rows: Fig. 5(d) 2k 484
+    assert F.attention_efficiency("H100-SXM-80GB", "fwd", "te-fused", seq_len=2048) == \
+        pytest.approx(484 / 989.4)
+
+
+def test_attention_interpolation_in_log_seq_and_head_dim():
+    # halfway between 2k (298) and 4k (319) in log2: sqrt(2) * 2048
+    s = 2048 * math.sqrt(2)
+    assert F.attention_efficiency("H100-SXM-80GB", "fwd", seq_len=s) == \
+        pytest.approx((298 + 319) / 2 / 989.4)
+    # clamped outside the measured range
+    assert F.attention_efficiency("H100-SXM-80GB", "fwd", seq_len=100) == \
+        pytest.approx(191 / 989.4)
+    # head dim 96 sits halfway (log2) between 64 and 128... at 1k: 229 and 260
+    mid = F.attention_efficiency("H100-SXM-80GB", "fwd", seq_len=1024, head_dim=64 * math.sqrt(2))
+    assert mid == pytest.approx((229 + 260) / 2 / 989.4)
+
+
+def test_causal_backward_is_derived_from_the_forward_ratio():
+    # Fig. 6 has no causal panel: non-causal bwd x causal fwd / non-causal fwd
+    got = F.attention_efficiency("H100-SXM-80GB", "bwd", seq_len=4096)
+    assert got == pytest.approx(310 / 989.4 * 319 / 368)
+
+
+def test_same_silicon_reads_the_figure_and_others_get_a_note():
+    h100 = F.attention_efficiency_and_note("H100-SXM-80GB", "fwd")
+    h200 = F.attention_efficiency_and_note("H200-SXM-141GB", "fwd")   # 132-SM Hopper too
+    assert h200 == h100 and h100[1] is None
+    eff, note = F.attention_efficiency_and_note("B200-SXM-180GB", "fwd")
+    assert note is not None and "no published fa2" in note and "MAMF" in note
+    # the stated derivation: B200's MAMF x (H100 and A100 FA2 fraction / their MAMF, mean)
+    ratios = [F.attention_efficiency(g, "fwd") / F.mamf_fraction(g, "bf16")
+              for g in ("A100-SXM-80GB", "H100-SXM-80GB")]
+    assert eff == pytest.approx(F.mamf_fraction("B200-SXM-180GB", "bf16") * sum(ratios) / 2)
+    # A100 has a forward figure only: its backward scales it by the FA2 bwd/fwd ratio
+    eff, note = F.attention_efficiency_and_note("A100-SXM-80GB", "bwd")
+    assert note is not None and "own fwd figure" in note
+    assert eff < F.attention_efficiency("A100-SXM-80GB", "fwd")
+
+
+def test_attention_below_matmul_efficiency_where_measured():
+    for gpu in ("H100-SXM-80GB", "A100-SXM-80GB"):
+        for direction in ("fwd", "bwd"):
+            assert F.attention_efficiency(gpu, direction, seq_len=16384) < \
+                F.mamf_fraction(gpu, "bf16")
