@@ -72,7 +72,6 @@ def test_torchtune_qat_is_estimated_as_plain_training_with_a_warning():
 
 
 @pytest.mark.parametrize("name,expect", [
-    ("llama3_1/8B_full_dpo.yaml", "frozen reference copy"),
     ("dev/3B_full_grpo.yaml", "frozen reference copy"),
     ("qwen2/1.5_to_0.5B_KD_lora_distributed.yaml", "teacher model"),
     ("mistral/7B_full_ppo_low_memory.yaml", "reward and value models"),
@@ -86,7 +85,16 @@ def test_torchtune_preference_and_rl_recipes_name_their_second_model(name, expec
 def test_torchtune_lora_dpo_reference_costs_nothing_extra():
     m = _load(TUNE / "llama3_1" / "8B_lora_dpo.yaml")
     assert not any("reference" in w for w in m.not_modelled)
-    assert _said(m, "adapters disabled")
+    assert m.data["training"]["objective"] == "dpo"
+    assert m.data["training"]["reference_model"] == "adapter"
+
+
+def test_torchtune_full_dpo_counts_its_reference_copy():
+    # recipes/full_dpo_distributed.py builds ref_model with the policy's architecture
+    m = _load(TUNE / "llama3_1" / "8B_full_dpo.yaml")
+    assert m.data["training"]["objective"] == "dpo"
+    assert m.data["training"]["reference_model"] == "copy"
+    assert not any("reference" in w for w in m.not_modelled)
 
 
 def test_torchtune_generation_is_inference():

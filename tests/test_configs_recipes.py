@@ -82,15 +82,17 @@ def test_alignment_handbook_dpo_qlora():
     assert (t["technique"], t["lora_rank"], t["seq_len"]) == ("qlora", 128, 1024)
     assert t["attention"] == "flash" and t["activation_checkpointing"] == "full"
     assert "down_proj" in t["lora_target_modules"]
-    # PEFT: the reference pass disables the adapters, reported as not modelled
-    assert any("adapters disabled" in n for n in m.not_modelled)
+    # PEFT: TRL disables the adapters for the reference pass (dpo_trainer.py): no copy
+    assert (t["objective"], t["reference_model"]) == ("dpo", "adapter")
+    assert not any("reference" in n for n in m.not_modelled)
 
 
-def test_alignment_handbook_full_dpo_reports_reference_model():
+def test_alignment_handbook_full_dpo_counts_the_reference_model():
     m = load("alignment-handbook/recipes/zephyr-7b-beta/dpo/config_full.yaml")
-    assert m.data["training"]["technique"] == "full"
-    assert any("reference model" in n for n in m.not_modelled)
-    assert any("chosen and a rejected" in n for n in m.not_modelled)
+    t = m.data["training"]
+    assert t["technique"] == "full"
+    assert (t["objective"], t["reference_model"]) == ("dpo", "copy")
+    assert not any("reference" in n or "rejected" in n for n in m.not_modelled)
 
 
 def test_alignment_handbook_liger_fused_loss():

@@ -388,9 +388,14 @@ def map_config(doc: dict, sink: Sink) -> None:
                 sink.ignore(key, "the Liger / Cut Cross Entropy plugins: modelled through "
                             "their switches (liger_*, cut_cross_entropy)")
         elif name == "rl":
-            sink.unmodelled(key, f"{value}: the reference/reward models and generation of "
-                            "this RL method are not modelled; the estimate is for the trained "
-                            "model alone")
+            _rl(doc, sink, key, value)
+        elif name in ("precompute_ref_log_probs", "rl_adapter_ref_model") and str(
+                doc.get("rl", "")).strip().lower() in ("dpo", "ipo", "kto"):
+            if not (doc.get("adapter") or name == "precompute_ref_log_probs"):
+                sink.ignore(key, "no adapter: the reference is a copy either way")
+            elif not sink.bool_(key, value):
+                sink.ignore(key, "false")
+            # else read by _rl
         elif name in ("trl", "vllm"):
             sink.unmodelled(key, "RL generation settings (vLLM server / colocated engine) are "
                             "not modelled")
@@ -404,3 +409,32 @@ def map_config(doc: dict, sink: Sink) -> None:
         else:
             reason = next((r for p, r in _IGNORED_PREFIXES if name.startswith(p)), None)
             sink.ignore(key, reason or "not used by fmest")
+
+
+def _rl(doc: dict, sink: Sink, key: str, value) -> None:
+    """``rl:`` -> training.objective / reference_model (fmest.objectives), as axolotl runs it
+    (axolotl-ai-cloud/axolotl at 067b021c8b87a9e5e380b9173c704cf7340e30f5: ``RLType`` in
+    ``utils/schemas/enums.py``; ``train.py`` ``setup_reference_model``: no reference for ORPO,
+    None with an adapter unless ``rl_adapter_ref_model`` (TRL then disables the adapter for the
+    reference pass), else the model loaded again; ``precompute_ref_log_probs`` passed to TRL).
+    IPO is DPO with another loss; GRPO/GDPO/EBFT generate, which is not modelled."""
+    rl = str(value).strip().lower()
+    objective = {"dpo": "dpo", "ipo": "dpo", "kto": "kto", "orpo": "orpo",
+                 "simpo": "simpo"}.get(rl)
+    if objective is None:
+        sink.unmodelled(key, f"{value}: the reference/reward models and generation of this RL "
+                        "method are not modelled; the estimate is the trained model's step")
+        return
+    sink.set("training.objective", objective, key)
+    if objective not in ("dpo", "kto"):
+        return
+    pre = doc.get("precompute_ref_log_probs")
+    own_ref = doc.get("rl_adapter_ref_model")
+    if pre is not None and sink.bool_("precompute_ref_log_probs", pre):
+        sink.set("training.reference_model", "precomputed", "precompute_ref_log_probs")
+    elif doc.get("adapter") and not (own_ref is not None
+                                     and sink.bool_("rl_adapter_ref_model", own_ref)):
+        sink.set("training.reference_model", "adapter", "adapter")
+    else:
+        sink.set("training.reference_model", "copy",
+                 "rl_adapter_ref_model" if own_ref else f"{key} (full: the model loaded again)")

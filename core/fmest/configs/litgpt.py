@@ -1,6 +1,12 @@
 """LitGPT finetune / pretrain YAML (``litgpt finetune_lora --config lora.yaml``,
-``litgpt pretrain --config tinyllama.yaml``) -> stack ``litgpt`` (an alias of ``pytorch``:
-eager PyTorch on Lightning Fabric).
+``litgpt pretrain --config tinyllama.yaml``) -> stack ``litgpt`` (stacks.toml [litgpt]: eager
+PyTorch on Lightning Fabric; the 2023 Lit-GPT scripts are profile ``lit-gpt``).
+
+LitGPT runs its own model code (``litgpt/model.py``), not transformers': where the Hub
+config's ``hidden_act`` names an activation LitGPT computes as one fused op, the job carries
+the preset's config with that activation (``ACTIVATIONS``: transformers' phi ``gelu_new`` is
+several eager ops, LitGPT's ``GptNeoxMLP`` calls ``F.gelu(x, approximate="tanh")`` with the
+phi configs' ``gelu_approximate="tanh"``, litgpt/model.py and litgpt/config.py at 26857050).
 
 The keys are the ``setup()`` arguments of the scripts and ``litgpt.args.TrainArgs``
 (Lightning-AI/litgpt at commit 26857050fe3ff627cd714fe92f5838f51a3d5efa:
@@ -64,6 +70,26 @@ _ROLES = {"lora_query": ("q_proj", "query_key_value", "qkv_proj", "c_attn", "Wqk
 _ROLE_DEFAULTS = {"lora_query": True, "lora_key": False, "lora_value": True,
                   "lora_projection": False, "lora_mlp": False, "lora_head": False}
 _GATED_MLP = ("LLaMAMLP", "GemmaMLP")
+#: Hub ``hidden_act`` -> the activation LitGPT's model code runs (module doc)
+ACTIVATIONS = {"gelu_new": "gelu_pytorch_tanh"}
+
+
+def _litgpt_activation(model: str | None, sink: Sink, key: str) -> None:
+    """The preset's config with LitGPT's activation (``ACTIVATIONS``), when it differs."""
+    if not model:
+        return
+    try:
+        from fmest.models.presets import find_preset, preset_data
+
+        canon = find_preset(model)
+        cfg = dict(preset_data(canon).get("config", {})) if canon else {}
+    except Exception:   # noqa: BLE001 - a preset that does not load: nothing to restate
+        return
+    act = cfg.get("hidden_act")
+    if act in ACTIVATIONS:
+        cfg["hidden_act"] = ACTIVATIONS[act]
+        sink.set("model_config", cfg, f"{key} (LitGPT's model code runs {act} as one fused "
+                 f"op, {ACTIVATIONS[act]})")
 
 
 def detect(doc: dict) -> bool:
@@ -307,6 +333,7 @@ def map_config(doc: dict, sink: Sink) -> None:
                 sink.ignore(key, "null: no checkpoint named; give --model")
             else:
                 sink.set("model", model, key)
+                _litgpt_activation(model, sink, key)
         elif name == "model_name":
             if value is None or "model_config" in doc and doc["model_config"] is not None:
                 sink.ignore(key, "model_config defines the model")

@@ -72,8 +72,9 @@ _UNMODELLED_SWITCHES = {
 _UNMODELLED = {
     "additional_target": "fully trained extra modules are not modelled; the estimate counts "
                          "LoRA adapters only",
-    "ref_model": "the DPO/PPO reference model is not modelled; the estimate is for the trained "
-                 "model alone",
+    "ref_model": "a named reference model is counted (stage dpo/kto) as a frozen copy of the "
+                 "trained model: its own size and quantization are not read; PPO's is not "
+                 "counted",
     "reward_model": "the PPO reward model is not modelled; the estimate is for the trained "
                     "model alone",
     "freeze_trainable_layers": "freeze tuning is estimated as full fine-tuning, an upper bound",
@@ -106,8 +107,9 @@ _IGNORED = {
     "upcast_layernorm": "layer-norm dtype; negligible memory",
     "rope_scaling": "position-encoding scaling; same memory at the given cutoff_len",
     "plot_loss": LOGGING, "print_param_status": LOGGING,
-    "ref_model_adapters": "the reference model is not modelled (see ref_model)",
-    "ref_model_quantization_bit": "the reference model is not modelled (see ref_model)",
+    "ref_model_adapters": "the reference model's own adapters are not read (see ref_model)",
+    "ref_model_quantization_bit": "the reference model's own quantization is not read (see "
+                                  "ref_model)",
     "reward_model_adapters": "the reward model is not modelled (see reward_model)",
     "reward_model_quantization_bit": "the reward model is not modelled (see reward_model)",
     "reward_model_type": "the reward model is not modelled (see reward_model)",
@@ -327,11 +329,43 @@ def map_config(doc: dict, sink: Sink) -> None:
             stage = str(value).strip().lower()
             if stage in ("sft", "pt"):
                 sink.ignore(key, f"{stage}: plain causal-LM training, what fmest estimates")
+            elif stage in ("dpo", "kto"):
+                _preference(doc, sink, key, stage)
             else:
-                sink.ignore(key, f"{stage}: reference/reward/value models of this stage are not "
-                            "modelled; the estimate is for the trained model alone")
+                sink.unmodelled(key, f"{stage}: reference/reward/value models and generation of "
+                                "this stage are not modelled; the estimate is for the trained "
+                                "model's step alone")
         elif name == "sequence_parallel_size":
             sink.set("parallelism.cp", sink.int_(key, value), key)
+
+
+def _preference(doc: dict, sink: Sink, key: str, stage: str) -> None:
+    """``stage: dpo`` / ``kto`` -> training.objective and reference_model (fmest.objectives), as
+    LLaMA-Factory resolves them (hiyouga/LLaMA-Factory at ff6d4d12eeb035d6ce06805a5733dd7b29f2ac30,
+    ``hparams/finetuning_args.py``: ``use_ref_model = stage == "dpo" and pref_loss not in
+    ["orpo", "simpo"]``, ``pref_loss`` default ``sigmoid``; ``train/trainer_utils.py``
+    ``create_ref_model``: the ``ref_model`` path when given, else None for LoRA (the trainers
+    disable the adapter for the reference pass) and a frozen copy of the model otherwise;
+    ``train/kto/trainer.py``: a no-grad KL pass)."""
+    pref = str(doc.get("pref_loss", "sigmoid")).strip().lower()
+    if stage == "kto":
+        objective, why = "kto", key
+    elif pref in ("orpo", "simpo"):
+        objective, why = pref, f"{key}+pref_loss"
+    else:   # sigmoid, hinge, ipo, kto_pair, bco ...: DPO-style pairs with a reference
+        objective, why = "dpo", key
+    sink.set("training.objective", objective, why)
+    if objective not in ("dpo", "kto"):
+        return
+    ftype = str(doc.get("finetuning_type", "lora")).strip().lower()
+    if doc.get("ref_model"):
+        sink.set("training.reference_model", "copy", "ref_model")
+    elif ftype in ("lora", "oft"):
+        sink.set("training.reference_model", "adapter",
+                 "finetuning_type" if "finetuning_type" in doc else
+                 "finetuning_type (unset: lora)")
+    else:
+        sink.set("training.reference_model", "copy", "finetuning_type")
 
 
 # -- the v1 format ------------------------------------------------------------------------------

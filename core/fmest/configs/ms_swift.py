@@ -335,12 +335,29 @@ def _lora(names: dict, sink: Sink, tech: str) -> None:
                         "counted; the estimate has the LoRA adapters only")
 
 
-def _rlhf(names: dict, sink: Sink, program: str) -> None:
+#: rlhf types fmest models as a training objective (fmest.objectives)
+_OBJECTIVES = ("dpo", "kto", "orpo", "simpo", "cpo")
+
+
+def _rlhf(names: dict, sink: Sink, program: str, tech: str) -> None:
     rtype = str(_v(names, "rlhf_type", "dpo")).strip().lower()
     key = _k(names, "rlhf_type", "(ms-swift default rlhf_type dpo)")
     if rtype not in _RLHF:
         raise sink.error(key, "not an rlhf_type ms-swift has", value=rtype,
                          accepted=list(_RLHF))
+    if rtype in _OBJECTIVES:
+        # swift/arguments/rlhf_args.py @ 3602360a: dpo/kto with tuner_type full keep
+        # ref_model (default: model itself); LoRA passes no ref_model (TRL disables the
+        # adapters for the reference pass); cpo/orpo/simpo have none
+        sink.set("training.objective", rtype, key)
+        if rtype in ("dpo", "kto"):
+            ref = "copy" if tech == "full" else "adapter"
+            sink.set("training.reference_model", ref,
+                     names["ref_model"][1] if ref == "copy" and "ref_model" in names else key)
+        if "ref_model" in names and rtype in ("dpo", "kto") and tech == "full":
+            sink.unmodelled(names["ref_model"][1], "a named reference checkpoint is counted "
+                            "as a copy of the trained model (its own size is not read)")
+        return
     extra = _RLHF[rtype]
     models = [f"{n}={' '.join(map(str, v)) if isinstance(v, list) else v}"
               for n, (v, _k2) in names.items() if n in ("ref_model", "reward_model",
@@ -364,7 +381,7 @@ def _train(head: str, sub: str, names: dict, sink: Sink) -> None:
     tech = _technique(names, sink, "full" if mega else "lora")
     _lora(names, sink, tech)
     if sub == "rlhf":
-        _rlhf(names, sink, program)
+        _rlhf(names, sink, program, tech)
     elif "rlhf_type" in names:
         sink.ignore(names["rlhf_type"][1], f"not read by {program}")
     if "max_length" in names:

@@ -201,9 +201,24 @@ def map_args(program: str, args: dict, sink: Sink) -> None:
                                    ("actor.num_nodes", "hardware.nodes", 1)):
             value = sink.int_(key(name), take(name)) if name in names else default
             sink.set(fld, value, key(name, f" {default}"))
-    others = _OTHER_MODELS.get(stem, "")
+    if stem == "train_dpo":
+        # openrlhf/cli/train_dpo.py: the reference is always its own Actor (also with LoRA),
+        # built with the eval DeepSpeed config (ZeRO-3 kept, else stage 0), and the DPO trainer
+        # runs chosen + rejected in one concatenated forward (fmest.objectives)
+        sink.set("training.objective", "dpo", f"({program})")
+        ref_key = names.get("ref.model_name_or_path", (None, f"({program}: ref = the model)"))[1]
+        sink.set("training.reference_model", "copy", ref_key)
+        if "ref.offload" in names and _on(sink, names["ref.offload"][1],
+                                           names["ref.offload"][0]):
+            sink.unmodelled(names["ref.offload"][1], "the reference model's weights are "
+                            "offloaded to CPU between its forward passes; counted on the GPU "
+                            "(an upper bound)")
+            done.add("ref.offload")
+    others = "" if stem == "train_dpo" else _OTHER_MODELS.get(stem, "")
+    counted = {"model.model_name_or_path"} | ({"ref.model_name_or_path"}
+                                              if stem == "train_dpo" else set())
     named = [f"{names[n][1]} {names[n][0]}" for n in names
-             if n.endswith("model_name_or_path") and n != "model.model_name_or_path"
+             if n.endswith("model_name_or_path") and n not in counted
              or n in ("reward.remote_url",)]
     for n in names:
         if n.endswith("model_name_or_path") or n == "reward.remote_url":
@@ -211,7 +226,7 @@ def map_args(program: str, args: dict, sink: Sink) -> None:
     if others or named:
         # the keys naming the other models are the key of the warning (each is read)
         keys = [names[n][1] for n in names
-                if n.endswith("model_name_or_path") and n != "model.model_name_or_path"
+                if n.endswith("model_name_or_path") and n not in counted
                 or n in ("reward.remote_url",)]
         sink.unmodelled(", ".join(keys) if keys else program,
                         f"the estimate is the trained model's step; {others or ''}"

@@ -316,25 +316,34 @@ def _loss_is_rl(value) -> bool:
 
 
 def _rl_loss(comp: str, doc: dict, sink: Sink, recipe: str | None) -> None:
-    """A preference / RL loss: the trained model is estimated as fine-tuning with the standard
-    cross-entropy logits; the reference model is named (``lora_dpo_*`` recipes use the same
-    weights with the adapters disabled, ``disable_adapter`` in recipes/lora_dpo_distributed.py:
-    nothing extra)."""
+    """A preference / RL loss. DPO/RSO (``torchtune/rlhf/loss/dpo.py``) and SimPO
+    (``simpo.py``) set ``training.objective`` (fmest.objectives: the recipes' ``concatenated_
+    forward`` runs chosen + rejected as one batch); DPO's reference is the base weights with
+    the adapters disabled in ``lora_dpo_*`` recipes (``disable_adapter`` in
+    recipes/lora_dpo_distributed.py) and the ``ref_model`` copy, sharded like the policy, in
+    ``full_dpo_distributed``. PPO/GRPO losses: the trained model's step is estimated with the
+    standard cross-entropy logits and the other models are named."""
     key = "loss._component_"
     short = comp.split(".")[-1]
     sink.set("training.loss", "standard", key)
-    lora_dpo = (recipe or "").startswith("lora_dpo") or (
-        recipe is None and "lora" in str(section_comp(doc, "model")).lower()
-        and "dpo" in short.lower())
-    if lora_dpo:
-        sink.ignore(key, f"{short}: the reference model is the base weights with the adapters "
-                    "disabled (no second copy); chosen+rejected pairs are the batch")
-    else:
-        model = section_comp(doc, "model") or section_comp(doc, "policy_model")
-        size = BUILDERS.get(builder_base(model)[0], model) if model else "the policy"
-        sink.unmodelled(key, f"{short}: the frozen reference copy of the trained model "
-                        f"({size}) and its forward pass are not counted; only the trained "
-                        "model is estimated")
+    kind = short.lower()
+    if kind in ("dpoloss", "rsoloss", "simpoloss"):
+        sink.set("training.objective", "simpo" if kind == "simpoloss" else "dpo", key)
+        if kind == "simpoloss":
+            return
+        lora_dpo = (recipe or "").startswith("lora_dpo") or (
+            recipe is None and "lora" in str(section_comp(doc, "model")).lower())
+        if lora_dpo:
+            sink.set("training.reference_model", "adapter", f"{key} ({recipe or 'lora model'})")
+        else:
+            sink.set("training.reference_model", "copy", "ref_model" if "ref_model" in doc
+                     else key)
+        return
+    model = section_comp(doc, "model") or section_comp(doc, "policy_model")
+    size = BUILDERS.get(builder_base(model)[0], model) if model else "the policy"
+    sink.unmodelled(key, f"{short}: the frozen reference copy of the trained model "
+                    f"({size}) and its forward pass are not counted; only the trained "
+                    "model is estimated")
 
 
 def section_comp(doc: dict, name: str) -> str:
@@ -418,6 +427,11 @@ def map_config(doc: dict, sink: Sink) -> None:
             for k in block:
                 if k != "_component_":
                     sink.ignore(join(key, k), HYPERPARAM)
+        elif name == "ref_model" and _loss_is_rl(doc.get("loss")) and str(
+                doc["loss"].get("_component_", "")).split(".")[-1].lower() in ("dpoloss",
+                                                                               "rsoloss"):
+            sink.ignore(key, "DPO's reference model: the trained model's architecture, "
+                        "counted as a frozen copy (see loss._component_)")
         elif name in ("teacher_model", "ref_model", "ref_policy_model"):
             _second_model(name, value, sink, {"teacher_model": "the frozen teacher model of "
                                               "knowledge distillation"}.get(

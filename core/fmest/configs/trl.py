@@ -13,12 +13,14 @@ the trainer config (``sft_config.py``: ``max_length``, formerly ``max_seq_length
 ``max_completion_length``, ``use_vllm``). The rest is transformers ``TrainingArguments``,
 mapped by :func:`fmest.configs.training_args.map_keys`.
 
-The estimate is for the trained policy. What a preference or RL trainer adds is reported as
-not modelled, naming what it would add: DPO/KTO's frozen reference model (none with
-``precompute_ref_log_probs``, ``reference_free`` or PEFT, whose adapters are disabled for the
-reference pass, ``dpo_trainer.py``), the two sequences of a preference pair, GRPO's
-generations (``num_generations`` completions of ``max_completion_length`` tokens, vLLM's
-memory when ``use_vllm``).
+DPO, KTO and ORPO recipes set ``training.objective`` (fmest.objectives: the chosen and
+rejected sequences of a pair, KTO's KL pass) and DPO/KTO ``training.reference_model`` as TRL
+resolves it (``dpo_trainer.py``): ``precomputed`` with ``precompute_ref_log_probs``, ``none``
+with ``reference_free``, ``adapter`` for a PEFT model (its adapters disabled for the reference
+pass; ``ref_adapter_name`` a second small adapter), ``copy`` otherwise or with
+``force_use_ref_model``. GRPO's generations (``num_generations`` completions of
+``max_completion_length`` tokens, vLLM's memory when ``use_vllm``) are reported as not
+modelled; the estimate is then the policy's training step.
 """
 
 from __future__ import annotations
@@ -226,32 +228,32 @@ def _notes(kind: str, why: str, doc: dict, peft: bool, sink: Sink) -> None:
     """What the preference / RL trainer adds beyond the policy's training step."""
     if kind == "sft":
         return
+    if kind in ("dpo", "kto", "orpo"):
+        # fmest.objectives: DPO/ORPO run chosen + rejected sequences, KTO a KL pass
+        sink.set("training.objective", kind, why)
     if kind in ("dpo", "kto"):
         skip = [k for k in ("precompute_ref_log_probs", "reference_free")
                 if doc.get(k) is not None and sink.bool_(k, doc[k])]
         if skip:
-            sink.ignore(skip[0], f"{kind.upper()}: no reference model held during training")
-        elif peft and not doc.get("ref_adapter_name") and not doc.get("force_use_ref_model"):
-            sink.unmodelled(f"use_peft ({kind.upper()}, {why})", "the reference log-probs come "
-                            "from the base with the adapters disabled: one extra forward pass "
-                            "per step (about +1/3 of the step's FLOPs) is not counted")
+            sink.set("training.reference_model",
+                     "precomputed" if skip[0] == "precompute_ref_log_probs" else "none", skip[0])
+        elif peft and doc.get("force_use_ref_model") is not None \
+                and sink.bool_("force_use_ref_model", doc["force_use_ref_model"]):
+            sink.set("training.reference_model", "copy", "force_use_ref_model")
+        elif peft:
+            # no ref_model with a PEFT model: the adapters are disabled for the reference pass
+            # (ref_adapter_name: a second adapter on the same base, a few MB)
+            sink.set("training.reference_model", "adapter",
+                     "ref_adapter_name" if doc.get("ref_adapter_name") else "use_peft")
         else:
-            sink.unmodelled(f"(reference model: {kind.upper()}, {why})", "TRL keeps a frozen "
-                            "copy of the policy as the reference model: its weights (the "
-                            "policy's parameter count x the dtype's bytes, sharded like the "
-                            "policy under ZeRO-3/FSDP) and one forward pass per step (about "
-                            "+1/3 of the FLOPs) are not counted; set precompute_ref_log_probs "
-                            "to drop it")
-    if kind in ("dpo", "orpo"):
-        sink.unmodelled(f"({kind.upper()} preference pairs, {why})",
-                        "each sample is a chosen and a rejected sequence run in one batch: "
-                        "activations and FLOPs of 2 x per_device_train_batch_size sequences; "
-                        "estimated as per_device_train_batch_size sequences (give "
-                        "--micro-batch-size twice the pairs to count both)")
+            sink.set("training.reference_model", "copy", f"(reference model: {kind.upper()}, "
+                     f"{why})")
+    used = {part for _, key in sink.values.values() for part in key.split("+")}
     for k in ("ref_adapter_name", "force_use_ref_model", "sync_ref_model",
               "ref_model_mixup_alpha", "ref_model_sync_steps", "precompute_ref_batch_size"):
-        if k in doc:
-            sink.ignore(k, "reference-model detail; see the reference model note")
+        if k in doc and k not in used:
+            sink.ignore(k, "a reference-model setting with no memory or step-time effect "
+                        "(synchronisation cadence, mixing, precompute batch)")
     if kind == "grpo":
         n = doc.get("num_generations", 8)
         comp = doc.get("max_completion_length", 256)
