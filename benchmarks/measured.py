@@ -70,7 +70,18 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    gate``); names the model lacks are dropped when others match (PEFT adapts the matching
    modules and fails only when none matches: ``BaseTuner.inject_adapter``). QLoRA: ``quantization=bnb.nf4`` (Lit-GPT's name for NF4 without double
    quantization, beside ``bnb.nf4-dq``) -> ``double_quantization`` false; else fmest's default
-   (true: the QLoRA recipe).
+   (true: the QLoRA recipe). ``quant bits=N`` in ``other`` (N = 4 or 8) -> ``quantization_bits``
+   N: ms-swift's ``int8 (gptq)`` rows load an 8-bit GPTQ checkpoint (the ``qwen-*-chat-int8``
+   registrations pass ``gptq_bits=8``, which ``get_model_tokenizer_from_repo`` hands to
+   ``_check_gptq_model`` -> ``GPTQConfig(bits=8)``: ms-swift swift/llm/utils/model.py at
+   46922151e06cdfc110882e182757674f12352f2c); AutoGPTQ 0.5.1 ``qlinear_cuda_old.QuantLinear``
+   stores 8-bit ``qweight`` as int32 x in/4 (1 B/param) plus fp16 ``scales`` and int32/4
+   ``qzeros`` per 128-weight group (0.023 B/param): 1.023 B/param, fmest's 8-bit (LLM.int8)
+   bytes 1.0 B/param + one fp32 scale per row within 2.3 %. ``gptq-lora`` also passes
+   ``quantization_method=gptq``: AutoGPTQ's CUDA-old layer unpacks the weights with torch ops in
+   training (time_roofline ``gptq_dequant_bytes_per_param``); not for rows naming AutoGPTQ's
+   triton kernels (fms-acceleration ``accelerated-peft-autogptq``: the kernel dequantizes
+   inside its own autograd function, as bitsandbytes does, so fmest's default applies).
 5. **Optimizer**: ``8bit``/``8-bit`` (not "non-8-bit") -> ``adamw_8bit`` (``paged`` ->
    ``paged_adamw_8bit``); ``adafactor``, ``lion``, ``sgd`` (``sgd_momentum`` when momentum is
    stated) by name; everything else -> ``adamw``; ``fused=true`` or stack ``torchtune`` ->
@@ -116,18 +127,29 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
 11. **Kernels and loss**: ``compile`` stated on (``compile=true``, "compile on", "torch.compile",
     torchtune ladder wording) -> ``compile``; "chunked CE" -> ``loss=chunked``; ``liger=true``
     (Liger fused linear cross-entropy) or a fused cross-entropy named in ``other`` ->
-    ``loss=fused``; "activation offloading" -> ``activation_offload``.
+    ``loss=fused``; "activation offloading" -> ``activation_offload``. ``litgpt`` LoRA/QLoRA
+    rows -> ``loss=chunked``: Lit-GPT's finetune/lora.py always computes the head and the
+    cross-entropy in 128-token chunks (``lm_head_chunk_size=128``, ``chunked_cross_entropy``).
 12. **Stack**: the ``stack`` column is kept on the mapping (``Mapped.stack``, the breakdown's key)
     and passed as ``training.stack`` when fmest's job has that field (issue 12), detected at run
     time. Stacks outside issue 12's profiles pass as the profile they run on (``STACK_PROFILES``:
-    ms-swift -> hf-trainer, its trainer is transformers'; litgpt -> pytorch, Lightning Fabric runs
-    eager PyTorch; xtuner -> deepspeed, mmengine on DeepSpeed).
+    ms-swift -> hf-trainer, its trainer is transformers'; litgpt -> lit-gpt, the 2023 Lit-GPT
+    profile of stacks.toml (the resource tables name Lit-GPT commit 8641822); xtuner ->
+    deepspeed, mmengine on DeepSpeed). A ``litgpt`` row runs Lit-GPT's own model code, not
+    transformers': where the preset's ``hidden_act`` names an activation Lit-GPT computes
+    as one fused op, the row's ``model_config`` says so (``LITGPT_ACTIVATIONS``).
 13. Rows with ``seq_len`` empty are unsupported ("sequence length not stated"). A throughput
     row whose ``other`` says its ``seq_len`` caps variable-length, unpacked samples ("seq_len is
     the cap", "variable-length samples truncated") is unsupported ("tokens per sample not
     stated"): its rate follows the mean truncated length, which the source does not give (on
     ms-swift's table a 7B LoRA at the 2048 cap would run above the A100's dense peak). The
-    memory rows of such runs keep the cap: the longest samples reach it.
+    memory rows of such runs keep the cap: the longest samples reach it. Likewise a throughput
+    row whose ``seq_len`` is only the dataset's longest sample ("first iteration runs the
+    longest example", LitGPT's resource tables): Lit-GPT pads each micro-batch of random
+    samples to its own longest (``get_batch`` in finetune/lora.py at Lit-GPT 8641822), so the
+    time per iteration follows the mean padded length, which the source does not give (it
+    publishes the longest Alpaca sample per tokenizer only). Its memory rows keep the longest:
+    the first iteration runs it (``longest_seq_ix``).
 
 """
 
@@ -180,8 +202,18 @@ LONG_CONTEXT = 16384
 
 #: ``other`` wording of a seq_len that only caps variable-length, unpacked samples (rule 13)
 VARIABLE_LENGTH = re.compile(r"seq_len is the cap|variable-length samples truncated", re.I)
+#: ``other`` wording of a seq_len that is only the longest of variable-length samples, each
+#: micro-batch padded to its own longest (rule 13: LitGPT's resource tables)
+LONGEST_SAMPLE_ONLY = re.compile(r"first iteration runs the longest example", re.I)
+#: Hugging Face ``hidden_act`` -> the activation Lit-GPT's model code runs (rule 12): its
+#: GptNeoxMLP calls ``torch.nn.functional.gelu(x, approximate=config.gelu_approximate)``, one
+#: fused op, and its phi configs set ``gelu_approximate="tanh"`` (lit_gpt/model.py and
+#: lit_gpt/config.py at Lit-GPT 8641822b3249bb94f068c254aa5d13decbc9f0a0), the op transformers
+#: calls ``gelu_pytorch_tanh``; transformers' ``gelu_new`` (phi) is the same function written
+#: as several eager ops.
+LITGPT_ACTIVATIONS = {"gelu_new": "gelu_pytorch_tanh"}
 #: Stacks outside issue 12's profile names -> the profile they run on (rule 12).
-STACK_PROFILES = {"ms-swift": "hf-trainer", "litgpt": "pytorch", "xtuner": "deepspeed",
+STACK_PROFILES = {"ms-swift": "hf-trainer", "litgpt": "lit-gpt", "xtuner": "deepspeed",
                   "llama-factory": "hf-trainer", "axolotl": "hf-trainer",
                   "fms-fsdp": "pytorch", "nemo": "megatron-core"}
 
@@ -295,6 +327,21 @@ def _model(row, kv) -> tuple[Optional[str], Optional[dict], str]:
                    max_seq_len=_int(row["seq_len"], 2048))
         return raw.split(" ")[0], cfg, ""
     return None, None, f"no preset for model {raw!r} (architecture config needed)"
+
+
+def _litgpt_model_config(model: str) -> Optional[dict]:
+    """Rule 12: the preset's config with the activation Lit-GPT's model code runs
+    (``LITGPT_ACTIVATIONS``), or None when the preset's already is."""
+    from fmest.models.presets import find_preset, preset_data
+
+    if not find_preset(model):
+        return None
+    cfg = dict(preset_data(model).get("config", {}))
+    act = cfg.get("hidden_act")
+    if act not in LITGPT_ACTIVATIONS:
+        return None
+    cfg["hidden_act"] = LITGPT_ACTIVATIONS[act]
+    return cfg
 
 
 _OFFLOAD = re.compile(r"(?<!no )(?<!without )(cpu[ _-]offload|offload to cpu|offload=)([^;]{0,60})")
@@ -451,9 +498,14 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         return None, f"technique {tech!r}"
     if row["kind"] == "throughput" and VARIABLE_LENGTH.search(other):  # rule 13
         return None, "tokens per sample not stated (seq_len caps variable-length samples)"
+    if row["kind"] == "throughput" and LONGEST_SAMPLE_ONLY.search(other):  # rule 13
+        return None, ("tokens per iteration not stated (each micro-batch is padded to its own "
+                      "longest sample; only the dataset's longest is published)")
     model, model_config, why = _model(row, kv)
     if model is None:
         return None, why
+    if stack == "litgpt" and model_config is None:  # rule 12: Lit-GPT's own model code
+        model_config = _litgpt_model_config(model)
     gpu = gpu_name(row["gpu"])
     if gpu is None:
         return None, f"no GPU in fmest's table for {row['gpu']!r}"
@@ -487,6 +539,11 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         quant = kv.get("quantization", "").lower()
         if tech == "qlora" and not gptq and re.search(r"nf4(?!-dq)\b", quant):
             training["double_quantization"] = False  # Lit-GPT's bnb.nf4 vs bnb.nf4-dq
+        bits = re.search(r"\bquant bits=(\d+)", low)
+        if tech == "qlora" and bits and int(bits.group(1)) in (4, 8):
+            training["quantization_bits"] = int(bits.group(1))  # rule 4: GPTQ int8 rows
+        if gptq and "triton" not in low:
+            training["quantization_method"] = "gptq"  # rule 4, when the job has the field
         inline = re.search(r"\btargets=([\w.+|,-]+)", other)
         targets = kv.get("targets") or kv.get("lora_targets") or (
             inline.group(1) if inline else "")
@@ -612,6 +669,10 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         training["loss"] = "fused"
     if "activation offloading" in low and "no activation offloading" not in low:
         training["activation_offload"] = True
+    if stack == "litgpt" and tech in ("lora", "qlora"):
+        # rule 11: Lit-GPT's finetune/lora.py runs the head and the cross-entropy in chunks of
+        # 128 tokens (model(input_ids, lm_head_chunk_size=128); chunked_cross_entropy)
+        training["loss"] = "chunked"
     # rule 12
     if stack and "stack" in _training_fields():
         training["stack"] = STACK_PROFILES.get(stack, stack)

@@ -93,6 +93,20 @@ class StackProfile:
     workspace_bytes: float = 0.0
     fp8_recipe: str = "none"
     host_model_copy: str = field(default="per_process_full")
+    #: the stack's launcher sets ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``: the
+    #: caching allocator's reserve follows the expandable-segments rule
+    #: (fmest.physics.device_terms.allocator_reserve_bytes)
+    expandable_segments: bool = False
+    #: gradient accumulation under FSDP's ``no_sync()`` (Lightning Fabric's
+    #: ``no_backward_sync``): full unsharded gradients held until the last micro-batch
+    fsdp_no_sync_accumulation: bool = False
+    #: FSDP1 ``use_orig_params=True``: a FlatParameter holding any trainable tensor (LoRA A/B)
+    #: gets a gradient the size of its whole unit
+    fsdp_flat_param_grads: bool = False
+    #: the quantization plugin replaces every linear, the output head included
+    quantize_head: bool = False
+    #: the 4-bit matmul saves its input for backward (bitsandbytes 0.41.1 ``MatMul4Bit``)
+    quant_saves_gemm_inputs: bool = False
     sources: Mapping[str, str] = field(factory=dict)
     plugin: str = ""
 

@@ -144,3 +144,37 @@ def __getattr__(name: str) -> Any:
 def fmest_register_parallelism(register):
     for strategy in builtin_strategies():
         register(strategy)
+
+
+#: DeepSpeed ZeRO-3 steps the optimizer one sub-group of at most ``sub_group_size`` partition
+#: elements at a time; ``zero_optimization.sub_group_size`` defaults to 1e9
+#: (``deepspeed/runtime/zero/config.py`` ``sub_group_size: int = Field(pp_int(1e9))``; a
+#: sub-group closes once it reaches the size, ``stage3.py`` ``_create_fp16_sub_groups``),
+#: deepspeedai/DeepSpeed edaa7221; Qwen's ``finetune/ds_config_zero3.json`` sets the same 1e9.
+DEEPSPEED_SUB_GROUP_ELEMENTS = 1_000_000_000
+FP32_BYTES = 4.0
+
+
+def zero_step_grad_copy_rule(strategy: "ShardingStrategy", stack: Any,
+                             grad_bytes: float) -> tuple[float, float | None]:
+    """(bytes per partition element, element cap or None) of the gradient copy DeepSpeed's
+    ZeRO optimizers make at the step; (0, None) where there is none. One rule for the memory
+    plugin (``fmest_memory_theory.estimator._zero_step_grad_copy``) and the planner's mirror.
+
+    A strategy with DeepSpeed's reduce buckets that shards the optimizer (``stage_1_and_2.py``
+    runs stages 1 and 2, ``stage3.py`` stage 3) flattens each group's (ZeRO-3: sub-group's,
+    capped at :data:`DEEPSPEED_SUB_GROUP_ELEMENTS`) gradient partition into a new
+    ``grad_bytes`` buffer and casts it to a new fp32 tensor, both alive at the cast
+    (``step``: ``self.flatten(self.averaged_gradients[i])`` then ``.to(fp32)``;
+    ``_prepare_fp32_grad_for_sub_group``), deepspeedai/DeepSpeed edaa7221; fp32 gradients: the
+    cast returns the flat buffer itself. None when the gradients already accumulate in the
+    framework's flat fp32 buffer (a stack with ``contiguous_grad_buffer`` and fp32 gradients
+    on unsharded gradients: Megatron's distributed optimizer, DeepSpeed's ``BF16_Optimizer``
+    that fmest's deepspeed stack models for bf16 ZeRO-0/1)."""
+    if not strategy.reduce_bucket_elements or "optimizer" not in strategy.shards:
+        return 0.0, None
+    if stack is not None and stack.profile.contiguous_grad_buffer \
+            and "gradients" not in strategy.shards and grad_bytes == FP32_BYTES:
+        return 0.0, None
+    cap = float(DEEPSPEED_SUB_GROUP_ELEMENTS) if "parameters" in strategy.shards else None
+    return grad_bytes + (FP32_BYTES if grad_bytes != FP32_BYTES else 0.0), cap

@@ -152,6 +152,29 @@ def lora_adapter_params(rank: int, in_features: int, out_features: int) -> int:
 # Optimizer
 # ============================================================================================
 
+#: DeepSpeed ZeRO-3's optimizer sub-group (fmest.default_plugins.parallelism, with its source)
+from fmest.default_plugins.parallelism import (  # noqa: E402
+    DEEPSPEED_SUB_GROUP_ELEMENTS as DEEPSPEED_SUB_GROUP_ELEMENTS,
+)
+
+
+def zero_step_grad_copy_bytes(partition_params: float, grad_bytes: float, *,
+                              sub_group_elements: float | None = None) -> float:
+    """Transient bytes of a DeepSpeed ZeRO-2/3 optimizer step: the gradient partition of one
+    parameter group (ZeRO-2, ``stage_1_and_2.py`` ``step``: ``flat_grad_partition =
+    self.flatten(self.averaged_gradients[i])`` then ``single_grad_partition =
+    flat_grad_partition.to(fp32)``) or of one sub-group (ZeRO-3, ``stage3.py``
+    ``_prepare_fp32_grad_for_sub_group``: ``self.flatten(...).to(fp32)``) is flattened into a
+    new ``grad_bytes`` buffer and cast to a new fp32 tensor, both alive at the cast; the fp32
+    copy is the master partition's ``.grad`` until that group's update ends
+    (deepspeedai/DeepSpeed edaa7221). fp32 gradients: the cast returns the flat buffer itself.
+    ``sub_group_elements`` caps the elements (ZeRO-3 sub-groups)."""
+    n = partition_params if sub_group_elements is None else \
+        min(partition_params, sub_group_elements)
+    cast = FP32_BYTES if grad_bytes != FP32_BYTES else 0.0
+    return n * (grad_bytes + cast)
+
+
 def optimizer_state_bytes(trainable_params: float, states: float, bytes_per_element: float,
                           overhead_bytes_per_element: float = 0.0) -> float:
     """Optimizer states: ``states x (element + block-scale overhead) x params`` (ZeRO paper

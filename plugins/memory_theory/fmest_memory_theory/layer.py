@@ -58,6 +58,10 @@ class LayerInputs:
     #: (TransformerEngine transformer_engine/pytorch/module/linear.py, layernorm_linear.py:
     #: the quantized ``inputmat`` / ``ln_out`` is what ``save_for_backward`` keeps)
     gemm_input_bytes: float | None = None
+    #: the quantized frozen linears keep their inputs for backward (stacks.toml
+    #: ``quant_saves_gemm_inputs``: bitsandbytes 0.41.1 ``MatMul4Bit.forward`` sets
+    #: ``ctx.tensors = (A, B)`` whenever A needs a gradient; later releases keep (None, B))
+    frozen_gemm_inputs_saved: bool = False
 
     @property
     def gemm_bytes(self) -> float:
@@ -88,6 +92,10 @@ _NEEDS_NONE = _Needs(attn_in=False, o_in=False, mlp_in=False, mlp_out=False)
 def _needs(lora: Optional[LoraNumbers], inputs: LayerInputs) -> _Needs:
     if inputs.trainable_all:
         return _NEEDS_ALL
+    if lora is not None and inputs.frozen_gemm_inputs_saved:
+        # every quantized linear keeps its input; the output projection's input is the
+        # attention kernel's own output (Lit-GPT reshapes it as a view), kept by the kernel
+        return _Needs(attn_in=True, o_in=lora.on_attn_out, mlp_in=True, mlp_out=True)
     if lora is None or inputs.adapter_bytes != inputs.act_bytes:
         return _NEEDS_NONE
     return _Needs(attn_in=lora.in_attn, o_in=lora.on_attn_out, mlp_in=lora.on_mlp_in,
