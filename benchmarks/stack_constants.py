@@ -53,10 +53,24 @@ def job_stack(item) -> str:
     return profile.name if profile is not None else str(name).lower()
 
 
-def _physics_reserve() -> float:
-    from fmest_memory_theory.formulas import ALLOCATOR_RESERVE_FRACTION
+def _physics_reserve(predicted_bytes: float | None = None) -> float:
+    """memory_theory's allocator reserve over allocated bytes: a constant plus a fraction
+    (fmest.physics.device_terms.allocator_reserve_bytes), so a fraction only at a given size:
+    the row's predicted bytes, else the median tensor peak of the traced table it comes from
+    (core/fmest/data/allocator_reserve.json)."""
+    from fmest.physics.device_terms import allocator_reserve_bytes
 
-    return ALLOCATOR_RESERVE_FRACTION
+    if not predicted_bytes:
+        import json
+        import statistics
+        from pathlib import Path
+
+        table = Path(__file__).resolve().parents[1] / "core" / "fmest" / "data" \
+            / "allocator_reserve.json"
+        rows = json.loads(table.read_text(encoding="utf-8"))["rows"]
+        predicted_bytes = statistics.median(r["tracker_peak_bytes"] for r in rows
+                                            if r["alloc_conf"] == "default")
+    return allocator_reserve_bytes(predicted_bytes) / predicted_bytes
 
 
 _USED: dict = {}
@@ -179,6 +193,12 @@ class StackTimeFitter(_StackFitter):
         return item.predicted / ratio
 
 
+def _row_bytes(item) -> float:
+    """A memory row's prediction in bytes (rows are in GiB or GB: benchmarks/data/SOURCES.md)."""
+    unit = str(item.row.get("unit") or "").strip()
+    return item.predicted * (1e9 if unit == "GB" else 2 ** 30)
+
+
 class StackReserveFitter(_StackFitter):
     """``reserve_fraction`` per stack (module doc)."""
 
@@ -193,13 +213,15 @@ class StackReserveFitter(_StackFitter):
     def physics_for(self, stack: str) -> float:
         return _physics_reserve()
 
-    def _used(self, stack: str) -> float:
+    def _used(self, stack: str, item=None) -> float:
         used = shipped(stack).reserve_fraction
-        return _physics_reserve() if used is None else used
+        if used is not None:
+            return used
+        return _physics_reserve(_row_bytes(item) if item is not None else None)
 
     def value(self, item) -> float:
         """measured over the prediction without its reserve, minus 1."""
-        without = item.predicted / (1.0 + self._used(job_stack(item)))
+        without = item.predicted / (1.0 + self._used(job_stack(item), item))
         return item.measured / without - 1.0
 
     def error(self, x: float, const: float) -> float:
@@ -210,8 +232,8 @@ class StackReserveFitter(_StackFitter):
 
     def adjust(self, params: dict, item) -> float:
         stack = job_stack(item)
-        used = self._used(stack)
-        return item.predicted * (1.0 + params.get(stack, _physics_reserve())) / (1.0 + used)
+        used = self._used(stack, item)
+        return item.predicted * (1.0 + params.get(stack, used)) / (1.0 + used)
 
 
 def stack_fitters() -> list:

@@ -14,7 +14,7 @@ theory = pytest.importorskip("fmest_memory_theory.plugin")
 GIB = 2**30
 
 
-def _report(optimizer: str, micro_batch: int, seq_len: int = 6144):
+def _report(optimizer: str, micro_batch: int, seq_len: int = 7168):
     engine = new_engine((theory, "memory_theory"))
     job = job_from_dict({"model": "meta-llama/Llama-3.1-8B",
                          "training": {"optimizer": optimizer, "seq_len": seq_len,

@@ -238,10 +238,13 @@ def test_estimate_json_has_min_gpus(engine, capsys):
     n = mem["min_gpus"]
     assert isinstance(n, int) and mem["min_gpus_reason"]
     # min_gpus is the fewest GPUs (any count; past one node, the fewest even nodes: 18 GPUs
-    # are 3 nodes of 6), judged at P(fit) >= 0.9 (--fit-confidence); one GPU fewer does not
-    from fmest.searches import node_split
+    # are 3 nodes of 6), judged at P(fit) >= 0.9 (--fit-confidence); the next smaller count
+    # that splits evenly over its fewest nodes (the only counts the search considers,
+    # fmest.searches._even_on_fewest_nodes) does not
+    from fmest.searches import _even_on_fewest_nodes, node_split
 
-    for count, fits in ((n, True), (n - 1, False)):
+    smaller = max(c for c in range(1, n) if _even_on_fewest_nodes(c, 8))
+    for count, fits in ((n, True), (smaller, False)):
         gpn, nodes = node_split(count, 8)
         rc, out, _ = _run(engine, [*argv, "--gpus-per-node", str(gpn), "--nodes", str(nodes)],
                           capsys)

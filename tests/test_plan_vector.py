@@ -39,6 +39,12 @@ CASES = {
     "mixtral-8x7b-ep": ({"model": "mistralai/Mixtral-8x7B-v0.1", "training": {"seq_len": 4096},
                          "workload": {"dataset_tokens": 1e9}},
                         dict(gpus="H100-SXM", max_gpus=32), 0.15, 0.05),
+    # DPO with a frozen reference copy (fmest.objectives): pairs, the copy's weights, the
+    # reference pass and its ZeRO-3 gathers
+    "llama3.1-8b-dpo": ({"model": "meta-llama/Llama-3.1-8B",
+                         "training": {"objective": "dpo", "activation_checkpointing": "full"},
+                         "workload": {"dataset_tokens": 1e8}},
+                        dict(gpus="H100-SXM", max_gpus=16), 0.15, 0.08),
     "llama3.1-8b-cp": ({"model": "meta-llama/Llama-3.1-8B", "training": {"seq_len": 32768},
                         "workload": {"dataset_tokens": 1e9}},
                        dict(gpus="H100-SXM", max_gpus=32), 0.15, 0.05),

@@ -38,6 +38,11 @@ MEMORY_COMPONENTS: dict[str, tuple[str, str]] = {
     "activations": (ALLOCATED, "activations saved for backward"),
     "logits_and_loss": (ALLOCATED, "logits, loss and their gradients"),
     "framework_buffers": (ALLOCATED, "collective and prefetch buffers the framework allocates"),
+    # preference objectives (fmest.objectives)
+    "reference_weights": (ALLOCATED, "the frozen reference model of DPO/KTO (a copy of the "
+                                     "policy's weights, sharded like them)"),
+    "reference_forward": (ALLOCATED, "logits of the largest no-grad forward pass of a DPO/KTO "
+                                     "step (reference or KL log-probs)"),
     # the traced plugin's tracker categories
     "params": (ALLOCATED, "parameters (traced)"),
     "grads": (ALLOCATED, "gradients (traced)"),
@@ -79,6 +84,8 @@ TIME_PARTS: dict[str, str] = {
     "pipeline_bubble": "pipeline fill and drain",
     "optimizer_step": "the optimizer update",
     "offload": "exposed host-device transfers of offloaded state",
+    "reference_forward": "the no-grad forward passes of a DPO/KTO step (reference and KL "
+                         "log-probs, fmest.objectives), with their exposed parameter gathers",
     "framework_overhead": "launch and framework overhead",
 }
 #: Parallel groups a ``communication_<group>`` part may name.
@@ -90,6 +97,17 @@ def allocated_bytes(estimate: "MemoryEstimate") -> int:
     the total less ``reserve`` and ``outside`` components (unknown names count as allocated)."""
     skip = sum(estimate.components.get(k, 0) for k in RESERVE_COMPONENTS + OUTSIDE_COMPONENTS)
     return int(estimate.total_bytes - skip)
+
+
+def memory_counters(estimate: "MemoryEstimate") -> dict[str, int]:
+    """The peak as each counter a measurement reports it, labelled: ``allocated_bytes``
+    (``torch.cuda.max_memory_allocated``), ``reserved_bytes`` (``max_memory_reserved``: plus
+    the caching allocator's reserve) and ``device_bytes`` (nvidia-smi: plus the CUDA context,
+    library workspaces and communicator buffers, the total the fits verdict compares)."""
+    outside = sum(estimate.components.get(k, 0) for k in OUTSIDE_COMPONENTS)
+    return {"allocated_bytes": allocated_bytes(estimate),
+            "reserved_bytes": int(estimate.total_bytes - outside),
+            "device_bytes": int(estimate.total_bytes)}
 
 
 

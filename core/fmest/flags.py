@@ -25,6 +25,8 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 from attrs import field, frozen
 
 from fmest.errors import InputError
+from fmest.objectives import OBJECTIVES as TRAINING_OBJECTIVES
+from fmest.objectives import REFERENCE_MODELS
 
 #: A reader's ``put(path, value, origin)``: set a job field from a flag.
 Put = Callable[[str, Any, str], None]
@@ -235,6 +237,9 @@ JOB_FLAGS: tuple[Flag, ...] = (
          help="module names (q_proj v_proj ...) or all-linear; commas also accepted"),
     Flag(names=("--quant-bits",), group=_TRAIN, path="training.quantization_bits", parse=int,
          choices=(4, 8), help="QLoRA base weight bits"),
+    Flag(names=("--quant-method",), group=_TRAIN, path="training.quantization_method",
+         choices=("bnb", "gptq"), help="QLoRA base quantization: bnb (bitsandbytes) or gptq "
+         "(a GPTQ checkpoint through AutoGPTQ's kernels)"),
     Flag(names=("--optimizer",), group=_TRAIN, path="training.optimizer", metavar="NAME",
          help="adamw, adamw_8bit, paged_adamw_8bit, adafactor, sgd, sgd_momentum, lion, ... "
               "(HF optim names accepted)"),
@@ -254,6 +259,13 @@ JOB_FLAGS: tuple[Flag, ...] = (
           help="fused/chunked cross-entropy (no full fp32 logits)"),
     Flag(names=("--loss",), group=_TRAIN, path="training.loss",
          choices=("standard", "fused", "chunked"), help="cross-entropy implementation"),
+    Flag(names=("--training-objective",), group=_TRAIN, path="training.objective",
+         choices=TRAINING_OBJECTIVES, help="lm (pre-training, SFT) or a preference objective: dpo, "
+         "kto, orpo, simpo, cpo (pairwise ones run chosen + rejected sequences per sample)"),
+    Flag(names=("--reference-model",), group=_TRAIN, path="training.reference_model",
+         choices=REFERENCE_MODELS, help="DPO/KTO reference log-probs: auto (a frozen copy for "
+         "full training, the adapter-disabled policy for LoRA), copy, adapter, precomputed, "
+         "none"),
     _bool("--activation-offload", group=_TRAIN, path="training.activation_offload",
           help="offload saved activations to CPU"),
     _bool("--compile", group=_TRAIN, path="training.compile", help="torch.compile the model"),

@@ -16,6 +16,8 @@ from attrs import field, frozen
 
 from fmest.errors import InputError
 from fmest.estimates import DEFAULT_FIT_CONFIDENCE
+from fmest.objectives import OBJECTIVES, REFERENCE_MODELS
+from fmest.objectives import check as _check_objective
 
 DTYPES = ("fp32", "bf16", "fp16", "fp8")
 PRECISIONS = ("auto", "pure", "amp", "master")
@@ -30,6 +32,7 @@ PP_SCHEDULES = ("1f1b", "gpipe", "interleaved")
 FSDP_PREFETCH = ("pre", "post", "none")
 PRICE_TYPES = ("on_demand", "spot", "reserved_1y", "reserved_3y")
 QUANT_BITS = (4, 8)
+QUANT_METHODS = ("bnb", "gptq")
 
 
 def _choice(values):
@@ -126,6 +129,10 @@ class Training:
     #: (data/lora_default_targets.json), made explicit by ``Engine.resolve_job``
     lora_target_modules: tuple[str, ...] = field(default=(), converter=_tuple_of_str)
     quantization_bits: int = field(default=4, validator=_choice(QUANT_BITS))
+    #: how the QLoRA base is quantized: ``bnb`` (bitsandbytes NF4/int8, dequantized per use)
+    #: or ``gptq`` (a GPTQ checkpoint, AutoGPTQ's unpacking kernels: time_roofline
+    #: gptq_dequant_bytes_per_param)
+    quantization_method: str = field(default="bnb", validator=_choice(QUANT_METHODS))
     double_quantization: bool = True
     optimizer: str = "adamw"
     optimizer_impl: str = field(default="auto", validator=_choice(OPTIMIZER_IMPLS))
@@ -158,6 +165,20 @@ class Training:
     #: encoder-decoder models: encoder (source) and decoder (target) tokens; None = seq_len
     source_len: Optional[int] = field(default=None, validator=_positive_int)
     target_len: Optional[int] = field(default=None, validator=_positive_int)
+    #: the loss the step computes (fmest.objectives): ``lm`` (pre-training, SFT) or a
+    #: preference objective (``dpo``, ``kto``, ``orpo``, ``simpo``, ``cpo``); pairwise ones run a
+    #: chosen and a rejected sequence per sample of ``micro_batch_size``
+    objective: str = field(default="lm", validator=_choice(OBJECTIVES))
+    #: DPO/KTO's reference log-probs: ``auto`` (TRL's default: a frozen ``copy`` for full
+    #: training, the policy with its adapters disabled, ``adapter``, for LoRA/QLoRA), ``copy``,
+    #: ``adapter``, ``precomputed`` (before training: no reference pass) or ``none``
+    reference_model: str = field(default="auto", validator=_choice(REFERENCE_MODELS))
+
+    def __attrs_post_init__(self) -> None:
+        why = _check_objective(self.objective, self.reference_model, self.technique)
+        if why is not None:
+            raise InputError("reference_model", why, value=self.reference_model,
+                             accepted=REFERENCE_MODELS)
 
 
 @frozen(kw_only=True)

@@ -9,7 +9,7 @@ import re
 from typing import Any, Optional
 
 from fmest.convert import job_to_dict, unstructure
-from fmest.estimates import fits_probability, verdict_text, verdict_word
+from fmest.estimates import fits_probability, memory_counters, verdict_text, verdict_word
 from fmest.output.render import Column, csv_text, output_width, paint, wrap
 from fmest.output.render import render_table as _table
 from fmest.output.serving_summary import inference_lines, inference_summary
@@ -129,6 +129,10 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             "components": dict(m.components),
             "phase": m.phase,
             "phase_peaks_bytes": dict(m.phase_peaks_bytes),
+            # the three counters a measurement reports, each from the components' allocator
+            # class (fmest.estimates.MEMORY_COMPONENTS): torch.cuda.max_memory_allocated,
+            # max_memory_reserved, and the whole device as nvidia-smi shows it (the total)
+            **memory_counters(m),
             "gpu": ctx.gpu.name,
             "gpu_memory_bytes": ctx.gpu.memory_bytes,
             "fits": report.fits,
@@ -361,6 +365,8 @@ def report_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
                      f"accum {job.training.grad_accum_steps}, optimizer {ctx.optimizer.name}, "
                      f"checkpointing {job.training.activation_checkpointing}, "
                      f"attention {job.training.attention}")
+        if job.training.objective != "lm":
+            lines.append(_objective_line(job.training))
         if job.options.explain and job.training.technique in ("lora", "qlora"):
             tr = job.training
             lines.append(f"lora     rank {tr.lora_rank}, alpha {tr.lora_alpha:g}, target modules "
@@ -381,6 +387,11 @@ def report_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
                  ("GPU memory", _fmt_gib(ctx.gpu.memory_bytes))]
         lines.append(_Block(_table([Column(name="component"), Column(name="GiB", align="right")],
                                    rows, indent="  ", tty=tty)))
+        counters = memory_counters(m)
+        lines.append(f"  as measured: {counters['allocated_bytes'] / GIB:.2f} GiB allocated "
+                     f"(max_memory_allocated), {counters['reserved_bytes'] / GIB:.2f} GiB "
+                     f"reserved (max_memory_reserved), {counters['device_bytes'] / GIB:.2f} GiB "
+                     "on the device (nvidia-smi)")
         verdict = verdict_text(report.fits, _confidence(report)["fits_probability"])
         kept_free = ctx.gpu.memory_bytes - report.headroom_bytes - m.total_bytes
         margin = f" keeping {kept_free / GIB:.2f} GiB free" if kept_free > (1 << 20) else ""
@@ -491,3 +502,18 @@ def _finish(lines: list[str], tty: Optional[bool]) -> str:
     return re.sub(r"(?<=verdict: )(DOES\s+NOT\s+FIT|LIKELY\s+OOM|LIKELY\s+FITS|UNCERTAIN|FITS)",
                   lambda m: paint(m.group(1), colours.get(" ".join(m.group(1).split()), "red"),
                                   tty=tty), text, count=1)
+
+
+def _objective_line(training) -> str:
+    """What a preference objective runs per step (fmest.objectives)."""
+    from fmest.objectives import forward_only_calls, resolved_reference, sequences_per_sample
+
+    ref = resolved_reference(training.objective, training.reference_model, training.technique)
+    seqs = sequences_per_sample(training.objective)
+    calls = forward_only_calls(training.objective, ref)
+    what = {"copy": "a frozen copy of the model", "adapter": "the policy with its adapters "
+            "disabled", "precomputed": "log-probs computed before training", "none": "none"}[ref]
+    return (f"step     {training.objective}: {seqs} sequence(s) per sample with gradients"
+            + (f", {sum(calls)} more per sample without ({len(calls)} no-grad pass(es))"
+               if calls else "")
+            + (f"; reference model: {what}" if training.objective in ("dpo", "kto") else ""))

@@ -16,6 +16,7 @@ import attrs
 from fmest.errors import InputError
 from fmest.job import Job, Training
 from fmest.models.spec import LinearModule, ModelSpec
+from fmest.objectives import sequences_per_sample
 
 #: PEFT's per-model-type default ``target_modules`` (copied from peft, source in the file).
 LORA_DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "data" / "lora_default_targets.json"
@@ -111,8 +112,11 @@ def tokens_per_sample(model: ModelSpec, training: Training) -> int:
 
     Decoders (and vision-language models: a dataset's count is of text, the image tokens are
     derived) carry ``seq_len``; encoder-decoders carry their source plus their target,
-    ``source_len + target_len``, each defaulting to ``seq_len``."""
+    ``source_len + target_len``, each defaulting to ``seq_len``. A sample of a pairwise
+    preference objective (DPO, ORPO, SimPO, CPO: :mod:`fmest.objectives`) is a chosen and a
+    rejected sequence, both trained on: twice that."""
+    pair = sequences_per_sample(training.objective)
     if model.is_encoder_decoder:
-        return (training.source_len or training.seq_len) + \
-            (training.target_len or training.seq_len)
-    return training.seq_len
+        return pair * ((training.source_len or training.seq_len)
+                       + (training.target_len or training.seq_len))
+    return pair * training.seq_len

@@ -66,11 +66,29 @@ def _mem_probe(engine, job, **sections):
     return est, ctx
 
 
-def _alloc(total_bytes: float, world: int) -> float:
-    """Allocated bytes from a reported peak (undo the allocator reserve and the context)."""
-    from fmest.physics.device_terms import ALLOCATOR_RESERVE_FRACTION, cuda_context_bytes
+def _alloc(total_bytes: float, world: int, ctx=None) -> float:
+    """Allocated bytes from a reported peak (undo the allocator reserve and the context;
+    ``ctx``: the probe's context, whose stack may run expandable segments)."""
+    from fmest.physics.device_terms import allocated_from_reserved, cuda_context_bytes
 
-    return (total_bytes - cuda_context_bytes(world)) / (1.0 + ALLOCATOR_RESERVE_FRACTION)
+    return allocated_from_reserved(total_bytes - cuda_context_bytes(world), expandable(ctx))
+
+
+def _phase_alloc(est, phase: str, world: int, ctx) -> float:
+    """Allocated bytes of one phase of a probe: the estimate's ``allocated_bytes_<phase>``
+    metric where it gives one (memory_theory: exact, before the allocator reserve and the cap
+    at the device), else the phase's peak with the reserve and context undone."""
+    exact = (est.metrics or {}).get(f"allocated_bytes_{phase}")
+    if exact is not None:
+        return float(exact)
+    return _alloc((est.phase_peaks_bytes or {}).get(phase, est.total_bytes), world, ctx)
+
+
+def expandable(ctx) -> bool:
+    """Whether the context's training stack runs the allocator with expandable segments
+    (stacks.toml ``expandable_segments``)."""
+    stack = ctx.transforms.stack if ctx is not None and ctx.transforms is not None else None
+    return bool(stack is not None and stack.profile.expandable_segments)
 
 
 def _single(**extra):
@@ -96,16 +114,19 @@ def state_bytes(engine, job, sharding: str, offload: str) -> StateBytes:
     hw = {"gpus_per_node": None, "nodes": 1}
     par = dict(_single(**_sharding_fields(sharding)), cpu_offload=offload)
     tr = {"micro_batch_size": 1, "grad_accum_steps": 2, "activation_checkpointing": "full"}
-    est, _ = _mem_probe(engine, job, parallelism=par, training=tr, hardware=hw)
+    est, probe_ctx = _mem_probe(engine, job, parallelism=par, training=tr, hardware=hw)
     comp = est.components
-    weights = comp.get("weights", 0) + comp.get("lora_adapters", 0)
+    # a DPO/KTO reference copy is the policy's weights again, sharded and staged like them
+    weights = comp.get("weights", 0) + comp.get("lora_adapters", 0) \
+        + comp.get("reference_weights", 0)
     master = comp.get("master_weights", 0)
     grads = comp.get("gradients", 0)
     opt = comp.get("optimizer_states", 0)
     peaks = est.phase_peaks_bytes or {}
     temps = 0.0
     if "optimizer" in peaks:
-        temps = max(0.0, _alloc(peaks["optimizer"], 1) - (weights + master + grads + opt))
+        temps = max(0.0, _phase_alloc(est, "optimizer", 1, probe_ctx)
+                    - (weights + master + grads + opt))
     return StateBytes(weights=float(weights), master=float(master), gradients=float(grads),
                       optimizer=float(opt), temporaries=float(temps))
 
@@ -124,8 +145,7 @@ def _act_slope(engine, job, par: dict, ckpt: str, accum: int = 2) -> float:
                                                                       "nodes": 1},
                               training={"micro_batch_size": mb, "grad_accum_steps": accum,
                                         "activation_checkpointing": ckpt})
-        peaks.append(_alloc((est.phase_peaks_bytes or {}).get("backward", est.total_bytes),
-                            ctx.layout.world_size))
+        peaks.append(_phase_alloc(est, "backward", ctx.layout.world_size, ctx))
     return max(0.0, (peaks[1] - peaks[0]) / ((high - low) * seq))
 
 
@@ -154,7 +174,14 @@ def _time_probe(engine, job, gpu: str, ckpt: str, tp: int, sp: bool, pp: int = 1
     t = report.time
     if t is None or not t.step_seconds:
         return None
-    return dict(t.breakdown), float(j.training.seq_len * mb)
+    parts = dict(t.breakdown)
+    # a preference step's no-grad passes (fmest.objectives): their GEMM/attention and
+    # memory-bound shares scale with the tokens like the trained passes' (time_roofline's
+    # metrics); on one GPU they have no gathers of their own
+    parts.pop("reference_forward", None)
+    for part in ("compute", "memory_bound"):
+        parts[part] = parts.get(part, 0.0) + t.metrics.get(f"reference_forward_{part}", 0.0)
+    return parts, float(j.training.seq_len * mb)
 
 
 #: Sequence length of the host-dispatch probe: so little GPU work that the step is the host's

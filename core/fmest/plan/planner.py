@@ -19,6 +19,7 @@ import attrs
 import numpy as np
 from attrs import field, frozen
 
+from fmest.default_plugins.parallelism import zero_step_grad_copy_rule
 from fmest.errors import InputError
 from fmest.flags import OBJECTIVES
 from fmest.job import PRICE_TYPES, Job, _tuple_of_str, resolve_layout
@@ -600,7 +601,12 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
         times = calib.times(gpu.name, ckpts[ck_idx])
         wire, per_param, act_b = _precision_bytes(job, strategy, ctx["stack"])
         rows = (sel["hidx"] == h_idx) & (sel["off"] == offload) & (sel["ckidx"] == ck_idx)
-        values = dict(
+        # DeepSpeed's step gradient copy (one rule with memory_theory): capped per ZeRO-3
+        # sub-group, so it does not shrink with the shard divisor like the other temporaries
+        copy_bpe, copy_cap = (0.0, None) if offload else zero_step_grad_copy_rule(
+            strategy, ctx["stack"], per_param)
+        values = dict(copy_bpe=copy_bpe,
+                      copy_cap=float("inf") if copy_cap is None else copy_cap,
             w_bytes=states.weights, master_bytes=states.master, opt_bytes=states.optimizer,
             grad_bytes=states.gradients, temp_bytes=states.temporaries,
             head_compute=times.last_stage_compute,
@@ -712,10 +718,18 @@ def _sharding_arrays(sel: dict, gpn: int, ctx: dict) -> dict:
 
 def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -> dict:
     """The arrays :mod:`fmest.plan.vector` reads, per selected configuration."""
+    from fmest.objectives import forward_only_calls, resolved_reference, sequences_per_sample
     from fmest.physics.counting import trainable_params
 
     job, model, gpu = ctx["job"], ctx["model"], opt.spec
     size = sel["tp"].size
+    # a preference objective's pairs and no-grad passes (fmest.objectives): the compute
+    # probes already run them; the TP/PP traffic formulas scale by them
+    tr = job.training
+    pair = sequences_per_sample(tr.objective)
+    calls = forward_only_calls(tr.objective, resolved_reference(tr.objective,
+                                                                tr.reference_model,
+                                                                tr.technique))
     counts = model.param_counts()
     params = float(counts.total)
     root = float(counts.embedding + counts.head)
@@ -729,6 +743,10 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
         ckpt_full=sel["ckidx"] == sp.CHECKPOINTING.index("full"),
         world=np.full(size, float(count)), gpn=np.full(size, float(gpn)),
         seq=float(job.training.seq_len), layers=float(model.num_layers),
+        pair=float(pair), fwd_only=float(sum(calls)) / pair,
+        expandable=bool(ctx["stack"] is not None
+                        and ctx["stack"].profile.expandable_segments),
+        capacity=float(gpu.memory_bytes or 0),
         hidden=float(model.hidden_size), kv_dim=float(model.num_kv_heads * model.head_dim),
         params=params, root_params=root,
         head_params=float(counts.head or counts.embedding),

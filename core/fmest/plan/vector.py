@@ -12,13 +12,15 @@ from __future__ import annotations
 import numpy as np
 
 from fmest.physics.device_terms import (
+    ALLOCATOR_RESERVE_CONSTANT_BYTES,
+    ALLOCATOR_RESERVE_EXPANDABLE_CONSTANT_BYTES,
     ALLOCATOR_RESERVE_FRACTION,
+    ALLOCATOR_RESERVE_MIN_TRACED_BYTES,
     CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
     NCCL_BUFFER_BYTES,
 )
 from fmest.physics.time_constants import (
-    COMPILE_MEMORY_BOUND_SPEEDUP,
     CPU_ADAM_PARAMS_PER_S_PER_NODE,
     HBM_EFFICIENCY,
     INTER_NODE_COLLECTIVE_EFFICIENCY,
@@ -169,7 +171,16 @@ def memory_bytes(cfg: dict) -> np.ndarray:
     weights = cfg["w_bytes"] / state_divisor(cfg, cfg["s_params"])
     optim = (cfg["master_bytes"] + cfg["opt_bytes"]) / state_divisor(cfg, cfg["s_opt"])
     grads = cfg["grad_bytes"] / state_divisor(cfg, cfg["s_grads"])
-    temps = cfg["temp_bytes"] / state_divisor(cfg, cfg["s_opt"])
+    # DeepSpeed's step gradient copy (fmest.default_plugins.parallelism
+    # zero_step_grad_copy_rule) is capped per ZeRO-3 sub-group: the probe's (dp = 1) copy comes
+    # out of the temporaries that shrink with the shard divisor and is added back at this size
+    opt_div = state_divisor(cfg, cfg["s_opt"])
+    bpe = cfg.get("copy_bpe", 0.0)
+    cap = cfg.get("copy_cap", np.inf)
+    trainable = local_trainable(cfg)
+    probe_copy = bpe * np.minimum(trainable, cap)
+    temps = (cfg["temp_bytes"] - probe_copy) / opt_div \
+        + bpe * np.minimum(trainable / opt_div, cap)
     buffers, unsharded_acc = framework_buffer_bytes(cfg)
     tokens = cfg["mb"] * cfg["seq"] / cfg["cp"]
     acts = cfg["act_per_token"] * tokens
@@ -181,7 +192,22 @@ def memory_bytes(cfg: dict) -> np.ndarray:
                                    buffers - unsharded_acc + grads + acts / stage_layers)
     optimizer = static + grads + temps
     alloc = np.maximum(backward, optimizer)
-    return alloc * (1.0 + ALLOCATOR_RESERVE_FRACTION) + context_bytes(cfg["world"])
+    # fmest.physics.device_terms.allocator_reserve_bytes, vectorised
+    floor = ALLOCATOR_RESERVE_MIN_TRACED_BYTES
+    below = np.minimum(1.0, np.maximum(alloc, 0.0) / floor)
+    reserve = np.where(cfg.get("expandable", False),
+                       ALLOCATOR_RESERVE_EXPANDABLE_CONSTANT_BYTES * below,
+                       (ALLOCATOR_RESERVE_CONSTANT_BYTES
+                        + ALLOCATOR_RESERVE_FRACTION * np.maximum(alloc, floor)) * below)
+    context = context_bytes(cfg["world"])
+    # the allocator frees its cache before it exceeds the device (memory_theory's assemble)
+    capacity = cfg.get("capacity", 0.0)
+    total = alloc + reserve + context
+    if capacity:
+        # capped: exactly the device (no rounding either side of the fit test's comparison)
+        capped = (alloc + context <= capacity) & (total > capacity)
+        total = np.where(capped, capacity, total)
+    return total
 
 
 def _dp_collective_seconds(cfg, gbytes, pbytes, group, stride, shard_n):
@@ -253,8 +279,9 @@ def step_seconds(cfg: dict) -> np.ndarray:
     # the slowest (last) stage: its share of the layers plus the output head and loss
     head_c = cfg["head_compute"] / cfg["tp"]
     head_m = cfg["head_membound"] / cfg["tp"]
-    # GEMM rows grow with the micro-batch: time per token ~ 1 + half_dim / rows (the shape
-    # efficiency m / (m + half_dim) of time_roofline's gemm_shape_efficiency), probed at 1 and 4
+    # GEMM rows grow with the micro-batch: fewer padded tiles and partial waves per token
+    # (time_roofline's gemm_shape_efficiency: tile and wave quantization on the GPU's SMs),
+    # approximated as time per token ~ c_inf + (c_1 - c_inf) / mb through probes at 1 and 4
     shape = 1.0 - cfg["compute_mb_share"] + cfg["compute_mb_share"] / cfg["mb"]
     compute = ((cfg["compute_repl"] + cfg["compute_split"] / cfg["tp"] - head_c) / cfg["pp"]
                + head_c) * tokens * shape
@@ -262,17 +289,19 @@ def step_seconds(cfg: dict) -> np.ndarray:
                          cfg["membound_repl"] + cfg["membound_split"] / cfg["tp"]) - head_m) \
         / cfg["pp"] * tokens + head_m * tokens
     # gradient accumulation reads, adds and writes the gradient buffer per micro-batch
-    # (time_roofline: 3 x grad bytes x local params x (m-1)/m at HBM efficiency)
+    # (time_roofline: 3 x grad bytes x local params x (m-1)/m at HBM efficiency; autograd's
+    # AccumulateGrad runs outside a torch.compile graph, so compile does not change it)
     accum = cfg["accum"]
     grad_local = local_trainable(cfg) / mp
-    compile_speedup = np.where(cfg["compiled"], COMPILE_MEMORY_BOUND_SPEEDUP, 1.0)
     membound = membound + 3 * cfg["grad_wire_bytes"] * grad_local * (accum - 1) / accum \
-        / (cfg["hbm_bw"] * HBM_EFFICIENCY) / compile_speedup
+        / (cfg["hbm_bw"] * HBM_EFFICIENCY)
     stage_layers = cfg["layers"] / cfg["pp"]
     gpn = cfg["gpn"]
-    act_elems = tokens * cfg["hidden"]
+    # activations on the wire: every sequence of the micro-batch (a preference pair's two);
+    # each no-grad pass of a DPO/KTO step adds a forward's all-reduces (fmest.objectives)
+    act_elems = tokens * cfg.get("pair", 1.0) * cfg["hidden"]
     tbw, tlat, _ = group_bus_bandwidth(cfg["tp"], 1, gpn, cfg["intra_bw"], cfg["nic_bw"])
-    passes = 2 + np.where(cfg["ckpt_full"], 1, 0)
+    passes = 2 + np.where(cfg["ckpt_full"], 1, 0) + cfg.get("fwd_only", 0.0)
     tp_t = passes * stage_layers * 2 * ring_all_reduce_seconds(act_elems * cfg["act_bytes"],
                                                                cfg["tp"], tbw, tlat)
     pp_inter = (cfg["pp"] > 1) & (cfg["world"] > gpn)

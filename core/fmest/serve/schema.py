@@ -47,6 +47,8 @@ ESTIMATE_SCHEMA: dict[str, Any] = {
         "memory": {"type": ["object", "null"], "properties": {
             "total_bytes": {"type": "number"}, "components": {"type": "object"},
             "phase_peaks_bytes": {"type": "object"}, "gpu_memory_bytes": {"type": "number"},
+            "allocated_bytes": {"type": "integer"}, "reserved_bytes": {"type": "integer"},
+            "device_bytes": {"type": "integer"},
             "fits": {"type": ["boolean", "null"]},
             "max_micro_batch": {"type": ["integer", "null"]}}},
         "time": {"type": ["object", "null"]}, "tokens": {"type": ["object", "null"]},

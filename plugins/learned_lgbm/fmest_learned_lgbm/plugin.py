@@ -94,6 +94,9 @@ def _predict(target, job, ctx, baseline):
     if not _same_device_kind(model, values):
         return None
     outside = model.domain(values)
+    if job.training.objective != "lm":   # no feature carries it: every training row is lm
+        outside = [*outside, f"objective {job.training.objective} (every training row is a "
+                   "causal-LM run)"]
     lo, point, hi = model.predict_log_ratio(values)
     notes = [f"learned correction x{math.exp(point):.3f} of the analytic baseline "
              f"({model.meta.get('baseline')}); the breakdown is the analytic one scaled by it"

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Optional
 import attrs
 from attrs import frozen
 
-from fmest.default_plugins.parallelism import zero_reduce_buffer_elements
+from fmest.default_plugins.parallelism import zero_reduce_buffer_elements, zero_step_grad_copy_rule
 from fmest.estimates import MemoryEstimate, Provenance
+from fmest.objectives import forward_only_calls, resolved_reference, sequences_per_sample
 from fmest.transforms import (
     OptimizerSizing,
     ShardingPlan,
@@ -62,11 +63,14 @@ COMPONENTS = ("weights", "master_weights", "lora_adapters", "gradients", "optimi
               "optimizer_temporaries", "activations", "logits_and_loss", "framework_buffers",
               "cuda_context", "allocator_reserve")
 _TENSOR_COMPONENTS = COMPONENTS[:-2]
+#: components only a preference objective has, shown when present
+_OBJECTIVE_COMPONENTS = ("reference_weights", "reference_forward")
 
 #: every training estimate's provenance: one frozen record, not one built per estimate
 PROVENANCE = Provenance(basis="analytic", detail=(
     "step-2 phase peak; Korthikanti 2022 activations, ZeRO 2020 states, QLoRA 2023 "
-    "NF4; allocator reserve %.0f%% of allocated" % (100 * F.ALLOCATOR_RESERVE_FRACTION)))
+    "NF4; allocator reserve from traced allocator replays (core/fmest/data/"
+    "allocator_reserve.json)"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,6 +93,9 @@ class JobSetup:
     act_bytes: int                # compute-dtype storage bytes per element
     adapter_act_bytes: int        # dtype of adapter inputs/outputs (fp32 under amp/master LoRA)
     tokens: float                 # tokens of one micro-batch on one GPU
+    #: sequences of one micro-batch as run: micro_batch_size x 2 for pairwise objectives
+    #: (fmest.objectives: DPO/ORPO/SimPO/CPO batch the chosen and the rejected sequence)
+    batch: int
     seq_local: float
     accumulating: bool            # gradients live across micro-batches (accum or pipeline)
     dtensor_tp: bool
@@ -100,6 +107,19 @@ class JobSetup:
     loss: str
     stack: Optional[ResolvedStack] = None   # None: eager PyTorch
     expert_plan: Optional[ShardingPlan] = None  # divisors of expert weights (expert-DP group)
+    #: the resolved reference model of a DPO/KTO objective (fmest.objectives.resolved_reference)
+    reference: str = "none"
+    #: sequences per sample of each extra no-grad forward pass (fmest.objectives)
+    forward_only_calls: tuple[int, ...] = ()
+    #: the GPU's memory (the allocator frees its cache before it exceeds it); 0: unknown
+    capacity_bytes: float = 0.0
+
+
+def stack_says(stack: Optional[ResolvedStack], behaviour: str) -> bool:
+    """Whether the stack's profile states a boolean ``behaviour`` (fmest.stacks.StackProfile
+    fields such as fsdp_no_sync_accumulation, fsdp_flat_param_grads, quantize_head,
+    quant_saves_gemm_inputs: the LitGPT behaviours of stacks.toml)."""
+    return stack is not None and bool(getattr(stack.profile, behaviour))
 
 
 def effective_loss(loss: str, stack: Optional[ResolvedStack]) -> str:
@@ -123,18 +143,23 @@ def job_setup(job: Job, ctx: EstimateContext) -> JobSetup:
     # VLMs: image tokens join the text sequence (fmest_memory_theory.vision)
     seq_local = vlm_sequence_len(training.seq_len, model.vision, image_size=training.image_size,
                                  images=training.images_per_sample) / lay.cp
+    batch = training.micro_batch_size * sequences_per_sample(training.objective)
+    reference = resolved_reference(training.objective, training.reference_model,
+                                   training.technique)
     return JobSetup(
         training=training, parallelism=par, layout=lay, model=model, dims=model_numbers(model),
         lora=(lora_numbers(model, tuple(training.lora_target_modules), training.lora_rank)
               if lora else None),
         sizing=sizing, plan=plan, strategy=plan.strategy, act_bytes=sizing.compute_bytes,
         adapter_act_bytes=sizing.trainable_bytes if lora else sizing.compute_bytes,
-        tokens=training.micro_batch_size * seq_local, seq_local=seq_local,
+        tokens=batch * seq_local, seq_local=seq_local, batch=batch, reference=reference,
+        forward_only_calls=forward_only_calls(training.objective, reference),
         accumulating=training.grad_accum_steps > 1 or lay.pp > 1, dtensor_tp=dtensor_tp,
         dtensor_sp=dtensor_tp and par.sequence_parallel,
         offload_optimizer=par.cpu_offload in ("optimizer", "params"),
         offload_params=par.cpu_offload == "params", loss=effective_loss(training.loss, stack),
-        stack=stack, expert_plan=transforms.expert_sharding or plan)
+        stack=stack, expert_plan=transforms.expert_sharding or plan,
+        capacity_bytes=float(getattr(ctx.gpu, "memory_bytes", 0) or 0))
 
 
 @frozen(kw_only=True)
@@ -224,7 +249,26 @@ def _base_weight_bytes(setup: JobSetup,
         q_bytes = q_params * F.nf4_bytes_per_param(training.double_quantization)
     else:
         q_bytes = dims.quantizable_int8_bytes * params.fraction / tp
+    head = _quantized_head_params(setup, params)
+    if head:   # the stack quantizes the output head too (stacks.toml quantize_head)
+        q_params += head
+        q_bytes += head * (F.nf4_bytes_per_param(training.double_quantization)
+                           if training.quantization_bits == 4 else F.INT8_BYTES)
     return q_bytes + (params.total - q_params) * setup.act_bytes, dims.quantizable
+
+
+#: bytes of an fp16 element: what bitsandbytes dequantizes Lightning's weights to
+FP16_BYTES = 2
+
+
+def _quantized_head_params(setup: JobSetup, params: StageParams) -> float:
+    """The stage's output-head weights when the stack quantizes every ``nn.Linear``, head
+    included (Lightning ``BitsandbytesPrecision.init_context`` swaps ``torch.nn.Linear`` for
+    the bitsandbytes class model-wide; lightning 71aed751 fabric/plugins/precision/
+    bitsandbytes.py), 0 otherwise (transformers keeps ``lm_head`` unquantized)."""
+    if setup.training.technique != "qlora" or not stack_says(setup.stack, "quantize_head"):
+        return 0.0
+    return params.head
 
 
 def _optimizer_state_bytes(setup: JobSetup, trainable: float) -> float:
@@ -251,6 +295,19 @@ def _step_temporaries(setup: JobSetup, trainable: float, opt_div: float) -> floa
             (trainable / max(1, len(lora.shapes) // 2 * setup.model.num_layers))
         temps = max(temps, biggest * sizing.state_bytes * max(1.0, sizing.states))
     return temps
+
+
+def _zero_step_grad_copy(setup: JobSetup, trainable: float, opt_div: float) -> float:
+    """DeepSpeed's ZeRO optimizers flatten and cast each group's (ZeRO-3: sub-group's)
+    gradient partition to fp32 at the step (fmest.default_plugins.parallelism
+    ``zero_step_grad_copy_rule``, formulas.zero_step_grad_copy_bytes); 0 where the rule says
+    there is no copy."""
+    per_element, cap = zero_step_grad_copy_rule(setup.strategy, setup.stack,
+                                                setup.sizing.grad_bytes)
+    if not per_element:
+        return 0.0
+    return F.zero_step_grad_copy_bytes(trainable / opt_div, setup.sizing.grad_bytes,
+                                       sub_group_elements=cap)
 
 
 def _frozen_vision_params(setup: JobSetup) -> float:
@@ -297,7 +354,8 @@ def model_state_terms(setup: JobSetup, params: StageParams) -> ModelState:
     master = trainable * sizing.master_bytes / optimizer_divisor
     grads_full = trainable * sizing.grad_bytes / grads_divisor
     states = _optimizer_state_bytes(setup, trainable) / optimizer_divisor
-    temps = _step_temporaries(setup, trainable, optimizer_divisor)
+    temps = _step_temporaries(setup, trainable, optimizer_divisor) \
+        + _zero_step_grad_copy(setup, trainable, optimizer_divisor)
     if setup.offload_optimizer:
         master = states = temps = 0.0
     if setup.offload_params:
@@ -367,6 +425,10 @@ def _gathered_param_buffers(setup: JobSetup, params: StageParams, state: ModelSt
         if not lora:   # one layer's unsharded grads (+ fp32 copy for reduce)
             fwd_bwd += layer_unsharded / act * (act + (F.FP32_BYTES if setup.sizing.precision
                                                        == "amp" else 0))
+        acc = _no_sync_accumulated_bytes(setup, params)
+        if acc:
+            return Buffers(static=static, fwd_bwd=fwd_bwd + acc, accumulated=acc,
+                           unsharded_accumulation=True)
         return Buffers(static=static, fwd_bwd=fwd_bwd)
     # SHARD_GRAD_OP, or parameters kept unsharded under PP (torchtitan:
     # reshard_after_forward=False): the stage's parameters stay unsharded through forward and
@@ -384,6 +446,31 @@ def _gathered_param_buffers(setup: JobSetup, params: StageParams, state: ModelSt
     acc_buf = params.total * acc_b
     return Buffers(static=static, fwd_bwd=fwd_bwd + acc_buf, accumulated=acc_buf,
                    unsharded_accumulation=True)
+
+
+def _no_sync_accumulated_bytes(setup: JobSetup, params: StageParams) -> float:
+    """Unsharded gradients that gradient accumulation keeps across micro-batches when the
+    stack runs them without sync (stacks.toml ``fsdp_no_sync_accumulation``: Fabric's
+    ``no_backward_sync`` is FSDP1 ``no_sync()``, which "will accumulate the full model
+    gradients (instead of gradient shards) until the eventual sync", torch
+    fully_sharded_data_parallel.py), in the dtype of the parameters they belong to. Full
+    training: every parameter. LoRA: the adapters, unless the units are FSDP1
+    FlatParameters (``fsdp_flat_param_grads``: use_orig_params=True, and a FlatParameter
+    requires grad when any tensor in it does, torch/distributed/fsdp/_flat_param.py): then
+    every per-block unit, which holds adapters, accumulates a gradient of its whole block, and
+    the root unit (embedding, final norm, head) one only when the head is adapted."""
+    stack, sizing = setup.stack, setup.sizing
+    if setup.training.grad_accum_steps <= 1 or not stack_says(stack, "fsdp_no_sync_accumulation"):
+        return 0.0
+    if setup.lora is None:
+        return params.total * sizing.grad_bytes
+    if not stack_says(stack, "fsdp_flat_param_grads"):
+        return setup.lora.adapter_params * params.fraction / setup.layout.tp \
+            * sizing.trainable_bytes
+    blocks = params.dense + params.expert
+    if "lm_head" in setup.training.lora_target_modules:
+        blocks += params.embedding + params.head + params.final_norm
+    return blocks * sizing.weight_bytes
 
 
 def _autocast_buffers(setup: JobSetup, params: StageParams, stage: Stage,
@@ -436,7 +523,7 @@ def _layer_inputs(setup: JobSetup) -> LayerInputs:
     LayerInputs fields (no stack: eager PyTorch, nothing fused)."""
     training, lay, stack = setup.training, setup.layout, setup.stack
     return LayerInputs(
-        tokens=setup.tokens, batch=training.micro_batch_size, seq=setup.seq_local,
+        tokens=setup.tokens, batch=setup.batch, seq=setup.seq_local,
         act_bytes=setup.act_bytes, tp=lay.tp, sequence_parallel=setup.parallelism
         .sequence_parallel, attention=training.attention, compiled=training.compile,
         trainable_all=setup.lora is None, adapter_bytes=setup.adapter_act_bytes,
@@ -445,7 +532,9 @@ def _layer_inputs(setup: JobSetup) -> LayerInputs:
         fused_norm=stack is not None and stack.fuses("norm"),
         fused_activation=stack is not None and stack.fuses("activation"),
         fused_layout=stack is not None and stack.fuses("layout"),
-        gemm_input_bytes=_saved_gemm_input_bytes(setup))
+        gemm_input_bytes=_saved_gemm_input_bytes(setup),
+        frozen_gemm_inputs_saved=training.technique == "qlora"
+        and stack_says(stack, "quant_saves_gemm_inputs"))
 
 
 def _saved_gemm_input_bytes(setup: JobSetup) -> Optional[int]:
@@ -490,13 +579,13 @@ def _encdec_saved_bytes(setup: JobSetup, stage: Stage) -> float:
         base = attrs.evolve(base, attention="eager")
 
     def per_layer(seq: int) -> float:
-        inputs = attrs.evolve(base, tokens=training.micro_batch_size * seq / cp, seq=seq / cp)
+        inputs = attrs.evolve(base, tokens=setup.batch * seq / cp, seq=seq / cp)
         return layer_activation_bytes(model, setup.dims, setup.lora, inputs)[0]
 
     lengths = stack_lengths(model, seq_len=training.seq_len, source_len=training.source_len,
                             target_len=training.target_len)
     whole = encdec_activation_bytes(model, per_layer, lengths=lengths,
-                                    batch=training.micro_batch_size, act_bytes=setup.act_bytes,
+                                    batch=setup.batch, act_bytes=setup.act_bytes,
                                     tp=setup.layout.tp)
     return whole * stage.layers / model.num_layers * stage.inflight
 
@@ -506,7 +595,7 @@ def _vision_saved_bytes(setup: JobSetup, vision: VisionSpec) -> float:
     training = setup.training
     tokens = image_tokens(vision, training.image_size)
     return vision_activation_bytes(
-        vision, tokens, images=training.micro_batch_size * training.images_per_sample,
+        vision, tokens, images=setup.batch * training.images_per_sample,
         act_bytes=setup.act_bytes, trained=training.train_vision_tower,
         checkpointing=training.activation_checkpointing == "full") / setup.layout.tp
 
@@ -543,8 +632,28 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
         tied = 0.0 if params.head else setup.dims.embedding_params / lay.tp
         head_grad = (params.head or tied) * setup.sizing.grad_bytes / setup.plan.grads_divisor \
             if setup.lora is None else 0.0
+        # a quantized head is dequantized again for each logits chunk's input gradient, at
+        # the start of backward: Lightning quantizes from an fp16 copy (``_quantize_weight``:
+        # ``weight.to(torch.half)``), so bitsandbytes' ``dequantize_4bit`` returns fp16 and
+        # MatMul4Bit casts it to the compute dtype beside it (``.to(A.dtype)``)
+        bwd_tr += _quantized_head_params(setup, params) * (
+            FP16_BYTES + (act if training.dtype != "fp16" else 0))
     work_l += buffers.autocast_layer
-    if state.quantized:   # bnb / torchao NF4 dequantize one weight at a time (not the head)
+    if state.quantized and training.quantization_method == "gptq":
+        # AutoGPTQ 0.5.1 ``qlinear_cuda_old`` (the torch unpacking time_roofline's
+        # gptq_dequant_bytes_per_param reads): the int32 shift result and its int8/int16 cast
+        # coexist for the weight being unpacked, and ``torch.matmul(x, weight)`` saves the
+        # unpacked 16-bit weight for backward: the recomputed layer's weights under full
+        # checkpointing, every layer's without it
+        unpack = setup.dims.largest_quantizable_params / lay.tp * (
+            F.FP32_BYTES + (2 if training.quantization_bits == 8 else 1))
+        layer_q = setup.dims.quantizable_weight_params / max(model.num_layers, 1) / lay.tp * act
+        work_l += unpack
+        if training.activation_checkpointing == "full":
+            work_l += layer_q
+        else:
+            saved_all += layer_q * stage.layers * stage.inflight
+    elif state.quantized:   # bnb / torchao NF4 dequantize one weight at a time (not the head)
         work_l += setup.dims.largest_quantizable_params / lay.tp * act
     return Activations(saved_layer=saved_l, work_layer=work_l, saved_all=saved_all,
                        logits_held=held, logits_fwd_extra=fwd_tr, logits_bwd_extra=bwd_tr,
@@ -590,10 +699,14 @@ def phase_components(setup: JobSetup, state: ModelState, buffers: Buffers, acts:
         else 0.0
     static = {"weights": state.weights, "master_weights": state.master,
               "lora_adapters": state.lora_adapters, "optimizer_states": state.states}
+    if setup.reference == "copy":
+        static["reference_weights"] = state.weights
     forward = dict(static, gradients=acc_grads, activations=acts.saved_all,
                    logits_and_loss=acts.logits_held + acts.logits_fwd_extra,
                    framework_buffers=buffers.static + buffers.fwd_bwd + buffers.fwd_only,
                    optimizer_temporaries=0.0)
+    if setup.forward_only_calls and stage.has_head:
+        forward["reference_forward"] = _forward_only_bytes(setup)
     candidates = _backward_candidates(setup, static, state, buffers, acts, stage, acc_grads)
     in_backward = setup.training.optimizer_in_backward
     optimizer = dict(static, gradients=state.grads_peak if not in_backward else 0.0,
@@ -607,6 +720,20 @@ def phase_components(setup: JobSetup, state: ModelState, buffers: Buffers, acts:
 # ---------------------------------------------------------------------------------------------
 # 3. the estimate
 # ---------------------------------------------------------------------------------------------
+
+def _forward_only_bytes(setup: JobSetup) -> float:
+    """The largest no-grad forward pass of a preference step (DPO's reference pass, KTO's KL and
+    reference passes: fmest.objectives), run after the policy's forward while its saved
+    activations and logits are held: that call's logits in the compute dtype (transformers
+    returns them unupcast; TRL's ``selective_log_softmax`` then works row by row) and one
+    layer's hidden states in and out. A frozen ``copy`` is sharded like the policy's weights
+    (``weights`` is already per GPU); under ZeRO-3/FSDP its layers are gathered like the
+    policy's, counted in the framework buffers once."""
+    per_sample = max(setup.forward_only_calls)
+    tokens = setup.tokens / sequences_per_sample(setup.training.objective) * per_sample
+    vocab = setup.model.vocab_size / setup.layout.tp
+    return tokens * (vocab + 2 * setup.model.hidden_size) * setup.act_bytes
+
 
 @frozen(kw_only=True)
 class StagePeak:
@@ -670,14 +797,27 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
     components = {name: int(round(peak.components.get(name, 0.0)))
                   for name in _TENSOR_COMPONENTS}
     _split_vision(setup, peak, components)
+    for name in _OBJECTIVE_COMPONENTS:   # only in preference steps (fmest.objectives)
+        if name in peak.components:
+            components[name] = int(round(peak.components[name]))
     components["cuda_context"] = int(round(ctx_bytes))
     stack = setup.stack
     fitted = stack.fitted.reserve_fraction if stack is not None else None
-    components["allocator_reserve"] = int(round(
-        F.allocator_reserve_bytes(peak.allocated) if fitted is None
-        else fitted * peak.allocated))
+    expandable = stack is not None and stack.profile.expandable_segments
+
+    def reserve(allocated: float) -> float:
+        held = F.allocator_reserve_bytes(allocated, expandable) if fitted is None \
+            else fitted * allocated
+        # before raising an OOM the caching allocator frees its cached blocks and retries
+        # (c10/cuda/CUDACachingAllocator.cpp @ eb42ad6e, DeviceCachingAllocator::malloc:
+        # release_available_cached_blocks, then release_cached_blocks): the reserve never
+        # pushes a peak that fits as tensors past the device (docs/allocator.md)
+        room = setup.capacity_bytes - ctx_bytes - allocated if setup.capacity_bytes else None
+        return held if room is None or room < 0 else min(held, room)
+
+    components["allocator_reserve"] = int(round(reserve(peak.allocated)))
     total = sum(components.values())
-    phase_peaks = {name: int(round(value * (1 + F.ALLOCATOR_RESERVE_FRACTION) + ctx_bytes))
+    phase_peaks = {name: int(round(value + reserve(value) + ctx_bytes))
                    for name, value in peak.phase_allocated.items()}
     phase_peaks[peak.phase] = total
     notes: tuple[str, ...] = (
@@ -685,8 +825,12 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
         f"stage={peak.stage}", f"shard_group={setup.plan.group_size}")
     if stack is not None:
         notes += (stack_summary(stack),) + _stack_memory_notes(setup, stack, fitted)
+    # each phase's allocated bytes (max_memory_allocated's figure), before the reserve and
+    # its cap: what the planner's probes invert (fmest.plan.calibrate)
+    metrics = {f"allocated_bytes_{name}": float(value)
+               for name, value in peak.phase_allocated.items()}
     return MemoryEstimate(
-        total_bytes=total, components=components, phase=peak.phase,
+        total_bytes=total, components=components, phase=peak.phase, metrics=metrics,
         phase_peaks_bytes=phase_peaks, host_bytes=int(_host_bytes(setup)),
         provenance=PROVENANCE, notes=notes)
 

@@ -27,6 +27,7 @@ from attrs import frozen
 from fmest.errors import InputError
 from fmest.estimates import ACTIVATION_COMPONENTS, Provenance, TimeEstimate, TokensEstimate
 from fmest.models.images import vlm_sequence_len
+from fmest.objectives import forward_only_calls, resolved_reference, sequences_per_sample
 from fmest.physics.counting import (
     lora_modules,
     tokens_per_sample,
@@ -69,16 +70,19 @@ class Rates:
     attention_peak: float        # FLOP/s of the activation dtype
     hbm_bytes_per_s: float
     linear_fraction: float       # MAMF fraction
-    half_dim: float              # GEMM-shape saturation
+    sm_count: Optional[int]      # SMs of the GPU: width of a wave of GEMM tiles (None: no waves)
     attention_fwd_eff: float
     attention_bwd_eff: float
     notes: tuple = ()
 
 
-def device_rates(job, gpu, stack=None) -> Optional[Rates]:
+def device_rates(job, gpu, stack=None, model=None,
+                 attention_seq_len: Optional[float] = None) -> Optional[Rates]:
     """Phase 1: peaks (power-cap derated) and efficiencies; ``None`` when the GPU table lacks
     a needed peak. ``options.mfu`` does not change them: it sets the step at the end
-    (:func:`apply_mfu_override`), and these rates give the breakdown's shares."""
+    (:func:`apply_mfu_override`), and these rates give the breakdown's shares. The attention
+    efficiencies are those of the kernel at ``attention_seq_len`` keys (default the job's
+    sequence) and ``model``'s head dim (default 128)."""
     training, notes = job.training, []
     act_dtype = F.storage_dtype(training.dtype)
     derate = F.power_cap_derate(gpu.name)
@@ -92,25 +96,39 @@ def device_rates(job, gpu, stack=None) -> Optional[Rates]:
     if mfu is not None and mfu > 1:
         raise InputError("options.mfu", "is a fraction of peak between 0 and 1", value=mfu)
     fraction = F.mamf_fraction(gpu.name, training.dtype)
-    half_dim = F.GEMM_HALF_SATURATION_DIM
     kernel = stack.profile.attention_kernel if stack is not None else "sdpa"
-    fwd_eff, bwd_eff = attention_efficiencies(job, gpu, kernel)
+    fwd_eff, bwd_eff, att_notes = attention_efficiencies(job, gpu, kernel, model,
+                                                         attention_seq_len)
+    if job.training.attention != "eager":
+        notes.extend(att_notes)
     return Rates(linear_peak=lin_peak * derate, attention_peak=attn_peak * derate,
                  hbm_bytes_per_s=gpu.hbm_bytes_per_s, linear_fraction=fraction,
-                 half_dim=half_dim, attention_fwd_eff=fwd_eff, attention_bwd_eff=bwd_eff,
-                 notes=tuple(notes))
+                 sm_count=F.sm_count(gpu.name), attention_fwd_eff=fwd_eff,
+                 attention_bwd_eff=bwd_eff, notes=tuple(notes))
 
 
-def attention_efficiencies(job, gpu, kernel: str) -> tuple[float, float]:
-    """(forward, backward) fraction of peak of the attention ``kernel`` on ``gpu``."""
-    return (F.attention_efficiency(gpu.name, "fwd", kernel),
-            F.attention_efficiency(gpu.name, "bwd", kernel))
+def attention_efficiencies(job, gpu, kernel: str, model=None,
+                           seq_len: Optional[float] = None) -> tuple[float, float, list]:
+    """(forward, backward, notes) fraction of peak of the attention ``kernel`` on ``gpu`` at
+    the kernel's sequence length and head dim (formulas.attention_efficiency_and_note; causal,
+    as training runs decoders)."""
+    head_dim = (model.qk_head_dim or model.head_dim) if model is not None else 128
+    seq = seq_len if seq_len is not None else job.training.seq_len
+    out, notes = [], []
+    for direction in ("fwd", "bwd"):
+        eff, note = F.attention_efficiency_and_note(gpu.name, direction, kernel, seq_len=seq,
+                                                    head_dim=head_dim or 128, causal=True)
+        out.append(eff)
+        if note:
+            notes.append(note)
+    return out[0], out[1], notes
 
 
-def eager_kernel_rates(job, gpu, rates: Rates) -> Rates:
+def eager_kernel_rates(job, gpu, rates: Rates, model=None,
+                       attention_seq_len: Optional[float] = None) -> Rates:
     """``rates`` with PyTorch SDPA's attention efficiencies instead of a stack's kernel: what
     ``device_rates`` gives without the stack (the stack changes nothing else)."""
-    fwd_eff, bwd_eff = attention_efficiencies(job, gpu, "sdpa")
+    fwd_eff, bwd_eff, _ = attention_efficiencies(job, gpu, "sdpa", model, attention_seq_len)
     return attrs.evolve(rates, attention_fwd_eff=fwd_eff, attention_bwd_eff=bwd_eff)
 
 
@@ -148,15 +166,24 @@ def step_shape(job, model, layout) -> StepShape:
         target = training.target_len or training.seq_len
         seq_len = round((model.num_encoder_layers * source + model.num_decoder_layers * target)
                         / model.num_layers)
+    # pairwise preference objectives run the chosen and the rejected sequence of each sample
+    # in one batch (fmest.objectives)
+    batch = training.micro_batch_size * sequences_per_sample(training.objective)
     return StepShape(
         tp=layout.tp, pp=layout.pp, cp=layout.cp, ep=layout.ep, dp=layout.dp,
-        micro_batch=training.micro_batch_size, seq_len=seq_len,
+        micro_batch=batch, seq_len=seq_len,
         grad_accum=training.grad_accum_steps,
-        tokens=training.micro_batch_size * seq_len / layout.cp,
+        tokens=batch * seq_len / layout.cp,
         act_bytes=float(info.storage_bytes), linear_bytes=float(info.operand_bytes),
         linear_dtype=training.dtype, full=training.technique == "full",
         checkpointing=training.activation_checkpointing,
         stage_layers=model.num_layers / layout.pp)
+
+
+def kernel_seq_len(shape: StepShape) -> float:
+    """Keys per query block the attention kernel sees: the sequence, split over the context-
+    parallel ranks (ring attention runs the kernel on ``seq / cp`` blocks)."""
+    return shape.seq_len / shape.cp
 
 
 @frozen(kw_only=True)
@@ -183,7 +210,7 @@ def _gemm(shape: StepShape, rates: Rates):
         return F.gemm_seconds(rows, inner, cols, peak_flops_per_s=rates.linear_peak,
                               max_fraction=rates.linear_fraction,
                               hbm_bytes_per_s=rates.hbm_bytes_per_s,
-                              bytes_per_element=shape.linear_bytes, half_dim=rates.half_dim)
+                              bytes_per_element=shape.linear_bytes, sms=rates.sm_count)
     return seconds
 
 
@@ -206,9 +233,13 @@ def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> Matm
     (last stage, vocab split over tp, never recomputed) and the LoRA adapters. Backward is 2x
     forward for full training (input + weight gradients), 1x for a frozen base."""
     training, gemm = job.training, _gemm(shape, rates)
+    # a GPTQ base (``training.quantization_method``): AutoGPTQ's
+    # torch unpacking instead of bitsandbytes' dequantize kernels
+    gptq = training.quantization_method == "gptq"
     fwd = bwd = rec = dequant = fp8_cast = 0.0
-    cast_bytes = F.FP8_CAST_BYTES_PER_ELEMENT if stack is None \
-        else stack.fp8_cast_bytes(F.FP8_CAST_BYTES_PER_ELEMENT)
+    cast_bytes = F.fp8_cast_bytes_per_element(
+        None if stack is None else stack.fp8_cast_bytes(F.FP8_CAST_BYTES_PER_ELEMENT),
+        compiled=bool(training.compile))
     bwd_factor = 2.0 if shape.full else 1.0
     last = _last_matmul_names(model)
     for lin in model.linears:
@@ -234,7 +265,13 @@ def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> Matm
         elements = (rows * inner + inner * cols + rows * cols) * count
         if shape.linear_dtype == "fp8":
             fp8_cast += cast_bytes * elements * (3 if shape.full else 2)
-        if training.technique == "qlora":
+        if training.technique == "qlora" and gptq:
+            # the matmul keeps the unpacked weight for backward (formulas
+            # .gptq_dequant_bytes_per_param): unpacked in forward and in the recompute
+            uses = 1 + (1 if shape.checkpointing == "full" else 0)
+            dequant += F.gptq_dequant_bytes_per_param(training.quantization_bits) \
+                * inner * cols * count * uses
+        elif training.technique == "qlora":
             uses = 2 + (1 if shape.checkpointing == "full" else 0)
             dequant += F.QLORA_DEQUANT_BYTES_PER_PARAM * inner * cols * count * uses
     for inner, cols in F.head_linears(model):
@@ -271,7 +308,9 @@ def attention_times(job, model, shape: StepShape, rates: Rates, gpu) -> Attentio
         act_dtype = F.storage_dtype(shape.linear_dtype)
         eff = (rates.linear_fraction if act_dtype == shape.linear_dtype
                else F.mamf_fraction(gpu.name, act_dtype)) \
-            * F.gemm_shape_efficiency(shape.seq_len, head_dim, shape.seq_len, rates.half_dim)
+            * F.gemm_shape_efficiency(shape.seq_len, head_dim, shape.seq_len, rates.sm_count,
+                                      batch=shape.micro_batch * model.num_attention_heads
+                                      / shape.tp)
         eff_bwd = eff
     else:
         eff, eff_bwd = rates.attention_fwd_eff, rates.attention_bwd_eff
@@ -295,28 +334,30 @@ def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: Ma
     checkpointing), the loss, eager attention scores, gradient accumulation read-add-write,
     QLoRA dequantization and fp8 casts, at HBM speed (formulas.memory_bound_seconds)."""
     training, par = job.training, job.parallelism
-    per_token = F.elementwise_bytes_per_token_per_layer(
+    compiled = bool(training.compile)
+    fwd_tok, bwd_tok = F.elementwise_bytes_fwd_bwd(
         model, act_bytes=shape.act_bytes, tp=shape.tp, sequence_parallel=par.sequence_parallel,
-        per_element=None if stack is None else stack.bytes_per_element)
-    moved = per_token * shape.tokens * shape.stage_layers
-    if shape.checkpointing == "full":
-        moved += per_token * shape.tokens * shape.stage_layers / (
-            1.0 + F.ELEMENTWISE_BACKWARD_FACTOR)
-    moved += F.loss_bytes_per_token(model.vocab_size, stack_loss(training, stack)) \
-        * shape.tokens / shape.tp
+        per_element=None if stack is None else stack.bytes_per_element, compiled=compiled)
+    moved = (fwd_tok + bwd_tok) * shape.tokens * shape.stage_layers
+    if shape.checkpointing == "full":   # the recompute runs the forward kernels once more
+        moved += fwd_tok * shape.tokens * shape.stage_layers
+    moved += F.loss_bytes_per_token(model.vocab_size, stack_loss(training, stack),
+                                    compiled=compiled) * shape.tokens / shape.tp
     if training.attention == "eager":
         scores = F.eager_attention_bytes_per_token_per_layer(
-            model.num_attention_heads / shape.tp, shape.seq_len)
+            model.num_attention_heads / shape.tp, shape.seq_len, compiled=compiled)
+        fwd_share = 1.0 / (1.0 + F.ELEMENTWISE_BACKWARD_FACTOR["scores"])
         moved += scores * shape.tokens * shape.stage_layers * (
-            1.0 + (1.0 / 3.0 if shape.checkpointing != "none" else 0.0))
+            1.0 + (fwd_share if shape.checkpointing != "none" else 0.0))
     accum = shape.grad_accum
     if accum > 1:  # gradient accumulation: read-add-write the gradient buffer per micro-batch
         grad_local = local_trainable_params(model, training, shape)
         moved += 3 * comm.grad_bytes_per_element * grad_local * (accum - 1) / accum
     hbm = rates.hbm_bytes_per_s
-    return F.memory_bound_seconds(moved, hbm, compiled=training.compile) \
-        + F.memory_bound_seconds(matmuls.dequant_bytes, hbm, compiled=False) \
-        + F.memory_bound_seconds(matmuls.fp8_cast_bytes, hbm, compiled=training.compile)
+    # gradient accumulation runs in autograd's AccumulateGrad, outside the compiled graph
+    return F.memory_bound_seconds(moved, hbm) \
+        + F.memory_bound_seconds(matmuls.dequant_bytes, hbm) \
+        + F.memory_bound_seconds(matmuls.fp8_cast_bytes, hbm)
 
 
 @frozen(kw_only=True)
@@ -452,6 +493,46 @@ def data_parallel_seconds(comm: CommunicationPlan, shape: StepShape, gpu, layout
         + _exposed_seconds(per_step, windows, tail) + after_step
 
 
+def forward_only_passes(job) -> float:
+    """Forwards of the micro-batch a preference step adds without gradients (0 for ``lm``):
+    the sequences of its no-grad passes over the sequences trained (fmest.objectives)."""
+    training = job.training
+    if training.objective == "lm":
+        return 0.0
+    reference = resolved_reference(training.objective, training.reference_model,
+                                   training.technique)
+    return sum(forward_only_calls(training.objective, reference)) \
+        / sequences_per_sample(training.objective)
+
+
+def forward_only_seconds(job, comm: CommunicationPlan, shape: StepShape, gpu, layout,
+                         forward_seconds: float) -> float:
+    """The no-grad forward passes of a preference step (fmest.objectives: DPO's reference pass
+    over the pair, KTO's KL and reference passes), per optimizer step. Each pass is the
+    forward share of the policy's micro-batch (its GEMMs, attention, memory-bound kernels and
+    model-parallel traffic, ``forward_seconds`` for the whole micro-batch) scaled by its
+    sequences, and repeats the forward-phase parameter gathers of a ZeRO-3/FSDP plan (the
+    copy is sharded like the policy; the adapter-disabled policy is the policy), overlapped
+    with that pass as in :func:`data_parallel_seconds`. The LoRA matmuls an adapter-disabled
+    pass skips are counted (a few percent of a pass)."""
+    training = job.training
+    reference = resolved_reference(training.objective, training.reference_model,
+                                   training.technique)
+    calls = forward_only_calls(training.objective, reference)
+    if not calls:
+        return 0.0
+    per_seq = forward_seconds / sequences_per_sample(training.objective)
+    gathers = CommunicationPlan(collectives=tuple(
+        c for c in comm.collectives if c.per_micro_batch and c.phase == "forward"))
+    total = 0.0
+    for seqs in calls:
+        seconds = per_seq * seqs
+        total += shape.grad_accum * seconds
+        if gathers.collectives:
+            total += data_parallel_seconds(gathers, shape, gpu, layout, seconds, 1.0)
+    return total
+
+
 def local_trainable_params(model, training, shape: StepShape) -> float:
     """Trainable parameters held by one GPU: split over tensor and pipeline parallelism, and
     expert weights also over expert parallelism (each EP rank owns ``experts / ep`` experts:
@@ -530,10 +611,10 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     model, gpu, layout = ctx.model, ctx.gpu, ctx.layout
     transforms = transforms_of(job, ctx)
     stack = transforms.stack
-    rates = device_rates(job, gpu, stack)
+    shape = step_shape(job, model, layout)
+    rates = device_rates(job, gpu, stack, model, kernel_seq_len(shape))
     if rates is None:
         return None
-    shape = step_shape(job, model, layout)
     matmuls = matmul_times(job, model, shape, rates, stack)
     attention = attention_times(job, model, shape, rates, gpu)
     mem_t = memory_bound_seconds(job, model, shape, rates, matmuls, transforms.communication,
@@ -547,19 +628,39 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
         mem_t += mp.cp_memory_seconds
     per_mb = compute_mb + mem_t + mp.tp + mp.ep + mp.pp + mp.cp
     accum, par = shape.grad_accum, job.parallelism
+    # a preference step's no-grad passes (fmest.objectives), in micro-batch forwards: each
+    # runs the micro-batch's GEMMs and attention, the forward share of the memory-bound
+    # kernels and ring traffic and one of the two pipeline hops (reference_forward), and one
+    # more of the TP/EP passes (2 + recompute per micro-batch), counted in their own parts;
+    # in a pipeline they are micro-batches of the schedule like the trained ones
+    passes = forward_only_passes(job)
+    tp_passes = 2 + (1 if shape.checkpointing == "full" else 0)
+    forward_mb = matmuls.forward + attention.forward + (mem_t + mp.cp) * fwd_share + mp.pp / 2
+    reference_t = forward_only_seconds(job, transforms.communication, shape, gpu, layout,
+                                       forward_mb) if passes else 0.0
+    # its GEMM/attention and memory-bound shares, for the planner's per-token probes
+    reference_metrics = {
+        "reference_forward_compute": accum * passes * (matmuls.forward + attention.forward),
+        "reference_forward_memory_bound": accum * passes * (mem_t + mp.cp) * fwd_share,
+    } if passes else {}
+    scheduled_mb = per_mb + passes * (forward_mb + (mp.tp + mp.ep) / tp_passes)
     bubble = F.pipeline_bubble_fraction(shape.pp, accum, schedule=par.pp_schedule,
-                                        virtual_stages=par.pp_virtual_stages) * accum * per_mb
+                                        virtual_stages=par.pp_virtual_stages) \
+        * accum * scheduled_mb
     dp_t = data_parallel_seconds(transforms.communication, shape, gpu, layout, per_mb,
                                  fwd_share)
     opt_t, offload, opt_notes = optimizer_and_offload_seconds(
         job, model, shape, transforms, gpu, layout, memory, rates, compute_mb)
     parts = {
         "compute": accum * compute_mb, "memory_bound": accum * mem_t,
-        "communication_tp": accum * mp.tp, "communication_ep": accum * mp.ep,
+        "communication_tp": accum * mp.tp * (1 + passes / tp_passes),
+        "communication_ep": accum * mp.ep * (1 + passes / tp_passes),
         "communication_pp": accum * mp.pp, "communication_cp": accum * mp.cp,
         "communication_dp": dp_t, "pipeline_bubble": bubble, "optimizer_step": opt_t,
         "offload": offload,
     }
+    if reference_t:
+        parts["reference_forward"] = reference_t
     busy = sum(parts.values())
     parts["framework_overhead"] = busy * F.FRAMEWORK_OVERHEAD_FRACTION \
         / (1.0 - F.FRAMEWORK_OVERHEAD_FRACTION)
@@ -581,7 +682,7 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     if job.options.mfu is not None:
         parts, step, figures, mfu_notes = apply_mfu_override(job.options.mfu, parts, step,
                                                              figures)
-    return {"breakdown": parts, "step_seconds": step, **figures,
+    return {"breakdown": parts, "step_seconds": step, **figures, "metrics": reference_metrics,
             "notes": list(rates.notes) + opt_notes + stack_notes + host_notes + mfu_notes}
 
 
@@ -626,7 +727,7 @@ def apply_stack_time(job, model, shape: StepShape, rates: Rates, matmuls: Matmul
     scaled = {name: value * factor for name, value in parts.items()}
     notes = [stack.summary()]
     accum = shape.grad_accum
-    eager_rates = eager_kernel_rates(job, gpu, rates)
+    eager_rates = eager_kernel_rates(job, gpu, rates, model, kernel_seq_len(shape))
     eager_mm = matmul_times(job, model, shape, eager_rates)
     eager_mem = memory_bound_seconds(job, model, shape, eager_rates, eager_mm,
                                      transforms.communication)
@@ -714,6 +815,8 @@ def estimate_time(job, ctx, memory):
             total_steps = float(math.ceil(tokens / res["tokens_per_step"]))
             per_sample = ("(source_len + target_len)" if ctx.model.is_encoder_decoder
                           else "seq_len")
+            if sequences_per_sample(job.training.objective) > 1:
+                per_sample = f"2 x {per_sample} (a chosen and a rejected sequence)"
             notes.append(f"total steps = ceil({how} / {res['tokens_per_step']:,} tokens per step "
                          f"(micro_batch x grad_accum x dp x {per_sample}, packed sequences))")
     if total_steps is not None:
@@ -725,7 +828,8 @@ def estimate_time(job, ctx, memory):
         provenance=Provenance(basis=BASIS, detail="roofline: GEMM-shape matmul efficiency, HBM "
                               "for memory-bound work, ring/tree collectives; docs/time_model.md"),
         mfu=res["mfu"], hfu=res["hfu"], flops_per_step=res["flops_per_step"],
-        total_seconds=total_seconds, total_steps=total_steps, notes=tuple(notes))
+        total_seconds=total_seconds, total_steps=total_steps, notes=tuple(notes),
+        metrics=dict(res.get("metrics") or {}))
 
 
 def estimate_tokens(job, ctx, time):
