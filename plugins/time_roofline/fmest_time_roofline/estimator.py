@@ -344,9 +344,17 @@ def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: Ma
     moved += F.loss_bytes_per_token(model.vocab_size, stack_loss(training, stack),
                                     compiled=compiled) * shape.tokens / shape.tp
     if training.attention == "eager":
+        # a stack whose eager attention runs its own fused scale-mask-softmax gives the
+        # chain's (forward, backward) bytes per score (stacks.toml elementwise_bytes
+        # scores / scores_backward, e.g. Megatron's ScaledUpperTriangMaskedSoftmax)
+        own = None if stack is None else stack.elementwise_bytes
+        stack_bytes = (own["scores"], own["scores_backward"]) \
+            if own and "scores" in own and "scores_backward" in own else None
         scores = F.eager_attention_bytes_per_token_per_layer(
-            model.num_attention_heads / shape.tp, shape.seq_len, compiled=compiled)
-        fwd_share = 1.0 / (1.0 + F.ELEMENTWISE_BACKWARD_FACTOR["scores"])
+            model.num_attention_heads / shape.tp, shape.seq_len, compiled=compiled,
+            stack_bytes=stack_bytes)
+        fwd_share = 1.0 / (1.0 + F.ELEMENTWISE_BACKWARD_FACTOR["scores"]) \
+            if stack_bytes is None else stack_bytes[0] / sum(stack_bytes)
         moved += scores * shape.tokens * shape.stage_layers * (
             1.0 + (fwd_share if shape.checkpointing != "none" else 0.0))
     accum = shape.grad_accum

@@ -348,10 +348,36 @@ def _measured_gpu(gpu_name: str) -> Optional[str]:
 
 def _tabulated_efficiency(gpu: str, kernel: str, direction: str, causal: bool,
                           seq_len: float, head_dim: float) -> Optional[float]:
-    """Fraction of peak of ``kernel`` on the table GPU ``gpu``; a causal backward (Fig. 6 of
-    the FA3 paper has none) is the non-causal backward times the causal / non-causal forward
-    ratio of the same kernel at the same point (the causal mask's load imbalance and partial
-    diagonal blocks, measured on the forward pass)."""
+    """Fraction of peak of ``kernel`` on the table GPU ``gpu`` (:func:`_direct_efficiency`).
+    A GPU published only as forward+backward (FlashAttention-2 arXiv:2307.08691 Fig. 4, A100:
+    rate R over 3.5 F, F the forward FLOPs) is split with the bwd/fwd ratio q the same kernel
+    reaches on the GPUs measured in both directions at the same point:
+    3.5 / R = 1 / r_fwd + 2.5 / (q r_fwd), so r_fwd = R (1 + 2.5 / q) / 3.5, r_bwd = q r_fwd."""
+    eff = _direct_efficiency(gpu, kernel, direction, causal, seq_len, head_dim)
+    if eff is not None or direction not in ("fwd", "bwd"):
+        return eff
+    both = _direct_efficiency(gpu, kernel, "fwd+bwd", causal, seq_len, head_dim)
+    if both is None:
+        return None
+    ratios = []
+    for other in sorted({key[0] for key in _attention_table()} - {gpu}):
+        fwd = _direct_efficiency(other, kernel, "fwd", causal, seq_len, head_dim)
+        bwd = _direct_efficiency(other, kernel, "bwd", causal, seq_len, head_dim)
+        if fwd is not None and bwd is not None:
+            ratios.append(bwd / fwd)
+    if not ratios:
+        return None
+    q = sum(ratios) / len(ratios)
+    fwd_eff = both * (1.0 + FLASH_BACKWARD_FLOPS_FACTOR / q) / (1.0 + FLASH_BACKWARD_FLOPS_FACTOR)
+    return fwd_eff if direction == "fwd" else fwd_eff * q
+
+
+def _direct_efficiency(gpu: str, kernel: str, direction: str, causal: bool,
+                       seq_len: float, head_dim: float) -> Optional[float]:
+    """Fraction of peak of ``kernel`` on the table GPU ``gpu`` from its own rows; a causal
+    backward (Fig. 6 of the FA3 paper has none) is the non-causal backward times the causal /
+    non-causal forward ratio of the same kernel at the same point (the causal mask's load
+    imbalance and partial diagonal blocks, measured on the forward pass)."""
     table = _attention_table()
     row = table.get((gpu, kernel, direction, causal))
     if row is not None:
@@ -666,12 +692,16 @@ def loss_bytes_per_token(vocab_size: int, loss: str = "standard", *,
 
 
 def eager_attention_bytes_per_token_per_layer(heads: float, seq_len: int, *,
-                                              compiled: bool = False) -> float:
+                                              compiled: bool = False,
+                                              stack_bytes: Optional[tuple] = None) -> float:
     """HBM bytes of materialised s x s attention scores per token per layer (eager attention
     computes the full square and masks it), forward and backward (Inductor's fused softmax
-    kernels under torch.compile)."""
+    kernels under torch.compile; a stack's own fused scale-mask-softmax chain when it gives
+    its (forward, backward) bytes per score, ``stack_bytes``: the smaller sum is used)."""
     per_score = sum(compiled_bytes_per_element("scores")) if compiled else \
         EAGER_SCORE_BYTES_PER_ELEMENT * (1.0 + ELEMENTWISE_BACKWARD_FACTOR["scores"])
+    if stack_bytes is not None:
+        per_score = min(per_score, float(sum(stack_bytes)))
     return per_score * heads * seq_len
 
 

@@ -100,10 +100,54 @@ def test_same_silicon_reads_the_figure_and_others_get_a_note():
     ratios = [F.attention_efficiency(g, "fwd") / F.mamf_fraction(g, "bf16")
               for g in ("A100-SXM-80GB", "H100-SXM-80GB")]
     assert eff == pytest.approx(F.mamf_fraction("B200-SXM-180GB", "bf16") * sum(ratios) / 2)
-    # A100 has a forward figure only: its backward scales it by the FA2 bwd/fwd ratio
+    # A100 is published as forward+backward (FA2 paper Fig. 4): split, no note, bwd < fwd
     eff, note = F.attention_efficiency_and_note("A100-SXM-80GB", "bwd")
-    assert note is not None and "own fwd figure" in note
+    assert note is None
     assert eff < F.attention_efficiency("A100-SXM-80GB", "fwd")
+
+
+def _a100_peak() -> float:
+    from fmest.gpus import shipped_gpus
+
+    return next(g for g in shipped_gpus() if g.name == "A100-SXM-80GB").peak_flops_per_s("bf16")
+
+
+@pytest.mark.parametrize("causal,head_dim,seq,tflops", [
+    (True, 128, 4096, 173), (False, 128, 16384, 203), (True, 64, 512, 88), (False, 64, 2048, 162)])
+def test_a100_fwd_bwd_figure_is_split_and_recomposes(causal, head_dim, seq, tflops):
+    # FlashAttention-2 arXiv:2307.08691 Fig. 4 (A100 80GB SXM4, fwd+bwd bar labels): the split
+    # forward and backward recompose the published rate: 3.5 F / (F / r_fwd + 2.5 F / r_bwd)
+    kw = dict(seq_len=seq, head_dim=head_dim, causal=causal)
+    fwd = F.attention_efficiency("A100-SXM-80GB", "fwd", **kw)
+    bwd = F.attention_efficiency("A100-SXM-80GB", "bwd", **kw)
+    combined = 3.5 / (1.0 / fwd + 2.5 / bwd) * _a100_peak() / 1e12
+    assert combined == pytest.approx(tflops, rel=1e-9)
+    # the split uses the bwd/fwd ratio FA2 reaches on H100 at the same point
+    h100 = [F.attention_efficiency("H100-SXM-80GB", d, **kw) for d in ("fwd", "bwd")]
+    assert bwd / fwd == pytest.approx(h100[1] / h100[0])
+
+
+def test_a100_rows_cite_the_flashattention2_paper():
+    from importlib import resources
+
+    text = resources.files("fmest").joinpath("data/attention_kernels.csv").read_text("utf-8")
+    a100 = [line for line in text.splitlines() if line.startswith("A100-SXM-80GB,")]
+    assert len(a100) == 24
+    assert all(",fa2,fwd+bwd," in line and "arXiv:2307.08691 Fig. 4" in line for line in a100)
+
+
+def test_megatron_fused_softmax_score_bytes():
+    # bigscience Megatron-DeepSpeed eager attention: baddbmm + ScaledUpperTriangMaskedSoftmax
+    # + bmm in fp16/bf16: 8 bytes per score forward, 14 backward (stacks.toml), far below the
+    # HF eager chain with its fp32 softmax (20 x 1.93)
+    from fmest.stacks import load_profiles
+
+    profile = next(p for p in load_profiles() if p.name == "megatron-deepspeed")
+    own = (profile.elementwise_bytes["scores"], profile.elementwise_bytes["scores_backward"])
+    assert own == (8.0, 14.0)
+    fused = F.eager_attention_bytes_per_token_per_layer(8, 2048, stack_bytes=own)
+    assert fused == pytest.approx(22.0 * 8 * 2048)
+    assert fused < F.eager_attention_bytes_per_token_per_layer(8, 2048)
 
 
 def test_attention_below_matmul_efficiency_where_measured():
