@@ -5,7 +5,8 @@ leave-one-source-out (issue 13).
     python benchmarks/learned_gpu.py --retrain    # rebuild the data, retrain the bundle
     python benchmarks/learned_gpu.py --traced 40  # also traced vs theory vs hybrid, 40 rows
 
-**Data.** Every scored row of the evidence set (``benchmarks/data/measured.csv``, mapped to a
+**Data.** Every scored row of the evidence set's open part (``benchmarks/data/measured.csv``
+without the sealed sources of ``benchmarks/data/sealed_sources.json``, mapped to a
 job by ``benchmarks/measured.py`` and scored by ``benchmarks/accuracy.py``'s rules: rows
 ``suspect``, OOM/boundary checks and unsupported rows are left out) becomes one row of a probe
 dataset, ``plugins/learned_lgbm/fmest_learned_lgbm/data/gpu_evidence.csv``:
@@ -81,12 +82,17 @@ def evidence_rows() -> list[dict]:
     """One probe-dataset row per scored evidence row (module doc)."""
     import accuracy
     import measured
+    import sealed
 
     from fmest.convert import job_from_dict
     from fmest.engine import Engine
 
     engine = Engine()
-    results = accuracy.evaluate(measured.load_rows(), engine=engine, progress=False)
+    # the sealed sources (benchmarks/data/sealed_sources.json) never train anything: they are
+    # scored in aggregate only, once per model change (accuracy.py --sealed)
+    kept = set(sealed.load())
+    rows = [r for r in measured.load_rows() if r["source"] not in kept]
+    results = accuracy.evaluate(rows, engine=engine, progress=False)
     out = []
     for res in results:
         if res["status"] != "scored" or res["job"] is None:

@@ -2,7 +2,9 @@
 
 * one memory estimate in-process (``Engine.estimate_memory``), p50 <= 50 us;
 * one full report in-process (memory, time, tokens, cost and the two searches a report shows:
-  largest micro-batch and fewest GPUs, :func:`fmest.api.estimate_jobs`), p50 <= 1 ms;
+  largest micro-batch and fewest GPUs, :func:`fmest.api.estimate_jobs`; for a job that does
+  not fit, also what would make it fit, :mod:`fmest.fit_advice`), p50 <= 1 ms; beside it the
+  report without that advice and without the fewest-GPU search, to show what each adds;
 * ``fmest estimate`` on a preset, a fresh process, <= 0.3 s; ``fmest --help`` <= 0.15 s;
   ``python -c pass`` on the same machine is printed beside them for scale;
 * estimates per second over a grid.
@@ -40,6 +42,10 @@ JOBS = {
 }
 TARGETS = {"memory": 50e-6, "report": 1e-3, "report_no_min_gpus": 1e-3, "estimate_cli": 0.3,
            "help_cli": 0.15}
+#: the searches of a report without the advice for a job that does not fit (the ``w/o advice``
+#: column: what the fewest-GPU search adds is it minus ``w/o min_gpus``, what the advice adds
+#: is ``full report`` minus it)
+NO_ADVICE = ("max_micro_batch", "min_gpus")
 
 
 def p50(fn, n: int) -> float:
@@ -72,7 +78,8 @@ def main() -> int:
     ap.add_argument("--cold", type=int, default=7, help="fresh processes per CLI figure")
     args = ap.parse_args()
     engine = Engine()
-    print(f"{'job':<24} {'memory estimate':>16} {'full report':>14} {'w/o min_gpus':>14}")
+    print(f"{'job':<24} {'memory estimate':>16} {'full report':>14} {'w/o advice':>14} "
+          f"{'w/o min_gpus':>14}")
     worst = {"memory": 0.0, "report": 0.0, "report_no_min_gpus": 0.0}
     for name, data in JOBS.items():
         job = fmest.to_job(data)
@@ -83,10 +90,15 @@ def main() -> int:
         part = p50(lambda job=job: estimate_jobs([(job, None)], engine=engine,
                                                  searches=("max_micro_batch",)),
                    args.repeats // 4)
+        no_advice = p50(lambda job=job: estimate_jobs([(job, None)], engine=engine,
+                                                      searches=NO_ADVICE), args.repeats // 4)
         worst = {"memory": max(worst["memory"], mem), "report": max(worst["report"], full),
                  "report_no_min_gpus": max(worst["report_no_min_gpus"], part)}
-        print(f"{name:<24} {_us(mem):>16} {_us(full):>14} {_us(part):>14}")
-    print("full report = memory + time + tokens + cost + largest micro-batch + fewest GPUs")
+        print(f"{name:<24} {_us(mem):>16} {_us(full):>14} {_us(no_advice):>14} "
+              f"{_us(part):>14}")
+    print("full report = memory + time + tokens + cost + largest micro-batch + fewest GPUs + "
+          "what would make it fit (a job that does not fit);\nw/o advice: without the last; "
+          "w/o min_gpus: memory + time + tokens + cost + largest micro-batch")
 
     base = fmest.to_job(JOBS["Llama-2-7B ZeRO-3 x8"])
     grid = list(itertools.product((1, 2, 4, 8), (1024, 2048, 4096, 8192), (0, 1, 2, 3),

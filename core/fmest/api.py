@@ -106,7 +106,8 @@ def with_searches(report: "Report", engine: "Engine",
         # at the job's options.fit_confidence (P(fit) from each candidate's interval), as
         # min_gpus below
         notes = engine.search_note(report.memory)
-        largest = search.largest_micro_batch(engine, report.job, report.context)
+        largest = search.largest_micro_batch(engine, report.job, report.context,
+                                             known=report.memory)
         found["max_micro_batch"] = largest.batch
         found["max_micro_batch_confidence"] = largest.confidence
     if "min_gpus" in searches:

@@ -360,6 +360,9 @@ class Engine:
         #: is not reused
         self._resolved: dict[int, tuple[Job, Job]] = {}
         self._asked_cache: dict[tuple, Callable[[str], bool]] = {}
+        #: (resolved job, its context) of the last :meth:`estimate`: the searches of its report
+        #: ask :meth:`context` of that same job object again (fmest.searches.min_gpus)
+        self._last_context: Optional[tuple[Job, EstimateContext]] = None
 
     @property
     def plugin_timeout(self) -> Optional[float]:
@@ -397,6 +400,14 @@ class Engine:
             return plugin not in skipped
         self._asked_cache[key] = wanted
         return wanted
+
+    def search_asks_the_same(self, job: Job) -> bool:
+        """Whether a search's memory decision for ``job`` (``decide(..., searching=True)``)
+        asks the same plugins as the report's own: then the report's answer is the search's
+        answer at the report's job, and a search may use it instead of deciding again."""
+        policy = self.registries.policies.get(job.options.method)
+        full, searched = self._asked(policy, False), self._asked(policy, True)
+        return all(full(plugin) == searched(plugin) for plugin in self.registries.estimators)
 
     def plugins_with_basis(self, *bases: str):
         """A filter for ``ask_*(only=...)``: plugins that declared one of ``bases`` or declared
@@ -517,7 +528,11 @@ class Engine:
     def context(self, job: Job) -> EstimateContext:
         """Resolve and cross-check a job; raises :class:`InputError` naming the field."""
         check_job(job)  # bounds and conflicts: a job built in Python skipped the input door
-        return self._context(self.resolve_job(job))
+        resolved = self.resolve_job(job)
+        last = self._last_context
+        if last is not None and last[0] is resolved:    # the job a report was just made for
+            return last[1]
+        return self._context(resolved)
 
     def _context(self, job: Job) -> EstimateContext:
         """:meth:`context` of a job already checked and resolved (:meth:`resolve_job`)."""
@@ -624,6 +639,7 @@ class Engine:
         check_job(job)  # before resolving the model: bad input names its field first
         job = self.resolve_job(job)
         ctx = self._context(job)
+        self._last_context = (job, ctx)
         decisions: dict[str, Decision] = {}
         warnings = list(ctx.warnings) + [str(e) for e in self.load_errors]
         mem_d = self._decide("memory", job, ctx=ctx)

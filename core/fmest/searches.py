@@ -29,6 +29,7 @@ GPUs as the point answer is: the guesses above are made on the quantile, unchang
 
 from __future__ import annotations
 
+import functools
 import math
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Sequence
@@ -69,7 +70,13 @@ def peak_quantile(total_bytes: float, interval: Optional[tuple[float, float]],
         spread = math.log(high / total_bytes) if high > total_bytes else 0.0
     else:
         spread = math.log(total_bytes / low) if 0 < low < total_bytes else 0.0
-    return total_bytes * math.exp(spread * NormalDist().inv_cdf(confidence) / _Z_HIGH)
+    return total_bytes * math.exp(spread * _z(confidence) / _Z_HIGH)
+
+
+@functools.lru_cache(maxsize=64)
+def _z(confidence: float) -> float:
+    """The standard normal quantile at ``confidence`` (one per level in use)."""
+    return NormalDist().inv_cdf(confidence)
 
 
 class Judged(NamedTuple):
@@ -89,11 +96,10 @@ def judge(job: Job, memory: MemoryEstimate, usable_bytes: float,
     """``memory`` (the job's calibrated answer) judged at ``confidence`` (default: the job's
     ``options.fit_confidence``), with the interval the report's answer would get
     (:func:`fmest.uncertainty.with_interval`: analytic training answers that have none)."""
-    from fmest.uncertainty import with_interval
+    from fmest.uncertainty import interval_of
 
     level = job.options.fit_confidence if confidence is None else confidence
-    est = with_interval("memory", job, memory)
-    total, interval = float(est.total_bytes), est.provenance.interval
+    total, interval = float(memory.total_bytes), interval_of("memory", job, memory)
     p = fits_probability(total, interval, usable_bytes)
     if p is None:
         return Judged(total <= usable_bytes, total, total, None)
@@ -118,22 +124,32 @@ class MaxMicroBatch(NamedTuple):
 
 
 def max_micro_batch(engine: "Engine", job: Job, ctx: "EstimateContext", *,
-                    limit: int = MAX_MICRO_BATCH, confidence: Optional[float] = None) -> int:
+                    limit: int = MAX_MICRO_BATCH, confidence: Optional[float] = None,
+                    known: Optional[MemoryEstimate] = None) -> int:
     """Largest micro-batch that fits the GPU at ``confidence`` (default: the job's
     ``options.fit_confidence``; 0 if even 1 does not fit): :func:`largest_micro_batch`."""
-    return largest_micro_batch(engine, job, ctx, limit=limit, confidence=confidence).batch
+    return largest_micro_batch(engine, job, ctx, limit=limit, confidence=confidence,
+                               known=known).batch
 
 
 def largest_micro_batch(engine: "Engine", job: Job, ctx: "EstimateContext", *,
-                        limit: int = MAX_MICRO_BATCH,
-                        confidence: Optional[float] = None) -> MaxMicroBatch:
+                        limit: int = MAX_MICRO_BATCH, confidence: Optional[float] = None,
+                        known: Optional[MemoryEstimate] = None) -> MaxMicroBatch:
     """Largest micro-batch whose peak fits the GPU with P(fit) >= ``confidence`` (the point
-    verdict for answers without an interval), and the level used."""
+    verdict for answers without an interval), and the level used.
+
+    ``known``: the report's own memory answer for ``job`` (calibrated, a paged optimizer's
+    states paged out: the ``memory`` of :meth:`fmest.engine.Engine.estimate`); when the
+    search's decision asks the same plugins as the report's
+    (:meth:`fmest.engine.Engine.search_asks_the_same`), it is the probe at the job's own
+    micro-batch, not decided again."""
     from fmest.engine import calibrated, paged_to_host, usable_memory_bytes
 
     level = job.options.fit_confidence if confidence is None else confidence
     cap = usable_memory_bytes(job, ctx)
     judged: dict[int, Optional[Judged]] = {}
+    if known is not None and engine.search_asks_the_same(job):
+        judged[job.training.micro_batch_size] = judge(job, known, cap, level)
 
     def probe(b: int) -> Optional[Judged]:
         if b not in judged:
@@ -291,6 +307,48 @@ def _runnable_dp(mp: int, gpus_per_node: int, most: int) -> list[int]:
     return within + list(range(start, most + 1, step))
 
 
+def _even_worlds(mp: int, gpus_per_node: int, tp: int, most: int) -> list[int]:
+    """Every dp in 1..most whose world ``dp * mp`` passes :func:`_even_on_fewest_nodes`,
+    increasing: computed node count by node count (the worlds on ``n`` nodes are ``n x g`` for
+    the GPUs per node ``g`` that need exactly ``n`` nodes), not scanned (a scan of 4096 counts
+    cost more than the search)."""
+    gpn, top = gpus_per_node, most * mp
+    keep_tp = tp if tp <= gpn else 1
+    out = list(range(1, min(most, gpn // mp) + 1))     # within one node
+    for nodes in range(2, gpn + 1):
+        # g GPUs on each of ``nodes`` nodes need exactly that many: (nodes - 1) * gpn < n * g
+        for g in range((nodes - 1) * gpn // nodes + 1, gpn + 1):
+            world = nodes * g
+            if world > top:
+                return out
+            if g % keep_tp == 0 and world % mp == 0:
+                out.append(world // mp)
+    # past gpn nodes only full nodes need exactly that many: worlds nodes * gpn, those that
+    # are whole multiples of mp
+    if gpn % keep_tp == 0:
+        every = mp // math.gcd(gpn, mp)
+        first = -(-max(2, gpn + 1) // every) * every
+        out += [nodes * gpn // mp for nodes in range(first, top // gpn + 1, every)]
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _sharded_candidates(mp: int, gpus_per_node: int, tp: int, cp: int, ep: int, most: int,
+                        hybrid: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(dp candidates, their GPU counts)`` of :func:`min_gpus` for a strategy that shards
+    over dp: a pure function of the degrees, so kept (a planner asks the same few layouts)."""
+    if hybrid:     # shards within a node: a partial node would shard over fewer
+        candidates = _runnable_dp(mp, gpus_per_node, most)
+    else:   # past one node, only counts that split evenly over the fewest nodes that hold
+        # them (19 on 8-GPU nodes would be 19 nodes of one GPU: 21, 3 nodes of 7, instead)
+        candidates = _even_worlds(mp, gpus_per_node, tp, most)
+    # only layouts the job's rules accept: expert parallelism needs ep | dp*cp (or dp); a
+    # refused layout counted as "does not fit" would break the search's monotone order
+    if ep > 1:
+        candidates = [d for d in candidates if (d * cp) % ep == 0 or d % ep == 0]
+    return tuple(candidates), tuple(d * mp for d in candidates)
+
+
 def min_gpus(engine: "Engine", job: Job, *,
              known: Optional[tuple["Layout", Judged]] = None,
              confidence: Optional[float] = None) -> MinGpus:
@@ -329,19 +387,8 @@ def min_gpus(engine: "Engine", job: Job, *,
     worlds: Sequence[int]
     if strategy.shards:
         most = MAX_GPUS // mp
-        if strategy.hybrid:     # shards within a node: a partial node would shard over fewer
-            candidates = _runnable_dp(mp, gpn, most)
-        else:   # past one node, only counts that split evenly over the fewest nodes that hold
-            # them (19 on 8-GPU nodes would be 19 nodes of one GPU: 21, 3 nodes of 7, instead)
-            candidates = [d for d in range(1, most + 1)
-                          if _even_on_fewest_nodes(d * mp, gpn, par.tp)]
-        # only layouts the job's rules accept: expert parallelism needs ep | dp*cp (or dp); a
-        # refused layout counted as "does not fit" would break the search's monotone order
-        if par.ep > 1:
-            candidates = [d for d in candidates
-                          if (d * par.cp) % par.ep == 0 or d % par.ep == 0]
-        worlds = range(mp, (most + 1) * mp, mp) if isinstance(candidates, range) \
-            else [d * mp for d in candidates]
+        candidates, worlds = _sharded_candidates(mp, gpn, par.tp, par.cp, par.ep, most,
+                                                 strategy.hybrid)
 
         def make(d: int) -> Job:
             return _with_world(job, dp=d, tp=par.tp, pp=par.pp, gpus_per_node=gpn)
@@ -441,8 +488,8 @@ class _LazyJobs:
                  worlds: Sequence[int]) -> None:
         self._make, self._candidates = make, candidates
         self._built: dict[int, Job] = {}
-        #: GPUs of each candidate, increasing (a ``range`` when the candidates are every dp:
-        #: never a list of thousands)
+        #: GPUs of each candidate, increasing (computed once per layout:
+        #: :func:`_sharded_candidates`)
         self.worlds = worlds
 
     def __len__(self) -> int:

@@ -47,26 +47,48 @@ def group(quantity: str, stack: Optional[str]) -> tuple[str, Optional[dict]]:
     return "all", rows.get("all")
 
 
-def with_interval(quantity: str, job, answer):
-    """``answer`` with the P10-P90 interval of its group when it is analytic and has none."""
+def _added(quantity: str, job, answer) -> Optional[tuple[str, dict]]:
+    """``(group name, quantiles)`` of the interval :func:`with_interval` puts on ``answer``;
+    None when it puts none (the answer keeps whatever interval it has)."""
     if answer is None or job.mode != "training":
-        return answer
+        return None
     prov = answer.provenance
     if prov.interval is not None or prov.basis != "analytic":
-        return answer
+        return None
     cal = job.calibration
     if quantity == "memory" and (cal.activation_factor != 1.0 or cal.fragmentation_gib
                                  or cal.misc_overhead_gib):
-        return answer   # calibrated by the user: the uncalibrated answers' spread says nothing
+        return None     # calibrated by the user: the uncalibrated answers' spread says nothing
     name, q = group(quantity, job.training.stack)
-    if q is None:
-        return answer
+    return None if q is None else (name, q)
+
+
+def _interval(quantity: str, answer, q: dict) -> tuple[float, float]:
     value = answer.total_bytes if quantity == "memory" else answer.step_seconds
-    interval = (value * q["p10"], value * q["p90"])
+    return (value * q["p10"], value * q["p90"])
+
+
+def interval_of(quantity: str, job, answer) -> Optional[tuple[float, float]]:
+    """The interval ``with_interval(quantity, job, answer)`` carries, without building it (the
+    searches judge many candidates by their interval alone)."""
+    if answer is None:
+        return None
+    added = _added(quantity, job, answer)
+    return answer.provenance.interval if added is None else _interval(quantity, answer, added[1])
+
+
+def with_interval(quantity: str, job, answer):
+    """``answer`` with the P10-P90 interval of its group when it is analytic and has none."""
+    added = _added(quantity, job, answer)
+    if added is None:
+        return answer
+    prov = answer.provenance
+    name, q = added
+    interval = _interval(quantity, answer, q)
     detail = (f"{prov.detail}; " if prov.detail else "") + (
         f"P10-P90 from the analytic answers' leave-one-source-out residuals ({name}: "
         f"{q['rows']} rows, {q['sources']} sources; core/fmest/data/uncertainty.json)")
     return attrs.evolve(answer, provenance=attrs.evolve(prov, interval=interval, detail=detail))
 
 
-__all__ = ["QUANTITIES", "group", "table", "with_interval"]
+__all__ = ["QUANTITIES", "group", "interval_of", "table", "with_interval"]

@@ -117,7 +117,7 @@ class ParamCounts:
                                               "head", "other", "vision", "total", "active")}
 
 
-@frozen(kw_only=True)
+@frozen(kw_only=True, cache_hash=True)
 class ModelSpec:
     """A transformer's shape and parameter inventory.
 
