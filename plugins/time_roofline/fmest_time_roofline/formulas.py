@@ -392,6 +392,7 @@ def _direct_efficiency(gpu: str, kernel: str, direction: str, causal: bool,
     return None
 
 
+@functools.lru_cache(maxsize=4096)   # pure in its (hashable) arguments: the table is fixed
 def attention_efficiency_and_note(gpu_name: str, direction: str = "fwd", kernel: str = "sdpa",
                                   *, seq_len: float = 4096, head_dim: float = 128,
                                   causal: bool = True) -> tuple[float, Optional[str]]:
