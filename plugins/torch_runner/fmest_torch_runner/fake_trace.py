@@ -65,22 +65,22 @@ def _disabled_vlm_checks() -> Iterator[None]:
         llava.torch_compilable_check = orig
 
 
-def replay_into(res: RunResult, tracker: Any) -> None:
-    """Replay the trace's allocation events through the caching-allocator simulator
-    (:mod:`fmest.allocator`, default ``PYTORCH_CUDA_ALLOC_CONF``): ``res.reserved_peak_bytes``
-    becomes the simulated ``max_memory_reserved``; a note gives both counters and the
-    ``expandable_segments:True`` figure."""
-    from fmest.allocator import AllocatorConfig
+def replay_into(res: RunResult, tracker: Any, alloc_conf: str = "") -> None:
+    """Replay the trace's allocation events once through the caching-allocator simulator
+    (:mod:`fmest.allocator`, with ``alloc_conf`` as ``PYTORCH_CUDA_ALLOC_CONF``; "" =
+    defaults): ``res.reserved_peak_bytes`` becomes the simulated ``max_memory_reserved``; a
+    note gives both counters. (One replay: a second, expandable-segments one for a note cost
+    ~5 % of a cold estimate and was never used by the answer.)"""
+    from fmest.allocator import parse_alloc_conf
     from fmest_torch_runner.tracker import replay_allocator
 
-    base = replay_allocator(tracker)
-    expandable = replay_allocator(tracker, AllocatorConfig(expandable_segments=True))
+    base = replay_allocator(tracker, parse_alloc_conf(alloc_conf) if alloc_conf else None)
     res.reserved_peak_bytes = base.max_memory_reserved
     res.notes.append(
         f"caching-allocator replay of {len(tracker.events)} events (fmest.allocator, rules of "
-        f"c10/cuda/CUDACachingAllocator.cpp): max_memory_allocated "
-        f"{base.max_memory_allocated} B, max_memory_reserved {base.max_memory_reserved} B; "
-        f"with expandable_segments:True reserved {expandable.max_memory_reserved} B")
+        f"c10/cuda/CUDACachingAllocator.cpp; PYTORCH_CUDA_ALLOC_CONF "
+        f"{alloc_conf or '(default)'}): max_memory_allocated "
+        f"{base.max_memory_allocated} B, max_memory_reserved {base.max_memory_reserved} B")
 
 
 def run_fake(run: RunSpec, res: RunResult, round_bytes: int) -> None:
@@ -102,7 +102,7 @@ def run_fake(run: RunSpec, res: RunResult, round_bytes: int) -> None:
                 res.step_seconds = train_steps(model, run, "fake", tracker)
     fill_from_tracker(res, tracker)
     res.peak_bytes = res.tracker_peak_bytes
-    replay_into(res, tracker)
+    replay_into(res, tracker, run.alloc_conf)
     res.notes.append("fake trace: CPU kernel semantics, storage sizes exact"
                      + (f", rounded up to {round_bytes} B" if round_bytes > 1 else ""))
 
@@ -178,7 +178,7 @@ def run_fake_fsdp(run: RunSpec, res: RunResult, round_bytes: int) -> None:
                 res.step_seconds = train_steps(model, run, "fake", tracker)
         del model
     fill_from_tracker(res, tracker)
-    replay_into(res, tracker)
+    replay_into(res, tracker, run.alloc_conf)
     kept = {w: p for w, p in res.phase_peaks_bytes.items() if w != FSDP_IGNORED_WINDOW}
     res.peak_window, res.peak_bytes = max(kept.items(), key=lambda kv: kv[1])
     res.breakdown_bytes = dict(res.phase_breakdowns[res.peak_window])

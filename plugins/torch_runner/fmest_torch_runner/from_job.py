@@ -69,13 +69,15 @@ def _weight_dtypes(training: Training, precision: str) -> tuple[str, Optional[st
 
 def run_spec_from_job(job: Job, spec: ModelSpec, *, optimizer_name: Optional[str] = None,
                       device: str = "fake", sharding: Optional[ShardingStrategy] = None,
-                      fsdp_world_size: int = 1, precision: Optional[str] = None) -> RunSpec:
+                      fsdp_world_size: int = 1, precision: Optional[str] = None,
+                      alloc_conf: str = "") -> RunSpec:
     """The :class:`RunSpec` of ``job`` on ``spec`` (a :class:`fmest.models.ModelSpec` with
     ``hf_config``). Raises :class:`Unsupported` naming what the runner cannot execute.
 
     ``precision``: the resolved policy (``ctx.transforms.precision``); without it the core rule
     runs with ``sharding``. ``fsdp_world_size > 1`` asks for a traced FSDP2 full-shard run (see
-    :func:`fsdp_traceable`); it raises :class:`Unsupported` when the job cannot be traced so."""
+    :func:`fsdp_traceable`); it raises :class:`Unsupported` when the job cannot be traced so.
+    ``alloc_conf``: the ``PYTORCH_CUDA_ALLOC_CONF`` the allocator replay follows ("" = default)."""
     tr = job.training
     _check_runnable(job, spec, device)
     opt, impl = optimizer_choice(tr, optimizer_name)
@@ -98,7 +100,8 @@ def run_spec_from_job(job: Job, spec: ModelSpec, *, optimizer_name: Optional[str
         micro_batch_size=tr.micro_batch_size, micro_batches=min(tr.grad_accum_steps, 2),
         fsdp_world_size=_check_fsdp(fsdp_world_size, device, precision, tr.technique),
         source_len=tr.source_len, target_len=tr.target_len,
-        images_per_sample=tr.images_per_sample, train_vision_tower=tr.train_vision_tower)
+        images_per_sample=tr.images_per_sample, train_vision_tower=tr.train_vision_tower,
+        alloc_conf=alloc_conf)
 
 
 def fsdp_traceable(job: Job, sharding: ShardingStrategy, world_size: int, *,

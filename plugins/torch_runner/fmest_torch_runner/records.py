@@ -58,11 +58,16 @@ class RunSpec:
     #: LLaVA-style VLMs: images per sample, and whether the vision tower trains
     images_per_sample: int = 1
     train_vision_tower: bool = False
+    #: ``PYTORCH_CUDA_ALLOC_CONF`` the job's launcher sets (the training stack's
+    #: ``expandable_segments``), for the caching-allocator replay; "" = PyTorch's defaults
+    alloc_conf: str = ""
 
     def key(self) -> dict[str, Any]:
         """A JSON-able dict identifying the run (for cache hashes)."""
         d = attrs.asdict(self)
         d["lora_targets"] = list(self.lora_targets)
+        if not self.alloc_conf:  # the default: keys (and cached traces) as before the field
+            del d["alloc_conf"]
         return d
 
 

@@ -9,7 +9,9 @@ allocator's 512-byte blocks), with parallelism the trace does not execute applie
 its per-category bytes (FSDP full sharding, and ZeRO-3 approximated by it, IS executed: FSDP2
 on a fake process group, see :func:`fsdp_world_size`), plus documented GPU-side terms
 (:func:`gpu_side_terms`; the caching-allocator reserve comes from replaying the trace's
-allocation events through :mod:`fmest.allocator`). Traces are cached on disk by configuration hash in
+allocation events through :mod:`fmest.allocator`, under the stack's ``PYTORCH_CUDA_ALLOC_CONF``:
+:func:`stack_alloc_conf`), and DDP's gradient buckets when the layout replicates with DDP
+(:func:`ddp_bucket_bytes`: the single-process trace does not build them). Traces are cached on disk by configuration hash in
 ``$FMEST_CACHE_DIR/traces`` (default ``~/.cache/fmest/traces``); each entry carries the SHA-256
 of its content, and one that does not match is traced again with a note (:func:`traced_run`).
 """
@@ -272,7 +274,8 @@ def _trace(job, ctx, use_cache: bool, notes: Optional[list[str]] = None):
     try:
         run = run_spec_from_job(job, ctx.model, optimizer_name=ctx.optimizer.name, device="fake",
                                 sharding=ctx.sharding, fsdp_world_size=fsdp_world_size(job, ctx),
-                                precision=transforms_of(job, ctx).precision)
+                                precision=transforms_of(job, ctx).precision,
+                                alloc_conf=stack_alloc_conf(job, ctx))
     except Unsupported:
         return None  # e.g. QLoRA: bitsandbytes cannot be traced on CPU; the policy falls back
     res, hit = traced_run(run, use_cache=use_cache, notes=notes)
@@ -283,6 +286,36 @@ def _trace(job, ctx, use_cache: bool, notes: Optional[list[str]] = None):
     return run, res, hit
 
 
+def stack_alloc_conf(job, ctx) -> str:
+    """The ``PYTORCH_CUDA_ALLOC_CONF`` the job's training stack launches with, for the
+    allocator replay: ``expandable_segments:True`` when its profile says so (torchtitan's
+    run_train.sh, core/fmest/data/stacks.toml), else "" (PyTorch's defaults)."""
+    stack = transforms_of(job, ctx).stack
+    if stack is not None and getattr(stack.profile, "expandable_segments", False):
+        return "expandable_segments:True"
+    return ""
+
+
+def ddp_bucket_bytes(job, ctx, res, factors: dict[str, float]) -> int:
+    """DDP's flat all-reduce buckets, which the single-process trace does not build: with
+    ``gradient_as_bucket_view=False`` (torch's and accelerate's default) they hold a second copy
+    of every trainable gradient from construction on ("the saved memory size will be equal to
+    the total gradients size", torch/nn/parallel/distributed.py DistributedDataParallel
+    docstring, torch 2.13). Counted when the strategy replicates with DDP buckets
+    (``ShardingStrategy.ddp_bucket``, nothing sharded) over dp > 1 and the stack does not reduce
+    from its own contiguous gradient buffer (Megatron, DeepSpeed) -- the analytic plugin's rule
+    (memory_theory ``_bucket_bytes``). Size: the trace's gradients at a window's end (per rank:
+    scaled by tp/pp like the gradients)."""
+    strategy, lay = ctx.sharding, ctx.layout
+    stack = transforms_of(job, ctx).stack
+    if not strategy.ddp_bucket or strategy.shards or lay.dp <= 1:
+        return 0
+    if stack is not None and stack.profile.contiguous_grad_buffer:
+        return 0
+    grads = max((w.get("grads", 0) for w in res.window_end_bytes.values()), default=0)
+    return int(round(grads * factors.get("grads", 1.0)))
+
+
 def _gather_bytes(job, ctx, res, factors) -> int:
     """Parameters gathered per layer when the trace did not run the sharding (ZeRO-3/FSDP
     scaled): ~two layers' unsharded weights at a time (current + prefetch)."""
@@ -291,13 +324,19 @@ def _gather_bytes(job, ctx, res, factors) -> int:
     return int(2 * unsharded / max(1, ctx.model.num_layers))
 
 
+def _replayed(cats: dict[str, int]) -> int:
+    """The bytes of a window the allocator replay's reserve ratio applies to: the traced
+    tensors, not DDP's buckets (each ~25 MiB, its own segment: no reserve to speak of)."""
+    return sum(v for c, v in cats.items() if c != "framework_buffers")
+
+
 def _phase_peaks(windows: dict, layout, ratio: Optional[float] = None) -> dict[str, int]:
     """Per phase kind, the largest window plus its GPU-side terms."""
     peaks: dict[str, int] = {}
     for window, cats in windows.items():
         kind = window.split("_", 1)[1]
         peak = sum(cats.values())
-        peak += sum(gpu_side_terms(peak, world_size=layout.world_size,
+        peak += sum(gpu_side_terms(_replayed(cats), world_size=layout.world_size,
                                    nodes=layout.nodes, ratio=ratio).values())
         peaks[kind] = max(peaks.get(kind, 0), peak)
     return peaks
@@ -381,6 +420,13 @@ def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimat
         scale_notes.append("parameter all-gather: two layers' unsharded weights added to "
                            "forward/backward windows")
     windows = _scaled_windows(res, factors, gather)
+    buckets = ddp_bucket_bytes(job, ctx, res, factors)
+    if buckets:
+        for cats in windows.values():  # persistent from DDP's construction on
+            cats["framework_buffers"] = buckets
+        scale_notes.append(f"DDP gradient buckets (not built by the single-process trace): "
+                           f"one copy of the trainable gradients, "
+                           f"{buckets / 2**30:.2f} GiB, added to every window")
     if fsdp_traced:  # pitfall (i): the step-1 optimizer window is not trusted under FSDP
         from fmest_torch_runner.runner import FSDP_IGNORED_WINDOW
 
@@ -388,7 +434,7 @@ def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimat
     window, comps = max(windows.items(), key=lambda kv: sum(kv[1].values()))
     components = dict(comps)
     ratio = reserve_ratio(res)
-    components.update(gpu_side_terms(sum(comps.values()), world_size=ctx.layout.world_size,
+    components.update(gpu_side_terms(_replayed(comps), world_size=ctx.layout.world_size,
                                      nodes=ctx.layout.nodes, ratio=ratio))
     notes = _trace_notes(job, run, res, hit, window, fsdp_traced) + scale_notes + cache_notes
     unfused = stack_fusion_note(job, ctx)

@@ -247,12 +247,28 @@ class StorageTracker(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         category = _PHASE_CATEGORY.get(self.current_phase, "temporaries")
-        flat, _ = tree_flatten(out)
+        if isinstance(out, torch.Tensor):  # most ops: one tensor (no pytree walk)
+            for st in storages_of(out):
+                self._add(st, category)
+            return out
+        if isinstance(out, (tuple, list)):  # aten outputs nest only in tuples and lists
+            flat: list = list(_flat_tensors(out))
+        else:
+            flat, _ = tree_flatten(out)
         for t in flat:
             if isinstance(t, torch.Tensor):
                 for st in storages_of(t):
                     self._add(st, category)
         return out
+
+
+def _flat_tensors(out) -> Iterable:
+    """The tensors of a (nested) tuple/list op output, in order."""
+    for o in out:
+        if isinstance(o, torch.Tensor):
+            yield o
+        elif isinstance(o, (tuple, list)):
+            yield from _flat_tensors(o)
 
 
 def replay_allocator(tracker: StorageTracker, config: object = None):

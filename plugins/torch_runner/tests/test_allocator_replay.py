@@ -73,3 +73,32 @@ def test_reserve_component_uses_the_replay_and_the_env_override(monkeypatch):
     monkeypatch.setenv("FMEST_ALLOCATOR_RESERVE_FRACTION", "0.5")
     assert traced.gpu_side_terms(1000, world_size=1, nodes=1,
                                  ratio=1.25)["allocator_reserve"] == 500
+
+
+def test_fake_trace_replays_the_events_once(monkeypatch):
+    """Issue 21: one replay per trace (the expandable-segments replay was a note only)."""
+    from fmest_torch_runner import tracker as tracker_mod
+
+    calls = []
+    orig = tracker_mod.replay_allocator
+    monkeypatch.setattr(tracker_mod, "replay_allocator",
+                        lambda tr, config=None: calls.append(config) or orig(tr, config))
+    res = run(RunSpec(hf_config=TINY, seq_len=64, micro_batch_size=1), "fake", round_bytes=512)
+    assert res.status == "ok", res.error
+    assert calls == [None]
+
+
+def test_tracker_fast_path_sees_nested_outputs():
+    """Op outputs that are tuples/lists (nested) are tracked like the pytree walk did."""
+    from fmest_torch_runner.tracker import _flat_tensors
+
+    a, b, c = torch.empty(2), torch.empty(3), torch.empty(4)
+    assert [t.numel() for t in _flat_tensors((a, [b, (c, None)], 5))] == [2, 3, 4]
+    tr = StorageTracker()
+    with tr:
+        x = torch.empty(100)
+        parts = torch.split(torch.empty(64), 16)  # a tuple of views of one storage
+        outs = torch._foreach_add([torch.empty(8), torch.empty(8)], 1.0)  # a list output
+    sizes = sorted(e[2] for e in tr.events if e[0] == "m")
+    assert sizes == sorted([400, 256, 32, 32, 32, 32])
+    del x, parts, outs
