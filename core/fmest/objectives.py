@@ -80,3 +80,14 @@ def forward_only_calls(objective: str, reference: str) -> tuple[int, ...]:
         calls.extend((2,) if objective == "dpo" else (1, 1) if objective == "kto" else ())
     return tuple(calls)
 
+
+
+def reference_of(training) -> str:
+    """:func:`resolved_reference` of a ``fmest.job.Training``."""
+    return resolved_reference(training.objective, training.reference_model, training.technique)
+
+
+def no_grad_calls(training) -> tuple[int, ...]:
+    """:func:`forward_only_calls` of a ``fmest.job.Training`` (its objective and resolved
+    reference)."""
+    return forward_only_calls(training.objective, reference_of(training))

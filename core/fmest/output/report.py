@@ -506,11 +506,11 @@ def _finish(lines: list[str], tty: Optional[bool]) -> str:
 
 def _objective_line(training) -> str:
     """What a preference objective runs per step (fmest.objectives)."""
-    from fmest.objectives import forward_only_calls, resolved_reference, sequences_per_sample
+    from fmest.objectives import no_grad_calls, reference_of, sequences_per_sample
 
-    ref = resolved_reference(training.objective, training.reference_model, training.technique)
+    ref = reference_of(training)
     seqs = sequences_per_sample(training.objective)
-    calls = forward_only_calls(training.objective, ref)
+    calls = no_grad_calls(training)
     what = {"copy": "a frozen copy of the model", "adapter": "the policy with its adapters "
             "disabled", "precomputed": "log-probs computed before training", "none": "none"}[ref]
     return (f"step     {training.objective}: {seqs} sequence(s) per sample with gradients"

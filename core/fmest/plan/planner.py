@@ -718,7 +718,7 @@ def _sharding_arrays(sel: dict, gpn: int, ctx: dict) -> dict:
 
 def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -> dict:
     """The arrays :mod:`fmest.plan.vector` reads, per selected configuration."""
-    from fmest.objectives import forward_only_calls, resolved_reference, sequences_per_sample
+    from fmest.objectives import no_grad_calls, sequences_per_sample
     from fmest.physics.counting import trainable_params
 
     job, model, gpu = ctx["job"], ctx["model"], opt.spec
@@ -727,9 +727,7 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
     # probes already run them; the TP/PP traffic formulas scale by them
     tr = job.training
     pair = sequences_per_sample(tr.objective)
-    calls = forward_only_calls(tr.objective, resolved_reference(tr.objective,
-                                                                tr.reference_model,
-                                                                tr.technique))
+    calls = no_grad_calls(tr)
     counts = model.param_counts()
     params = float(counts.total)
     root = float(counts.embedding + counts.head)

@@ -32,7 +32,7 @@ from attrs import frozen
 
 from fmest.default_plugins.parallelism import zero_reduce_buffer_elements, zero_step_grad_copy_rule
 from fmest.estimates import MemoryEstimate, Provenance
-from fmest.objectives import forward_only_calls, resolved_reference, sequences_per_sample
+from fmest.objectives import no_grad_calls, reference_of, sequences_per_sample
 from fmest.transforms import (
     OptimizerSizing,
     ShardingPlan,
@@ -144,8 +144,7 @@ def job_setup(job: Job, ctx: EstimateContext) -> JobSetup:
     seq_local = vlm_sequence_len(training.seq_len, model.vision, image_size=training.image_size,
                                  images=training.images_per_sample) / lay.cp
     batch = training.micro_batch_size * sequences_per_sample(training.objective)
-    reference = resolved_reference(training.objective, training.reference_model,
-                                   training.technique)
+    reference = reference_of(training)
     return JobSetup(
         training=training, parallelism=par, layout=lay, model=model, dims=model_numbers(model),
         lora=(lora_numbers(model, tuple(training.lora_target_modules), training.lora_rank)
@@ -153,7 +152,7 @@ def job_setup(job: Job, ctx: EstimateContext) -> JobSetup:
         sizing=sizing, plan=plan, strategy=plan.strategy, act_bytes=sizing.compute_bytes,
         adapter_act_bytes=sizing.trainable_bytes if lora else sizing.compute_bytes,
         tokens=batch * seq_local, seq_local=seq_local, batch=batch, reference=reference,
-        forward_only_calls=forward_only_calls(training.objective, reference),
+        forward_only_calls=no_grad_calls(training),
         accumulating=training.grad_accum_steps > 1 or lay.pp > 1, dtensor_tp=dtensor_tp,
         dtensor_sp=dtensor_tp and par.sequence_parallel,
         offload_optimizer=par.cpu_offload in ("optimizer", "params"),

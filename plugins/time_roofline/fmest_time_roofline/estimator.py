@@ -27,7 +27,7 @@ from attrs import frozen
 from fmest.errors import InputError
 from fmest.estimates import ACTIVATION_COMPONENTS, Provenance, TimeEstimate, TokensEstimate
 from fmest.models.images import vlm_sequence_len
-from fmest.objectives import forward_only_calls, resolved_reference, sequences_per_sample
+from fmest.objectives import no_grad_calls, sequences_per_sample
 from fmest.physics.counting import (
     lora_modules,
     tokens_per_sample,
@@ -505,28 +505,22 @@ def forward_only_passes(job) -> float:
     """Forwards of the micro-batch a preference step adds without gradients (0 for ``lm``):
     the sequences of its no-grad passes over the sequences trained (fmest.objectives)."""
     training = job.training
-    if training.objective == "lm":
-        return 0.0
-    reference = resolved_reference(training.objective, training.reference_model,
-                                   training.technique)
-    return sum(forward_only_calls(training.objective, reference)) \
-        / sequences_per_sample(training.objective)
+    return sum(no_grad_calls(training)) / sequences_per_sample(training.objective)
 
 
 def forward_only_seconds(job, comm: CommunicationPlan, shape: StepShape, gpu, layout,
                          forward_seconds: float) -> float:
     """The no-grad forward passes of a preference step (fmest.objectives: DPO's reference pass
     over the pair, KTO's KL and reference passes), per optimizer step. Each pass is the
-    forward share of the policy's micro-batch (its GEMMs, attention, memory-bound kernels and
-    model-parallel traffic, ``forward_seconds`` for the whole micro-batch) scaled by its
-    sequences, and repeats the forward-phase parameter gathers of a ZeRO-3/FSDP plan (the
+    forward of the policy's micro-batch (its GEMMs and attention, the forward share of its
+    memory-bound kernels and ring traffic, one pipeline hop: ``forward_seconds`` for the whole
+    micro-batch; its TP/EP collectives are in their own parts) scaled by its sequences, and
+    repeats the forward-phase parameter gathers of a ZeRO-3/FSDP plan (the
     copy is sharded like the policy; the adapter-disabled policy is the policy), overlapped
     with that pass as in :func:`data_parallel_seconds`. The LoRA matmuls an adapter-disabled
     pass skips are counted (a few percent of a pass)."""
     training = job.training
-    reference = resolved_reference(training.objective, training.reference_model,
-                                   training.technique)
-    calls = forward_only_calls(training.objective, reference)
+    calls = no_grad_calls(training)
     if not calls:
         return 0.0
     per_seq = forward_seconds / sequences_per_sample(training.objective)
