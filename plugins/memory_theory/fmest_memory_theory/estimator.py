@@ -826,7 +826,7 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
         notes += (stack_summary(stack),) + _stack_memory_notes(setup, stack, fitted)
     # each phase's allocated bytes (max_memory_allocated's figure), before the reserve and
     # its cap: what the planner's probes invert (fmest.plan.calibrate)
-    metrics = {f"allocated_bytes_{name}": float(value)
+    metrics = {_ALLOCATED_METRIC[name]: float(value)
                for name, value in peak.phase_allocated.items()}
     return MemoryEstimate(
         total_bytes=total, components=components, phase=peak.phase, metrics=metrics,
@@ -835,6 +835,9 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
 
 
 _STACK_SUMMARIES: dict[tuple, tuple[object, str]] = {}
+#: phase -> the memory answer's metric of its allocated bytes (built once, not per estimate)
+_ALLOCATED_METRIC = {phase: f"allocated_bytes_{phase}"
+                     for phase in ("forward", "backward", "optimizer")}
 
 
 def stack_summary(stack: ResolvedStack) -> str:
