@@ -13,6 +13,12 @@ from __future__ import annotations
 
 import pytest
 
+#: A two-layer Llama config small enough to trace in seconds (the torch runner's tests)
+TINY_LLAMA_CONFIG = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
+                     "num_attention_heads": 4, "num_key_value_heads": 4,
+                     "intermediate_size": 688, "vocab_size": 4000,
+                     "max_position_embeddings": 1024, "tie_word_embeddings": False}
+
 
 def new_pm(*plugins, entrypoints: bool = False, defaults: bool = True):
     """A fresh plugin manager: default plugins plus ``plugins`` (each a module/object or a

@@ -24,15 +24,16 @@ ray = pytest.importorskip("ray")
 from fmest.api import job_dict  # noqa: E402
 from fmest.cli import build_parser, main  # noqa: E402
 from fmest.convert import job_from_dict, job_to_dict  # noqa: E402
-from fmest.testing import new_engine  # noqa: E402
+from fmest.testing import (
+    TINY_LLAMA_CONFIG,  # noqa: E402
+    new_engine,  # noqa: E402
+)
 from fmest_torch_runner import ray_executor  # noqa: E402
 from fmest_torch_runner.probe import config_hash, expand, load_sweep  # noqa: E402
 from fmest_torch_runner.ray_executor import task_resources  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
-TINY = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 688,
-        "vocab_size": 4000, "max_position_embeddings": 1024, "tie_word_embeddings": False}
+TINY = TINY_LLAMA_CONFIG
 
 
 @pytest.fixture(scope="module")

@@ -10,17 +10,14 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from fmest.convert import job_from_dict  # noqa: E402
-from fmest.testing import new_engine  # noqa: E402
+from fmest.testing import (
+    TINY_LLAMA_CONFIG,  # noqa: E402
+    new_engine,  # noqa: E402
+)
 from fmest_torch_runner import plugin as tr_plugin  # noqa: E402
 
-TINY = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 688,
-        "vocab_size": 4000, "max_position_embeddings": 1024, "tie_word_embeddings": False}
+TINY = TINY_LLAMA_CONFIG
 
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("FMEST_CACHE_DIR", str(tmp_path / "cache"))
 
 
 def _job(method: str, stack=None):

@@ -21,15 +21,16 @@ from fmest.convert import job_from_dict  # noqa: E402
 from fmest.errors import InputError  # noqa: E402
 from fmest.job import Training  # noqa: E402
 from fmest.models.hf import spec_from_hf_config  # noqa: E402
-from fmest.testing import new_engine  # noqa: E402
+from fmest.testing import (
+    TINY_LLAMA_CONFIG,  # noqa: E402
+    new_engine,  # noqa: E402
+)
 from fmest_torch_runner import plugin as tr_plugin  # noqa: E402
 from fmest_torch_runner import traced  # noqa: E402
 from fmest_torch_runner.runner import RunSpec, Unsupported, run, run_spec_from_job  # noqa: E402
 from fmest_torch_runner.tracker import StorageTracker  # noqa: E402
 
-TINY = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 688,
-        "vocab_size": 4000, "max_position_embeddings": 1024, "tie_word_embeddings": False}
+TINY = TINY_LLAMA_CONFIG
 DATA = Path(__file__).resolve().parents[1] / "fmest_torch_runner" / "data"
 
 
@@ -38,10 +39,6 @@ def tiny_job(**training) -> dict:
     t.update(training)
     return {"model": "tiny-llama", "model_config": dict(TINY), "training": t}
 
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("FMEST_CACHE_DIR", str(tmp_path / "cache"))
 
 
 # -- tracker ----------------------------------------------------------------------------------
