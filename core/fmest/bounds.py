@@ -22,6 +22,7 @@ components summing to the total). :func:`markdown` renders the tables for ``docs
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Iterable, Optional
 
@@ -120,9 +121,14 @@ BOUNDS: tuple[Bound, ...] = (
 )
 
 
+@functools.lru_cache(maxsize=None)
+def _parts(path: str) -> tuple[str, ...]:
+    return tuple(path.split("."))
+
+
 def _get(job, path: str) -> Any:
     obj = job
-    for part in path.split("."):
+    for part in _parts(path):
         obj = getattr(obj, part)
     return obj
 
@@ -312,13 +318,23 @@ def _given_fn(job) -> Callable[[str], bool]:
     (``job_to_dict``) reads back the same."""
 
     def check(path: str) -> bool:
-        section, _, name = path.partition(".")
+        section, name = _parts(path)
         obj = getattr(job, section)
-        default: Any = attrs.fields_dict(type(obj))[name].default
-        if isinstance(default, _FACTORY):
-            default = default.factory()
-        return getattr(obj, name) != default
+        return getattr(obj, name) != _default(type(obj), name)
     return check
+
+
+#: (attrs class, field name) -> its default (:func:`_default`)
+_DEFAULTS: dict[tuple[type, str], Any] = {}
+
+
+def _default(cls: type, name: str) -> Any:
+    """The default of field ``name`` of the attrs class ``cls`` (a factory's product)."""
+    key = (cls, name)
+    if key not in _DEFAULTS:
+        default: Any = attrs.fields_dict(cls)[name].default
+        _DEFAULTS[key] = default.factory() if isinstance(default, _FACTORY) else default
+    return _DEFAULTS[key]
 
 
 def check_conflicts(job) -> None:
@@ -356,7 +372,20 @@ class Oddity:
 
 
 def _inference_given(job, given: Callable[[str], bool]) -> bool:
+    # the whole section at its defaults (the common case, one comparison) gives nothing
+    if job.inference == _default_section(type(job.inference)):
+        return False
     return any(given(f"inference.{a.name}") for a in attrs.fields(type(job.inference)))
+
+
+_SECTIONS: dict[type, Any] = {}
+
+
+def _default_section(cls: type) -> Any:
+    """A section of the job with every field at its default (one per class)."""
+    if cls not in _SECTIONS:
+        _SECTIONS[cls] = cls()
+    return _SECTIONS[cls]
 
 
 def _sized(workload) -> bool:
@@ -534,7 +563,7 @@ HARDWARE_RULES: tuple[tuple[str, str, str, str, str], ...] = (
 
 
 def _is_default(job, path: str) -> bool:
-    section, _, name = path.partition(".")
+    section, name = _parts(path)
     return _get(job, path) == attrs.fields_dict(type(getattr(job, section)))[name].default
 
 
