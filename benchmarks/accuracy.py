@@ -29,7 +29,9 @@ What is compared with what (the estimate is made comparable to the counter the s
   per GPU from fmest's MFU times the dtype's dense peak (Megatron 2021 rows: Narayanan et al.
   2021 eq. 3 FLOPs, recompute included, as the source counts; other ``megatron-core`` rows:
   Megatron-LM's ``num_floating_point_operations``, full s x s attention, see
-  ``megatron_model_flops``), seconds per step compared as a
+  ``megatron_model_flops``; BigScience Megatron-DeepSpeed rows: the fork's own log-line count
+  with the run's recompute factor, before or after its PR 251, ``bigscience_logged_flops``),
+  seconds per step compared as a
   rate (measured/predicted - 1); a timed "iteration" that ``other`` says is one micro-batch is
   compared with fmest's step time divided by the accumulation steps.
   Error = predicted / measured - 1 (positive: fmest predicts more
@@ -216,6 +218,68 @@ def megatron_model_flops(model, tokens: float, seq: int) -> Optional[float]:
         + shared / h * gated + model.vocab_size / (2.0 * layers * h))
 
 
+#: Date of bigscience-workshop/Megatron-DeepSpeed PR 251 (commit ae6277f5b95e, 2022-02-21),
+#: which replaced the fork's parameter-count TFLOPs log line by Narayanan et al.'s eq. 3.
+BIGSCIENCE_PR251_DATE = (2022, 2, 21)
+#: make_vocab_size_divisible_by default of the fork (megatron/arguments.py); the vocabulary is
+#: padded to a multiple of it times TP (megatron/tokenizer/tokenizer.py _vocab_size_with_padding)
+MEGATRON_VOCAB_DIVISOR = 128
+
+
+def is_bigscience_megatron_deepspeed(row: dict) -> bool:
+    """A row whose TFLOP/s come from the BigScience Megatron-DeepSpeed fork's log line."""
+    text = f"{row.get('stack_version') or ''} {row.get('other') or ''}".lower()
+    return row.get("stack") == "megatron-deepspeed" and "bigscience" in text
+
+
+def bigscience_run_date(row: dict) -> Optional[tuple[int, int, int]]:
+    """(year, month, day) of the run: the year in ``stack_version`` and a trailing ``| MM-DD |``
+    table note in ``source_quote`` (the BigScience chronicles date every benchmark row so)."""
+    year = re.search(r"\b(20\d\d)\b", row.get("stack_version") or "")
+    md = re.search(r"\|\s*(\d\d)-(\d\d)\s*\|\s*$", (row.get("source_quote") or "").strip())
+    if not year or not md:
+        return None
+    return int(year.group(1)), int(md.group(1)), int(md.group(2))
+
+
+def bigscience_uses_pr251(row: dict) -> bool:
+    """Whether the fork that logged the row already had PR 251's eq.-3 count: yes when ``other``
+    says so or the run is dated on/after the merge; the older parameter count only for a run
+    dated before it (the default is the fork's count since 2022-02-21)."""
+    if "after the improved calculator" in (row.get("other") or "").lower():
+        return True
+    date = bigscience_run_date(row)
+    return date is None or date >= BIGSCIENCE_PR251_DATE
+
+
+def bigscience_logged_flops(model, *, tokens: float, seq: int, tp: int, recompute: bool,
+                            pr251: bool) -> float:
+    """FLOPs per iteration as the BigScience Megatron-DeepSpeed fork counts them in its
+    ``TFLOPs:`` log line (megatron/training.py ``training_log``; the log divides by the
+    iteration time and ``world_size``), recompute factor ``f`` = 4 with
+    ``--checkpoint-activations`` else 3:
+
+    * PR 251 on (bigscience-workshop/Megatron-DeepSpeed ae6277f5b95ede2d4932cb8718fcc6a6132c09e7,
+      kept at 8387ae17c4704f6579f88a84500b535d19d7fbbf): ``c f B s L h^2 (1 + s/(6h) +
+      V/(16 L h))`` with ``c`` = 24, 32 with ``--glu-activation`` (PR 283, e23393fb), ``V`` the
+      padded vocabulary (``MEGATRON_VOCAB_DIVISOR`` x TP);
+    * before (ae6277f5~1): ``N f 2 s B`` with ``N`` = ``get_parameters_in_billions(model,
+      exclude_embeddings=True)`` (megatron/utils.py): the non-embedding parameters (the last
+      stage's count x TP x PP; uniform stages taken).
+
+    ``tokens`` = B s (global batch x sequence)."""
+    f = 4.0 if recompute else 3.0
+    if not pr251:
+        pc = model.param_counts()
+        return (pc.total - pc.embedding) * f * 2.0 * tokens
+    h, layers = model.hidden_size, model.num_layers
+    div = MEGATRON_VOCAB_DIVISOR * max(tp, 1)
+    vocab = math.ceil(model.vocab_size / div) * div
+    coeff = 32.0 if model.gated_mlp else 24.0
+    return coeff * f * tokens * layers * h * h * (
+        1.0 + seq / (6.0 * h) + vocab / (16.0 * layers * h))
+
+
 def predicted_rate(row: dict, job: dict, report) -> Optional[float]:
     """fmest's prediction in the row's throughput unit (module doc)."""
     unit = row["unit"]
@@ -249,9 +313,19 @@ def predicted_rate(row: dict, job: dict, report) -> Optional[float]:
             tr = job["training"]
             tokens = tr["micro_batch_size"] * tr["grad_accum_steps"] * \
                 report.context.layout.dp * tr["seq_len"]
-            flops = megatron_model_flops(report.context.model, tokens, tr["seq_len"])
-            if flops is not None:
-                return flops / (t.step_seconds * world) / 1e12
+            model_flops = megatron_model_flops(report.context.model, tokens, tr["seq_len"])
+            if model_flops is not None:
+                return model_flops / (t.step_seconds * world) / 1e12
+        if is_bigscience_megatron_deepspeed(row):
+            # like with like: the fork's own log-line count, with the run's recompute
+            tr = job["training"]
+            layout = report.context.layout
+            tokens = tr["micro_batch_size"] * tr["grad_accum_steps"] * layout.dp * tr["seq_len"]
+            logged = bigscience_logged_flops(
+                report.context.model, tokens=tokens, seq=tr["seq_len"], tp=layout.tp,
+                recompute=tr.get("activation_checkpointing", "none") != "none",
+                pr251=bigscience_uses_pr251(row))
+            return logged / (t.step_seconds * world) / 1e12
         if t.flops_per_step is None:
             return None
         return t.flops_per_step / t.step_seconds / world / 1e12
