@@ -113,6 +113,135 @@ def row_for(preset: str, technique: str, batch: int, seq: int, ac: str) -> list[
     return rows
 
 
+#: variable-length grid (fmest issue 21): (preset, technique, micro batch, cap, AC); bf16, AdamW.
+#: Small models only (the fake trace of a micro-batch takes ~5 s at 360M parameters and 1k tokens on 2 CPUs); the
+#: growth is a property of the transient (activation) blocks, which the ratio below normalizes.
+VARLEN_GRID: list[tuple[str, str, int, int, str]] = [
+    ("smollm2-360m", "lora", 1, 1024, "full"),
+    ("smollm2-360m", "lora", 1, 2048, "full"),
+    ("smollm2-360m", "full", 2, 1024, "none"),
+    ("qwen2.5-0.5b", "lora", 1, 2048, "full"),
+    ("qwen2.5-0.5b", "full", 1, 1024, "none"),
+]
+#: micro-batches replayed per variable-length row, their lengths drawn from
+#: uniform(VARLEN_LOW x cap, cap) with random.Random(VARLEN_SEED); the last one is the cap
+#: (the longest sample of a real run is met sooner or later: ms-swift's benchmark runs 1000
+#: samples, scripts/benchmark/test_memory_time/run_single.py train_dataset_sample = 1000)
+VARLEN_STEPS = 12
+VARLEN_LOW = 0.05
+VARLEN_SEED = 20261127
+#: an optimizer step after every VARLEN_ACCUM micro-batches (ms-swift benchmark default
+#: gradient_accumulation_steps 16 is longer than the replay; 4 keeps optimizer steps in it)
+VARLEN_ACCUM = 4
+
+
+def varlen_lengths(cap: int, steps: int = VARLEN_STEPS, low: float = VARLEN_LOW,
+                   seed: int = VARLEN_SEED) -> list[int]:
+    """Padded lengths of the replayed micro-batches: uniform(low x cap, cap), rounded to 8
+    tokens, the cap placed last (the worst order: every cached segment of the shorter steps is
+    still held when the longest step needs its own)."""
+    import random
+
+    rng = random.Random(seed)
+    out = [max(8, int(rng.uniform(low * cap, cap)) // 8 * 8) for _ in range(steps - 1)]
+    return out + [cap]
+
+
+def trace_varlen_events(job_dict: dict[str, Any], lengths: list[int]
+                        ) -> tuple[list[tuple], int, int, float]:
+    """(events, tracker peak, transient bytes of the last micro-batch (its forward/backward
+    peak over what is live as it starts), seconds) of one fake
+    trace running one micro-batch per entry of ``lengths`` (the batch padded to that length, as
+    a pad-to-longest collator does), an optimizer step after every ``VARLEN_ACCUM``."""
+    import attrs
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import fmest
+    from fmest.convert import job_from_dict
+    from fmest.transforms import transforms_of
+    from fmest_torch_runner.fake_trace import patched_mask_helper
+    from fmest_torch_runner.model_builder import build_model
+    from fmest_torch_runner.optimizer import optimizer_step
+    from fmest_torch_runner.runner import run_spec_from_job
+    from fmest_torch_runner.steps import make_batch, prepare_steps
+    from fmest_torch_runner.tracker import StorageTracker
+
+    engine = fmest._engine(None)  # type: ignore[attr-defined]
+    job = job_from_dict(job_dict)
+    ctx = engine.context(job)
+    spec = run_spec_from_job(job, ctx.model, optimizer_name=ctx.optimizer.name, device="fake",
+                             sharding=ctx.sharding, fsdp_world_size=1,
+                             precision=transforms_of(job, ctx).precision)
+    t0 = time.perf_counter()
+    with patched_mask_helper():
+        fake_mode = FakeTensorMode()
+        model = build_model(spec, "fake", fake_mode)
+        with fake_mode:
+            tracker = StorageTracker(round_bytes=512)
+            with tracker:
+                state = prepare_steps(model, attrs.evolve(spec, seq_len=lengths[0]), "fake",
+                                      tracker)
+                for i, n in enumerate(lengths):
+                    inputs = (state.inputs if i == 0 else
+                              make_batch(model, attrs.evolve(spec, seq_len=n), "cpu"))
+                    before = tracker.total
+                    tracker.phase(f"m{i}_forward", "forward")
+                    with state.amp:
+                        loss = model(**inputs, use_cache=False).loss
+                    tracker.end_phase()
+                    tracker.phase(f"m{i}_backward", "backward")
+                    loss.backward()
+                    del loss, inputs
+                    tracker.end_phase()
+                    if (i + 1) % VARLEN_ACCUM == 0 or i == len(lengths) - 1:
+                        tracker.phase(f"m{i}_optimizer", "optimizer")
+                        optimizer_step(state.params, state.masters, state.optimizer, tracker)
+                        tracker.end_phase()
+                    if i == 0:
+                        state.inputs.clear()
+    last = len(lengths) - 1
+    step_peak = max(tracker.windows[f"m{last}_{k}"].total for k in ("forward", "backward"))
+    return (list(tracker.events), tracker.overall.total, step_peak - before,
+            time.perf_counter() - t0)
+
+
+def varlen_row_for(preset: str, technique: str, batch: int, cap: int, ac: str) -> dict:
+    """One variable-length row: the replayed reserved peak of ``VARLEN_STEPS`` micro-batches of
+    varying length against the same job at a fixed length (the cap, every micro-batch)."""
+    from fmest.allocator import replay
+
+    job = {"model": preset, "training": {"dtype": "bf16", "technique": technique,
+                                          "micro_batch_size": batch, "seq_len": cap,
+                                          "activation_checkpointing": ac}}
+    lengths = varlen_lengths(cap)
+    ev_var, peak_var, _, secs_var = trace_varlen_events(job, lengths)
+    # the fixed-length reserve is steady after the first optimizer step (the table's fixed rows
+    # trace 2 steps): VARLEN_ACCUM micro-batches, the step, one more micro-batch
+    ev_fix, peak_fix, transient, secs_fix = trace_varlen_events(job, [cap] * (VARLEN_ACCUM + 1))
+    var, fix = replay(ev_var), replay(ev_fix)
+    row = {
+        "model": preset, "technique": technique, "micro_batch_size": batch, "seq_len_cap": cap,
+        "activation_checkpointing": ac, "lengths": lengths,
+        "tracker_peak_fixed": peak_fix, "tracker_peak_varlen": peak_var,
+        "transient_bytes": transient,
+        "reserved_fixed": fix.max_memory_reserved, "reserved_varlen": var.max_memory_reserved,
+        "growth_bytes": var.max_memory_reserved - fix.max_memory_reserved,
+        "growth_over_transient": round((var.max_memory_reserved - fix.max_memory_reserved)
+                                       / max(1, transient), 4),
+        "reserved_varlen_over_tensor_peak": round(var.max_memory_reserved / peak_fix, 5),
+        "reserved_fixed_over_tensor_peak": round(fix.max_memory_reserved / peak_fix, 5),
+        "trace_seconds": round(secs_var + secs_fix, 1),
+        "command": (f"python scripts/derive_allocator_reserve.py --varlen --only {preset} "
+                    f"--technique {technique} --batch {batch} --seq {cap} --ac {ac}"),
+    }
+    print(f"{preset:14s} {technique:4s} b{batch} cap{cap} ac={ac:4s} tensor peak "
+          f"{peak_fix / 2**30:6.2f} GiB, transient {transient / 2**30:6.2f} GiB, reserved fixed "
+          f"{fix.max_memory_reserved / 2**30:6.2f} varlen {var.max_memory_reserved / 2**30:6.2f}"
+          f" GiB, growth/transient {row['growth_over_transient']:.3f} "
+          f"({secs_var + secs_fix:.0f} s)", flush=True)
+    return row
+
+
 def theil_sen(rows: list[dict]) -> tuple[float, float]:
     """(intercept bytes, slope) of reserve bytes over the tensor peak: the median of pairwise
     slopes, then the median intercept (robust to the few fragmentation-heavy rows)."""
@@ -162,6 +291,51 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
     return out
 
 
+def summarize_varlen(rows: list[dict]) -> dict[str, Any]:
+    """Median (min, max) growth of the reserved peak over the transient bytes of the longest
+    micro-batch: the rule fmest.physics.device_terms applies to variable-length jobs."""
+    out: dict[str, Any] = {
+        "what": "reserved(varlen) - reserved(fixed at the cap) = fraction x transient bytes of "
+                "one micro-batch at the cap; median over the rows of each activation "
+                "checkpointing mode (recomputation re-allocates the layer temporaries of every "
+                "length: the growth differs by mode)"}
+    for ac in ("full", "none"):
+        g = [r["growth_over_transient"] for r in rows if r["activation_checkpointing"] == ac]
+        if g:
+            out[ac] = {"fraction_of_transient": round(statistics.median(g), 4),
+                       "min": min(g), "max": max(g), "rows": len(g)}
+    return out
+
+
+def main_varlen(args: argparse.Namespace) -> int:
+    from importlib.metadata import version
+
+    grid = ([(args.only, args.technique, args.batch, args.seq, args.ac)] if args.only
+            else VARLEN_GRID)
+    rows = []
+    for setting in grid:
+        try:
+            rows.append(varlen_row_for(*setting))
+        except Exception as exc:  # a row that cannot be traced is reported, not invented
+            print(f"{setting}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    table = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {}
+    table["varlen"] = {
+        "description": "Variable-length (pad-to-longest, unpacked) steps: the replayed reserved "
+                       f"peak of {VARLEN_STEPS} micro-batches whose lengths are uniform("
+                       f"{VARLEN_LOW} x cap, cap) (seed {VARLEN_SEED}, the cap last), an "
+                       f"optimizer step every {VARLEN_ACCUM}, against the same trace at the cap "
+                       "every micro-batch. growth_over_transient = (reserved_varlen - "
+                       "reserved_fixed) / transient bytes of one micro-batch at the cap.",
+        "generated": time.strftime("%Y-%m-%d"),
+        "command": "python scripts/derive_allocator_reserve.py --varlen",
+        "torch": version("torch"), "transformers": version("transformers"),
+        "summary": summarize_varlen(rows), "rows": rows,
+    }
+    args.out.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(table["varlen"]["summary"], indent=1))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from importlib.metadata import version
 
@@ -174,7 +348,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--summarize", action="store_true",
                     help="recompute the summary of the existing table's rows (no tracing)")
+    ap.add_argument("--varlen", action="store_true",
+                    help="trace the variable-length grid (VARLEN_GRID) into the table's "
+                         "'varlen' section, keeping the fixed-length rows")
     args = ap.parse_args(argv)
+    if args.varlen:
+        return main_varlen(args)
     if args.summarize:
         table = json.loads(args.out.read_text(encoding="utf-8"))
         table["summary"] = summarize(table["rows"])
