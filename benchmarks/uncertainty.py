@@ -9,9 +9,13 @@ A residual is the ratio true / predicted of one scored row of ``benchmarks/data/
 (memory: measured / predicted in the row's own counter; time: measured step time / predicted, a
 rate row read as its step time), taken from ``benchmarks/accuracy.py``'s leave-one-source-out
 answers (its fitted constants refit without the row's source). Quantiles are taken in log space
-with every source weighing the same, per group (the training stack) and for all rows; a group with
-fewer than :data:`MIN_SOURCES` sources or :data:`MIN_ROWS` rows uses the quantiles of all rows
-(the table says which).
+with every source weighing the same, per group and for all rows. The groups are what the
+residuals depend on (:data:`ANSWER_GROUPS`, :func:`row_groups`): memory by the counter the row
+was read in (``counter:allocated``: tensors only; ``counter:peak``: reserved, nvidia-smi or an
+unnamed counter, which see the allocator's cache; a memory answer is the device peak and takes
+``counter:peak``); step time by the stack, else the GPU family, else all rows. A group with
+fewer than :data:`MIN_SOURCES` sources or :data:`MIN_ROWS` rows is left out and its rows (and
+answers) widen to the next group of their chain.
 
 **Sealed part.** :data:`SEALED_SHARE` of the non-development sources, drawn once with
 :data:`SEED` and listed in ``benchmarks/data/sealed_sources.json``, are left out of the table and
@@ -24,15 +28,17 @@ a source it has never seen (target 72-88 %).
 
 **P(fit).** Rows that record a run that fitted (every scored memory row: the job ran) and rows
 that record an OOM are scored with ``fmest.estimates.fits_probability`` on the analytic total,
-the GPU's memory and the interval of the row's group (built without the row's source): the share
-of runs with P(fit) >= 0.5 (target >= 97 %), of OOMs with P(fit) < 0.5 (target >= 90 %), and the
-Brier score.
+the GPU's memory and the interval a memory answer gets (``counter:peak``, built without the
+row's source): the share of runs with P(fit) >= 0.5 (target >= 97 %), of OOMs with P(fit) < 0.5
+(target >= 90 %), the same at 0.9 (``--fit-confidence``), the Brier score, and the OOM rows
+still judged to fit (``--list-oom``).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
 import json
 import math
 import sys
@@ -53,9 +59,20 @@ SEALED_FILE = sealed_draw.SEALED_FILE
 #: the rule and its check live in ``benchmarks/sealed.py``.
 SEED = sealed_draw.SEED
 SEALED_SHARE = sealed_draw.SHARE
-#: Fewest sources and rows for a group of its own; below, the quantiles of all rows.
+#: Fewest sources and rows for a group of its own; below, the next group of the chain.
 MIN_SOURCES = 5
 MIN_ROWS = 20
+#: ... and for a group of the shipped table: one more, so that every group an answer takes was
+#: itself scored out of source (without any one of its sources it still has MIN_SOURCES)
+SHIPPED_MIN_SOURCES = MIN_SOURCES + 1
+#: The chain of groups an *answer* takes, most specific first (written to the table and read
+#: by fmest.uncertainty): a memory answer is the device peak, read like the counters that see
+#: the allocator's cache; a step time by its stack, else its GPU family (the kernel-rate tables
+#: differ most by GPU generation), else all rows.
+ANSWER_GROUPS = {"memory": ["counter:peak", "all"],
+                 "time": ["stack:{stack}", "gpu:{gpu_family}", "all"]}
+#: Counters that see tensors only (the rest see the allocator's cache too: ``counter:peak``)
+ALLOCATED_COUNTERS = ("allocated",)
 #: The tail share each side of the interval that is *reported* as P10/P90: the nominal 10 % when
 #: the sources agree; a new source differs from the others more than rows of one source do, so
 #: the tail share that gives 80 % coverage out of source is chosen among these by leave-one-
@@ -111,22 +128,46 @@ def residuals(results: list[dict], analysis: dict) -> dict[str, list[dict]]:
             # is compared as a rate): memory true/pred = 1/(1+e); step time true/pred = 1+e
             ratio = 1.0 / (1.0 + e) if quantity == "memory" else 1.0 + e
             out[quantity].append({"id": rid, "ratio": ratio, "source": r["source"],
-                                  "group": r["stack"] or "unknown"})
+                                  "group": r["stack"] or "unknown",
+                                  "keys": row_groups(quantity, r)})
     return out
 
 
-def table(entries: list[dict], exclude: Optional[str] = None, tail: float = 0.10
-          ) -> dict[str, dict]:
+def row_groups(quantity: str, r: dict) -> list[str]:
+    """The chain of groups of one evaluated row, most specific first (see the module doc)."""
+    if quantity == "memory":
+        counter = ("counter:allocated" if r.get("compared_as") in ALLOCATED_COUNTERS
+                   else "counter:peak")
+        return [counter, "all"]
+    from fmest.uncertainty import gpu_family
+
+    gpu = ((r.get("job") or {}).get("hardware") or {}).get("gpu")
+    fields = {"stack": r.get("stack"), "gpu_family": gpu_family(gpu)}
+    return [t.format(**fields) for t in ANSWER_GROUPS[quantity]
+            if all(v for f, v in fields.items() if "{" + f + "}" in t)]
+
+
+def _keys(entry: dict) -> list[str]:
+    return entry.get("keys") or [f"stack:{entry['group']}", "all"]
+
+
+def table(entries: list[dict], exclude: Optional[str] = None, tail: float = 0.10,
+          min_sources: int = MIN_SOURCES) -> dict[str, dict]:
     """Quantiles per group and for ``all`` from ``entries`` (leaving out source ``exclude``):
-    ``p10``/``p90`` at ``tail`` and ``1 - tail``, ``p50`` the median."""
+    ``p10``/``p90`` at ``tail`` and ``1 - tail``, ``p50`` the median. The shipped table asks
+    for one source to spare (:data:`SHIPPED_MIN_SOURCES`): a group with exactly
+    :data:`MIN_SOURCES` sources never holds its own rows out of source, so its coverage would
+    be unmeasured."""
     use = [e for e in entries if e["source"] != exclude]
     out: dict[str, dict] = {}
     groups: dict[str, list[dict]] = {"all": use}
     for e in use:
-        groups.setdefault(f"stack:{e['group']}", []).append(e)
+        for key in _keys(e):
+            if key != "all":
+                groups.setdefault(key, []).append(e)
     for name, members in groups.items():
         sources = {m["source"] for m in members}
-        if name != "all" and (len(sources) < MIN_SOURCES or len(members) < MIN_ROWS):
+        if name != "all" and (len(sources) < min_sources or len(members) < MIN_ROWS):
             continue
         logs = [math.log(m["ratio"]) for m in members]
         q10, q50, q90 = _weighted_quantiles(logs, [m["source"] for m in members],
@@ -137,16 +178,23 @@ def table(entries: list[dict], exclude: Optional[str] = None, tail: float = 0.10
     return out
 
 
-def lookup(tab: dict[str, dict], group: str) -> tuple[str, dict]:
-    key = f"stack:{group}"
-    return (key, tab[key]) if key in tab else ("all", tab["all"])
+def lookup(tab: dict[str, dict], keys: list[str]) -> tuple[str, dict]:
+    """The first group of ``keys`` that ``tab`` holds, else ``all``."""
+    for key in keys:
+        if key in tab:
+            return key, tab[key]
+    return "all", tab["all"]
+
+
+def _table_without(entries: list[dict], tail: float, source: str) -> dict[str, dict]:
+    return table(entries, exclude=source, tail=tail)
 
 
 def choose_tail(entries: list[dict]) -> float:
     """The widest nominal tail (narrowest interval) whose leave-one-source-out coverage within
     ``entries`` reaches :data:`TARGET_COVERAGE`; the smallest tail when none does."""
     for tail in TAILS:
-        cov = coverage(entries, lambda s, t=tail: table(entries, exclude=s, tail=t))
+        cov = coverage(entries, functools.partial(_table_without, entries, tail))
         if cov["all"]["coverage"] >= TARGET_COVERAGE:
             return tail
     return TAILS[-1]
@@ -161,24 +209,34 @@ def nested_coverage(entries: list[dict]) -> dict:
 
 
 def coverage(entries: list[dict], against: Callable[[str], dict[str, dict]]) -> dict:
-    """Share of each source's rows inside P10-P90 of the table built without that source."""
+    """Share of each source's rows inside P10-P90 of the table built without that source: for
+    all rows, per stack (``stack:<name>``) and per group the rows used (``used:<group>``)."""
     inside: dict[str, list[bool]] = {"all": []}
     for source in sorted({e["source"] for e in entries}):
         tab = against(source)
         for e in (x for x in entries if x["source"] == source):
-            used, q = lookup(tab, e["group"])
+            used, q = lookup(tab, _keys(e))
             ok = q["p10"] <= e["ratio"] <= q["p90"]
             inside["all"].append(ok)
             inside.setdefault(f"stack:{e['group']}", []).append(ok)
+            inside.setdefault(f"used:{used}", []).append(ok)
     return {k: {"rows": len(v), "coverage": sum(v) / len(v)} for k, v in inside.items() if v}
+
+
+def _fixed(tab: dict[str, dict], source: str) -> dict[str, dict]:
+    """``tab`` whatever the source (the sealed sources: the table never saw them)."""
+    return tab
 
 
 def fit_scores(results: list[dict], mem_table_without: Callable[[str], dict[str, dict]],
                sources: set[str]) -> dict:
-    """P(fit) on rows that ran (scored memory rows) and rows that recorded an OOM."""
+    """P(fit) on rows that ran (scored memory rows) and rows that recorded an OOM, with the
+    interval a memory answer gets (:data:`ANSWER_GROUPS`), built by ``mem_table_without``."""
     from fmest.estimates import fits_probability
 
-    ran, ooms = [], []
+    ran: list[float] = []
+    ooms: list[float] = []
+    missed: list[dict] = []
     for r in results:
         if r["source"] not in sources or r.get("total_bytes") is None:
             continue
@@ -188,14 +246,25 @@ def fit_scores(results: list[dict], mem_table_without: Callable[[str], dict[str,
             outcome = 0
         else:
             continue
-        _, q = lookup(mem_table_without(r["source"]), r["stack"] or "unknown")
+        _, q = lookup(mem_table_without(r["source"]), ANSWER_GROUPS["memory"])
         total = r["total_bytes"]
         p = fits_probability(total, (total * q["p10"], total * q["p90"]), r["capacity_bytes"])
-        (ran if outcome else ooms).append(p if p is not None else float(total <= r["capacity_bytes"]))
+        p = p if p is not None else float(total <= r["capacity_bytes"])
+        (ran if outcome else ooms).append(p)
+        if not outcome and p >= 0.5:
+            missed.append({"id": r["id"], "source": r["source"], "stack": r["stack"],
+                           "p_fit": p, "total_over_capacity": total / r["capacity_bytes"]})
     brier = [(p - 1) ** 2 for p in ran] + [p ** 2 for p in ooms]
-    return {"ran": len(ran), "ran_p_ge_half": sum(p >= 0.5 for p in ran) / len(ran) if ran else None,
-            "oom": len(ooms), "oom_p_lt_half": sum(p < 0.5 for p in ooms) / len(ooms) if ooms else None,
-            "brier": sum(brier) / len(brier) if brier else None}
+
+    def share(values: list[float], test: Callable[[float], bool]) -> Optional[float]:
+        return sum(map(test, values)) / len(values) if values else None
+
+    return {"ran": len(ran), "ran_p_ge_half": share(ran, lambda p: p >= 0.5),
+            "ran_p_ge_090": share(ran, lambda p: p >= 0.9),
+            "oom": len(ooms), "oom_p_lt_half": share(ooms, lambda p: p < 0.5),
+            "oom_p_lt_090": share(ooms, lambda p: p < 0.9),
+            "brier": sum(brier) / len(brier) if brier else None,
+            "oom_judged_to_fit": sorted(missed, key=lambda m: m["total_over_capacity"])}
 
 
 def main(argv=None) -> int:
@@ -204,6 +273,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sealed", action="store_true",
                     help="score the sealed sources (aggregate only; once per model change)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--list-oom", action="store_true",
+                    help="list the recorded OOM rows still given P(fit) >= 0.5")
     args = ap.parse_args(argv)
 
     rows = measured.load_rows()
@@ -231,7 +302,8 @@ def main(argv=None) -> int:
                 for r in scored}}
         sealed_res = residuals(sealed_results, errors)
     tails = {q: choose_tail(v) for q, v in open_res.items()}
-    tables = {q: table(v, tail=tails[q]) for q, v in open_res.items()}
+    tables = {q: table(v, tail=tails[q], min_sources=SHIPPED_MIN_SOURCES)
+              for q, v in open_res.items()}
     report: dict = {"tables": tables, "tails": tails, "sealed_sources": len(sealed)}
     for q in ("memory", "time"):
         report[f"coverage_{q}"] = nested_coverage(open_res[q])
@@ -241,30 +313,38 @@ def main(argv=None) -> int:
                                                         tail=tails["memory"]), open_sources)
     if args.sealed:
         report["sealed"] = {
-            f"coverage_{q}": coverage(sealed_res[q], lambda s, q=q: tables[q])["all"]
+            f"coverage_{q}": coverage(sealed_res[q], functools.partial(_fixed, tables[q]))["all"]
             for q in ("memory", "time") if sealed_res[q]}
         report["sealed"]["fit"] = fit_scores(results, lambda s: tables["memory"], sealed)
     if args.write:
         OUT.write_text(json.dumps({
             "about": "P10/P50/P90 of true / predicted for fmest's analytic memory and step-time "
-                     "answers, per training stack and for all rows (groups with fewer than "
-                     f"{MIN_SOURCES} sources or {MIN_ROWS} rows use 'all'), from the "
+                     "answers, per group and for all rows (groups with fewer than "
+                     f"{SHIPPED_MIN_SOURCES} sources or {MIN_ROWS} rows widen to the next group of "
+                     "their chain), from the "
                      "leave-one-source-out residuals of benchmarks/data/measured.csv without its "
                      "sealed sources. Produced by `python benchmarks/uncertainty.py --write`; "
                      "refit whenever the estimators change (docs/benchmarks.md).",
             "produced": _dt.date.today().isoformat(),
-            "min_sources": MIN_SOURCES, "min_rows": MIN_ROWS,
+            "min_sources": SHIPPED_MIN_SOURCES, "min_rows": MIN_ROWS,
+            "answer_groups": ANSWER_GROUPS,
+            "groups_note": "an answer takes the first group of its answer_groups chain the "
+                           "table holds ({stack}: the job's training stack, {gpu_family}: "
+                           "fmest.uncertainty.gpu_family of its GPU); memory groups are the "
+                           "counter the evidence row was read in: counter:allocated "
+                           "(max_memory_allocated, active_bytes), counter:peak (reserved, "
+                           "nvidia-smi, unnamed)",
             "tails": tails, "tails_note": "the tail share each side chosen so that leave-one-"
                      "source-out coverage reaches 80 % (benchmarks/uncertainty.py TAILS)",
             "memory": tables["memory"], "time": tables["time"]}, indent=2) + "\n")
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    _print(report)
+    _print(report, list_oom=args.list_oom)
     return 0
 
 
-def _print(report: dict) -> None:
+def _print(report: dict, list_oom: bool = False) -> None:
     for q in ("memory", "time"):
         print(f"\n== {q.upper()}: true / predicted, P10-P50-P90 (open sources; tails "
               f"{report['tails'][q] * 100:g}% each side) ==")
@@ -272,21 +352,28 @@ def _print(report: dict) -> None:
               f"{'coverage out of source':>24}")
         cov = report[f"coverage_{q}"]
         for name, t in sorted(report["tables"][q].items(), key=lambda kv: kv[0] != "all"):
-            c = cov.get(name)
+            c = cov.get(name if name == "all" else f"used:{name}")
             shown = f"{c['coverage'] * 100:5.1f}% of {c['rows']}" if c else "-"
             print(f"  {name:<34} {t['rows']:>5} {t['sources']:>5} {t['p10']:>7.3f} "
                   f"{t['p50']:>7.3f} {t['p90']:>7.3f} {shown:>24}")
-        small = {k: v for k, v in cov.items() if k not in report["tables"][q] and v["rows"] >= 10}
-        for name, c in sorted(small.items()):
-            print(f"  {name + ' (uses all)':<34} {c['rows']:>5} {'':>5} {'':>7} {'':>7} {'':>7} "
+        print(f"  answers take: {' > '.join(ANSWER_GROUPS[q])}")
+        stacks = {k: v for k, v in cov.items() if k.startswith("stack:") and v["rows"] >= 10}
+        for name, c in sorted(stacks.items()):
+            print(f"  {name + ' (rows of the stack)':<58} "
                   f"{c['coverage'] * 100:5.1f}% of {c['rows']:>4}")
     f = report["fit"]
     print("\n== P(fit) on the open sources (interval built without the row's source) ==")
     print(f"  runs that fitted: {f['ran']}, P(fit) >= 0.5 for "
-          f"{(f['ran_p_ge_half'] or 0) * 100:.1f}% (target >= 97%)")
+          f"{(f['ran_p_ge_half'] or 0) * 100:.1f}% (target >= 97%); >= 0.9 for "
+          f"{(f['ran_p_ge_090'] or 0) * 100:.1f}%")
     print(f"  recorded OOMs:    {f['oom']}, P(fit) < 0.5 for "
-          f"{(f['oom_p_lt_half'] or 0) * 100:.1f}% (target >= 90%)")
+          f"{(f['oom_p_lt_half'] or 0) * 100:.1f}% (target >= 90%); < 0.9 for "
+          f"{(f['oom_p_lt_090'] or 0) * 100:.1f}%")
     print(f"  Brier score: {f['brier']:.3f}" if f["brier"] is not None else "  Brier: -")
+    if list_oom:
+        print("  recorded OOMs given P(fit) >= 0.5 (analytic total / device, P(fit)):")
+        for m in f["oom_judged_to_fit"]:
+            print(f"    {m['id']:<66} {m['total_over_capacity']:6.3f} {m['p_fit']:5.2f}")
     if "sealed" in report:
         s = report["sealed"]
         print(f"\n== SEALED ({report['sealed_sources']} sources, aggregate only) ==")

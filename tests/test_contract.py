@@ -157,12 +157,13 @@ def test_the_policy_decides_whom_to_ask_by_declared_basis():
     eng = new_engine((traced, "tracer"), (theory, "theory_plugin"), (Policy(), "policy"))
     r = eng.estimate(JOB, quantities=("memory",))  # policy "theory": the tracer is not asked
     assert r.memory.provenance.plugin == "theory_plugin" and calls == []
-    r = estimate_jobs([(JOB.evolve(options={"method": "mine"}), None)], engine=eng,
-                      quantities=("memory",))
+    r = estimate_jobs([(JOB.evolve(options={"method": "mine", "fit_confidence": 0.5}), None)],
+                      engine=eng, quantities=("memory",))
     assert r.memory.provenance.plugin == "tracer"
     # the batch search asked only the searchable plugin: one trace, not one per candidate
     assert calls == [1]
-    assert r.max_micro_batch == eng.context(JOB).gpu.memory_bytes // (10 * GIB)  # theory
+    # theory's point estimate (10 GiB a sample) at fit confidence 0.5
+    assert r.max_micro_batch == eng.context(JOB).gpu.memory_bytes // (10 * GIB)
     assert any("cheap enough to search" in w for w in r.warnings)
 
 

@@ -84,10 +84,11 @@ def test_wrong_return_type_is_a_failure_not_a_crash():
 
 
 def test_max_micro_batch_binary_search():
-    # 10 GiB + 3 GiB per sample on an 80 GiB GPU: 10 + 3*23 = 79 fits, 24 does not.
+    # 10 GiB + 3 GiB per sample on an 80 GiB GPU: 10 + 3*23 = 79 fits, 24 does not (judged by
+    # the point estimate: fit confidence 0.5)
     eng = new_engine((_memory_plugin("analytic", 10, per_batch_gib=3), "lin"))
-    rep = estimate_jobs([(JOB.evolve(hardware={"gpu": "A100-80GB"}), None)], engine=eng,
-                        quantities=("memory",))
+    job = JOB.evolve(hardware={"gpu": "A100-80GB"}, options={"fit_confidence": 0.5})
+    rep = estimate_jobs([(job, None)], engine=eng, quantities=("memory",))
     assert rep.max_micro_batch == 23
     # the engine answers quantities only: the search is the use case's
     assert eng.estimate(JOB, quantities=("memory",)).max_micro_batch is None

@@ -479,9 +479,8 @@ JOB_FLAGS: tuple[Flag, ...] = (
          parse=parse_probability, default=None, server_side=True,
          help="the probability that a job fits at which it counts as fitting: the largest "
               "micro-batch and fewest GPUs that fit, fmest plan's plans, and --fail-if-no-fit "
-              "(exit 3 below P) (default 0.5, the point estimate's verdict, until the intervals "
-              "meet their targets: docs/benchmarks.md; answers without an interval: their FITS "
-              "/ DOES NOT FIT)"),
+              "(exit 3 below P) (default 0.9; 0.5 is the point estimate's own verdict; answers "
+              "without an interval: their FITS / DOES NOT FIT; docs/benchmarks.md)"),
 )
 
 

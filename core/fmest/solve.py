@@ -75,12 +75,15 @@ class Probe:
     fits: bool
     peak_bytes: Optional[int] = None
     usable_bytes: Optional[float] = None
+    #: P(fit) from the answer's P10-P90 interval (None without one: the point verdict)
+    fits_probability: Optional[float] = None
     error: Optional[InputError] = field(default=None, eq=False)
     ctx: Optional["EstimateContext"] = field(default=None, eq=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"value": self.value, "fits": self.fits, "peak_bytes": self.peak_bytes,
                 "peak_gib": None if self.peak_bytes is None else self.peak_bytes / GIB,
+                "fits_probability": self.fits_probability,
                 "refused": None if self.error is None else str(self.error)}
 
 
@@ -120,8 +123,11 @@ def _evolve(job: "Job", path: str, value: int) -> "Job":
 def _probe(engine: "Engine", job: "Job", path: str, value: int) -> Probe:
     """The engine's fits verdict for ``job`` with ``path`` set to ``value`` (the rule of
     :meth:`fmest.engine.Engine.estimate`: its peak, calibrated and with a paged optimizer's
-    spill, against the usable memory)."""
+    spill, against the usable memory), judged as the searches judge: P(fit) >= the job's
+    ``options.fit_confidence`` (:func:`fmest.searches.judge`; the point verdict without an
+    interval)."""
     from fmest.engine import calibrated, paged_to_host, usable_memory_bytes
+    from fmest.searches import judge
 
     j = _evolve(job, path, value)
     try:
@@ -140,9 +146,10 @@ def _probe(engine: "Engine", job: "Job", path: str, value: int) -> Probe:
     usable = usable_memory_bytes(j, ctx)
     if chosen is None:
         return Probe(value=value, fits=False, usable_bytes=usable, ctx=ctx)
-    peak = paged_to_host(j, ctx, calibrated(j, chosen)).total_bytes
-    return Probe(value=value, fits=int(usable - peak) >= 0, peak_bytes=int(peak),
-                 usable_bytes=usable, ctx=ctx)
+    memory = paged_to_host(j, ctx, calibrated(j, chosen))
+    verdict = judge(j, memory, usable)
+    return Probe(value=value, fits=verdict.fits, peak_bytes=int(memory.total_bytes),
+                 usable_bytes=usable, fits_probability=verdict.probability, ctx=ctx)
 
 
 def _check(job: "Job", spec: SolveField) -> None:
@@ -232,12 +239,19 @@ def solve(engine: "Engine", job: "Job", name: str) -> Solution:
         limit, why = "memory", (f"{spec.name} {hi * step} has no memory answer "
                                 f"(policy {job.options.method!r})")
     else:
+        level = ("by the point estimate" if at.fits_probability is None
+                 else f"at P(fit) >= {job.options.fit_confidence * 100:g} %")
         limit, why = "memory", (
-            f"{spec.name} {lo * step} fits ({(at.peak_bytes or 0) / GIB:.2f} GiB of "
-            f"{(at.usable_bytes or 0) / GIB:.2f} GiB usable); {hi * step} does not "
-            f"({nxt.peak_bytes / GIB:.2f} GiB)")
+            f"{spec.name} {lo * step} fits {level} ({(at.peak_bytes or 0) / GIB:.2f} GiB of "
+            f"{(at.usable_bytes or 0) / GIB:.2f} GiB usable{_p(at)}); {hi * step} does not "
+            f"({nxt.peak_bytes / GIB:.2f} GiB{_p(nxt)})")
     return _solution(engine, job, spec, lo * step, at, nxt, smallest, step, bound, limit, why,
                      len(probes))
+
+
+def _p(probe: Probe) -> str:
+    return "" if probe.fits_probability is None else \
+        f", P(fit) {probe.fits_probability * 100:.0f} %"
 
 
 def _solution(engine: "Engine", job: "Job", spec: SolveField, value: Optional[int], at: Probe,
@@ -270,7 +284,8 @@ def solution_to_dict(sol: Solution) -> dict[str, Any]:
             "smallest": sol.smallest, "step": sol.step, "bound": sol.bound,
             "gpu": {"name": sol.gpu, "memory_bytes": sol.gpu_memory_bytes,
                     "usable_bytes": sol.at.usable_bytes},
-            "probes": sol.probes, "job": job_to_dict(sol.job), "warnings": list(sol.warnings)}
+            "probes": sol.probes, "fit_confidence": sol.job.options.fit_confidence,
+            "job": job_to_dict(sol.job), "warnings": list(sol.warnings)}
 
 
 def solution_table(sol: Solution, *, tty: Optional[bool] = None) -> str:
@@ -297,6 +312,8 @@ def solution_table(sol: Solution, *, tty: Optional[bool] = None) -> str:
             peak = f"{p.peak_bytes / GIB:.2f}"
             if p.usable_bytes is not None:
                 room = f"{(p.usable_bytes - p.peak_bytes) / 2**20:+,.1f}"
+        if p.fits_probability is not None and p.error is None:
+            verdict += f" (P(fit) {p.fits_probability * 100:.0f} %)"
         rows.append((p.value, peak, room, verdict))
     lines.append("")
     lines.append(render_table([Column(name=sol.field.name, align="right"),

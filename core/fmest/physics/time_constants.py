@@ -60,6 +60,14 @@ DEFAULT_INTER_NODE_BYTES_PER_S = 25e9
 OVERLAP_INTERFERENCE_FRACTION = 0.189
 
 
+#: GPUs of one NVLink domain where it is larger than the job's node: the GPU table's GB200
+#: row is the GB200 NVL72 rack (core/fmest/data/gpus.csv: "NVLink 5 within the 72-GPU NVLink
+#: domain"; NVIDIA GB200 NVL72 page https://www.nvidia.com/en-us/data-center/gb200-nvl72/: 72
+#: Blackwell GPUs joined by fifth-generation NVLink switches into one NVLink domain).
+#: Keyed by a prefix of ``GpuSpec.name``.
+NVLINK_DOMAIN_GPUS = {"GB200": 72}
+
+
 def intra_node_collective_efficiency(gpu_name: str) -> float:
     """Achieved ring busbw / unidirectional link speed within a node (HN §5):
     ``INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU`` for NVLink4 parts, else
@@ -85,3 +93,39 @@ DEFAULT_PCIE_BYTES_PER_S = 32e9
 #: per node-socket group (Ren et al. 2021, ZeRO-Offload, arXiv:2101.06840, §6: CPU-Adam 1B
 #: params in ~1 s on a 2-socket host). Shared by the GPUs of a node.
 CPU_ADAM_PARAMS_PER_S_PER_NODE = 1.0e9
+
+
+# ---------------------------------------------------------------------------------------------
+# Host dispatch (shared by time_roofline ``host_dispatch_seconds`` and the planner's mirror)
+# ---------------------------------------------------------------------------------------------
+
+#: Host (CPU) time per dispatched ATen op of eager PyTorch: Python, pybind11, the autograd
+#: and ATen dispatchers, allocator and cudaLaunchKernel, "~5-25 us of CPU-side work per op"
+#: before its kernel runs (J. Huang Lin, "From PyTorch op to kernel launch", table of dispatch
+#: layers; H. He 2022, "Making Deep Learning Go Brrrr From First Principles", the overhead
+#: regime: "overhead: everything else"). Taken at 10 us, inside that range. Kernels run
+#: asynchronously, so host time only shows when it exceeds the GPU's: the step is the larger of
+#: the two (``host_dispatch_seconds``). Check, not fit: the Qwen README's 256-token LoRA rows
+#: (A100, 1.8B/7B/14B) imply 9.6-10.7 us per op with the counts below.
+HOST_SECONDS_PER_EAGER_OP = 10e-6
+#: DeepSpeed ZeRO-3's per-module host work per decoder layer and micro-batch, in eager-op
+#: equivalents (x ``HOST_SECONDS_PER_EAGER_OP``). ZeRO-3 hooks every submodule: a forward
+#: pre-hook fetches its parameters (``PartitionedParameterCoordinator.fetch_sub_module``:
+#: trace bookkeeping, ``all_gather_coalesced`` -- ``NoGatherHandle`` at world size 1 --, the
+#: in-flight wait, prefetch queue walk), a forward hook releases them (``release_sub_module``)
+#: and wraps the outputs/inputs in ``PreBackwardFunction``/``PostBackwardFunction`` so backward
+#: fetches and releases again; every parameter's gradient goes through a Python hook into the
+#: IPG bucket (``stage3.py`` ``reduce_partition_and_remove_grads``, ``partition_grads``) each
+#: micro-batch. All Python (deepspeedai/DeepSpeed @8640b8e52a93ba4e6b0da0e953c5761fc6977aa9,
+#: v0.12-era, deepspeed/runtime/zero/parameter_offload.py ``_register_hooks_recursively``,
+#: partitioned_param_coordinator.py, stage3.py). Traced (no evidence row enters it): DeepSpeed 0.12.3 ZeRO-3
+#: (world size 1, HF "auto" thresholds: persistence 10 h, prefetch 0.9 h^2, reduce bucket h^2)
+#: over the same transformers LlamaForCausalLM as ``EAGER_OPS_PER_LAYER`` (13 hooked modules
+#: per layer), full non-reentrant checkpointing, on the CPU accelerator, fwd+bwd per layer as
+#: (6 layers - 2 layers) / 4, min of 80-120 steps, three runs paired with the plain model:
+#: ZeRO-3 8.2 / 9.3 / 8.8 ms per layer against 2.58 / 3.06 / 3.29 ms plain (338 ops), i.e.
+#: 740 / 680 / 570 extra op-equivalents, mean 660 (2026-11, transformers 5.24, torch 2.13).
+#: A LoRA model (4 adapted linears, reentrant checkpointing) measured the same ZeRO-3 layer
+#: time within the noise, so no per-adapter term is added. Without recompute the forward hooks
+#: run once instead of twice (2 of 3 fetch/release pairs): 440, derived, not measured.
+ZERO3_HOOK_OPS_PER_LAYER = {"none": 440.0, "selective": 440.0, "full": 660.0}

@@ -24,6 +24,7 @@ from fmest.errors import InputError
 from fmest.flags import OBJECTIVES
 from fmest.job import PRICE_TYPES, Job, _tuple_of_str, resolve_layout
 from fmest.physics import time_constants as tc
+from fmest.physics.gpu_prefix import value_by_gpu_prefix
 from fmest.plan import calibrate as cal
 from fmest.plan import space as sp
 from fmest.plan import vector as vec
@@ -587,6 +588,18 @@ def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
     return out, total
 
 
+def zero3_hook_seconds(sharding: str, layers: int, ckpt: str, host_layers: float) -> float:
+    """Host seconds per micro-batch that DeepSpeed ZeRO-3's module hooks add over all layers
+    (time_roofline ``eager_host_seconds``), only where the probe found an eager host floor."""
+    if sharding != "zero3" or host_layers <= 0.0:
+        return 0.0
+    # (fmest.physics.time_constants ZERO3_HOOK_OPS_PER_LAYER x HOST_SECONDS_PER_EAGER_OP, the
+    # rule of time_roofline ``host_dispatch_seconds``; the host probes of fmest.plan.calibrate
+    # run at zero_stage 0, so the ZeRO-3 rows add it here)
+    ops = tc.ZERO3_HOOK_OPS_PER_LAYER.get(ckpt, tc.ZERO3_HOOK_OPS_PER_LAYER["none"])
+    return layers * ops * tc.HOST_SECONDS_PER_EAGER_OP
+
+
 def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
     """Per configuration: the probed state bytes (by sharding and offload), time coefficients
     (by checkpointing) and precision bytes (by sharding)."""
@@ -615,7 +628,9 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
             membound_split=times.membound_split, membound_sp=times.membound_sp_whole,
             compute_mb_share=times.compute_mb_share,
             optimizer_s_per_param=calib.opt(gpu.name, name),
-            overhead_fraction=times.overhead_fraction, host_layers=times.host_layers,
+            overhead_fraction=times.overhead_fraction,
+            host_layers=times.host_layers + zero3_hook_seconds(
+                name, ctx["model"].num_layers, ckpts[ck_idx], times.host_layers),
             host_outside=times.host_outside, grad_wire_bytes=wire,
             grad_bytes_per_param=per_param, act_bytes=act_b,
             # forward share of a micro-batch's compute: 1 of 3 matmul passes, 1 of 4 when
@@ -751,7 +766,11 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
         layer_params=(params - root) / model.num_layers,
         expert_fraction=float(counts.experts) / params if params else 0.0,
         moe_layers=float((model.num_moe_layers or model.num_layers) if model.is_moe else 0),
-        experts_per_token=float(model.experts_per_token or 0), trainable=float(trainable_params(model, job.training)) or params,
+        experts_per_token=float(model.experts_per_token or 0),
+        # GPUs of one NVLink domain (time_roofline formulas.nvlink_domain_gpus): the EP
+        # all-to-all's NVLink reach
+        nvlink_domain=float(max(gpn, value_by_gpu_prefix(tc.NVLINK_DOMAIN_GPUS, gpu.name, 0))),
+        trainable=float(trainable_params(model, job.training)) or params,
         intra_bw=_intra_bw(gpu),
         nic_bw=float(gpu.inter_node_bytes_per_s or tc.DEFAULT_INTER_NODE_BYTES_PER_S),
         pcie_bw=float(gpu.pcie_bytes_per_s or tc.DEFAULT_PCIE_BYTES_PER_S))

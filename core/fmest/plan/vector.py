@@ -317,13 +317,9 @@ def step_seconds(cfg: dict) -> np.ndarray:
     cp_core = cfg["cp_core_a"] + cfg["cp_core_b"] * cfg["mb"]
     cp_core = (cp_core - head_part) / cfg["pp"] + head_part
     # expert parallelism: dispatch and combine all-to-alls, forward and backward (+ recompute)
-    ebw, elat, _ = group_bus_bandwidth(cfg["ep"], cfg["tp"] * cfg["cp"], gpn, cfg["intra_bw"],
-                                       cfg["nic_bw"])
-    a2a = ring_half_seconds(tokens * cfg["experts_per_token"] * cfg["hidden"] * cfg["act_bytes"],
-                            cfg["ep"], ebw, elat)
-    ep_t = (4 + 2 * cfg["ckpt_full"]) * cfg["moe_layers"] / cfg["pp"] * a2a
+    ep_t = moe_dispatch_seconds(cfg, tokens, gpn)
     core = np.where(cfg["cp"] > 1, cp_core, compute + membound)
-    per_mb = core + tp_t + pp_t + np.where(cfg["ep"] > 1, ep_t, 0.0)
+    per_mb = core + tp_t + pp_t + ep_t
     bubble = bubble_fraction(cfg["pp"], accum, cfg["vstages"]) * accum * per_mb
     dp_t = _dp_seconds(cfg, per_mb)
     opt_params = local_trainable(cfg) / mp / np.where(cfg["opt_sharded"], cfg["s_opt"], 1)
@@ -336,3 +332,27 @@ def step_seconds(cfg: dict) -> np.ndarray:
     # eager_host_seconds): the step is the larger of the two
     host = accum * (cfg["host_layers"] / cfg["pp"] + cfg["host_outside"])
     return np.maximum(busy * (1.0 + cfg["overhead_fraction"]), host)
+
+
+def moe_dispatch_seconds(cfg, tokens, gpn):
+    """Expert-parallel dispatch + combine per micro-batch (mirror of time_roofline
+    ``estimator.moe_dispatch_seconds``, Megatron-Core's alltoall token dispatcher): each rank
+    sends its sequence-parallel shard's routed copies (``T/tp * k * h`` elements); the share
+    bound for ranks outside the NVLink domain leaves through the rank's own NIC
+    (``formulas.all_to_all_seconds``); with tp > 1 an all-gather + reduce-scatter of the routed
+    copies over the TP group; forward and backward (+ the recompute of full checkpointing)."""
+    tp, ep = cfg["tp"], np.maximum(cfg["ep"], 1)
+    routed = tokens / tp * cfg["experts_per_token"] * cfg["hidden"] * cfg["act_bytes"]
+    domain = np.maximum(gpn, cfg.get("nvlink_domain", gpn))
+    per_node = np.minimum(np.maximum(1, domain // tp), ep)
+    inter = (ep > 1) & (ep * tp > domain)
+    lat = np.where(inter, INTER_NODE_LATENCY_S, INTRA_NODE_LATENCY_S) \
+        * np.ceil(np.log2(np.maximum(ep, 2)))
+    nic = cfg["nic_bw"] * INTER_NODE_COLLECTIVE_EFFICIENCY
+    intra_t = np.where(inter, per_node - 1, ep - 1) / ep * routed / cfg["intra_bw"]
+    inter_t = np.where(inter, (ep - per_node) / ep * routed / nic, 0.0)
+    a2a = np.maximum(intra_t, inter_t) + lat
+    tbw, tlat, _ = group_bus_bandwidth(tp, 1, gpn, cfg["intra_bw"], cfg["nic_bw"])
+    etp = np.where(tp > 1, 2 * ring_half_seconds(routed * tp, tp, tbw, tlat), 0.0)
+    passes = 2 + np.where(cfg["ckpt_full"], 1, 0)
+    return np.where(ep > 1, passes * cfg["moe_layers"] / cfg["pp"] * (2 * a2a + etp), 0.0)

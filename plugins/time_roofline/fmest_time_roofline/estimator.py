@@ -228,6 +228,55 @@ def _lora_module_seconds(training, model, shape: StepShape, gemm) -> tuple[tuple
     return mods, out
 
 
+def moe_permute_bytes(model, shape: StepShape) -> float:
+    """HBM bytes of one micro-batch's MoE token permutation (formulas.moe_permute_bytes: the
+    Megatron-Core dispatcher's permute, sort_chunks, unsort and unpermute) over the stage's
+    MoE layers, forward and backward (+ the recompute's forward under full checkpointing).
+    ``experts / ep`` experts are local to a rank."""
+    if not model.is_moe or not model.experts_per_token:
+        return 0.0
+    moe_layers = (model.num_moe_layers or model.num_layers) / shape.pp
+    passes = 2 + (1 if shape.checkpointing == "full" else 0)
+    local = (model.num_experts or 1) / max(1, shape.ep)
+    return passes * moe_layers * F.moe_permute_bytes(
+        shape.tokens, model.experts_per_token, model.hidden_size, shape.act_bytes, local,
+        shape.tp)
+
+
+def moe_dispatch_seconds(model, shape: StepShape, gpu, gpus_per_node: int) -> float:
+    """Expert-parallel token traffic of one micro-batch (Megatron-Core
+    MoEAlltoAllTokenDispatcher, NVIDIA/Megatron-LM @ d98e8a64ddf34856e74b24714e3bedb2f5a39553
+    megatron/core/transformer/moe/token_dispatcher.py): per MoE layer and pass, a dispatch and a
+    combine all-to-all over the EP group of the rank's sequence-parallel shard
+    ``tokens / tp`` x ``k`` routed copies x hidden, plus (expert TP = TP > 1) an all-gather and
+    a reduce-scatter of the ``tokens x k`` copies over the TP group; forward, backward (+ the
+    recompute's forward). The EP group: Megatron's expert rank grid is ordered tp-cp-ep-dp-pp
+    with cp folded into the expert grid (megatron/core/parallel_state.py
+    ``expert_decoder_rank_generator``, cp=1) and expert TP defaulting to TP
+    (megatron/training/arguments.py), so its ranks are ``tp`` apart; beyond the NVLink domain
+    (the node, or GB200 NVL72's 72 GPUs: formulas.nvlink_domain_gpus) the all-to-all's
+    off-domain share runs at the NIC rate (formulas.all_to_all_seconds)."""
+    if shape.ep <= 1 or not model.is_moe:
+        return 0.0
+    moe_layers = (model.num_moe_layers or model.num_layers) / shape.pp
+    passes = 2 + (1 if shape.checkpointing == "full" else 0)
+    routed = shape.tokens / shape.tp * model.experts_per_token * model.hidden_size \
+        * shape.act_bytes
+    domain = F.nvlink_domain_gpus(getattr(gpu, "name", "") or "", gpus_per_node)
+    inter = F.group_is_inter_node(shape.ep, shape.tp, domain)
+    per_node = max(1, domain // max(1, shape.tp))
+    a2a = F.all_to_all_seconds(routed, shape.ep, F.link_bytes_per_s(gpu, inter_node=False),
+                               inter, ranks_per_node=min(per_node, shape.ep),
+                               nic_bytes_per_s=F.nic_bytes_per_s(gpu))
+    etp = 0.0
+    if shape.tp > 1:
+        t_inter, t_bw = _links(gpu, gpus_per_node)(shape.tp, 1)
+        gathered = routed * shape.tp
+        etp = F.all_gather_seconds(gathered, shape.tp, t_bw, t_inter) \
+            + F.reduce_scatter_seconds(gathered, shape.tp, t_bw, t_inter)
+    return passes * moe_layers * (2 * a2a + etp)
+
+
 def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> MatmulTimes:
     """Phase 2: every linear through the GEMM roofline (formulas.gemm_seconds), the output head
     (last stage, vocab split over tp, never recomputed) and the LoRA adapters. Backward is 2x
@@ -274,6 +323,9 @@ def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> Matm
         elif training.technique == "qlora":
             uses = 2 + (1 if shape.checkpointing == "full" else 0)
             dequant += F.QLORA_DEQUANT_BYTES_PER_PARAM * inner * cols * count * uses
+    # the routed experts' token permutation: memory-bound bytes at HBM speed like the
+    # dequantization's (MatmulTimes has no field of its own for them)
+    dequant += moe_permute_bytes(model, shape)
     for inner, cols in F.head_linears(model):
         seconds = gemm(shape.tokens, inner, cols / shape.tp)
         fwd += seconds
@@ -420,12 +472,7 @@ def model_parallel_comm(job, model, shape: StepShape, attention: AttentionTimes,
         tp_t = F.exposed_comm_seconds(tp_t, matmul_seconds)
     ep_t = pp_t = cp_t = cp_mem = 0.0
     if shape.ep > 1 and model.is_moe:
-        moe_layers = (model.num_moe_layers or model.num_layers) / shape.pp
-        inter, bandwidth = link(shape.ep, shape.tp * shape.cp)
-        n_a2a = 4 + (2 if shape.checkpointing == "full" else 0)
-        ep_t = n_a2a * moe_layers * F.all_to_all_seconds(
-            shape.tokens * model.experts_per_token * model.hidden_size * shape.act_bytes,
-            shape.ep, bandwidth, inter)
+        ep_t = moe_dispatch_seconds(model, shape, gpu, gpn)
     if shape.pp > 1:
         inter = F.group_is_inter_node(shape.pp, shape.tp * shape.cp * shape.dp, gpn)
         bandwidth = F.link_bytes_per_s(gpu, inter_node=inter, size=2, nodes=2)  # one hop
@@ -707,7 +754,9 @@ def apply_mfu_override(mfu: float, parts: dict, step: float,
 
 def eager_host_seconds(job, model, shape: StepShape, stack, lora_mods) -> float:
     """Host dispatch time of a step when the model code runs op by op (no torch.compile, a
-    stack that fuses nothing), else 0: fused and compiled stacks launch far fewer ops."""
+    stack that fuses nothing), else 0: fused and compiled stacks launch far fewer ops.
+    ``zero_stage`` 3 (DeepSpeed's spelling of parameter sharding; FSDP is ``fsdp``) adds
+    ZeRO-3's per-module Python fetch/release hooks, which run even on one GPU."""
     if job.training.compile or (stack is not None and stack.fused):
         return 0.0
     layers = model.num_layers / max(shape.pp, 1)
@@ -716,7 +765,8 @@ def eager_host_seconds(job, model, shape: StepShape, stack, lora_mods) -> float:
                     for m in lora_mods) / max(model.num_layers, 1) if lora_mods else 0.0
     return F.host_dispatch_seconds(layers=layers, checkpointing=shape.checkpointing,
                                    lora_modules_per_layer=per_layer,
-                                   micro_batches=shape.grad_accum)
+                                   micro_batches=shape.grad_accum,
+                                   zero3_hooks=job.parallelism.zero_stage == 3)
 
 
 def apply_stack_time(job, model, shape: StepShape, rates: Rates, matmuls: MatmulTimes,

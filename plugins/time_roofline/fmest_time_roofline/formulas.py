@@ -27,11 +27,14 @@ from fmest.physics.time_constants import (
     DEFAULT_INTER_NODE_BYTES_PER_S,
     DEFAULT_PCIE_BYTES_PER_S,
     HBM_EFFICIENCY,
+    HOST_SECONDS_PER_EAGER_OP,
     INTER_NODE_COLLECTIVE_EFFICIENCY,
     INTER_NODE_LATENCY_S,
     INTRA_NODE_LATENCY_S,
+    NVLINK_DOMAIN_GPUS,
     OVERLAP_INTERFERENCE_FRACTION,
     PCIE_EFFICIENCY,
+    ZERO3_HOOK_OPS_PER_LAYER,
     intra_node_collective_efficiency,
 )
 from fmest.physics.time_constants import (
@@ -117,15 +120,6 @@ FLASH_BACKWARD_FLOPS_FACTOR = 2.5
 #: that gap that is not memory-bound or communication time. Calibrated (global).
 FRAMEWORK_OVERHEAD_FRACTION = 0.15
 
-#: Host (CPU) time per dispatched ATen op of eager PyTorch: Python, pybind11, the autograd
-#: and ATen dispatchers, allocator and cudaLaunchKernel, "~5-25 us of CPU-side work per op"
-#: before its kernel runs (J. Huang Lin, "From PyTorch op to kernel launch", table of dispatch
-#: layers; H. He 2022, "Making Deep Learning Go Brrrr From First Principles", the overhead
-#: regime: "overhead: everything else"). Taken at 10 us, inside that range. Kernels run
-#: asynchronously, so host time only shows when it exceeds the GPU's: the step is the larger of
-#: the two (``host_dispatch_seconds``). Check, not fit: the Qwen README's 256-token LoRA rows
-#: (A100, 1.8B/7B/14B) imply 9.6-10.7 us per op with the counts below.
-HOST_SECONDS_PER_EAGER_OP = 10e-6
 #: ATen ops dispatched per decoder layer and micro-batch by eager transformers code (forward
 #: plus backward), by activation checkpointing: counted with a TorchDispatchMode over
 #: transformers 5.23 LlamaForCausalLM (sdpa, torch 2.13) at 2 and 4 layers, the difference
@@ -140,12 +134,15 @@ EAGER_OPS_OUTSIDE_LAYERS = 65.0
 
 
 def host_dispatch_seconds(*, layers: float, checkpointing: str, lora_modules_per_layer: float,
-                          micro_batches: int) -> float:
+                          micro_batches: int, zero3_hooks: bool = False) -> float:
     """Host seconds to dispatch the eager ops of ``micro_batches`` forward+backward passes of
-    ``layers`` decoder layers (``EAGER_OPS_*`` x ``HOST_SECONDS_PER_EAGER_OP``)."""
+    ``layers`` decoder layers (``EAGER_OPS_*`` x ``HOST_SECONDS_PER_EAGER_OP``), plus DeepSpeed
+    ZeRO-3's per-module fetch/release hooks when ``zero3_hooks`` (``ZERO3_HOOK_OPS_PER_LAYER``)."""
     ckpt = checkpointing if checkpointing in EAGER_OPS_PER_LAYER else "none"
     per_layer = EAGER_OPS_PER_LAYER[ckpt] + EAGER_OPS_PER_LORA_MODULE[ckpt] \
         * lora_modules_per_layer
+    if zero3_hooks:
+        per_layer += ZERO3_HOOK_OPS_PER_LAYER[ckpt]
     ops = layers * per_layer + EAGER_OPS_OUTSIDE_LAYERS
     return ops * micro_batches * HOST_SECONDS_PER_EAGER_OP
 
@@ -796,12 +793,75 @@ def all_gather_seconds(bytes_gathered: float, n: int, bus_bytes_per_s: float,
 
 
 def all_to_all_seconds(bytes_per_rank: float, n: int, bus_bytes_per_s: float,
-                       inter_node: bool = False) -> float:
+                       inter_node: bool = False, *, ranks_per_node: Optional[int] = None,
+                       nic_bytes_per_s: Optional[float] = None) -> float:
     """All-to-all: each rank sends ``(n-1)/n`` of its buffer (MoE dispatch/combine,
-    Lepikhin et al. 2020 GShard)."""
+    Lepikhin et al. 2020 GShard; nccl-tests doc/PERFORMANCE.md: alltoall busbw = algbw
+    (n-1)/n). Given ``ranks_per_node`` g < n and the NIC rate, the group spans nodes: the
+    ``(n-g)/n`` of the buffer bound for other nodes leaves through the rank's own NIC (every
+    byte has its own destination, so nothing aggregates as in a hierarchical all-reduce) while
+    the ``(g-1)/n`` for its node's peers moves over NVLink (``bus_bytes_per_s``) at the same
+    time: the slower of the two. DeepEP's V1 normal kernels (deepseek-ai/DeepEP docs/legacy.md,
+    linked from README.md @ 0297fc801788b14b338a46554faca28d419e518a) measure inter-node
+    dispatch at 43 / 58 / 51 GB/s RDMA bottleneck bandwidth for EP 16 / 32 / 64 on H800 with one
+    400 Gb/s (~50 GB/s) CX7 NIC per GPU: the off-node bytes run at about the one NIC's rate."""
     if n <= 1 or bytes_per_rank <= 0:
         return 0.0
-    return (n - 1) / n * bytes_per_rank / bus_bytes_per_s + _latency_s(n, inter_node) / 2
+    latency = _latency_s(n, inter_node) / 2
+    if ranks_per_node is None or nic_bytes_per_s is None or ranks_per_node >= n:
+        return (n - 1) / n * bytes_per_rank / bus_bytes_per_s + latency
+    g = max(1, int(ranks_per_node))
+    return max((g - 1) / n * bytes_per_rank / bus_bytes_per_s,
+               (n - g) / n * bytes_per_rank / nic_bytes_per_s) + latency
+
+
+
+
+def nvlink_domain_gpus(gpu_name: str, gpus_per_node: int) -> int:
+    """GPUs a rank reaches over NVLink: the node, or the GPU's larger NVLink domain
+    (``NVLINK_DOMAIN_GPUS``)."""
+    return max(int(gpus_per_node),
+               int(value_by_gpu_prefix(NVLINK_DOMAIN_GPUS, gpu_name, 0)))
+
+
+def nic_bytes_per_s(gpu) -> float:
+    """Achieved per-GPU NIC rate of inter-node traffic that no hierarchy reduces (all-to-all):
+    the GPU table's NIC bandwidth x ``INTER_NODE_COLLECTIVE_EFFICIENCY``."""
+    return (gpu.inter_node_bytes_per_s or DEFAULT_INTER_NODE_BYTES_PER_S) \
+        * INTER_NODE_COLLECTIVE_EFFICIENCY
+
+
+#: Expert-parallel token dispatcher of Megatron-Core (MoEAlltoAllTokenDispatcher,
+#: NVIDIA/Megatron-LM @ d98e8a64ddf34856e74b24714e3bedb2f5a39553
+#: megatron/core/transformer/moe/token_dispatcher.py): per MoE layer and pass, permute ->
+#: A2A(EP) -> AG(expert TP) -> sort_chunks (more than one local expert) | experts |
+#: unsort -> RS(expert TP) -> A2A(EP) -> unpermute. HBM elements moved per dispatched token
+#: and hidden element, forward: permute reads the token once and writes its ``k`` copies
+#: (1 + k per token), unpermute reads the ``k`` expert outputs and writes the token (k + 1);
+#: sort_chunks_by_idxs and its inverse each read and write every routed copy (2 k each).
+#: The backward runs the same gathers/scatters the other way (permute <-> unpermute), the
+#: same bytes. (TE fused ``moe_permute``/``moe_unpermute`` kernels, --moe-permute-fusion.)
+MOE_PERMUTE_ELEMENTS_PER_TOKEN = 2.0           # x (1 + k): permute + unpermute
+MOE_SORT_ELEMENTS_PER_ROUTED_COPY = 4.0        # x k: sort + unsort, read + write
+
+
+def moe_permute_bytes(tokens: float, experts_per_token: float, hidden: float,
+                      act_bytes: float, local_experts: float, tp: int = 1) -> float:
+    """HBM bytes of one MoE layer's token permutation, one pass (forward or backward), for
+    ``tokens`` tokens of a micro-batch on a rank: permute/unpermute over the rank's
+    sequence-parallel shard ``tokens / tp`` (Megatron-Core requires sequence parallelism for
+    MoE with TP: megatron/training/yaml_arguments.py "When using MoE and tensor parallelism,
+    sequence parallelism must be used."), sort/unsort over the ``tokens * k`` routed copies the
+    expert-TP all-gather brings (expert TP = TP):
+    ``(2 (1 + k) tokens / tp + 4 k tokens [local experts > 1]) * hidden * act_bytes``
+    (``MOE_PERMUTE_ELEMENTS_PER_TOKEN``, ``MOE_SORT_ELEMENTS_PER_ROUTED_COPY``)."""
+    k = float(experts_per_token)
+    if k <= 0 or tokens <= 0:
+        return 0.0
+    elements = MOE_PERMUTE_ELEMENTS_PER_TOKEN * (1.0 + k) * tokens / max(1, tp)
+    if local_experts > 1:
+        elements += MOE_SORT_ELEMENTS_PER_ROUTED_COPY * k * tokens
+    return elements * hidden * act_bytes
 
 
 def p2p_seconds(bytes_sent: float, bytes_per_s: float, inter_node: bool = False) -> float:

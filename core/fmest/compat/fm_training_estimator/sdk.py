@@ -162,8 +162,10 @@ def prepare(estimate_input: Any, engine, *, count_dataset: bool = True) -> Prepa
     d = dicts[0]
     defaults = d.pop(DEFAULTS_KEY, {})
     d.get("options", {}).pop("method", None)
-    if not d.get("options"):
-        d.pop("options", None)
+    # the original judges a GPU count by its point estimate (feasible when the estimate fits):
+    # the drop-in's fewest-GPU search answers the same question, at P(fit) >= 0.5, not at
+    # fmest's own default 0.9 (docs/compat.md)
+    d.setdefault("options", {}).setdefault("fit_confidence", 0.5)
     warnings += [w for w in ignored if not w.startswith("estimator.base_data_path:")]
     warnings += list(dict.fromkeys(defaults.values()))   # dtype and precision share one
     meta = _get(data, "estimator_metadata", "estimatorMetadata", "estimator", default={})
