@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from typing import Any, Callable, Iterable, Optional
 
 import attrs
@@ -126,11 +127,15 @@ def _parts(path: str) -> tuple[str, ...]:
     return tuple(path.split("."))
 
 
+#: dotted path -> its compiled getter (``operator.attrgetter`` walks "a.b" in C)
+_GETTERS: dict[str, Callable[[Any], Any]] = {}
+
+
 def _get(job, path: str) -> Any:
-    obj = job
-    for part in _parts(path):
-        obj = getattr(obj, part)
-    return obj
+    getter = _GETTERS.get(path)
+    if getter is None:
+        getter = _GETTERS[path] = operator.attrgetter(path)
+    return getter(job)
 
 
 #: the longest path component Linux accepts (NAME_MAX); a model name with a longer one can be

@@ -243,15 +243,10 @@ def solve(engine: "Engine", job: "Job", name: str) -> Solution:
                  else f"at P(fit) >= {job.options.fit_confidence * 100:g} %")
         limit, why = "memory", (
             f"{spec.name} {lo * step} fits {level} ({(at.peak_bytes or 0) / GIB:.2f} GiB of "
-            f"{(at.usable_bytes or 0) / GIB:.2f} GiB usable{_p(at)}); {hi * step} does not "
-            f"({nxt.peak_bytes / GIB:.2f} GiB{_p(nxt)})")
+            f"{(at.usable_bytes or 0) / GIB:.2f} GiB usable); {hi * step} does not "
+            f"({nxt.peak_bytes / GIB:.2f} GiB)")
     return _solution(engine, job, spec, lo * step, at, nxt, smallest, step, bound, limit, why,
                      len(probes))
-
-
-def _p(probe: Probe) -> str:
-    return "" if probe.fits_probability is None else \
-        f", P(fit) {probe.fits_probability * 100:.0f} %"
 
 
 def _solution(engine: "Engine", job: "Job", spec: SolveField, value: Optional[int], at: Probe,
@@ -313,7 +308,9 @@ def solution_table(sol: Solution, *, tty: Optional[bool] = None) -> str:
             if p.usable_bytes is not None:
                 room = f"{(p.usable_bytes - p.peak_bytes) / 2**20:+,.1f}"
         if p.fits_probability is not None and p.error is None:
-            verdict += f" (P(fit) {p.fits_probability * 100:.0f} %)"
+            # at the boundary both sides round to the level: say which side of it
+            level = sol.job.options.fit_confidence * 100
+            verdict += f" (P(fit) {'>=' if p.fits else '<'} {level:g} %)"
         rows.append((p.value, peak, room, verdict))
     lines.append("")
     lines.append(render_table([Column(name=sol.field.name, align="right"),
