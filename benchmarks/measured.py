@@ -82,6 +82,17 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    training (time_roofline ``gptq_dequant_bytes_per_param``); not for rows naming AutoGPTQ's
    triton kernels (fms-acceleration ``accelerated-peft-autogptq``: the kernel dequantizes
    inside its own autograd function, as bitsandbytes does, so fmest's default applies).
+   LoRA dropout: ``lora ... dropout=P`` in ``other`` -> ``lora_dropout`` P. PEFT's k-bit
+   preparation: fms-acceleration's ``baseline-peft-bnb`` rows without sharding run TRL
+   SFTTrainer's PEFT path (trl 0.13.0 ``SFTTrainer.__init__``: ``prepare_model_for_kbit_training``
+   for a 4-bit model whose ``Params4bit`` are not on cpu/meta, i.e. not sharded QLoRA, then
+   ``peft_module_casting_to_bf16`` under ``bf16=True``; huggingface/trl v0.13.0
+   4ea33ced3dd017571de7a013e680e6333089a680 trl/trainer/sft_trainer.py) -> ``kbit_prep``
+   ``peft_bf16_head`` (``peft`` without ``trainer bf16=TRUE``); the ``accelerated-peft-bnb``
+   rows use fms-acceleration's own ``_prepare_model_for_kbit_training`` without the cast
+   (foundation-model-stack/fms-acceleration 0f5c9ae08e44d2a0279f37bc95e678ecda8bec2d
+   plugins/accelerated-peft/src/fms_acceleration_peft/framework_plugin_bnb.py): fmest's
+   default (none).
 5. **Optimizer**: ``8bit``/``8-bit`` (not "non-8-bit") -> ``adamw_8bit`` (``paged`` ->
    ``paged_adamw_8bit``); ``adafactor``, ``lion``, ``sgd`` (``sgd_momentum`` when momentum is
    stated) by name; everything else -> ``adamw``; ``fused=true`` or stack ``torchtune`` ->
@@ -101,7 +112,10 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    except the Megatron 2021 rows (fp16 on ``megatron-core``, as in rule 3): the PTD-P runs
    (Narayanan et al. 2021) predate sequence parallelism (Korthikanti et al. 2022) and
    Transformer Engine's TP communication overlap (``--tp-comm-overlap``, 2023), so their TP is
-   plain all-reduce, not overlapped (``tp_comm_overlap`` false).
+   plain all-reduce, not overlapped (``tp_comm_overlap`` false). Expert TP: ``ETP=N`` (or
+   ``expert_tp=N``, ``expert_tensor_parallel_size=N``) in ``other``, or
+   ``expert_tensor_parallel_size=N`` / ``--expert-tensor-parallel-size N`` in
+   ``source_quote`` -> ``expert_tp`` (Megatron-Core's default when unstated: = tp).
 8. **Batch**: ``micro_batch`` and ``grad_accum`` as given; ``grad_accum`` empty with
    ``global_batch`` stated -> ``global_batch / (micro_batch * dp)``; else 1. ``micro_batch``
    empty: (a) ``local bs N`` in ``other`` (torchtitan PP tables) -> as many micro-batches as
@@ -123,7 +137,10 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    ``other`` -> ``full``.
 10. **Attention**: ``flash_attention`` true -> ``flash``, false -> ``eager``; unknown -> ``flash``
     on ``megatron-core`` (Transformer Engine's fused attention is Megatron-Core's default
-    backend), else ``sdpa``.
+    backend); on a transformers-based stack ``eager`` when the row states a transformers
+    version before 4.36 or, without a version, its source id names a year-month before 2023-12
+    (SDPA became ``from_pretrained``'s default in transformers v4.36.0, 2023-12-11:
+    ``_autoset_attn_implementation``; ``SDPA_DEFAULT_TRANSFORMERS``); else ``sdpa``.
 11. **Kernels and loss**: ``compile`` stated on (``compile=true``, "compile on", "torch.compile",
     torchtune ladder wording) -> ``compile``; "chunked CE" -> ``loss=chunked``; ``liger=true``
     (Liger fused linear cross-entropy) or a fused cross-entropy named in ``other`` ->
@@ -262,6 +279,48 @@ def other_kv(row: dict) -> dict[str, str]:
             key, value = part.split("=", 1)
             out.setdefault(key.strip().lower(), value.strip())
     return out
+
+
+#: expert TP spelt in a row's ``source_quote`` (Megatron-LM flag or config key)
+_EXPERT_TP_QUOTE = re.compile(r"expert[_-]tensor[_-]parallel[_-]size[\s=:]+(\d+)", re.I)
+
+
+def _expert_tp(row: dict, kv: dict) -> Optional[int]:
+    """The row's stated expert tensor-parallel size (rule 7), None when it states none."""
+    for key in ("etp", "expert_tp", "expert_tensor_parallel_size"):
+        value = _int(kv.get(key) or "")
+        if value is not None and value >= 1:
+            return value
+    m = _EXPERT_TP_QUOTE.search(row.get("source_quote") or "")
+    return int(m.group(1)) if m and int(m.group(1)) >= 1 else None
+
+
+#: transformers release whose ``from_pretrained`` picks SDPA by default
+#: (``PreTrainedModel._autoset_attn_implementation`` / ``_check_and_enable_sdpa``, added in
+#: huggingface/transformers v4.36.0, released 2023-12-11; before it, Llama-family modeling code
+#: ran its eager attention unless flash-attn was asked for)
+SDPA_DEFAULT_TRANSFORMERS = (4, 36)
+SDPA_DEFAULT_DATE = (2023, 12)
+#: stacks whose attention is transformers' modeling code (rule 10)
+_TRANSFORMERS_STACKS = ("hf-trainer", "ms-swift", "trl", "axolotl", "llama-factory")
+
+
+def _unknown_attention(row: dict, stack: str) -> str:
+    """Rule 10 for ``flash_attention`` unknown on a transformers-based stack: ``eager`` when the
+    row states a transformers version before 4.36 (``stack_version`` or ``other``), or, with
+    no version, when its source names a year-month before 2023-12 (``...-2023-10``); else
+    ``sdpa``. A bare year is not enough (2023 holds both)."""
+    if stack not in _TRANSFORMERS_STACKS:
+        return "sdpa"
+    text = f"{row.get('stack_version') or ''} {row.get('other') or ''}"
+    version = re.search(r"transformers[ =v]*(\d+)\.(\d+)", text, re.IGNORECASE)
+    if version:
+        stated = (int(version.group(1)), int(version.group(2)))
+        return "eager" if stated < SDPA_DEFAULT_TRANSFORMERS else "sdpa"
+    date = re.search(r"(20\d\d)-(0[1-9]|1[0-2])(?!\d)", row.get("source") or "")
+    if date and (int(date.group(1)), int(date.group(2))) < SDPA_DEFAULT_DATE:
+        return "eager"
+    return "sdpa"
 
 
 def _true(text: Optional[str]) -> bool:
@@ -564,6 +623,15 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
             fused = _fused_names(model, model_config)
             training["lora_target_modules"] = sorted({fused.get(n, n)
                                                       for n in ("q_proj", "v_proj")})
+        dropout = re.search(r"\blora\b[^;]*?\bdropout=([0-9.]+)", other)
+        if dropout and "lora_dropout" in _training_fields():
+            training["lora_dropout"] = float(dropout.group(1))  # rule 4: stated dropout
+        if (tech == "qlora" and kv.get("framework_config", "").startswith("baseline-peft-bnb")
+                and (row.get("zero_or_fsdp") or "none").lower() in ("none", "0", "")
+                and "kbit_prep" in _training_fields()):
+            # rule 4: TRL SFTTrainer's PEFT path prepares an unsharded 4-bit model
+            training["kbit_prep"] = ("peft_bf16_head" if re.search(
+                r"trainer bf16=true", other, re.I) else "peft")
     # rule 5
     opt = (row["optimizer"] or "").lower()
     if ("8-bit" in opt or "8bit" in opt) and "non-8-bit" not in opt:
@@ -594,6 +662,9 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     par: dict = {"dp": dp, "tp": tp, "pp": pp, "cp": cp}
     if ep > 1:
         par["ep"] = ep
+    etp = _expert_tp(row, kv)
+    if etp is not None:
+        par["expert_tp"] = etp
     megatron_2021 = stack == "megatron-core" and (row["dtype"] or "").lower().startswith("fp16")
     if tp > 1 and megatron_2021:  # rule 7: before sequence parallelism and TP overlap
         par["tp_comm_overlap"] = False
@@ -657,7 +728,7 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     # rule 10
     fa = (row["flash_attention"] or "").strip().lower()
     training["attention"] = {"true": "flash", "false": "eager"}.get(
-        fa, "flash" if stack == "megatron-core" else "sdpa")
+        fa, "flash" if stack == "megatron-core" else _unknown_attention(row, stack))
     # rule 11
     if (_true(kv.get("compile")) or re.search(r"torch\.compile|\+ ?compile|compile \+|"
                                                r"compile (true|on)|, compile,", low)) \

@@ -211,16 +211,17 @@ def test_bnb_precision_quantizes_the_head():
 
 
 def test_bnb_041_matmul4bit_keeps_its_input():
-    """MatMul4Bit.forward keeps ctx.tensors = (A, B): per layer the MLP input (norm output,
-    h) and the down projection's input (the SwiGLU product, i) join what LoRA on q/v keeps;
-    the qkv input is kept by the adapter already and the output projection's input is the
-    attention kernel's own output."""
+    """MatMul4Bit.forward keeps ctx.tensors = (A, B): per layer the qkv input and the MLP
+    input (norm outputs, h each) and the down projection's input (the SwiGLU product, i) join
+    what LoRA on q/v keeps; the LoRA adapter reads its own dropout copy (lit-gpt
+    finetune/lora.py lora_dropout 0.05), not the qkv input, and the output projection's input
+    is the attention kernel's own output."""
     job = _job(technique="qlora")
     setup, _ = _setup_and_params(job, _proposed())
     base, _ = _setup_and_params(job, _proposed(quant_saves_gemm_inputs=False))
     kept, _ = layer_activation_bytes(setup.model, setup.dims, setup.lora, E._layer_inputs(setup))
     plain, _ = layer_activation_bytes(base.model, base.dims, base.lora, E._layer_inputs(base))
-    assert kept - plain == pytest.approx(T * (H + I) * 2, rel=1e-9)
+    assert kept - plain == pytest.approx(T * (2 * H + I) * 2, rel=1e-9)
 
 
 def test_quantized_head_dequantized_at_backward_start():

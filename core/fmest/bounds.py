@@ -65,6 +65,7 @@ BOUNDS: tuple[Bound, ...] = (
     Bound(path="parallelism.pp", maximum=2**20, reason=_GPUS),
     Bound(path="parallelism.cp", maximum=2**20, reason=_GPUS),
     Bound(path="parallelism.ep", maximum=2**20, reason=_GPUS),
+    Bound(path="parallelism.expert_tp", maximum=2**20, reason=_GPUS),
     Bound(path="parallelism.pp_virtual_stages", maximum=2**16,
           reason="model chunks per stage; no model has 65,536 layers"),
     Bound(path="parallelism.hsdp_shard_size", maximum=2**20, reason=_GPUS),

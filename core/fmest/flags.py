@@ -235,6 +235,14 @@ JOB_FLAGS: tuple[Flag, ...] = (
          nargs="+", metavar="NAME",
          to_job=lambda v: [m for item in v for m in item.split(",") if m],
          help="module names (q_proj v_proj ...) or all-linear; commas also accepted"),
+    Flag(names=("--lora-dropout",), group=_TRAIN, path="training.lora_dropout", parse=float,
+         metavar="P", help="peft lora_dropout in [0, 1) (default: the stack's; PEFT's 0.0): "
+         "p > 0 saves a bool mask and a dropped copy per adapted module input"),
+    Flag(names=("--kbit-prep",), group=_TRAIN, path="training.kbit_prep",
+         choices=("none", "peft", "peft_bf16_head"),
+         help="QLoRA: PEFT prepare_model_for_kbit_training ran (peft: non-quantized "
+              "weights fp32; peft_bf16_head: TRL bf16 re-cast of embeddings and head); "
+              "default: the stack's"),
     Flag(names=("--quant-bits",), group=_TRAIN, path="training.quantization_bits", parse=int,
          choices=(4, 8), help="QLoRA base weight bits"),
     Flag(names=("--quant-method",), group=_TRAIN, path="training.quantization_method",
@@ -286,6 +294,10 @@ JOB_FLAGS: tuple[Flag, ...] = (
          help="context-parallel degree"),
     Flag(names=("--ep",), group=_PAR, path="parallelism.ep", parse=parse_positive_int,
          help="expert-parallel degree (MoE)"),
+    Flag(names=("--expert-tp",), group=_PAR, path="parallelism.expert_tp",
+         parse=parse_positive_int,
+         help="tensor-parallel size of the routed experts (Megatron "
+              "--expert-tensor-parallel-size; default: tp)"),
     _bool("--sequence-parallel", group=_PAR, path="parallelism.sequence_parallel",
           help="Megatron sequence parallelism with tp"),
     Flag(names=("--pp-schedule",), group=_PAR, path="parallelism.pp_schedule",

@@ -33,6 +33,14 @@ FSDP_PREFETCH = ("pre", "post", "none")
 PRICE_TYPES = ("on_demand", "spot", "reserved_1y", "reserved_3y")
 QUANT_BITS = (4, 8)
 QUANT_METHODS = ("bnb", "gptq")
+#: PEFT's k-bit preparation of a quantized (QLoRA) base: ``none``; ``peft``
+#: (``prepare_model_for_kbit_training``: every fp16/bf16 parameter that is not a 4-bit
+#: ``Params4bit`` is cast to fp32, huggingface/peft 5d602fdbff04c33c1c4de55cda9d4ae1d7cb7e40
+#: src/peft/utils/other.py, same at v0.13.2); ``peft_bf16_head`` (that, then TRL SFTTrainer's
+#: ``peft_module_casting_to_bf16`` under ``bf16=True``: embeddings and ``lm_head`` back to bf16,
+#: norms stay fp32; huggingface/trl v0.13.0 4ea33ced3dd017571de7a013e680e6333089a680
+#: trl/trainer/sft_trainer.py and trl/trainer/utils.py)
+KBIT_PREPS = ("none", "peft", "peft_bf16_head")
 
 
 def _choice(values):
@@ -86,6 +94,14 @@ def _non_negative(inst, attribute, value):
         raise InputError(attribute.name, "must be a number >= 0", value=value)
 
 
+def _dropout(inst, attribute, value):
+    if value is None:
+        return
+    _finite(attribute, value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise InputError(attribute.name, "must be a dropout probability in [0, 1)", value=value)
+
+
 def _non_negative_int(inst, attribute, value):
     if value is None:
         return
@@ -128,6 +144,15 @@ class Training:
     #: peft ``target_modules``; empty (the default) = PEFT's default for the model type
     #: (data/lora_default_targets.json), made explicit by ``Engine.resolve_job``
     lora_target_modules: tuple[str, ...] = field(default=(), converter=_tuple_of_str)
+    #: peft ``lora_dropout`` in front of every adapter; None = the training stack's default
+    #: (stacks.toml ``lora_dropout``; 0.0 without one: PEFT ``LoraConfig.lora_dropout``
+    #: defaults to 0.0, huggingface/peft 5d602fdbff04c33c1c4de55cda9d4ae1d7cb7e40
+    #: src/peft/tuners/lora/config.py). p > 0 is an ``nn.Dropout`` per adapted module: its
+    #: bool mask and the dropped copy the adapter saves (docs/memory_model.md)
+    lora_dropout: Optional[float] = field(default=None, validator=_dropout)
+    #: whether PEFT's k-bit preparation ran on the QLoRA base (``KBIT_PREPS``); None = the
+    #: training stack's default (``none`` without one)
+    kbit_prep: Optional[str] = field(default=None, validator=_choice((None,) + KBIT_PREPS))
     quantization_bits: int = field(default=4, validator=_choice(QUANT_BITS))
     #: how the QLoRA base is quantized: ``bnb`` (bitsandbytes NF4/int8, dequantized per use)
     #: or ``gptq`` (a GPTQ checkpoint, AutoGPTQ's unpacking kernels: time_roofline
@@ -197,6 +222,9 @@ class Parallelism:
     pp: int = field(default=1, validator=_positive_int)
     cp: int = field(default=1, validator=_positive_int)
     ep: int = field(default=1, validator=_positive_int)
+    #: tensor-parallel size of the routed experts (Megatron-Core
+    #: ``--expert-tensor-parallel-size``); None = ``tp`` (Megatron's default)
+    expert_tp: Optional[int] = field(default=None, validator=_positive_int)
     sequence_parallel: bool = False
     pp_schedule: str = field(default="1f1b", validator=_choice(PP_SCHEDULES))
     pp_virtual_stages: int = field(default=1, validator=_positive_int)
@@ -409,6 +437,10 @@ class Layout:
     pp: int
     cp: int
     ep: int
+    #: tensor-parallel size of the routed experts (``parallelism.expert_tp``, resolved: = tp
+    #: when the job leaves it unset); 0 = not resolved (a hand-made layout): read it through
+    #: :func:`expert_tp_of`
+    expert_tp: int = 0
 
     @property
     def dp_shard(self) -> int:
@@ -464,18 +496,45 @@ def resolve_layout(job: Job) -> Layout:
         gpn = hw.gpus_per_node
     else:
         dp_given = par.dp
-        if dp_given is None and par.ep > 1 and hw.nodes == 1:
-            # no GPU count anywhere: the fewest GPUs the expert-parallel degree allows
-            # (experts shard over data-parallel ranks, so dp x cp must be a multiple of ep)
-            dp_given = par.ep // math.gcd(par.ep, par.cp)
+        expert_grid = par.ep * (par.expert_tp or par.tp)
+        if dp_given is None and expert_grid > par.tp and hw.nodes == 1:
+            # no GPU count anywhere: the fewest GPUs the expert grid allows (tp x cp x dp
+            # must be a multiple of expert_tp x ep, :func:`_check_expert_grid`)
+            dp_given = expert_grid // math.gcd(expert_grid, par.tp * par.cp)
         world, nodes = _default_world(dp_given, mp, hw.nodes)
         dp = world // mp
         gpn = world // nodes
-        if par.ep > 1 and (dp * par.cp) % par.ep and dp % par.ep:
-            raise InputError("parallelism.ep", f"ep must divide dp ({dp})", value=par.ep)
         return Layout(world_size=world, gpus_per_node=gpn, nodes=nodes, dp=dp, tp=par.tp,
-                      pp=par.pp, cp=par.cp, ep=par.ep)
-    if par.ep > 1 and (dp * par.cp) % par.ep and dp % par.ep:
-        raise InputError("parallelism.ep", f"ep must divide dp ({dp})", value=par.ep)
+                      pp=par.pp, cp=par.cp, ep=par.ep, expert_tp=_check_expert_grid(par, dp))
     return Layout(world_size=world, gpus_per_node=gpn, nodes=hw.nodes, dp=dp, tp=par.tp,
-                  pp=par.pp, cp=par.cp, ep=par.ep)
+                  pp=par.pp, cp=par.cp, ep=par.ep, expert_tp=_check_expert_grid(par, dp))
+
+
+def _check_expert_grid(par: Parallelism, dp: int) -> int:
+    """The experts' tensor-parallel size, checked against the expert rank grid.
+
+    Megatron-Core builds, per pipeline stage, a second grid for the MoE layers: its
+    ``tp x cp x dp`` ranks are ``expert_tp x ep x expert_dp`` (NVIDIA/Megatron-LM @
+    d98e8a64ddf34856e74b24714e3bedb2f5a39553 megatron/core/parallel_state.py
+    ``initialize_model_parallel``: ``expert_tensor_parallel_size`` defaults to
+    ``tensor_model_parallel_size``, ``expert_data_parallel_size = world_size //
+    (expert_tensor_parallel_size * expert_model_parallel_size * pipeline_model_parallel_size)``
+    and a RuntimeError unless that divides). So ``expert_tp x ep`` must divide
+    ``tp x cp x dp``; with ``expert_tp = tp`` that is "ep divides dp x cp"."""
+    etp = par.expert_tp or par.tp
+    ranks = par.tp * par.cp * dp
+    if (etp * par.ep) > 1 and ranks % (etp * par.ep):
+        if par.expert_tp is None:
+            raise InputError("parallelism.ep", f"ep x expert_tp ({par.ep} x {etp}, expert_tp "
+                             f"defaults to tp) must divide tp x cp x dp ({ranks}): give an ep "
+                             f"dividing dp x cp ({dp * par.cp}) or parallelism.expert_tp "
+                             "(Megatron --expert-tensor-parallel-size)", value=par.ep)
+        raise InputError("parallelism.expert_tp", f"expert_tp x ep ({etp} x {par.ep}) must "
+                         f"divide tp x cp x dp ({par.tp} x {par.cp} x {dp} = {ranks}): the "
+                         "expert rank grid of Megatron-Core", value=par.expert_tp)
+    return etp
+
+
+def expert_tp_of(layout: Any) -> int:
+    """The routed experts' tensor-parallel size of a resolved layout (``tp`` when unset)."""
+    return int(getattr(layout, "expert_tp", 0) or layout.tp)

@@ -334,7 +334,8 @@ def _even_worlds(mp: int, gpus_per_node: int, tp: int, most: int) -> list[int]:
 
 @functools.lru_cache(maxsize=256)
 def _sharded_candidates(mp: int, gpus_per_node: int, tp: int, cp: int, ep: int, most: int,
-                        hybrid: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+                        hybrid: bool, expert_tp: Optional[int] = None
+                        ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``(dp candidates, their GPU counts)`` of :func:`min_gpus` for a strategy that shards
     over dp: a pure function of the degrees, so kept (a planner asks the same few layouts)."""
     if hybrid:     # shards within a node: a partial node would shard over fewer
@@ -342,10 +343,12 @@ def _sharded_candidates(mp: int, gpus_per_node: int, tp: int, cp: int, ep: int, 
     else:   # past one node, only counts that split evenly over the fewest nodes that hold
         # them (19 on 8-GPU nodes would be 19 nodes of one GPU: 21, 3 nodes of 7, instead)
         candidates = _even_worlds(mp, gpus_per_node, tp, most)
-    # only layouts the job's rules accept: expert parallelism needs ep | dp*cp (or dp); a
-    # refused layout counted as "does not fit" would break the search's monotone order
-    if ep > 1:
-        candidates = [d for d in candidates if (d * cp) % ep == 0 or d % ep == 0]
+    # only layouts the job's rules accept: the expert grid needs expert_tp x ep | tp x cp x dp
+    # (fmest.job._check_expert_grid; ep | dp x cp at expert_tp = tp); a refused layout counted
+    # as "does not fit" would break the search's monotone order
+    grid = ep * (expert_tp or tp)
+    if grid > 1:
+        candidates = [d for d in candidates if (tp * cp * d) % grid == 0]
     return tuple(candidates), tuple(d * mp for d in candidates)
 
 
@@ -388,7 +391,7 @@ def min_gpus(engine: "Engine", job: Job, *,
     if strategy.shards:
         most = MAX_GPUS // mp
         candidates, worlds = _sharded_candidates(mp, gpn, par.tp, par.cp, par.ep, most,
-                                                 strategy.hybrid)
+                                                 strategy.hybrid, par.expert_tp)
 
         def make(d: int) -> Job:
             return _with_world(job, dp=d, tp=par.tp, pp=par.pp, gpus_per_node=gpn)
@@ -402,8 +405,10 @@ def min_gpus(engine: "Engine", job: Job, *,
         k = 1
         while par.tp * k * par.pp * k * par.cp * dp <= MAX_GPUS:
             tp, pp = par.tp * k, par.pp * k
+            grid = par.ep * (par.expert_tp or tp)
             if (par.tp > 1 or par.pp > 1 or k == 1) and pp <= model.num_layers \
-                    and model.num_attention_heads % tp == 0 and tp <= max(gpn, par.tp):
+                    and model.num_attention_heads % tp == 0 and tp <= max(gpn, par.tp) \
+                    and (tp * par.cp * dp) % grid == 0:
                 ks.append(k)
             if par.tp == 1 and par.pp == 1:
                 break

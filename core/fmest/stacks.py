@@ -60,6 +60,10 @@ LIGER_FUSED = ("norm", "activation", "rope", "loss")
 LIGER_BYTES = {"norm": 6.0, "activation": 6.0, "rope": 4.0}
 
 
+#: pipeline runtimes a stack can name (``StackProfile.pipeline_engine``)
+PIPELINE_ENGINES = ("", "deepspeed")
+
+
 def _subset(allowed):
     def check(inst, attribute, value):
         bad = sorted(set(value) - set(allowed))
@@ -105,8 +109,32 @@ class StackProfile:
     fsdp_flat_param_grads: bool = False
     #: the quantization plugin replaces every linear, the output head included
     quantize_head: bool = False
+    #: PyTorch FSDP1 with frozen per-block units (PEFT's wrap policy) under reentrant
+    #: checkpointing: every block's recomputed input and its gradient live until the end of
+    #: backward (memory_theory ``fsdp1_keeps_checkpoint_inputs``)
+    fsdp1_frozen_units_keep_ckpt_inputs: bool = False
     #: the 4-bit matmul saves its input for backward (bitsandbytes 0.41.1 ``MatMul4Bit``)
     quant_saves_gemm_inputs: bool = False
+    #: the model code's norms compute in the activations' dtype (no fp32 upcast copy): what
+    #: a norm saves is its input in the compute dtype (Lit-GPT ``RMSNorm``, ``nn.LayerNorm``)
+    norm_keeps_compute_dtype: bool = False
+    #: fused q/k/v projection split by views (Lit-GPT ``CausalSelfAttention``): the roped q
+    #: and k are new tensors and, where v stays a view (MHA, MQA), attention keeps the whole
+    #: fused qkv output alive; with grouped queries k and v are expanded copies
+    fused_qkv_views: bool = False
+    #: dropout the stack's LoRA applies to each adapter input (0: none): its output and mask
+    #: are saved for backward
+    lora_dropout: float = 0.0
+    #: LoRA on a fused qkv projection with some of q/k/v off pads the adapter output with
+    #: zeros through ``index_copy``, which saves its source (Lit-GPT ``LoRAQKVLinear.zero_pad``)
+    lora_qkv_zero_pad: bool = False
+    #: the chunked cross-entropy keeps every chunk's compute-dtype log-probabilities for
+    #: backward (Lit-GPT ``chunked_cross_entropy`` on the bf16 logit chunks)
+    chunked_loss_keeps_log_probs: bool = False
+    #: the pipeline runtime: ``""`` (the model code's own schedule, two activation transfers
+    #: per micro-batch) or ``"deepspeed"`` (DeepSpeed ``PipelineEngine``: blocking p2p,
+    #: TP-partitioned stage outputs; time_roofline ``estimator.deepspeed_pipeline_seconds``)
+    pipeline_engine: str = field(default="")
     sources: Mapping[str, str] = field(factory=dict)
     plugin: str = ""
 
@@ -114,6 +142,11 @@ class StackProfile:
     def _check_host_model_copy(self, attribute, value):
         if value not in HOST_MODEL_COPIES:
             raise ValueError(f"StackProfile.host_model_copy: {value!r} not in {HOST_MODEL_COPIES}")
+
+    @pipeline_engine.validator
+    def _check_pipeline_engine(self, attribute, value):
+        if value not in PIPELINE_ENGINES:
+            raise ValueError(f"StackProfile.pipeline_engine: {value!r} not in {PIPELINE_ENGINES}")
 
     @classmethod
     def from_table(cls, name: str, table: Mapping[str, Any]) -> "StackProfile":

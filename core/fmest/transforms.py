@@ -391,9 +391,13 @@ def expert_data_parallel_size(layout) -> int:
     """Ranks holding the same expert weights: Megatron-Core ``initialize_model_parallel``
     (megatron/core/parallel_state.py) sets ``expert_data_parallel_size = world_size //
     (expert_tensor_parallel_size * expert_model_parallel_size * pipeline_model_parallel_size)``;
-    with expert TP = TP (its default) and ``world = tp * cp * dp * pp`` that is
-    ``dp * cp / ep`` (ep divides dp x cp, :func:`fmest.job.resolve_layout`)."""
-    return max(1, (layout.dp * layout.cp) // max(1, getattr(layout, "ep", 1)))
+    with ``world = tp * cp * dp * pp`` that is ``tp * cp * dp / (expert_tp * ep)`` (``dp * cp /
+    ep`` at expert TP = TP, its default; expert_tp x ep divides tp x cp x dp,
+    :func:`fmest.job.resolve_layout`)."""
+    from fmest.job import expert_tp_of
+
+    return max(1, (layout.tp * layout.dp * layout.cp)
+               // (expert_tp_of(layout) * max(1, getattr(layout, "ep", 1))))
 
 
 def grad_reduce_bytes_per_element(sizing: OptimizerSizing) -> float:
@@ -456,11 +460,16 @@ def data_parallel_collectives(sharding: ShardingStrategy, *, layout, parallelism
         grad_bytes=reduce_bytes * (trainable - expert_trainable) / model_parallel,
         param_bytes=sizing.compute_bytes * (total - expert_total) / model_parallel,
         group=group, plan=plan, **common)
+    # the expert weights are split over expert_tp x ep (not tp x ep) within a stage, and the
+    # expert-data-parallel group's ranks are expert_tp x ep apart (Megatron-Core expert grid)
+    from fmest.job import expert_tp_of
+
+    etp = expert_tp_of(layout)
     expert = sharding.collectives(
-        grad_bytes=reduce_bytes * expert_trainable / (model_parallel * ep),
-        param_bytes=sizing.compute_bytes * expert_total / (model_parallel * ep),
+        grad_bytes=reduce_bytes * expert_trainable / (etp * layout.pp * ep),
+        param_bytes=sizing.compute_bytes * expert_total / (etp * layout.pp * ep),
         group=expert_data_parallel_size(layout), plan=expert_plan,
-        stride=layout.tp * ep, prefetch=parallelism.fsdp_backward_prefetch)
+        stride=etp * ep, prefetch=parallelism.fsdp_backward_prefetch)
     return (*dense, *(attrs.evolve(coll, expert=True) for coll in expert))
 
 

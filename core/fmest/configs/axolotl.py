@@ -268,6 +268,9 @@ def map_config(doc: dict, sink: Sink) -> None:
             sink.set("training.lora_rank", sink.int_(key, value), key)
         elif name == "lora_alpha":
             sink.set("training.lora_alpha", sink.num(key, value), key)
+        elif name == "lora_dropout" and value is not None:
+            sink.set("training.lora_dropout",
+                     0.0 if value in (0, "0", "0.0") else sink.num(key, value), key)
         elif name == "lora_target_modules":
             if value:
                 _targets(sink, key, value, linear)

@@ -375,7 +375,8 @@ def map_config(doc: dict, sink: Sink) -> None:
         elif name == "lora_alpha":
             sink.set("training.lora_alpha", sink.num(key, value), key)
         elif name == "lora_dropout":
-            sink.ignore(key, HYPERPARAM)
+            sink.set("training.lora_dropout",
+                     0.0 if value in (0, "0", "0.0") else sink.num(key, value), key)
         elif name in _ROLES:
             continue   # read together below
         elif name == "train":

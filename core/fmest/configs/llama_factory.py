@@ -37,6 +37,7 @@ _FLASH = {"auto": None, "disabled": "eager", "sdpa": "sdpa", "fa2": "flash", "fa
           "eager": "eager", "flash_attention_2": "flash", "flash_attention_3": "flash"}
 _OWN = frozenset({
     "model_name_or_path", "finetuning_type", "lora_rank", "lora_alpha", "lora_target",
+    "lora_dropout",
     "quantization_bit", "double_quantization", "cutoff_len", "flash_attn",
     "enable_liger_kernel", "pure_bf16", "disable_gradient_checkpointing", "stage",
     "use_unsloth_gc", "sequence_parallel_size", "oft_target", "freeze_vision_tower",
@@ -97,7 +98,7 @@ _IGNORED = {
     "enable_thinking": DATA, "image_max_pixels": DATA, "video_max_pixels": DATA,
     "trust_remote_code": "loading only", "cache_dir": "loading only",
     "model_revision": "loading only", "use_fast_tokenizer": "loading only",
-    "adapter_name_or_path": "adapter loading only", "lora_dropout": HYPERPARAM,
+    "adapter_name_or_path": "adapter loading only",
     "loraplus_lr_ratio": HYPERPARAM, "pref_beta": HYPERPARAM, "pref_loss": HYPERPARAM,
     "pref_ftx": HYPERPARAM,
     "use_rslora": "a scaling rule; same memory", "pissa_init": "initialisation only",
@@ -287,6 +288,13 @@ def map_config(doc: dict, sink: Sink) -> None:
                 sink.ignore(key, "finetuning_type is not lora")
             else:
                 sink.set("training.lora_alpha", sink.num(key, value), key)
+        elif name == "lora_dropout":
+            # LLaMA-Factory FinetuningArguments lora_dropout (default 0.0) -> LoraConfig
+            if tech == "full":
+                sink.ignore(key, "finetuning_type is not lora")
+            else:
+                sink.set("training.lora_dropout",
+                     0.0 if value in (0, "0", "0.0") else sink.num(key, value), key)
         elif name in ("lora_target", "oft_target"):
             targets = target_list(value)
             if (name == "oft_target") != (ftype == "oft"):
@@ -432,7 +440,8 @@ def _v1_peft(sink: Sink, key: str, table: dict) -> None:
             sink.set("training.lora_target_modules",
                      ["all-linear" if t == "all" else t for t in targets], sub)
         elif k in ("lora_dropout",):
-            sink.ignore(sub, HYPERPARAM)
+            sink.set("training.lora_dropout",
+                     0.0 if v in (0, "0", "0.0") else sink.num(sub, v), sub)
         elif k in ("adapter_name_or_path",):
             sink.ignore(sub, "adapter loading only")
         else:

@@ -57,6 +57,7 @@ _INT_FIELDS = {"tensor_model_parallel_size": "parallelism.tp",
                "pipeline_model_parallel_size": "parallelism.pp",
                "context_parallel_size": "parallelism.cp",
                "expert_model_parallel_size": "parallelism.ep",
+               "expert_tensor_parallel_size": "parallelism.expert_tp",
                "micro_batch_size": "training.micro_batch_size",
                "seq_length": "training.seq_len", "train_iters": "workload.max_steps",
                "nproc_per_node": "hardware.gpus_per_node", "nnodes": "hardware.nodes"}

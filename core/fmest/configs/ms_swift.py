@@ -51,7 +51,7 @@ _RLHF = {"dpo": "a frozen reference model (ref_model, else a copy of model)",
          "ppo": "the reference, reward and value models",
          "grpo": "the reference model (when beta > 0), reward models and the rollout engine",
          "gkd": "the teacher model", "orpo": "", "simpo": "", "cpo": "", "rm": ""}
-_MEGATRON_OWN = {"model", "tuner_type", "train_type", "lora_rank", "lora_alpha",
+_MEGATRON_OWN = {"model", "tuner_type", "train_type", "lora_rank", "lora_alpha", "lora_dropout",
                  "target_modules", "max_length", "torch_dtype", "rlhf_type"}
 _DATA_PREFIXES = ("dataset", "val_dataset", "cached_", "load_from_cache_file", "split_dataset",
                   "dataloader_", "streaming", "system", "template", "model_author",
@@ -71,7 +71,7 @@ _LOG_PREFIXES = ("output_dir", "logging_", "save_", "eval_", "report_to", "add_v
                  "ddp_backend", "seed", "local_repo_path", "check_model", "predict_with_",
                  "early_stop", "callbacks", "test_convert_precision")
 _HYPER_PREFIXES = ("learning_rate", "lr", "min_lr", "warmup", "weight_decay", "adam_",
-                   "max_grad_norm", "lora_dropout", "use_rslora", "init_weights",
+                   "max_grad_norm", "use_rslora", "init_weights",
                    "lorap_lr_ratio", "vit_lr", "aligner_lr", "neftune", "lr_scheduler",
                    "beta", "epsilon", "rpo_alpha", "sft_alpha", "loss_type", "label_smoothing",
                    "delta", "desirable_weight", "undesirable_weight", "center_rewards",
@@ -309,7 +309,7 @@ def _technique(names: dict, sink: Sink, default: str) -> str:
 
 def _lora(names: dict, sink: Sink, tech: str) -> None:
     if tech == "full":
-        for name in ("lora_rank", "lora_alpha", "target_modules"):
+        for name in ("lora_rank", "lora_alpha", "lora_dropout", "target_modules"):
             if name in names:
                 sink.ignore(names[name][1], "tuner_type is full")
         return
@@ -319,6 +319,13 @@ def _lora(names: dict, sink: Sink, tech: str) -> None:
     alpha = sink.num(_k(names, "lora_alpha", "lora_alpha"), _v(names, "lora_alpha", 32))
     sink.set("training.lora_alpha", alpha, _k(names, "lora_alpha", "(ms-swift default "
                                                                    "lora_alpha 32)"))
+    # modelscope/ms-swift 3602360a562313afbf2ef6065fdf61f271a2c5b9
+    # swift/arguments/tuner_args.py: lora_dropout = 0.05
+    dropout_value = _v(names, "lora_dropout", 0.05)
+    dropout = 0.0 if dropout_value in (0, "0", "0.0") else sink.num(
+        _k(names, "lora_dropout", "lora_dropout"), dropout_value)
+    sink.set("training.lora_dropout", dropout, _k(names, "lora_dropout", "(ms-swift default "
+                                                                       "lora_dropout 0.05)"))
     targets = names["target_modules"][0] if "target_modules" in names else ["all-linear"]
     targets = target_list(targets)
     sink.set("training.lora_target_modules", targets,
@@ -392,8 +399,9 @@ def _train(head: str, sub: str, names: dict, sink: Sink) -> None:
         dtype_key = names["torch_dtype"][1]
         sink.set("training.dtype", sink.choice(dtype_key, _v(names, "torch_dtype"), _DTYPES),
                  dtype_key)
-    own = {"model", "tuner_type", "train_type", "lora_rank", "lora_alpha", "target_modules",
-           "max_length", "torch_dtype", "rlhf_type", "quant_method", "quant_bits",
+    own = {"model", "tuner_type", "train_type", "lora_rank", "lora_alpha", "lora_dropout",
+           "target_modules", "max_length", "torch_dtype", "rlhf_type", "quant_method",
+           "quant_bits",
            "bnb_4bit_use_double_quant", "use_dora", "target_regex", "modules_to_save"}
     rl: list[str] = []
     hf: dict = {}
@@ -528,6 +536,7 @@ def _megatron_rest(rest: dict, sink: Sink, dtype_key: Optional[str]) -> None:
     tech = sink.get("training.technique")
     keep = {f: sink.values[f] for f in ("training.dtype", "model", "training.technique",
                                         "training.lora_rank", "training.lora_alpha",
+                                        "training.lora_dropout",
                                         "training.lora_target_modules", "training.seq_len",
                                         "hardware.gpus_per_node", "hardware.nodes")
             if f in sink.values}

@@ -198,7 +198,8 @@ def _model(block: Any, sink: Sink, doc: dict, key: str = "model") -> None:
             else:
                 sink.ignore(key, "false: plain LoRA")
         elif name == "lora_dropout":
-            sink.ignore(key, HYPERPARAM)
+            sink.set("training.lora_dropout",
+                     0.0 if value in (0, "0", "0.0") else sink.num(key, value), key)
         else:
             sink.ignore(key, "builder argument not used by fmest")
     if target_keys:

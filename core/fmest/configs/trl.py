@@ -59,7 +59,7 @@ _LOADING = {"model_revision", "trust_remote_code", "model_init_kwargs", "hub_mod
             "bnb_4bit_quant_storage", "ref_model_init_kwargs", "model_adapter_name"}
 _HYPER = {"beta", "label_smoothing", "rpo_alpha", "loss_weights", "ld_alpha",
           "f_divergence_type", "f_alpha_divergence_coef", "use_weighting", "discopop_tau",
-          "lora_dropout", "use_rslora", "disable_dropout", "router_aux_loss_coef",
+          "use_rslora", "disable_dropout", "router_aux_loss_coef",
           "desirable_weight", "undesirable_weight", "epsilon", "epsilon_high", "delta",
           "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "reward_weights",
           "scale_rewards", "num_iterations", "importance_sampling_level",
@@ -118,6 +118,11 @@ def map_config(doc: dict, sink: Sink) -> None:
             sink.set("training.lora_rank", 16, "lora_r (unset: TRL ModelConfig default 16)")
         if "lora_alpha" not in doc:
             sink.set("training.lora_alpha", 32.0, "lora_alpha (unset: TRL default 32)")
+        if "lora_dropout" not in doc:
+            # huggingface/trl f2cd57710ae345ea6428ae95363267fcf38a3dc8
+            # trl/trainer/model_config.py ModelConfig.lora_dropout = 0.05
+            sink.set("training.lora_dropout", 0.05,
+                     "lora_dropout (unset: TRL ModelConfig default 0.05)")
 
     own: dict[str, Any] = {}
     rest: dict[str, Any] = {}
@@ -157,6 +162,12 @@ def map_config(doc: dict, sink: Sink) -> None:
         elif name == "lora_alpha":
             if peft:
                 sink.set("training.lora_alpha", sink.num(key, value), key)
+            else:
+                sink.ignore(key, "use_peft is false: full fine-tuning")
+        elif name == "lora_dropout":
+            if peft:
+                sink.set("training.lora_dropout",
+                     0.0 if value in (0, "0", "0.0") else sink.num(key, value), key)
             else:
                 sink.ignore(key, "use_peft is false: full fine-tuning")
         elif name == "lora_target_modules":
@@ -290,7 +301,8 @@ def _notes(kind: str, why: str, doc: dict, peft: bool, sink: Sink) -> None:
 
 _OWN = frozenset({
     "model_name_or_path", "torch_dtype", "dtype", "attn_implementation", "use_peft",
-    "load_in_4bit", "load_in_8bit", "lora_r", "lora_alpha", "lora_target_modules",
+    "load_in_4bit", "load_in_8bit", "lora_r", "lora_alpha", "lora_dropout",
+    "lora_target_modules",
     "lora_modules_to_save", "lora_target_parameters", "use_dora", "bnb_4bit_quant_type",
     "use_bnb_nested_quant", "max_length", "max_seq_length", "packing", "padding_free",
     "packing_strategy", "activation_offloading", "max_prompt_length", "max_completion_length",

@@ -372,9 +372,13 @@ def report_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
             lines.append(f"lora     rank {tr.lora_rank}, alpha {tr.lora_alpha:g}, target modules "
                          f"{', '.join(tr.lora_target_modules)} (peft target_modules; PEFT's "
                          "per-model-type default when not given)")
+    from fmest.job import expert_tp_of
+
+    etp = expert_tp_of(lay)
     lines.append(f"layout   {lay.world_size} x {ctx.gpu.name} ({lay.nodes} node(s) x "
                  f"{lay.gpus_per_node}); dp {lay.dp} tp {lay.tp} pp {lay.pp} cp {lay.cp} "
-                 f"ep {lay.ep}; sharding {ctx.sharding.name}")
+                 f"ep {lay.ep}" + (f" expert-tp {etp}" if etp != lay.tp else "")
+                 + f"; sharding {ctx.sharding.name}")
     weights_only = ctx.model.model_type == "weights_only"   # --params N
     m = report.memory
     if m is not None:

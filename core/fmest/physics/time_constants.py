@@ -41,6 +41,25 @@ INTRA_NODE_COLLECTIVE_EFFICIENCY = 0.78
 INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU = {"H100-SXM": 0.82, "H800": 0.82, "H200": 0.82,
                                            "GH200": 0.82}
 INTER_NODE_COLLECTIVE_EFFICIENCY = 0.72
+#: GPUs whose stock NVIDIA driver gives no GPU peer-to-peer (P2P) access over PCIe, so NCCL
+#: stages intra-node collectives through pinned host memory (SHM transport): GeForce RTX 4090
+#: (tinygrad/open-gpu-kernel-modules README @1f40371d287b0e7079e972e7468c09e0a29e2768:
+#: MAILBOXP2P "is not present or disabled in hardware on the 4090s, and that's why P2P doesn't
+#: work"; the patched driver maps BAR1 instead) and GeForce RTX 3090 without an NVLink bridge
+#: (NVIDIA/nccl issue #1127, 2023-12-26: 8x RTX 3090 on PCIe 3.0 x16, p2pBandwidthLatencyTest
+#: "Device=0 CANNOT Access Peer"; aikitoria/open-gpu-kernel-modules issue #3, 2025-09-01: the
+#: P2P-patched driver is what makes 2x RTX 3090 peers). The GPU table's rows for these cards
+#: carry intra_node = their PCIe link (no NVLink). Keyed by a prefix of ``GpuSpec.name``
+#: (True = no P2P); a GPU not listed is assumed to have PCIe P2P (or NVLink).
+PCIE_P2P_DISABLED_BY_GPU = {"RTX3090": True, "RTX4090": True}
+#: Bus bandwidth of a ring collective staged through host memory (NCCL SHM) as a fraction of
+#: the same collective over PCIe P2P on the same machine: 4x RTX 4090 without a PCIe switch,
+#: all-reduce busbw 18 GB/s through SHM against 22 GB/s with the P2P-patched driver and
+#: ``NCCL_P2P_LEVEL=SYS`` (NVIDIA/nccl issue #1603, 2025-02-12; an NCCL maintainer there: "we
+#: normally disable P2P and bounce the communication via Host (SHM) buffers instead"):
+#: 18 / 22 = 0.818. Applied on top of ``INTRA_NODE_COLLECTIVE_EFFICIENCY`` (which the patched
+#: 6x RTX 4090 tinybox reaches: all_reduce busbw 24.5 of 32 GB/s = 0.77, tinygrad README above).
+HOST_STAGED_TO_P2P_BUSBW_RATIO = 0.818
 #: Latency of one collective algorithm step: NCCL's own cost model, the per-step hardware
 #: latency of the Simple protocol (the one large training collectives run), ring algorithm:
 #: NVLink 3.4 us, network 14 us (``hwLatencies`` of NVIDIA/nccl src/graph/tuning.cc, commit
@@ -71,9 +90,20 @@ NVLINK_DOMAIN_GPUS = {"GB200": 72}
 def intra_node_collective_efficiency(gpu_name: str) -> float:
     """Achieved ring busbw / unidirectional link speed within a node (HN §5):
     ``INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU`` for NVLink4 parts, else
-    ``INTRA_NODE_COLLECTIVE_EFFICIENCY``."""
-    return value_by_gpu_prefix(INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU, gpu_name,
-                               INTRA_NODE_COLLECTIVE_EFFICIENCY)
+    ``INTRA_NODE_COLLECTIVE_EFFICIENCY``; times ``HOST_STAGED_TO_P2P_BUSBW_RATIO`` for GPUs
+    without PCIe peer-to-peer (``PCIE_P2P_DISABLED_BY_GPU``: NCCL goes through host memory).
+    The time plugin (``link_bytes_per_s``) and the planner (``_intra_bw``) both read this."""
+    eff = value_by_gpu_prefix(INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU, gpu_name,
+                              INTRA_NODE_COLLECTIVE_EFFICIENCY)
+    if pcie_p2p_disabled(gpu_name):
+        eff *= HOST_STAGED_TO_P2P_BUSBW_RATIO
+    return eff
+
+
+def pcie_p2p_disabled(gpu_name: str) -> bool:
+    """Whether the GPU's stock driver gives no PCIe peer-to-peer (``PCIE_P2P_DISABLED_BY_GPU``),
+    so intra-node collectives are staged through host memory (NCCL SHM transport)."""
+    return bool(value_by_gpu_prefix(PCIE_P2P_DISABLED_BY_GPU, gpu_name, False))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,3 +159,31 @@ HOST_SECONDS_PER_EAGER_OP = 10e-6
 #: time within the noise, so no per-adapter term is added. Without recompute the forward hooks
 #: run once instead of twice (2 of 3 fetch/release pairs): 440, derived, not measured.
 ZERO3_HOOK_OPS_PER_LAYER = {"none": 440.0, "selective": 440.0, "full": 660.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepSpeed runtime (read from its code; time_roofline ``estimator.deepspeed_*`` and the
+# planner's mirror, fmest.plan.vector)
+# ---------------------------------------------------------------------------------------------
+
+#: Blocking point-to-point transfers on a middle stage's stream per micro-batch in DeepSpeed's
+#: ``PipelineEngine``. ``TrainSchedule.steps`` pairs them per step: a forward step runs
+#: ``RecvActivation`` + ``SendGrad`` (to/from the previous stage), a backward step
+#: ``SendActivation`` + ``RecvGrad`` (to/from the next stage), each before the step's
+#: compute; ``p2p.send``/``p2p.recv`` are ``torch.distributed.send``/``recv`` (not
+#: ``isend``: ``async_op=False`` is asserted) on the compute stream, so none overlaps compute
+#: (deepspeedai/DeepSpeed @56c522386878df2513ccb548de76b50191ae3af7, "bf16+pipeline
+#: parallelism (#1801)", 2022-04-19, the branch BigScience's BLOOM runs used:
+#: deepspeed/runtime/pipe/schedule.py ``TrainSchedule.steps``, deepspeed/runtime/pipe/p2p.py
+#: ``send``/``recv``, deepspeed/runtime/pipe/engine.py ``_exec_send_activations`` ...
+#: ``_exec_recv_grads``). The first and last stages run 2 (one neighbour).
+DEEPSPEED_PIPE_BLOCKING_TRANSFERS = {"middle": 4, "end": 2}
+#: With tensor parallelism the engine sends each stage output partitioned over the TP group
+#: (``is_pipe_partitioned = is_grad_partitioned = is_model_parallel``; ``PartitionedTensor``:
+#: 1/tp of the activation per rank plus a small meta tensor) and rebuilds it with an
+#: all-gather over the TP group (``PartitionedTensor.full``: ``dist.all_gather`` into a
+#: zeroed flat buffer) three times per micro-batch: the received input in
+#: ``_exec_forward_pass``, the stage output and the received gradient in
+#: ``_exec_backward_pass`` (same commit, deepspeed/runtime/pipe/engine.py,
+#: deepspeed/runtime/utils.py ``PartitionedTensor``).
+DEEPSPEED_PIPE_PARTITION_GATHERS = 3

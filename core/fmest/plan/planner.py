@@ -475,6 +475,10 @@ def _prune_structure(arrays: dict, ctx: dict, gpn: int, pruner: _Pruner) -> dict
     arrays = pruner.apply(arrays, sp.RULE["zero_pp"], zero23 & (arrays["pp"] > 1))
     opt_sharded = per_sharding(lambda st: "optimizer" in st.shards)[arrays["hidx"]]
     arrays = pruner.apply(arrays, sp.RULE["offload"], (arrays["off"] == 1) & ~opt_sharded)
+    etp = ctx["job"].parallelism.expert_tp
+    if etp is not None:   # the job's expert TP x ep must divide tp x cp x dp (resolve_layout)
+        ranks = arrays["tp"] * arrays["cp"] * arrays["dp"]
+        arrays = pruner.apply(arrays, sp.RULE["ep"], np.mod(ranks, etp * arrays["ep"]) != 0)
     calib = ctx["calib"]
     refused = np.zeros((len(shardings), 2), dtype=bool)
     for h_idx, off in set(zip(arrays["hidx"].tolist(), arrays["off"].tolist(), strict=True)):
@@ -600,6 +604,13 @@ def zero3_hook_seconds(sharding: str, layers: int, ckpt: str, host_layers: float
     return layers * ops * tc.HOST_SECONDS_PER_EAGER_OP
 
 
+def _eager_stack(ctx: dict) -> bool:
+    """A stack whose model code runs op by op (time_roofline ``zero3_hook_host_seconds``:
+    not fused, not compiled): the one whose ZeRO-3 hooks cost host time."""
+    stack = ctx["stack"]
+    return stack is not None and not stack.fused and not ctx["job"].training.compile
+
+
 def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
     """Per configuration: the probed state bytes (by sharding and offload), time coefficients
     (by checkpointing) and precision bytes (by sharding)."""
@@ -631,6 +642,10 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
             overhead_fraction=times.overhead_fraction,
             host_layers=times.host_layers + zero3_hook_seconds(
                 name, ctx["model"].num_layers, ckpts[ck_idx], times.host_layers),
+            # the part a stack's DeepSpeed runtime serializes at world size > 1, host floor
+            # or not (time_roofline estimator.apply_deepspeed_runtime runs with an eager stack)
+            zero3_hooks=zero3_hook_seconds(name, ctx["model"].num_layers, ckpts[ck_idx],
+                                           1.0 if _eager_stack(ctx) else 0.0),
             host_outside=times.host_outside, grad_wire_bytes=wire,
             grad_bytes_per_param=per_param, act_bytes=act_b,
             # forward share of a micro-batch's compute: 1 of 3 matmul passes, 1 of 4 when
@@ -747,6 +762,10 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
     params = float(counts.total)
     root = float(counts.embedding + counts.head)
     arr = dict(sel)
+    # the routed experts' tensor-parallel size: the job's parallelism.expert_tp (the planner
+    # does not search it), else each configuration's tp (Megatron-Core's default)
+    etp = job.parallelism.expert_tp
+    arr["etp"] = sel["tp"] if etp is None else np.full(size, float(etp))
     arr.update(_probed_arrays(sel, gpu, ctx))
     arr["cp_core_a"], arr["cp_core_b"] = _context_parallel_arrays(sel, gpu, ctx, gpn)
     arr.update(_sharding_arrays(sel, gpn, ctx))
@@ -759,6 +778,9 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
         pair=float(pair), fwd_only=float(sum(calls)) / pair,
         expandable=bool(ctx["stack"] is not None
                         and ctx["stack"].profile.expandable_segments),
+        # DeepSpeed PipelineEngine p2p (time_roofline estimator.deepspeed_pipeline_seconds)
+        ds_pipe=bool(ctx["stack"] is not None
+                     and ctx["stack"].profile.pipeline_engine == "deepspeed"),
         capacity=float(gpu.memory_bytes or 0),
         hidden=float(model.hidden_size), kv_dim=float(model.num_kv_heads * model.head_dim),
         params=params, root_params=root,
@@ -857,6 +879,7 @@ def _describe(job: Job) -> tuple[str, str]:
     par = job.parallelism
     layout = f"dp{par.dp} tp{par.tp} pp{par.pp}" + (f" cp{par.cp}" if par.cp > 1 else "") \
         + (f" ep{par.ep}" if par.ep > 1 else "") \
+        + (f" etp{par.expert_tp}" if par.expert_tp not in (None, par.tp) else "") \
         + (" sp" if par.sequence_parallel else "") \
         + (f" v{par.pp_virtual_stages}" if par.pp_virtual_stages > 1 else "")
     strategy = (par.sharding or (f"fsdp {par.fsdp}" if par.fsdp != "none"

@@ -22,6 +22,8 @@ from fmest.physics.device_terms import (
 )
 from fmest.physics.time_constants import (
     CPU_ADAM_PARAMS_PER_S_PER_NODE,
+    DEEPSPEED_PIPE_BLOCKING_TRANSFERS,
+    DEEPSPEED_PIPE_PARTITION_GATHERS,
     HBM_EFFICIENCY,
     INTER_NODE_COLLECTIVE_EFFICIENCY,
     INTER_NODE_LATENCY_S,
@@ -98,29 +100,44 @@ DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
 FSDP_UNSHARDED_LAYERS = 2
 
 
+def expert_tp(cfg: dict):
+    """The routed experts' tensor-parallel size per configuration (``parallelism.expert_tp``:
+    the job's value, else ``tp``; the planner fills ``cfg["etp"]``)."""
+    return cfg.get("etp", cfg["tp"])
+
+
 def expert_share(cfg: dict):
-    """Share of a replica's parameters one rank holds along the expert axis: dense parameters
-    whole, expert parameters split over ``ep`` (memory_theory: expert params / (tp ep))."""
-    return 1.0 - cfg["expert_fraction"] + cfg["expert_fraction"] / cfg["ep"]
+    """Share of a replica's parameters one rank holds along the expert axis, relative to the
+    ``1/tp`` of the dense ones: dense parameters whole, expert parameters ``tp / (ep x
+    expert_tp)`` (memory_theory: expert params / (expert_tp ep))."""
+    return 1.0 - cfg["expert_fraction"] \
+        + cfg["expert_fraction"] * (cfg["tp"] / (expert_tp(cfg) * cfg["ep"]))
 
 
-def state_divisor(cfg: dict, shard):
+def state_divisor(cfg: dict, shard, sharded=None):
     """What divides a replica's model-state bytes on one rank: tensor x pipeline parallelism,
     then ``shard`` (the strategy's divisor over dp x cp) for dense weights, while expert
-    weights (``1/ep`` of them per rank) shard over at most the expert-data-parallel group of
-    dp x cp / ep ranks (memory_theory ``_blended_divisor``; fmest.transforms
-    ``ShardingStrategy.expert_plan``)."""
-    expert_group = np.maximum(1, cfg["dp"] * cfg["cp"] // np.maximum(1, cfg["ep"]))
-    expert_shard = np.minimum(expert_group, shard)
+    weights (``1/(ep x expert_tp)`` of them per rank) shard over the expert-data-parallel
+    group of tp x dp x cp / (expert_tp x ep) ranks when the strategy shards that state
+    (``sharded``), capped like the dense group by a hybrid strategy's node (memory_theory
+    ``_blended_divisor``; fmest.transforms ``ShardingStrategy.expert_plan``)."""
+    expert_group = np.maximum(1, cfg["tp"] * cfg["dp"] * cfg["cp"]
+                              // (expert_tp(cfg) * np.maximum(1, cfg["ep"])))
+    # the dense group is the whole dp x cp unless a hybrid strategy stops it at the node
+    cap = np.where(shard < cfg["dp"] * cfg["cp"], shard, np.inf)
+    flag = (shard > 1) if sharded is None else sharded
+    expert_shard = np.where(flag, np.minimum(expert_group, cap), 1.0)
     fraction = cfg["expert_fraction"]
+    # expert weights are 1/(ep x expert_tp) per rank where dense ones are 1/tp
+    per_expert = cfg["tp"] / (expert_tp(cfg) * cfg["ep"])
     return cfg["tp"] * cfg["pp"] / ((1.0 - fraction) / shard
-                                    + fraction / (cfg["ep"] * expert_shard))
+                                    + fraction * per_expert / expert_shard)
 
 
 def local_trainable(cfg: dict):
-    """Trainable parameters of a replica that one rank updates: full training splits the
-    expert weights over ``ep`` (time_roofline ``local_trainable_params``); LoRA trains no
-    expert weights here."""
+    """Trainable parameters of a replica that one rank updates (times ``1/tp``): full training
+    splits the expert weights over ``ep x expert_tp`` (time_roofline
+    ``local_trainable_params``); LoRA trains no expert weights here."""
     return cfg["trainable"] * np.where(cfg["lora"], 1.0, expert_share(cfg))
 
 
@@ -133,7 +150,7 @@ def framework_buffer_bytes(cfg: dict):
     ``fp32_grad_accum``), and torch.autocast's weight copies when parameters are not sharded."""
     mp = cfg["tp"] * cfg["pp"] / expert_share(cfg)
     act_b = cfg["act_bytes"]
-    grads = cfg["grad_bytes"] / state_divisor(cfg, cfg["s_grads"])
+    grads = cfg["grad_bytes"] / state_divisor(cfg, cfg["s_grads"], cfg.get("grads_sharded"))
     no_shards = ~cfg["params_sharded"] & ~cfg["grads_sharded"] & ~cfg["opt_sharded"]
     many = cfg["dp"] > 1
     buckets = np.where(cfg["ddp_bucket"] & no_shards & many,
@@ -168,13 +185,14 @@ def memory_bytes(cfg: dict) -> np.ndarray:
     temporaries); then the allocator reserve and context. A stage kept unsharded accumulates
     its gradients unsharded in the buffers instead of the sharded gradients.
     """
-    weights = cfg["w_bytes"] / state_divisor(cfg, cfg["s_params"])
-    optim = (cfg["master_bytes"] + cfg["opt_bytes"]) / state_divisor(cfg, cfg["s_opt"])
-    grads = cfg["grad_bytes"] / state_divisor(cfg, cfg["s_grads"])
+    weights = cfg["w_bytes"] / state_divisor(cfg, cfg["s_params"], cfg.get("params_sharded"))
+    optim = (cfg["master_bytes"] + cfg["opt_bytes"]) / state_divisor(
+        cfg, cfg["s_opt"], cfg.get("opt_sharded"))
+    grads = cfg["grad_bytes"] / state_divisor(cfg, cfg["s_grads"], cfg.get("grads_sharded"))
     # DeepSpeed's step gradient copy (fmest.default_plugins.parallelism
     # zero_step_grad_copy_rule) is capped per ZeRO-3 sub-group: the probe's (dp = 1) copy comes
     # out of the temporaries that shrink with the shard divisor and is added back at this size
-    opt_div = state_divisor(cfg, cfg["s_opt"])
+    opt_div = state_divisor(cfg, cfg["s_opt"], cfg.get("opt_sharded"))
     bpe = cfg.get("copy_bpe", 0.0)
     cap = cfg.get("copy_cap", np.inf)
     trainable = local_trainable(cfg)
@@ -232,9 +250,10 @@ def _dp_collective_seconds(cfg, gbytes, pbytes, group, stride, shard_n):
 
 def _dp_seconds(cfg, per_mb):
     """Exposed data-parallel communication of one step (time_roofline's DP section): dense
-    parameters over dp x cp ranks; under expert parallelism the expert parameters (``1/ep`` of
-    them per rank) over the expert-data-parallel group of dp x cp / ep ranks, ep x tp apart
-    (fmest.transforms ``data_parallel_collectives``)."""
+    parameters over dp x cp ranks; under expert parallelism the expert parameters (``1/(ep x
+    expert_tp)`` of them per rank) over the expert-data-parallel group of tp x dp x cp /
+    (expert_tp x ep) ranks, expert_tp x ep apart (fmest.transforms
+    ``data_parallel_collectives``)."""
     group = cfg["dp"] * cfg["cp"]
     fwd_mb = per_mb * cfg["fwd_share"]
     bwd_mb = per_mb - fwd_mb
@@ -250,10 +269,14 @@ def _dp_seconds(cfg, per_mb):
     pbytes = cfg["act_bytes"] * cfg["params"] / mp
     dense = _dp_collective_seconds(cfg, gbytes * (1 - grad_expert), pbytes * (1 - param_expert),
                                    group, cfg["tp"], cfg["s_shard_group"])
-    expert_group = np.maximum(1, group // ep)
+    # expert weights split over expert_tp x ep, their group expert_tp x ep apart
+    # (fmest.transforms data_parallel_collectives)
+    etp = expert_tp(cfg)
+    expert_group = np.maximum(1, cfg["tp"] * group // (etp * ep))
     expert = _dp_collective_seconds(
-        cfg, gbytes * grad_expert / ep, pbytes * param_expert / ep, expert_group,
-        cfg["tp"] * ep, np.minimum(expert_group, cfg["s_shard_group"]))
+        cfg, gbytes * grad_expert * cfg["tp"] / (etp * ep),
+        pbytes * param_expert * cfg["tp"] / (etp * ep), expert_group,
+        etp * ep, np.minimum(expert_group, cfg["s_shard_group"]))
     ar, replicated_ag, rs, ag = (d + np.where(split, e, 0.0) for d, e in zip(dense, expert, strict=True))
     replicated = exposed_seconds(ar * (1 - tail), bwd_mb) + ar * tail \
         + np.where(cfg["opt_sharded"], replicated_ag, 0.0)
@@ -310,6 +333,16 @@ def step_seconds(cfg: dict) -> np.ndarray:
     hop_latency_s = np.where(pp_inter, INTER_NODE_LATENCY_S, INTRA_NODE_LATENCY_S)
     pp_t = np.where(cfg["pp"] > 1,
                     2 * (act_elems * cfg["act_bytes"] / cfg["tp"] / hop_bw + hop_latency_s), 0.0)
+    # DeepSpeed's PipelineEngine (time_roofline estimator.deepspeed_pipeline_seconds): blocking
+    # send/recv, 4 transfers per micro-batch on a middle stage, and TP all-gathers rebuilding
+    # the TP-partitioned stage outputs and gradients
+    transfers = np.where(cfg["pp"] >= 3, DEEPSPEED_PIPE_BLOCKING_TRANSFERS["middle"],
+                         DEEPSPEED_PIPE_BLOCKING_TRANSFERS["end"])
+    ds_pipe = (transfers - 2) * (act_elems * cfg["act_bytes"] / cfg["tp"] / hop_bw
+                                 + hop_latency_s) \
+        + DEEPSPEED_PIPE_PARTITION_GATHERS * ring_half_seconds(act_elems * cfg["act_bytes"],
+                                                               cfg["tp"], tbw, tlat)
+    pp_t = pp_t + np.where(cfg.get("ds_pipe", False) & (cfg["pp"] > 1), ds_pipe, 0.0)
     # context parallel: the ring's exposure depends on the local attention time, so compute,
     # memory-bound work and ring traffic come from probes at this tp and cp (a + b mb), the
     # layers split over the stages and the head and loss on the last one
@@ -331,7 +364,11 @@ def step_seconds(cfg: dict) -> np.ndarray:
     # eager PyTorch cannot outrun the host dispatching its ops (time_roofline
     # eager_host_seconds): the step is the larger of the two
     host = accum * (cfg["host_layers"] / cfg["pp"] + cfg["host_outside"])
-    return np.maximum(busy * (1.0 + cfg["overhead_fraction"]), host)
+    # DeepSpeed ZeRO-3 over more than one rank: its hooks' host time adds to the step
+    # (time_roofline estimator.apply_deepspeed_runtime)
+    hooks = np.where(cfg["dp"] * cfg["cp"] > 1,
+                     accum * cfg.get("zero3_hooks", 0.0) / cfg["pp"], 0.0)
+    return np.maximum(busy * (1.0 + cfg["overhead_fraction"]), host - hooks) + hooks
 
 
 def moe_dispatch_seconds(cfg, tokens, gpn):
@@ -340,19 +377,21 @@ def moe_dispatch_seconds(cfg, tokens, gpn):
     sends its sequence-parallel shard's routed copies (``T/tp * k * h`` elements); the share
     bound for ranks outside the NVLink domain leaves through the rank's own NIC
     (``formulas.all_to_all_seconds``); with tp > 1 an all-gather + reduce-scatter of the routed
-    copies over the TP group; forward and backward (+ the recompute of full checkpointing)."""
+    copies over the expert-TP group (``expert_tp`` > 1; the EP group's ranks are ``expert_tp``
+    apart); forward and backward (+ the recompute of full checkpointing)."""
     tp, ep = cfg["tp"], np.maximum(cfg["ep"], 1)
+    etp = expert_tp(cfg)
     routed = tokens / tp * cfg["experts_per_token"] * cfg["hidden"] * cfg["act_bytes"]
     domain = np.maximum(gpn, cfg.get("nvlink_domain", gpn))
-    per_node = np.minimum(np.maximum(1, domain // tp), ep)
-    inter = (ep > 1) & (ep * tp > domain)
+    per_node = np.minimum(np.maximum(1, domain // etp), ep)
+    inter = (ep > 1) & (ep * etp > domain)
     lat = np.where(inter, INTER_NODE_LATENCY_S, INTRA_NODE_LATENCY_S) \
         * np.ceil(np.log2(np.maximum(ep, 2)))
     nic = cfg["nic_bw"] * INTER_NODE_COLLECTIVE_EFFICIENCY
     intra_t = np.where(inter, per_node - 1, ep - 1) / ep * routed / cfg["intra_bw"]
     inter_t = np.where(inter, (ep - per_node) / ep * routed / nic, 0.0)
     a2a = np.maximum(intra_t, inter_t) + lat
-    tbw, tlat, _ = group_bus_bandwidth(tp, 1, gpn, cfg["intra_bw"], cfg["nic_bw"])
-    etp = np.where(tp > 1, 2 * ring_half_seconds(routed * tp, tp, tbw, tlat), 0.0)
+    tbw, tlat, _ = group_bus_bandwidth(etp, 1, gpn, cfg["intra_bw"], cfg["nic_bw"])
+    gather = np.where(etp > 1, 2 * ring_half_seconds(routed * etp, etp, tbw, tlat), 0.0)
     passes = 2 + np.where(cfg["ckpt_full"], 1, 0)
-    return np.where(ep > 1, passes * cfg["moe_layers"] / cfg["pp"] * (2 * a2a + etp), 0.0)
+    return np.where(ep > 1, passes * cfg["moe_layers"] / cfg["pp"] * (2 * a2a + gather), 0.0)

@@ -32,6 +32,7 @@ from attrs import frozen
 
 from fmest.default_plugins.parallelism import zero_reduce_buffer_elements, zero_step_grad_copy_rule
 from fmest.estimates import MemoryEstimate, Provenance
+from fmest.job import expert_tp_of
 from fmest.objectives import no_grad_calls, reference_of, sequences_per_sample
 from fmest.transforms import (
     OptimizerSizing,
@@ -209,11 +210,16 @@ class StageParams:
 
 
 def stage_params(setup: JobSetup, stage: Stage) -> StageParams:
+    """Dense weights split over ``tp``; routed expert weights over ``ep`` x the experts' own
+    tensor-parallel size (``parallelism.expert_tp``, = tp unless set: Megatron-Core
+    ``--expert-tensor-parallel-size``, megatron/core/parallel_state.py at NVIDIA/Megatron-LM
+    d98e8a64ddf34856e74b24714e3bedb2f5a39553). Their gradients and optimizer states follow
+    (:func:`model_state_terms` divides ``expert`` by the expert sharding plan)."""
     dims, tp = setup.dims, setup.layout.tp
     frac = stage.layers / setup.model.num_layers
     return StageParams(
         fraction=frac, dense=dims.layer_dense_params * frac / tp,
-        expert=dims.layer_expert_params * frac / (tp * setup.layout.ep),
+        expert=dims.layer_expert_params * frac / (expert_tp_of(setup.layout) * setup.layout.ep),
         embedding=dims.embedding_params / tp if stage.has_embedding else 0.0,
         head=(dims.head_params / tp if stage.has_head else 0.0),
         final_norm=dims.final_norm_params if stage.has_head else 0.0)
@@ -253,7 +259,16 @@ def _base_weight_bytes(setup: JobSetup,
         q_params += head
         q_bytes += head * (F.nf4_bytes_per_param(training.double_quantization)
                            if training.quantization_bits == 4 else F.INT8_BYTES)
-    return q_bytes + (params.total - q_params) * setup.act_bytes, dims.quantizable
+    rest = params.total - q_params
+    prep = kbit_prep_of(training, setup.stack)
+    if prep == "none":
+        return q_bytes + rest * setup.act_bytes, dims.quantizable
+    # PEFT's k-bit preparation casts every non-quantized fp16/bf16 parameter to fp32
+    # (embeddings, norms, biases, lm_head); TRL's bf16 re-cast returns the embeddings and
+    # the (unquantized) head to the compute dtype
+    recast = params.embedding + params.head - head if prep == "peft_bf16_head" else 0.0
+    return (q_bytes + recast * setup.act_bytes
+            + (rest - recast) * max(setup.act_bytes, F.FP32_BYTES)), dims.quantizable
 
 
 #: bytes of an fp16 element: what bitsandbytes dequantizes Lightning's weights to
@@ -414,7 +429,7 @@ def _gathered_param_buffers(setup: JobSetup, params: StageParams, state: ModelSt
     ``static`` buckets."""
     strategy, lay, act = setup.strategy, setup.layout, setup.act_bytes
     lora = setup.lora is not None
-    layer_unsharded = (setup.dims.largest_layer_params / lay.tp) * act
+    layer_unsharded = _gathered_layer_bytes(setup, state)
     if strategy.param_gather and not (lay.pp > 1 and strategy.pp_unsharded_params):
         # the root unit (embedding, final norm, output projection: everything outside the
         # per-block units) is gathered at the start of forward and FSDP2 keeps the root
@@ -445,6 +460,26 @@ def _gathered_param_buffers(setup: JobSetup, params: StageParams, state: ModelSt
     acc_buf = params.total * acc_b
     return Buffers(static=static, fwd_bwd=fwd_bwd + acc_buf, accumulated=acc_buf,
                    unsharded_accumulation=True)
+
+
+def _gathered_layer_bytes(setup: JobSetup, state: ModelState) -> float:
+    """One per-block unit as the all-gather unshards it. QLoRA: the quantized linears are
+    flattened in their packed storage, not dequantized: under FSDP transformers loads
+    bitsandbytes 4-bit weights with ``bnb_4bit_quant_storage`` = the compute dtype
+    (fms-acceleration 876e2ed6 plugins/accelerated-peft/.../framework_plugin_bnb.py
+    ``model_loader``; huggingface/transformers PR 29587), two 4-bit values per byte packed in
+    bf16 elements (numel / 2 bytes, QLoRA's 4 bits); the quantization constants are
+    ``QuantState`` attributes, not parameters, so FSDP neither flattens nor gathers them
+    (torch/distributed/fsdp/_flat_param.py flattens ``module.parameters()``). The block's
+    other tensors (norms) stay in the compute dtype. Dense models: the whole block."""
+    lay, act, dims = setup.layout, setup.act_bytes, setup.dims
+    whole = dims.largest_layer_params / lay.tp
+    if not state.quantized or setup.model.num_layers <= 0:
+        return whole * act
+    per_param = F.NF4_BYTES_PER_PARAM if setup.training.quantization_bits == 4 \
+        else float(F.INT8_BYTES)
+    quant = min(whole, dims.quantizable_weight_params / setup.model.num_layers / lay.tp)
+    return quant * per_param + (whole - quant) * act
 
 
 def _no_sync_accumulated_bytes(setup: JobSetup, params: StageParams) -> float:
@@ -515,6 +550,7 @@ class Activations:
     logits_fwd_extra: float
     logits_bwd_extra: float
     head_grad: float         # the output projection's weight gradient
+    kept_input_grads: float = 0.0  # layer-input gradients FSDP1 keeps to the end of backward
 
 
 def _layer_inputs(setup: JobSetup) -> LayerInputs:
@@ -533,7 +569,53 @@ def _layer_inputs(setup: JobSetup) -> LayerInputs:
         fused_layout=stack is not None and stack.fuses("layout"),
         gemm_input_bytes=_saved_gemm_input_bytes(setup),
         frozen_gemm_inputs_saved=training.technique == "qlora"
-        and stack_says(stack, "quant_saves_gemm_inputs"))
+        and stack_says(stack, "quant_saves_gemm_inputs"),
+        norm_no_upcast=stack_says(stack, "norm_keeps_compute_dtype"),
+        fused_qkv_views=stack_says(stack, "fused_qkv_views"),
+        lora_dropout=lora_dropout_of(training, stack),
+        lora_qkv_zero_pad=stack_says(stack, "lora_qkv_zero_pad"),
+        stream_bytes=_stream_bytes(setup))
+
+
+def lora_dropout_of(training: Training, stack: Optional[ResolvedStack]) -> float:
+    """The adapters' dropout probability: the job's ``training.lora_dropout`` when given,
+    else the stack's (stacks.toml ``lora_dropout``), else PEFT's default 0.0
+    (``LoraConfig.lora_dropout``, huggingface/peft 5d602fdbff04c33c1c4de55cda9d4ae1d7cb7e40
+    src/peft/tuners/lora/config.py). PEFT builds one ``nn.Dropout`` per adapted module
+    (``LoraLayer.update_layer``: ``nn.Identity`` when p = 0; src/peft/tuners/lora/layer.py at
+    v0.13.2 34d479632d63a7e29c4b75202c9eef94335ceb14 and at 5d602fd), so q, k and v each drop
+    their own copy of the shared input (layer.lora_input_bytes)."""
+    if training.technique not in ("lora", "qlora"):
+        return 0.0
+    if training.lora_dropout is not None:
+        return float(training.lora_dropout)
+    return float(stack.profile.lora_dropout) if stack is not None else 0.0
+
+
+def kbit_prep_of(training: Training, stack: Optional[ResolvedStack]) -> str:
+    """PEFT's k-bit preparation as it ran (``fmest.job.KBIT_PREPS``): the job's
+    ``training.kbit_prep``, else the stack's (a ``kbit_prep`` profile field where the stack
+    states one), else ``none``; only a bitsandbytes QLoRA base is prepared
+    (``prepare_model_for_kbit_training`` skips the cast for GPTQ/AQLM/EETQ/HQQ/torchao:
+    huggingface/peft 5d602fdbff04c33c1c4de55cda9d4ae1d7cb7e40 src/peft/utils/other.py)."""
+    if training.technique != "qlora" or training.quantization_method != "bnb":
+        return "none"
+    if training.kbit_prep is not None:
+        return training.kbit_prep
+    stated = getattr(stack.profile, "kbit_prep", None) if stack is not None else None
+    return str(stated) if stated else "none"
+
+
+def _stream_bytes(setup: JobSetup) -> Optional[float]:
+    """Bytes per element of the residual stream: fp32 after PEFT's k-bit preparation of a
+    4-bit base (fp32 norm weights make fp32 norm outputs; bitsandbytes ``Linear4bit.forward``
+    casts its output back to the input's dtype, ``out.to(inp_dtype)``, so the unadapted MLP
+    projections return fp32 and the residual add promotes the stream); None otherwise (the
+    compute dtype). The 8-bit path is not traced here (compute dtype kept)."""
+    if kbit_prep_of(setup.training, setup.stack) == "none" or \
+            setup.training.quantization_bits != 4:
+        return None
+    return float(F.FP32_BYTES)
 
 
 def _saved_gemm_input_bytes(setup: JobSetup) -> Optional[int]:
@@ -549,14 +631,24 @@ def _final_norm_bytes(setup: JobSetup) -> float:
     """The final norm's saved tensors (DTensor SP: sharded input + gathered output)."""
     training, tp, hidden = setup.training, setup.layout.tp, setup.model.hidden_size
     lora = setup.lora is not None
+    upcast = not (training.compile or stack_says(setup.stack, "norm_keeps_compute_dtype"))
     if setup.dtensor_sp:
         return (F.norm_saved_bytes(setup.tokens, hidden, setup.act_bytes,
-                                   upcast=not training.compile, output_needed=False,
+                                   upcast=upcast, output_needed=False,
                                    weight_trainable=not lora) / tp
                 + (setup.tokens * hidden * setup.act_bytes if not lora else 0.0))
-    return F.norm_saved_bytes(setup.tokens, hidden, setup.act_bytes, upcast=not training.compile,
+    return F.norm_saved_bytes(setup.tokens, hidden, setup.act_bytes, upcast=upcast,
                               output_needed=not lora, weight_trainable=not lora) / (
         tp if setup.parallelism.sequence_parallel else 1)
+
+
+def _fp32_head_logits(setup: JobSetup, params: StageParams) -> bool:
+    """PEFT's k-bit preparation left the output head in fp32 and no autocast re-casts it
+    (precision other than ``amp``: torch.autocast runs ``F.linear`` in the compute dtype
+    whatever the weight's dtype), so the head writes fp32 logits."""
+    return (kbit_prep_of(setup.training, setup.stack) == "peft"
+            and setup.sizing.precision != "amp" and params.head > 0
+            and not _quantized_head_params(setup, params))
 
 
 def _logits(tokens: float, vocab: float, act_bytes: int, loss: str, compiled: bool,
@@ -626,6 +718,13 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
         saved_all += _final_norm_bytes(setup)
         held, fwd_tr, bwd_tr = _logits(tokens, model.vocab_size / lay.tp, act, setup.loss,
                                        training.compile, vocab_parallel=setup.dtensor_tp)
+        if _fp32_head_logits(setup, params):
+            # an fp32 head outside autocast writes fp32 logits: the loss's fp32 upcast is a
+            # no-op, no compute-dtype logits exist beside it
+            fwd_tr = 0.0
+        if setup.loss == "chunked" and stack_says(setup.stack, "chunked_loss_keeps_log_probs"):
+            # every chunk's compute-dtype log-softmax output is saved (stacks.toml)
+            held += tokens * model.vocab_size / lay.tp * act
         # the output projection's weight gradient appears with the logits' gradient (the
         # embedding's, when tied)
         tied = 0.0 if params.head else setup.dims.embedding_params / lay.tp
@@ -654,9 +753,33 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
             saved_all += layer_q * stage.layers * stage.inflight
     elif state.quantized:   # bnb / torchao NF4 dequantize one weight at a time (not the head)
         work_l += setup.dims.largest_quantizable_params / lay.tp * act
+    kept = 0.0
+    if fsdp1_keeps_checkpoint_inputs(setup):
+        # every recomputed block's input (the stashed one: saved_all keeps it) and the
+        # gradient accumulated into it live until the end of backward: at the first block's
+        # backward, the other blocks' input gradients are held beside the usual working set
+        kept = max(stage.layers - 1, 0) * tokens * model.hidden_size \
+            * (_stream_bytes(setup) or act) / (lay.tp if par.sequence_parallel else 1)
     return Activations(saved_layer=saved_l, work_layer=work_l, saved_all=saved_all,
                        logits_held=held, logits_fwd_extra=fwd_tr, logits_bwd_extra=bwd_tr,
-                       head_grad=head_grad)
+                       head_grad=head_grad, kept_input_grads=kept)
+
+
+def fsdp1_keeps_checkpoint_inputs(setup: JobSetup) -> bool:
+    """Whether FSDP1 keeps every checkpointed block's input and its gradient alive until the
+    end of backward (stacks.toml ``fsdp1_frozen_units_keep_ckpt_inputs``): LoRA/QLoRA under
+    PyTorch FSDP with PEFT's wrap policy makes each block a frozen unit, for which FSDP1
+    registers ``register_multi_grad_hook`` on the unit's inputs
+    (``_register_post_backward_reshard_only_hook``, torch/distributed/fsdp/_runtime_utils.py,
+    pytorch/pytorch PR 101982); under reentrant checkpointing those inputs are the recompute's
+    detached leaves, and the hook's ``AccumulateGrad`` node holds the leaf (and its ``.grad``)
+    until ``_finalize_params`` removes the hook at the end of backward. Trace:
+    scripts/trace_fsdp1_frozen_ckpt.py (2 x layers layer-input-sized storages live at the end
+    of backward under FSDP1, 2 without)."""
+    training = setup.training
+    return (stack_says(setup.stack, "fsdp1_frozen_units_keep_ckpt_inputs")
+            and setup.lora is not None and setup.parallelism.fsdp != "none"
+            and training.activation_checkpointing == "full" and not training.activation_offload)
 
 
 def _backward_candidates(setup: JobSetup, static: dict[str, float], state: ModelState,
@@ -683,7 +806,9 @@ def _backward_candidates(setup: JobSetup, static: dict[str, float], state: Model
                                                   + state.grads_full / max(stage.layers, 1))),
              activations=acts.saved_all + acts.work_layer, logits_and_loss=0.0,
              framework_buffers=both, optimizer_temporaries=state.temps_in_backward),
-        dict(static, gradients=state.grads_peak, activations=acts.saved_layer + acts.work_layer,
+        dict(static, gradients=state.grads_peak, activations=acts.saved_layer + acts.work_layer
+             + acts.kept_input_grads + (acts.saved_all - acts.saved_layer
+                                        if acts.kept_input_grads else 0.0),
              logits_and_loss=0.0, framework_buffers=both - buffers.accumulated,
              optimizer_temporaries=state.temps_in_backward),
     ]

@@ -25,6 +25,9 @@ from fmest_memory_theory.memo import by_identity
 if TYPE_CHECKING:
     from fmest.models.spec import LinearModule, ModelSpec
 
+#: the separate query, key and value projections (transformers names; measured.py maps
+#: Lit-GPT's ``query``/``key``/``value`` to these)
+QKV_NAMES = frozenset({"q_proj", "k_proj", "v_proj"})
 #: Module names of attention output and MLP down projections across the supported families
 #: (their input is the attention output / the MLP product, not the normalized hidden state).
 ATTN_OUT_NAMES = frozenset({"o_proj", "out_proj", "dense", "c_proj", "wo", "output_proj",
@@ -87,6 +90,13 @@ class LoraNumbers:
     rank_elements_per_token: float   # r per adapted module, one layer
     #: Adafactor's factored second-moment elements of the adapters
     factored_state_elements: float
+    #: adapted q/k/v projections of one layer (input projections of attention: a fused qkv
+    #: LoRA runs them as one module on one input) and the sum of their output widths
+    qkv_adapted: int = 0
+    qkv_adapted_in: float = 0.0
+    qkv_adapted_out: float = 0.0
+    #: whether every one of q, k and v is adapted (a fused qkv LoRA then needs no zero pad)
+    qkv_all: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,7 +209,8 @@ def compute_lora_numbers(model: ModelSpec, targets: tuple[str, ...], rank: int) 
     params = 0.0
     shapes: list[MatrixShape] = []
     in_attn = on_attn_out = on_mlp_in = on_mlp_out = False
-    in_el = sharded_el = rank_el = 0.0
+    in_el = sharded_el = rank_el = qkv_in = qkv_out = 0.0
+    qkv_names: set[str] = set()
     for mod in mods:
         count = mod.layers * mod.copies
         params += F.lora_adapter_params(rank, mod.in_features, mod.out_features) * count
@@ -212,6 +223,10 @@ def compute_lora_numbers(model: ModelSpec, targets: tuple[str, ...], rank: int) 
                 on_attn_out = True
             else:
                 in_attn = True
+                if mod.name in QKV_NAMES:
+                    qkv_names.add(mod.name)
+                    qkv_in += mod.in_features * per_layer
+                    qkv_out += mod.out_features * per_layer
         elif mod.name in MLP_OUT_NAMES:
             on_mlp_out = True
         else:
@@ -225,4 +240,7 @@ def compute_lora_numbers(model: ModelSpec, targets: tuple[str, ...], rank: int) 
                        input_elements_per_token=in_el,
                        sharded_input_elements_per_token=sharded_el,
                        rank_elements_per_token=rank_el,
-                       factored_state_elements=F.factored_state_elements(shapes, 0.0))
+                       factored_state_elements=F.factored_state_elements(shapes, 0.0),
+                       qkv_adapted=len(qkv_names), qkv_adapted_in=qkv_in,
+                       qkv_adapted_out=qkv_out,
+                       qkv_all=len(qkv_names) == len(QKV_NAMES))

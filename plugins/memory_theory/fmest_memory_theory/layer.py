@@ -62,6 +62,20 @@ class LayerInputs:
     #: ``quant_saves_gemm_inputs``: bitsandbytes 0.41.1 ``MatMul4Bit.forward`` sets
     #: ``ctx.tensors = (A, B)`` whenever A needs a gradient; later releases keep (None, B))
     frozen_gemm_inputs_saved: bool = False
+    #: the stack's model code (stacks.toml, Lit-GPT): norms without an fp32 upcast
+    #: (``norm_keeps_compute_dtype``), a fused qkv split by views (``fused_qkv_views``), a
+    #: dropout in front of every adapter (``lora_dropout``) and the fused qkv LoRA's zero pad
+    #: (``lora_qkv_zero_pad``)
+    norm_no_upcast: bool = False
+    fused_qkv_views: bool = False
+    lora_dropout: float = 0.0
+    lora_qkv_zero_pad: bool = False
+    #: bytes per element of the residual stream between layers (None: ``act_bytes``). PEFT's
+    #: k-bit preparation leaves fp32 norms, whose outputs are fp32, and a bitsandbytes
+    #: ``Linear4bit`` returns its input's dtype (``out.to(inp_dtype)``), so the MLP output and
+    #: with it every layer input is fp32: what full checkpointing keeps per layer
+    #: (estimator ``_stream_bytes``)
+    stream_bytes: Optional[float] = None
 
     @property
     def gemm_bytes(self) -> float:
@@ -96,7 +110,9 @@ def _needs(lora: Optional[LoraNumbers], inputs: LayerInputs) -> _Needs:
         # every quantized linear keeps its input; the output projection's input is the
         # attention kernel's own output (Lit-GPT reshapes it as a view), kept by the kernel
         return _Needs(attn_in=True, o_in=lora.on_attn_out, mlp_in=True, mlp_out=True)
-    if lora is None or inputs.adapter_bytes != inputs.act_bytes:
+    if lora is None or inputs.adapter_bytes != inputs.act_bytes or inputs.lora_dropout > 0:
+        # adapters in another dtype read a cast copy, behind a dropout the dropped copy
+        # (lora_input_bytes), not the shared input
         return _NEEDS_NONE
     return _Needs(attn_in=lora.in_attn, o_in=lora.on_attn_out, mlp_in=lora.on_mlp_in,
                   mlp_out=lora.on_mlp_out)
@@ -105,7 +121,7 @@ def _needs(lora: Optional[LoraNumbers], inputs: LayerInputs) -> _Needs:
 def norm_block_bytes(hidden: float, inputs: LayerInputs, output_needed: bool) -> float:
     """One norm's saved bytes (formulas.norm_saved_bytes); under DTensor SP its sharded input
     plus the full-sequence gathered output the matmuls keep."""
-    upcast = not (inputs.compiled or inputs.fused_norm)
+    upcast = not (inputs.compiled or inputs.fused_norm or inputs.norm_no_upcast)
     if not inputs.dtensor_sp:
         output = inputs.tokens * hidden * inputs.gemm_bytes if output_needed else 0.0
         return (F.norm_saved_bytes(inputs.tokens, hidden, inputs.act_bytes, upcast=upcast,
@@ -124,6 +140,8 @@ def attention_block_bytes(model: ModelSpec, dims: ModelNumbers, inputs: LayerInp
     tokens, act, tp = inputs.tokens, inputs.act_bytes, inputs.tp
     kv_split = min(tp, max(1, model.num_kv_heads))
     qkv = tokens * (dims.q_dim / tp + (dims.k_dim + dims.v_dim) / kv_split) * act
+    if inputs.fused_qkv_views:
+        qkv = tokens * fused_qkv_saved_elements(model, dims) / tp * act
     core = F.attention_core_bytes(tokens=tokens, batch=inputs.batch, seq=inputs.seq,
                                   heads=model.num_attention_heads / tp, q_dim=dims.o_dim / tp,
                                   act_bytes=act, attention=inputs.attention,
@@ -137,6 +155,19 @@ def attention_block_bytes(model: ModelSpec, dims: ModelNumbers, inputs: LayerInp
         o_in = (tokens * dims.o_dim / tp * inputs.gemm_bytes
                 if inputs.gemm_bytes != act else 0.0)
     return qkv, core, o_in
+
+
+def fused_qkv_saved_elements(model: ModelSpec, dims: ModelNumbers) -> float:
+    """Elements per token that attention keeps from a fused qkv projection split by views
+    (Lit-GPT ``CausalSelfAttention.forward``, Lightning-AI/litgpt 8641822 lit_gpt/model.py):
+    the roped q and k are new tensors (``torch.cat`` of the roped and the pass-through part);
+    with one key/value head per query (MHA) or a single one (MQA) v is a view of the fused
+    output, which stays alive whole; with grouped queries (GQA) k and v are expanded to every
+    query head first, v by a reshape copy, and the fused output is freed."""
+    groups, heads = max(1, model.num_kv_heads), model.num_attention_heads
+    if groups in (heads, 1):
+        return dims.q_dim + dims.k_dim + (dims.q_dim + dims.k_dim + dims.v_dim)
+    return 3.0 * dims.q_dim
 
 
 def dense_mlp_bytes(model: ModelSpec, dims: ModelNumbers, intermediate: float,
@@ -192,10 +223,20 @@ def lora_input_bytes(lora: Optional[LoraNumbers], inputs: LayerInputs) -> float:
         return 0.0
     saved = inputs.act_bytes if inputs.autocast else inputs.adapter_bytes
     extra = 0.0
-    if inputs.adapter_bytes != inputs.act_bytes:
+    dropout = inputs.lora_dropout > 0
+    if inputs.adapter_bytes != inputs.act_bytes or dropout:
+        # behind a dropout each adapter saves the dropped copy and its bool mask (CUDA
+        # native_dropout); a fused qkv LoRA runs its q/k/v adapters on one input
+        per_element = saved + (F.DROPOUT_MASK_BYTES if dropout else 0)
         replicated = lora.input_elements_per_token - lora.sharded_input_elements_per_token
-        extra = inputs.tokens * saved * (
+        if inputs.lora_qkv_zero_pad and lora.qkv_adapted > 1:
+            replicated -= lora.qkv_adapted_in * (1 - 1 / lora.qkv_adapted)
+        extra = inputs.tokens * per_element * (
             replicated / inputs.norm_divisor + lora.sharded_input_elements_per_token / inputs.tp)
+    if inputs.lora_qkv_zero_pad and lora.qkv_adapted and not lora.qkv_all:
+        # LoRAQKVLinear.zero_pad: index_copy saves its source, the reshaped copy of the
+        # enabled q/k/v outputs (stacks.toml lora_qkv_zero_pad)
+        extra += inputs.tokens * lora.qkv_adapted_out / inputs.tp * inputs.act_bytes
     return extra + inputs.tokens * lora.rank_elements_per_token * saved
 
 
@@ -234,7 +275,8 @@ def layer_activation_bytes(model: ModelSpec, dims: ModelNumbers, lora: Optional[
     if inputs.checkpointing == "none":
         return full, grad_buffers
     if inputs.checkpointing == "full":   # the recomputed layer beyond its checkpointed input
-        layer_input = tokens * hidden * act / inputs.norm_divisor
+        stream = act if inputs.stream_bytes is None else inputs.stream_bytes
+        layer_input = tokens * hidden * stream / inputs.norm_divisor
         return layer_input, max(full - layer_input, 0.0) + grad_buffers
     saved = min(selective_saved_bytes(model, dims, inputs, widest), full)
     return saved, max(full - saved, 0.0) + grad_buffers

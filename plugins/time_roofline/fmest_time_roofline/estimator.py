@@ -26,6 +26,7 @@ from attrs import frozen
 
 from fmest.errors import InputError
 from fmest.estimates import ACTIVATION_COMPONENTS, Provenance, TimeEstimate, TokensEstimate
+from fmest.job import expert_tp_of
 from fmest.models.images import vlm_sequence_len
 from fmest.objectives import no_grad_calls, sequences_per_sample
 from fmest.physics.counting import (
@@ -151,6 +152,13 @@ class StepShape:
     full: bool                   # full fine-tuning (weight gradients of every matmul)
     checkpointing: str
     stage_layers: float
+    #: the routed experts' tensor-parallel size (``parallelism.expert_tp``); 0 = tp
+    expert_tp: int = 0
+
+    @property
+    def etp(self) -> int:
+        """The experts' tensor-parallel size (``tp`` unless the job sets ``expert_tp``)."""
+        return self.expert_tp or self.tp
 
 
 def step_shape(job, model, layout) -> StepShape:
@@ -171,7 +179,7 @@ def step_shape(job, model, layout) -> StepShape:
     batch = training.micro_batch_size * sequences_per_sample(training.objective)
     return StepShape(
         tp=layout.tp, pp=layout.pp, cp=layout.cp, ep=layout.ep, dp=layout.dp,
-        micro_batch=batch, seq_len=seq_len,
+        expert_tp=expert_tp_of(layout), micro_batch=batch, seq_len=seq_len,
         grad_accum=training.grad_accum_steps,
         tokens=batch * seq_len / layout.cp,
         act_bytes=float(info.storage_bytes), linear_bytes=float(info.operand_bytes),
@@ -232,15 +240,21 @@ def moe_permute_bytes(model, shape: StepShape) -> float:
     """HBM bytes of one micro-batch's MoE token permutation (formulas.moe_permute_bytes: the
     Megatron-Core dispatcher's permute, sort_chunks, unsort and unpermute) over the stage's
     MoE layers, forward and backward (+ the recompute's forward under full checkpointing).
-    ``experts / ep`` experts are local to a rank."""
+    ``experts / ep`` experts are local to a rank. The sort/unsort runs over the ``tokens x k x
+    expert_tp / tp`` routed copies the expert-TP all-gather brings (``tokens x k`` when the
+    experts' tensor-parallel size is TP's, formulas.moe_permute_bytes)."""
     if not model.is_moe or not model.experts_per_token:
         return 0.0
     moe_layers = (model.num_moe_layers or model.num_layers) / shape.pp
     passes = 2 + (1 if shape.checkpointing == "full" else 0)
     local = (model.num_experts or 1) / max(1, shape.ep)
-    return passes * moe_layers * F.moe_permute_bytes(
+    per_pass = F.moe_permute_bytes(
         shape.tokens, model.experts_per_token, model.hidden_size, shape.act_bytes, local,
         shape.tp)
+    if shape.etp != shape.tp and local > 1 and shape.tokens > 0:
+        per_pass -= F.MOE_SORT_ELEMENTS_PER_ROUTED_COPY * model.experts_per_token \
+            * shape.tokens * (1.0 - shape.etp / shape.tp) * model.hidden_size * shape.act_bytes
+    return passes * moe_layers * per_pass
 
 
 def moe_dispatch_seconds(model, shape: StepShape, gpu, gpus_per_node: int) -> float:
@@ -248,33 +262,34 @@ def moe_dispatch_seconds(model, shape: StepShape, gpu, gpus_per_node: int) -> fl
     MoEAlltoAllTokenDispatcher, NVIDIA/Megatron-LM @ d98e8a64ddf34856e74b24714e3bedb2f5a39553
     megatron/core/transformer/moe/token_dispatcher.py): per MoE layer and pass, a dispatch and a
     combine all-to-all over the EP group of the rank's sequence-parallel shard
-    ``tokens / tp`` x ``k`` routed copies x hidden, plus (expert TP = TP > 1) an all-gather and
-    a reduce-scatter of the ``tokens x k`` copies over the TP group; forward, backward (+ the
-    recompute's forward). The EP group: Megatron's expert rank grid is ordered tp-cp-ep-dp-pp
-    with cp folded into the expert grid (megatron/core/parallel_state.py
-    ``expert_decoder_rank_generator``, cp=1) and expert TP defaulting to TP
-    (megatron/training/arguments.py), so its ranks are ``tp`` apart; beyond the NVLink domain
-    (the node, or GB200 NVL72's 72 GPUs: formulas.nvlink_domain_gpus) the all-to-all's
-    off-domain share runs at the NIC rate (formulas.all_to_all_seconds)."""
+    ``tokens / tp`` x ``k`` routed copies x hidden, plus (expert TP > 1) an all-gather and a
+    reduce-scatter of the ``tokens x k x expert_tp / tp`` copies over the expert-TP group;
+    forward, backward (+ the recompute's forward). The EP group: Megatron's expert rank grid is
+    ordered tp-ep-dp-pp with cp folded into it (megatron/core/parallel_state.py
+    ``expert_decoder_rank_generator``: tp = ``expert_tensor_parallel_size``, cp=1), expert TP
+    defaulting to TP, so its ranks are ``expert_tp`` apart (consecutive with expert TP 1);
+    beyond the NVLink domain (the node, or GB200 NVL72's 72 GPUs: formulas.nvlink_domain_gpus)
+    the all-to-all's off-domain share runs at the NIC rate (formulas.all_to_all_seconds)."""
     if shape.ep <= 1 or not model.is_moe:
         return 0.0
     moe_layers = (model.num_moe_layers or model.num_layers) / shape.pp
     passes = 2 + (1 if shape.checkpointing == "full" else 0)
     routed = shape.tokens / shape.tp * model.experts_per_token * model.hidden_size \
         * shape.act_bytes
+    etp = shape.etp
     domain = F.nvlink_domain_gpus(getattr(gpu, "name", "") or "", gpus_per_node)
-    inter = F.group_is_inter_node(shape.ep, shape.tp, domain)
-    per_node = max(1, domain // max(1, shape.tp))
+    inter = F.group_is_inter_node(shape.ep, etp, domain)
+    per_node = max(1, domain // max(1, etp))
     a2a = F.all_to_all_seconds(routed, shape.ep, F.link_bytes_per_s(gpu, inter_node=False),
                                inter, ranks_per_node=min(per_node, shape.ep),
                                nic_bytes_per_s=F.nic_bytes_per_s(gpu))
-    etp = 0.0
-    if shape.tp > 1:
-        t_inter, t_bw = _links(gpu, gpus_per_node)(shape.tp, 1)
-        gathered = routed * shape.tp
-        etp = F.all_gather_seconds(gathered, shape.tp, t_bw, t_inter) \
-            + F.reduce_scatter_seconds(gathered, shape.tp, t_bw, t_inter)
-    return passes * moe_layers * (2 * a2a + etp)
+    gather = 0.0
+    if etp > 1:
+        t_inter, t_bw = _links(gpu, gpus_per_node)(etp, 1)
+        gathered = routed * etp
+        gather = F.all_gather_seconds(gathered, etp, t_bw, t_inter) \
+            + F.reduce_scatter_seconds(gathered, etp, t_bw, t_inter)
+    return passes * moe_layers * (2 * a2a + gather)
 
 
 def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> MatmulTimes:
@@ -295,13 +310,19 @@ def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> Matm
         if lin.kind == "head":
             continue
         inner, cols = lin.in_features, lin.out_features
-        if shape.tp > 1 and lin.kind != "router":
+        # routed experts split over their own tensor-parallel size (parallelism.expert_tp)
+        split = shape.etp if lin.kind == "expert" else shape.tp
+        if split > 1 and lin.kind != "router":
             if cols >= inner:
-                cols = cols / shape.tp
+                cols = cols / split
             else:
-                inner = inner / shape.tp
+                inner = inner / split
         if lin.kind == "expert" and lin.copies > 0:
-            rows = shape.tokens * lin.active_copies * shape.ep / lin.copies
+            # each rank's local experts see the routed copies of the expert_tp x ep ranks'
+            # sequence-parallel shards: (tokens / tp) x k x ep x expert_tp / experts rows each
+            # (= tokens x k x ep / experts with expert TP = TP)
+            rows = shape.tokens * lin.active_copies * shape.ep * (shape.etp / shape.tp) \
+                / lin.copies
             count = lin.layers / shape.pp * lin.copies / shape.ep
         else:
             rows = shape.tokens * lin.active_copies
@@ -587,9 +608,10 @@ def local_trainable_params(model, training, shape: StepShape) -> float:
     expert weights also over expert parallelism (each EP rank owns ``experts / ep`` experts:
     Megatron-Core ``MoELayer`` local experts; the memory plugin shards them the same way)."""
     trainable = trainable_params(model, training)
-    if shape.ep > 1 and training.technique == "full":
+    if (shape.ep > 1 or shape.etp != shape.tp) and training.technique == "full":
+        # expert weights over ep x the experts' tensor-parallel size (parallelism.expert_tp)
         experts = model.param_counts().experts
-        trainable -= experts * (1.0 - 1.0 / shape.ep)
+        trainable -= experts * (1.0 - shape.tp / (shape.ep * shape.etp))
     return trainable / (shape.tp * shape.pp)
 
 
@@ -769,15 +791,118 @@ def eager_host_seconds(job, model, shape: StepShape, stack, lora_mods) -> float:
                                    zero3_hooks=job.parallelism.zero_stage == 3)
 
 
+def deepspeed_pipeline_seconds(job, model, shape: StepShape, gpu, layout) -> float:
+    """Seconds per micro-batch that DeepSpeed's ``PipelineEngine`` adds to the pipeline
+    traffic ``model_parallel_comm`` charges (formulas.deepspeed_pipe_extra_seconds): its
+    ``TrainSchedule`` runs blocking send/recv before each step's compute (4 transfers per
+    micro-batch on a middle stage, not 2) and, with TP, rebuilds each TP-partitioned stage
+    output and gradient by TP all-gathers. The hop and the TP group are priced as in
+    ``model_parallel_comm``."""
+    if shape.pp <= 1:
+        return 0.0
+    gpn = layout.gpus_per_node
+    inter = F.group_is_inter_node(shape.pp, shape.tp * shape.cp * shape.dp, gpn)
+    hop = F.link_bytes_per_s(gpu, inter_node=inter, size=2, nodes=2)
+    tp_inter, tp_bw = _links(gpu, gpn)(shape.tp, 1)
+    return F.deepspeed_pipe_extra_seconds(
+        pp=shape.pp, tp=shape.tp,
+        activation_bytes=shape.tokens * model.hidden_size * shape.act_bytes,
+        p2p_bytes_per_s=hop, p2p_inter_node=inter, tp_bytes_per_s=tp_bw,
+        tp_inter_node=tp_inter)
+
+
+def deepspeed_zero3_host_serialized(job, shape: StepShape) -> bool:
+    """Whether DeepSpeed ZeRO-3's fetch path ties the host to the GPU, so the hooks' host time
+    adds to the step instead of hiding under the GPU's (:func:`apply_deepspeed_runtime`):
+    ZeRO-3 over a data-parallel group of more than one rank (real all-gathers).
+
+    From the code (deepspeedai/DeepSpeed @8640b8e52a93ba4e6b0da0e953c5761fc6977aa9, v0.12 era,
+    deepspeed/runtime/zero/): ``PartitionedParameterCoordinator.fetch_sub_module``, the
+    forward pre-hook of every submodule (and of its backward), records an event on the
+    all-gather stream per fetched parameter and, with more than ``__max_ongoing_fetch_events``
+    = 2 in flight, blocks the host on the oldest (``Event.synchronize``); the all-gathers
+    share the data-parallel group's one NCCL stream with the gradient reduce-scatters, which
+    wait for the compute stream (stage3.py ``__add_grad_to_ipg_bucket``:
+    ``reduce_and_partition_stream.wait_stream(default_stream)``), and
+    ``independent_gradient_partition_epilogue`` synchronizes the reduce stream every
+    micro-batch; the HF "auto" prefetch bucket (0.9 h^2 elements) is smaller than one MLP
+    weight, so at most the next parameter's gather runs ahead. The host therefore runs at
+    most two fetched parameters (about two submodules) ahead of the gathers, and in backward
+    of the compute: after each wait the GPU's queue is nearly empty while the hook's own
+    Python (bookkeeping, prefetch walk, release, the backward-function wrappers:
+    ``ZERO3_HOOK_OPS_PER_LAYER``) runs, so that hook time adds to the step. The module's own
+    eager ops are still dispatched op by op while their kernels run (no wait between ops),
+    so they keep overlapping: step = max(GPU, eager dispatch) + hooks. At world size 1 the
+    handles are ``NoGatherHandle``s whose events complete at once (no NCCL work), so the
+    hooks overlap too (max of GPU and all host time), as before."""
+    return job.parallelism.zero_stage == 3 and shape.dp * shape.cp > 1
+
+
+def apply_deepspeed_runtime(job, model, shape: StepShape, matmuls: MatmulTimes, stack,
+                            parts: dict, gpu, layout) -> tuple[dict, list]:
+    """DeepSpeed's runtime costs read from its code: the ``PipelineEngine``'s blocking p2p and
+    partitioned-activation gathers per micro-batch (:func:`deepspeed_pipeline_seconds`, also
+    in the bubble, which scales the scheduled micro-batch), and ZeRO-3's host/GPU
+    serialization at world size > 1 (:func:`deepspeed_zero3_host_serialized`). The framework
+    overhead share is then re-derived as in ``step_breakdown``: GPU work = busy / (1 -
+    ``FRAMEWORK_OVERHEAD_FRACTION``), step = max(GPU work, host), or max(GPU work, host -
+    hooks) + hooks where ZeRO-3 serializes its hooks (:func:`zero3_hook_host_seconds`)."""
+    notes: list[str] = []
+    accum, par = shape.grad_accum, job.parallelism
+    pipe = deepspeed_pipeline_seconds(job, model, shape, gpu, layout) \
+        if stack.profile.pipeline_engine == "deepspeed" else 0.0
+    host = eager_host_seconds(job, model, shape, stack, matmuls.lora_modules)
+    hooks = zero3_hook_host_seconds(job, model, shape, stack) \
+        if host > 0 and deepspeed_zero3_host_serialized(job, shape) else 0.0
+    if not pipe and not hooks:
+        return parts, notes
+    parts = dict(parts)
+    if pipe:
+        bubble = F.pipeline_bubble_fraction(shape.pp, accum, schedule=par.pp_schedule,
+                                            virtual_stages=par.pp_virtual_stages)
+        parts["communication_pp"] = parts.get("communication_pp", 0.0) + accum * pipe
+        parts["pipeline_bubble"] = parts.get("pipeline_bubble", 0.0) + bubble * accum * pipe
+        notes.append(f"DeepSpeed PipelineEngine: blocking send/recv "
+                     f"({F.deepspeed_pipe_transfers(shape.pp)} transfers per micro-batch) and "
+                     f"TP-partitioned activations add {accum * pipe * 1e3:.1f} ms "
+                     f"(+ bubble share)")
+    busy = sum(v for k, v in parts.items() if k != "framework_overhead")
+    gpu_t = busy / (1.0 - F.FRAMEWORK_OVERHEAD_FRACTION)
+    # the ZeRO-3 hooks' host time runs while the GPU waits; the eager ops' dispatch overlaps
+    # their kernels (the larger of the two)
+    parts["framework_overhead"] = max(gpu_t, host - hooks) + hooks - busy
+    if hooks:
+        notes.append(f"DeepSpeed ZeRO-3 over {shape.dp * shape.cp} ranks: the fetch hooks "
+                     f"block the host on in-flight all-gathers, so their {hooks:.3g} s of host "
+                     f"work adds to the step (eager dispatch {host - hooks:.3g} s, GPU "
+                     f"{gpu_t:.3g} s: the larger)")
+    return parts, notes
+
+
+def zero3_hook_host_seconds(job, model, shape: StepShape, stack) -> float:
+    """Host seconds of a step in DeepSpeed ZeRO-3's module hooks (``ZERO3_HOOK_OPS_PER_LAYER``
+    x ``HOST_SECONDS_PER_EAGER_OP`` per layer and micro-batch: the part of
+    :func:`eager_host_seconds` that ZeRO-3 adds), 0 where no eager host time is modelled."""
+    if job.training.compile or (stack is not None and stack.fused) \
+            or job.parallelism.zero_stage != 3:
+        return 0.0
+    return F.zero3_hook_seconds(layers=model.num_layers / max(shape.pp, 1),
+                                checkpointing=shape.checkpointing,
+                                micro_batches=shape.grad_accum)
+
+
 def apply_stack_time(job, model, shape: StepShape, rates: Rates, matmuls: MatmulTimes,
                      attention: AttentionTimes, transforms: Transforms, stack, parts: dict,
                      gpu, layout) -> tuple[dict, list]:
-    """Phase 8: the stack's fitted step-time factor (``stacks_fitted.json``; 1 = physics only)
-    scales every part, and notes name what the stack fused and overlapped, each with the eager
-    figure it replaced (the same phase functions run without the stack)."""
+    """Phase 8: DeepSpeed's runtime costs (:func:`apply_deepspeed_runtime`), then the stack's
+    fitted step-time factor (``stacks_fitted.json``; 1 = physics only) scales every part, and
+    notes name what the stack fused and overlapped, each with the eager figure it replaced
+    (the same phase functions run without the stack)."""
+    parts, ds_notes = apply_deepspeed_runtime(job, model, shape, matmuls, stack, parts, gpu,
+                                              layout)
     factor = stack.fitted.time_factor
     scaled = {name: value * factor for name, value in parts.items()}
-    notes = [stack.summary()]
+    notes = [stack.summary(), *ds_notes]
     accum = shape.grad_accum
     eager_rates = eager_kernel_rates(job, gpu, rates, model, kernel_seq_len(shape))
     eager_mm = matmul_times(job, model, shape, eager_rates)

@@ -24,6 +24,8 @@ from fmest.physics.time_constants import (
 # the constants shared with the planner's array formulas, defined once in the core; the ones
 # this module does not use itself are re-exported (``F.X``) for the plugin and the tests
 from fmest.physics.time_constants import (
+    DEEPSPEED_PIPE_BLOCKING_TRANSFERS,
+    DEEPSPEED_PIPE_PARTITION_GATHERS,
     DEFAULT_INTER_NODE_BYTES_PER_S,
     DEFAULT_PCIE_BYTES_PER_S,
     HBM_EFFICIENCY,
@@ -38,10 +40,16 @@ from fmest.physics.time_constants import (
     intra_node_collective_efficiency,
 )
 from fmest.physics.time_constants import (
+    HOST_STAGED_TO_P2P_BUSBW_RATIO as HOST_STAGED_TO_P2P_BUSBW_RATIO,
+)
+from fmest.physics.time_constants import (
     INTRA_NODE_COLLECTIVE_EFFICIENCY as INTRA_NODE_COLLECTIVE_EFFICIENCY,
 )
 from fmest.physics.time_constants import (
     INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU as INTRA_NODE_COLLECTIVE_EFFICIENCY_BY_GPU,
+)
+from fmest.physics.time_constants import (
+    PCIE_P2P_DISABLED_BY_GPU as PCIE_P2P_DISABLED_BY_GPU,
 )
 from fmest.transforms import dtype_info
 
@@ -141,10 +149,18 @@ def host_dispatch_seconds(*, layers: float, checkpointing: str, lora_modules_per
     ckpt = checkpointing if checkpointing in EAGER_OPS_PER_LAYER else "none"
     per_layer = EAGER_OPS_PER_LAYER[ckpt] + EAGER_OPS_PER_LORA_MODULE[ckpt] \
         * lora_modules_per_layer
-    if zero3_hooks:
-        per_layer += ZERO3_HOOK_OPS_PER_LAYER[ckpt]
     ops = layers * per_layer + EAGER_OPS_OUTSIDE_LAYERS
-    return ops * micro_batches * HOST_SECONDS_PER_EAGER_OP
+    hooks = zero3_hook_seconds(layers=layers, checkpointing=ckpt,
+                               micro_batches=micro_batches) if zero3_hooks else 0.0
+    return ops * micro_batches * HOST_SECONDS_PER_EAGER_OP + hooks
+
+
+def zero3_hook_seconds(*, layers: float, checkpointing: str, micro_batches: int) -> float:
+    """Host seconds of DeepSpeed ZeRO-3's per-module fetch/release hooks over ``layers``
+    decoder layers and ``micro_batches`` forward+backward passes
+    (``ZERO3_HOOK_OPS_PER_LAYER`` x ``HOST_SECONDS_PER_EAGER_OP``)."""
+    ckpt = checkpointing if checkpointing in ZERO3_HOOK_OPS_PER_LAYER else "none"
+    return layers * ZERO3_HOOK_OPS_PER_LAYER[ckpt] * micro_batches * HOST_SECONDS_PER_EAGER_OP
 
 
 # Collective efficiencies and latencies, the overlap interference, the PCIe link and the CPU-Adam
@@ -746,7 +762,12 @@ def link_bytes_per_s(gpu, *, inter_node: bool, size: int = 2, nodes: int = 2) ->
     within a node; across ``nodes`` nodes a hierarchical collective moves only
     ``(nodes-1)/(size-1)`` of the bus traffic over each GPU's NIC, so
     ``busbw = NIC * eff * (size-1)/(nodes-1)``, capped by the intra-node rate (HN §5: 4 x 8
-    B200 with 50 GB/s NICs reach 377 GB/s busbw = 36.5 GB/s per GPU on the wire)."""
+    B200 with 50 GB/s NICs reach 377 GB/s busbw = 36.5 GB/s per GPU on the wire).
+
+    Without NVLink the intra-node link is the host PCIe link; GPUs whose stock driver gives no
+    PCIe peer-to-peer (GeForce RTX 3090/4090: ``PCIE_P2P_DISABLED_BY_GPU``) reach only
+    ``HOST_STAGED_TO_P2P_BUSBW_RATIO`` of that, NCCL staging through host memory (both in
+    ``intra_node_collective_efficiency``, shared with the planner)."""
     intra = (gpu.intra_node_bytes_per_s or gpu.pcie_bytes_per_s or DEFAULT_PCIE_BYTES_PER_S) \
         * intra_node_collective_efficiency(getattr(gpu, "name", "") or "")
     if not inter_node:
@@ -880,6 +901,35 @@ def pipeline_bubble_fraction(pp: int, microbatches: int, *, schedule: str = "1f1
         return 0.0
     chunks = virtual_stages if schedule == "interleaved" else 1
     return (pp - 1) / (max(1, microbatches) * max(1, chunks))
+
+
+def deepspeed_pipe_transfers(pp: int) -> int:
+    """Blocking activation/gradient transfers per micro-batch on the busiest stage of DeepSpeed's
+    ``PipelineEngine`` (``DEEPSPEED_PIPE_BLOCKING_TRANSFERS``): 4 on a middle stage (a
+    neighbour on each side), 2 when the pipeline has only end stages (pp = 2), 0 without one."""
+    if pp <= 1:
+        return 0
+    return DEEPSPEED_PIPE_BLOCKING_TRANSFERS["middle" if pp >= 3 else "end"]
+
+
+def deepspeed_pipe_extra_seconds(*, pp: int, tp: int, activation_bytes: float,
+                                 p2p_bytes_per_s: float, p2p_inter_node: bool,
+                                 tp_bytes_per_s: float, tp_inter_node: bool) -> float:
+    """Seconds per micro-batch DeepSpeed's ``PipelineEngine`` spends beyond the two
+    non-overlapped transfers of the TP-split activation that every pipeline is charged
+    (estimator ``model_parallel_comm``): the other blocking transfers of
+    :func:`deepspeed_pipe_transfers` (``activation_bytes / tp`` each: the engine sends each
+    stage output partitioned over the TP group) and, with TP, the
+    ``DEEPSPEED_PIPE_PARTITION_GATHERS`` TP all-gathers that rebuild the full
+    ``activation_bytes`` tensor (``PartitionedTensor.full``), all on the compute stream."""
+    if pp <= 1 or activation_bytes <= 0:
+        return 0.0
+    extra = max(0, deepspeed_pipe_transfers(pp) - 2) * p2p_seconds(
+        activation_bytes / max(1, tp), p2p_bytes_per_s, p2p_inter_node)
+    if tp > 1:
+        extra += DEEPSPEED_PIPE_PARTITION_GATHERS * all_gather_seconds(
+            activation_bytes, tp, tp_bytes_per_s, tp_inter_node)
+    return extra
 
 
 def group_is_inter_node(size: int, stride: int, gpus_per_node: int) -> bool:
