@@ -45,6 +45,11 @@ CASES = {
                          "training": {"objective": "dpo", "activation_checkpointing": "full"},
                          "workload": {"dataset_tokens": 1e8}},
                         dict(gpus="H100-SXM", max_gpus=16), 0.15, 0.08),
+    # a slow cluster network (hardware.inter_node_gbps): every multi-node layout's collectives
+    "llama2-70b-25gbps": ({"model": "meta-llama/Llama-2-70b-hf", "training": {"seq_len": 4096},
+                           "hardware": {"inter_node_gbps": 25},
+                           "workload": {"dataset_tokens": 1e9}},
+                          dict(gpus="H100-SXM", max_gpus=64), 0.15, 0.05),
     "llama3.1-8b-cp": ({"model": "meta-llama/Llama-3.1-8B", "training": {"seq_len": 32768},
                         "workload": {"dataset_tokens": 1e9}},
                        dict(gpus="H100-SXM", max_gpus=32), 0.15, 0.05),

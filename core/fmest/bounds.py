@@ -113,6 +113,9 @@ BOUNDS: tuple[Bound, ...] = (
     Bound(path="calibration.misc_overhead_gib", maximum=16384.0,
           reason="GiB added per GPU; 16 TiB is 50x the largest GPU memory in the table (B300, "
                  "288 GB): more is a unit slip (MiB for GiB)"),
+    Bound(path="hardware.inter_node_gbps", maximum=1e5,
+          reason="Gb/s per GPU between nodes; the fastest NICs in the GPU table give 800 "
+                 "(ConnectX-8), 100,000 is a unit slip (Mb/s for Gb/s, or per rack)"),
     Bound(path="pricing.price_per_gpu_hour", maximum=1000.0,
           reason="USD per GPU-hour; the dearest rate in the shipped price table is 17.80 "
                  "(AWS p6-b300 on demand), 1000 is a unit slip (per instance, per month)"),

@@ -539,6 +539,8 @@ class Engine:
         model = self.resolve_model(job)
         check_model(model)  # before any rule below divides by its dimensions
         gpu = self.registries.gpus.get(job.hardware.gpu)
+        if job.hardware.inter_node_gbps is not None:   # the cluster's stated network
+            gpu = with_network(gpu, job.hardware.inter_node_gbps)
         layout = resolve_layout(job)
         optimizer = self.registries.optimizers.get(job.training.optimizer)
         name = sharding_name(job)
@@ -685,6 +687,14 @@ def _unanswered_time(job: Job, ctx: EstimateContext, quantities, time) -> list[s
             f"(column {dtype}_tflops, empty: see the row's notes in fmest gpus), so time, "
             "throughput and cost are not estimated; pick a GPU with published figures or "
             "register one with them"]
+
+
+@functools.lru_cache(maxsize=64)
+def with_network(gpu, gbps: float):
+    """``gpu`` on a cluster whose network between nodes is ``gbps`` Gb/s per GPU
+    (``hardware.inter_node_gbps``): the GPU table's ``inter_node_gbit_per_s`` replaced, so the
+    time model's inter-node collectives and the planner read the job's fabric."""
+    return attrs.evolve(gpu, inter_node_bytes_per_s=float(gbps) * 1e9 / 8)
 
 
 @functools.lru_cache(maxsize=1)

@@ -354,6 +354,10 @@ JOB_FLAGS: tuple[Flag, ...] = (
          help="GPUs per node (default: what the parallelism needs, up to 8)"),
     Flag(names=("--nodes",), group=_HW, path="hardware.nodes", parse=parse_positive_int,
          help="number of nodes"),
+    Flag(names=("--inter-node-gbps",), group=_HW, path="hardware.inter_node_gbps",
+         parse=parse_count, metavar="GBPS",
+         help="network between nodes, Gb/s per GPU (e.g. 400 for 8 x 400G NICs per 8-GPU "
+              "node; default: the GPU table's inter_node_gbit_per_s)"),
     # workload
     Flag(names=("--dataset-tokens",), group=_WORK, path="workload.dataset_tokens",
          parse=parse_count, metavar="N", help="tokens in the dataset, e.g. 2e10"),

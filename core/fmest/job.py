@@ -266,6 +266,10 @@ class Hardware:
     gpu: str = "H100-SXM"
     gpus_per_node: Optional[int] = field(default=None, validator=_positive_int)
     nodes: int = field(default=1, validator=_positive_int)
+    #: the cluster's network between nodes, Gb/s per GPU (e.g. 8 x 400 Gb/s InfiniBand NDR per
+    #: 8-GPU node = 400; AWS p5 EFA 3200 Gb/s per 8 GPUs = 400); None = the GPU table's
+    #: ``inter_node_gbit_per_s`` (a typical cloud fabric for that GPU)
+    inter_node_gbps: Optional[float] = field(default=None, validator=_positive)
 
 
 @frozen(kw_only=True)

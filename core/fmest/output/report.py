@@ -77,6 +77,16 @@ def _to_make_it_fit(report: Report) -> Optional[list[dict[str, Any]]]:
     return None if advice is None else [item.to_dict() for item in advice]
 
 
+def _network_text(job, ctx) -> str:
+    """``; network 400 Gb/s per GPU between nodes (GPU table)`` for a multi-node layout."""
+    nic = ctx.gpu.inter_node_bytes_per_s
+    if ctx.layout.nodes <= 1 or not nic:
+        return ""
+    origin = "hardware.inter_node_gbps" if job.hardware.inter_node_gbps is not None \
+        else "GPU table"
+    return f"; network {nic * 8 / 1e9:g} Gb/s per GPU between nodes ({origin})"
+
+
 def _fails_at_confidence(report: Report) -> bool:
     """Whether the job does not fit at its ``options.fit_confidence`` (fmest.searches.judge's
     rule: P(fit) below it, or the point verdict without an interval)."""
@@ -378,7 +388,7 @@ def report_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
     lines.append(f"layout   {lay.world_size} x {ctx.gpu.name} ({lay.nodes} node(s) x "
                  f"{lay.gpus_per_node}); dp {lay.dp} tp {lay.tp} pp {lay.pp} cp {lay.cp} "
                  f"ep {lay.ep}" + (f" expert-tp {etp}" if etp != lay.tp else "")
-                 + f"; sharding {ctx.sharding.name}")
+                 + f"; sharding {ctx.sharding.name}" + _network_text(job, ctx))
     weights_only = ctx.model.model_type == "weights_only"   # --params N
     m = report.memory
     if m is not None:

@@ -752,6 +752,11 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
     from fmest.physics.counting import trainable_params
 
     job, model, gpu = ctx["job"], ctx["model"], opt.spec
+    if job.hardware.inter_node_gbps is not None:
+        # the cluster's stated network, as the engine's context reads it
+        from fmest.engine import with_network
+
+        gpu = with_network(gpu, job.hardware.inter_node_gbps)
     size = sel["tp"].size
     # a preference objective's pairs and no-grad passes (fmest.objectives): the compute
     # probes already run them; the TP/PP traffic formulas scale by them
