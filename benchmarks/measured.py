@@ -19,7 +19,10 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    (Megatron-LM), h=H, L=L`` (GPT-2 blocks, vocab 51200, heads per Narayanan et al. 2021 Table 1)
    and ``MPT-<size>`` (the mosaicml/mpt-7b preset with ``d_model``/layers/heads/vocab from
    ``other``); ``GPT3-<size>`` -> the GPT-3 shape of Brown et al. 2020 Table 2.1 as GPT-2 blocks
-   with Megatron's padded vocab 51200; a family name followed by ``n_layers=..; hidden=..;
+   with Megatron's padded vocab 51200 (NeMo's own ``GPT3-5B``/``GPT3-20B``: the NeMo launcher's
+   shapes, ``NEMO_GPT3_SHAPES``, vocab padded as NeMo pads it for the row's TP); KempnerForge's
+   ``llama3-arch-*-random-init`` / ``llama3-moe-arch-*`` -> the shapes of its model configs
+   (``KEMPNERFORGE_SHAPES``: Llama or Mixtral blocks); a family name followed by ``n_layers=..; hidden=..;
    n_heads=..`` (BigScience's custom GPTs) -> that family's preset architecture (BLOOM) with those
    dimensions; a parenthetical ``(X shape)`` -> the preset X; a quantized checkpoint's
    ``-GPTQ``/``-AWQ``/``-Int4``/``-Int8`` suffix is dropped (the quantized release keeps its base
@@ -52,8 +55,10 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    scale and a packed 4-bit zero per 128-weight group (AutoGPTQ ``QuantLinear``: ``qweight`` int32
    x in/8, ``scales`` fp16 and ``qzeros`` int32/8 x in/128), 0.520 B/param, and NF4 with double
    quantization stores 0.516 B/param (Dettmers et al. 2023 section 3): the same bytes within 1 %;
-   both dequantize the base to the compute dtype for each matmul. Anything else (``adapter``, ...)
-   is unsupported ("technique X"). LoRA rank from ``lora_rank`` (16 if empty). LoRA targets:
+   both dequantize the base to the compute dtype for each matmul. Lit-GPT's ``adapter`` /
+   ``adapter-v2`` -> ``adapter`` / ``adapter_v2``, their ``-4bit`` forms -> ``qadapter`` /
+   ``qadapter_v2`` (``LITGPT_ADAPTERS``; ``bnb.nf4`` without double quantization, as for qlora).
+   Anything else is unsupported ("technique X"). LoRA rank from ``lora_rank`` (16 if empty). LoRA targets:
    ``targets=a+b+c`` in ``other`` (Lit-GPT's ``query``/``key``/ ``value``/``projection`` ->
    ``q_proj``/``k_proj``/``v_proj``/``o_proj``); else stack ``torchtune`` -> torchtune's default
    (q, v, o, gate, up, down), stack ``unsloth`` or "all linear" in ``other`` -> all seven linears;
@@ -92,7 +97,10 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    rows use fms-acceleration's own ``_prepare_model_for_kbit_training`` without the cast
    (foundation-model-stack/fms-acceleration 0f5c9ae08e44d2a0279f37bc95e678ecda8bec2d
    plugins/accelerated-peft/src/fms_acceleration_peft/framework_plugin_bnb.py): fmest's
-   default (none).
+   default (none). fms-acceleration's ``*foak*`` rows (fused-ops-and-kernels) ->
+   ``fused_kernels`` (where the job model has that field): norm, rope and loss (Unsloth's
+   Triton RMSNorm, RoPE and cross-entropy), + lora on a quantized base (``fused_lora``), the
+   loss only for GPT-BigCode (``_foak_fused_kernels``).
 5. **Optimizer**: ``8bit``/``8-bit`` (not "non-8-bit") -> ``adamw_8bit`` (``paged`` ->
    ``paged_adamw_8bit``); ``adafactor``, ``lion``, ``sgd`` (``sgd_momentum`` when momentum is
    stated) by name; everything else -> ``adamw``; ``fused=true`` or stack ``torchtune`` ->
@@ -154,7 +162,13 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
     profile of stacks.toml (the resource tables name Lit-GPT commit 8641822); xtuner ->
     deepspeed, mmengine on DeepSpeed). A ``litgpt`` row runs Lit-GPT's own model code, not
     transformers': where the preset's ``hidden_act`` names an activation Lit-GPT computes
-    as one fused op, the row's ``model_config`` says so (``LITGPT_ACTIVATIONS``).
+    as one fused op, the row's ``model_config`` says so (``LITGPT_ACTIVATIONS``). A row whose
+    ``other`` names the harness AnswerDotAI/fsdp_qlora train.py runs on the ``fsdp-qlora``
+    profile (its breakdown key stays ``pytorch``); its "ddp" strategy (stated in ``other``) is
+    FSDP ``no_shard`` (train.py: ``sharding_strategy == "ddp"`` -> ``ShardingStrategy.NO_SHARD``),
+    and the cloud table's "CPU + activation offload" column set true adds
+    ``activation_offload`` (``--use_activation_cpu_offload``: ``offload_wrapper(model)``) to
+    the parameter offload of rule 6 (AnswerDotAI/fsdp_qlora e877dda train.py).
 13. Rows with ``seq_len`` empty are unsupported ("sequence length not stated"). A throughput
     row whose ``other`` says its ``seq_len`` caps variable-length, unpacked samples ("seq_len is
     the cap", "variable-length samples truncated") is unsupported ("tokens per sample not
@@ -213,6 +227,54 @@ _UPSTREAM_NAMES = {
 #: GPT-3 shapes (Brown et al. 2020, Table 2.1): name -> (layers, d_model, heads).
 GPT3_SHAPES = {"175B": (96, 12288, 96), "13B": (40, 5140, 40), "6.7B": (32, 4096, 32),
                "2.7B": (32, 2560, 32), "1.3B": (24, 2048, 24)}
+#: NeMo's own GPT-3 sizes (not in Brown et al.'s table): name -> (layers, hidden, heads), from
+#: NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/training/gpt3/5b.yaml and 20b.yaml @
+#: 26e42fa91d9e608897ce485b4911c263a4b57008 (ffn_hidden_size 4 x hidden; NeMo 1.0's GPT defaults
+#: the files keep: learned absolute positions, LayerNorm, biases, gelu, tied embeddings = GPT-2
+#: blocks). Vocab: GPT2BPETokenizer's 50257 padded to a multiple of make_vocab_size_divisible_by
+#: (128) x TP (NeMo megatron_base_model.py _vocab_size_with_padding @
+#: 8cfedd7203462cb251a914e700e5605444277561).
+NEMO_GPT3_SHAPES = {"5B": (24, 4096, 32), "20B": (44, 6144, 48)}
+NEMO_GPT3_VOCAB, NEMO_VOCAB_DIVISOR = 50257, 128
+
+
+def _kf_ffn(dim: int, multiplier: float = 1.3) -> int:
+    """KempnerForge ``ModelConfig.computed_ffn_hidden_dim``: int(4 x dim x 2/3 x multiplier)
+    rounded up to a multiple of 256 (kempnerforge/config/schema.py @ bc775fe, the benchmark's
+    commit; kempnerforge/config/model.py @ 5666d0d161539998210f99f16f986b1ab76cbffe)."""
+    return 256 * -(-int(4 * dim * (2 / 3) * multiplier) // 256)
+
+
+#: KempnerForge's random-init Llama-3-architecture models (its MFU and MoE-EP reports): the row's
+#: model name -> (the preset whose model_type and remaining keys apply, the stated shape).
+#: KempnerInstitute/KempnerForge @ 5666d0d161539998210f99f16f986b1ab76cbffe:
+#: configs/model/llama_{7b,13b,70b}.toml and benchmarks/mfu_scaling/mfu_bench.sh (dim, layers,
+#: heads, kv_heads, vocab 128256, ffn_dim_multiplier 1.3 or ffn_hidden_dim 28672, max_seq_len
+#: 4096, rope_theta 5e5, untied); benchmarks/moe_expert_parallel/moe_ep_bench.sh (dim 2048, 24
+#: layers, 16/4 heads, 8 experts top-2 on every layer, softmax top-k router = one bias-free gate
+#: linear as Mixtral's, experts of the dense FFN width: kempnerforge/model/transformer.py
+#: build_moe(hidden_dim=config.computed_ffn_hidden_dim) @ bc775fe). RMSNorm weights only, no
+#: linear biases (kempnerforge/model/attention.py, norm.py). The MoE report's "~4B total / ~1.8B
+#: active" does not follow from that shape (the code builds 8 x 3 x 2048 x 7168 expert weights
+#: per layer: ~9.0B total, ~2.8B active); the shape the code builds is used.
+_KF_LLAMA = {"model_type": "llama", "vocab_size": 128256, "max_position_embeddings": 4096,
+             "rope_theta": 500000.0, "tie_word_embeddings": False, "rms_norm_eps": 1e-05}
+KEMPNERFORGE_SHAPES = {
+    "llama3-arch-7b-random-init": ("meta-llama/Meta-Llama-3-8B", dict(
+        _KF_LLAMA, hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, intermediate_size=_kf_ffn(4096))),
+    "llama3-arch-13b-random-init": ("meta-llama/Meta-Llama-3-8B", dict(
+        _KF_LLAMA, hidden_size=5120, num_hidden_layers=40, num_attention_heads=40,
+        num_key_value_heads=8, intermediate_size=_kf_ffn(5120))),
+    "llama3-arch-70b-random-init": ("meta-llama/Meta-Llama-3-8B", dict(
+        _KF_LLAMA, hidden_size=8192, num_hidden_layers=80, num_attention_heads=64,
+        num_key_value_heads=8, intermediate_size=28672)),
+    "llama3-moe-arch-4b-a1.8b-random-init": ("mistralai/Mixtral-8x7B-v0.1", dict(
+        _KF_LLAMA, model_type="mixtral", hidden_size=2048, num_hidden_layers=24,
+        num_attention_heads=16, num_key_value_heads=4, intermediate_size=_kf_ffn(2048),
+        num_local_experts=8, num_experts_per_tok=2, router_aux_loss_coef=0.01,
+        sliding_window=None)),
+}
 #: Families whose custom shapes are written in the model name -> the preset of that family.
 _FAMILY_PRESETS = {"bigscience": "bigscience/bloom"}
 LONG_CONTEXT = 16384
@@ -233,6 +295,20 @@ LITGPT_ACTIVATIONS = {"gelu_new": "gelu_pytorch_tanh"}
 STACK_PROFILES = {"ms-swift": "hf-trainer", "litgpt": "lit-gpt", "xtuner": "deepspeed",
                   "llama-factory": "hf-trainer", "axolotl": "hf-trainer",
                   "fms-fsdp": "pytorch", "nemo": "megatron-core"}
+
+#: rule 4: the ``technique`` column's Lit-GPT Adapter runs -> fmest.job techniques
+#: (``adapter-4bit``: finetune/adapter.py with ``--quantize bnb.nf4``/``bnb.nf4-dq``)
+LITGPT_ADAPTERS = {"adapter": "adapter", "adapter-4bit": "qadapter",
+                   "adapter-v2": "adapter_v2", "adapter-v2-4bit": "qadapter_v2"}
+#: ``other`` wording of a run of Answer.AI's fsdp_qlora train.py (rule 12): its own profile
+FSDP_QLORA_HARNESS = re.compile(r"harness=AnswerDotAI/fsdp_qlora train\.py", re.I)
+#: its sharding strategy "ddp" is FSDP NO_SHARD (rule 12; train.py maps
+#: --sharding_strategy ddp to ShardingStrategy.NO_SHARD)
+FSDP_QLORA_NO_SHARD = re.compile(r"FSDP NO_SHARD 'ddp' strategy", re.I)
+#: the cloud table's "CPU+Activation Offload" column set true (rule 12: train.py's
+#: --use_cpu_offload and --use_activation_cpu_offload)
+FSDP_QLORA_ACT_OFFLOAD = re.compile(r"cpu_offload=true \(CPU \+ activation offload column\)",
+                                    re.I)
 
 #: Feature tags (for the per-feature breakdown) and the rule that sets each.
 FEATURES = ("LoRA", "QLoRA", "ZeRO-3/FSDP", "TP", "PP", "CP", "EP", "fp8", "offload",
@@ -293,6 +369,29 @@ def _expert_tp(row: dict, kv: dict) -> Optional[int]:
             return value
     m = _EXPERT_TP_QUOTE.search(row.get("source_quote") or "")
     return int(m.group(1)) if m and int(m.group(1)) >= 1 else None
+
+
+#: a row's ``dispatcher=`` text -> ``parallelism.moe_dispatcher`` (Megatron-Core
+#: ``--moe-token-dispatcher-type alltoall`` / ``flex`` with ``--moe-flex-dispatcher-backend
+#: deepep|hybridep``)
+_MOE_DISPATCHERS = {"alltoall": "alltoall", "a2a": "alltoall", "deepep": "deepep",
+                    "hybridep": "hybridep"}
+#: EP A2A overlap stated in a row (Megatron-Core ``--overlap-moe-expert-parallel-comm``, the
+#: merged 1F1B forward/backward schedule; the MoE model zoo writes "+1f1b overlap")
+_MOE_A2A_OVERLAP = re.compile(r"1f1b (a2a |ep )?overlap|overlap[-_ ]moe[-_ ]expert[-_ ]parallel"
+                              r"[-_ ]comm", re.I)
+
+
+def _moe_settings(kv: dict, low: str) -> dict:
+    """``parallelism`` MoE settings the row states (rule 7): the token dispatcher and the EP
+    A2A overlap; nothing for a setting the row leaves unstated."""
+    out: dict = {}
+    name = re.sub(r"[^a-z0-9]", "", (kv.get("dispatcher") or "").lower())
+    if name in _MOE_DISPATCHERS:
+        out["moe_dispatcher"] = _MOE_DISPATCHERS[name]
+    if _MOE_A2A_OVERLAP.search(low) and "no 1f1b overlap" not in low:
+        out["moe_a2a_overlap"] = True
+    return out
 
 
 #: transformers release whose ``from_pretrained`` picks SDPA by default
@@ -366,6 +465,19 @@ def _model(row, kv) -> tuple[Optional[str], Optional[dict], str]:
             "model_type": "gpt2", "n_embd": hidden, "n_layer": layers, "n_head": heads,
             "vocab_size": 51200, "n_positions": max(2048, _int(row["seq_len"], 2048)),
             "tie_word_embeddings": True}, ""
+    if gpt3 and "nemo" in raw.lower() and gpt3.group(1) in NEMO_GPT3_SHAPES:
+        layers, hidden, heads = NEMO_GPT3_SHAPES[gpt3.group(1)]
+        mult = NEMO_VOCAB_DIVISOR * max(1, _int(row.get("tp", ""), 1) or 1)
+        return f"nemo-gpt3-{gpt3.group(1).lower()}", {
+            "model_type": "gpt2", "n_embd": hidden, "n_layer": layers, "n_head": heads,
+            "n_inner": 4 * hidden, "vocab_size": -(-NEMO_GPT3_VOCAB // mult) * mult,
+            "n_positions": max(2048, _int(row["seq_len"], 2048) or 2048),
+            "tie_word_embeddings": True}, ""
+    if raw in KEMPNERFORGE_SHAPES:
+        from fmest.models.presets import preset_data
+
+        base, dims = KEMPNERFORGE_SHAPES[raw]
+        return raw, dict(preset_data(base)["config"], **dims), ""
     family = raw.split(" ")[0].lower()
     shape = {k: int(v) for k, v in re.findall(r"(n_layers|hidden|n_heads)=(\d+)", raw)}
     if family in _FAMILY_PRESETS and len(shape) == 3:
@@ -527,6 +639,27 @@ def features(row: dict) -> tuple[str, ...]:
     return tuple(tags)
 
 
+def _foak_fused_kernels(framework_config: str, model: str) -> tuple[str, ...]:
+    """The chains fms-acceleration's fused-ops-and-kernels plugin fuses in a row whose
+    ``framework_config`` names ``foak`` (rule 4): its benchmark configurations turn on
+    ``fast_loss``, ``fast_rms_layernorm`` and ``fast_rope_embeddings`` (Unsloth's Triton
+    cross-entropy, RMSNorm and RoPE kernels), and with a quantized base (``accelerated-peft-
+    bnb-foak``, ``accelerated-peft-autogptq-foak``) ``fused_lora`` (Unsloth's fused LoRA
+    q/k/v/o: the rows' targets); GPT-BigCode gets the cross-entropy only (its model file has
+    no other rule). foundation-model-stack/fms-acceleration
+    876e2ed6fc4e966785e3f4315f5ee3cdf8e3d097 sample-configurations/foak-fast-kernels-sample-
+    configuration.yaml, accelerated-peft-bnb-nf4-foak-sample-configuration.yaml,
+    accelerated-peft-autogptq-foak-sample-configuration.yaml; plugins/fused-ops-and-kernels/
+    src/fms_acceleration_foak/models/{llama,mistral,mixtral,gpt_bigcode}.py."""
+    config = framework_config.strip().lower()
+    if "foak" not in config:
+        return ()
+    if "bigcode" in model.lower():
+        return ("loss",)
+    fused_lora = config.startswith("accelerated-peft-")
+    return ("norm", "rope", "loss") + (("lora",) if fused_lora else ())
+
+
 @functools.lru_cache(maxsize=1)
 def _training_fields() -> frozenset:
     from fmest.job import Training
@@ -553,8 +686,10 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     gptq = tech == "gptq-lora"
     if gptq:  # rule 4: a 4-bit GPTQ base holds NF4-with-double-quantization's bytes
         tech = "qlora"
-    if tech not in ("full", "lora", "qlora"):  # rule 4 first: it names the missing feature
-        return None, f"technique {tech!r}"
+    # rule 4: Lit-GPT's finetune/adapter.py, adapter_v2.py (4-bit: --quantize bnb.nf4*)
+    tech = LITGPT_ADAPTERS.get(tech, tech)
+    if tech not in ("full", "lora", "qlora") + tuple(LITGPT_ADAPTERS.values()):
+        return None, f"technique {tech!r}"  # rule 4 first: it names the missing feature
     if row["kind"] == "throughput" and VARIABLE_LENGTH.search(other):  # rule 13
         return None, "tokens per sample not stated (seq_len caps variable-length samples)"
     if row["kind"] == "throughput" and LONGEST_SAMPLE_ONLY.search(other):  # rule 13
@@ -593,7 +728,10 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         training["precision"] = "master"
     # rule 4
     training["technique"] = tech
-    if tech != "full":
+    if tech in LITGPT_ADAPTERS.values():
+        if tech.startswith("q") and re.search(r"nf4(?!-dq)\b", kv.get("quantization", "").lower()):
+            training["double_quantization"] = False  # Lit-GPT's bnb.nf4 vs bnb.nf4-dq
+    elif tech != "full":
         training["lora_rank"] = _int(row["lora_rank"], 16)
         quant = kv.get("quantization", "").lower()
         if tech == "qlora" and not gptq and re.search(r"nf4(?!-dq)\b", quant):
@@ -632,6 +770,9 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
             # rule 4: TRL SFTTrainer's PEFT path prepares an unsharded 4-bit model
             training["kbit_prep"] = ("peft_bf16_head" if re.search(
                 r"trainer bf16=true", other, re.I) else "peft")
+    foak = _foak_fused_kernels(kv.get("framework_config", ""), row.get("model") or "")
+    if foak and "fused_kernels" in _training_fields():
+        training["fused_kernels"] = list(foak)   # rule 4: fms-acceleration's foak kernels
     # rule 5
     opt = (row["optimizer"] or "").lower()
     if ("8-bit" in opt or "8bit" in opt) and "non-8-bit" not in opt:
@@ -665,6 +806,8 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     etp = _expert_tp(row, kv)
     if etp is not None:
         par["expert_tp"] = etp
+    if ep > 1:  # rule 7: the MoE dispatcher and EP overlap the row states
+        par.update(_moe_settings(kv, low))
     megatron_2021 = stack == "megatron-core" and (row["dtype"] or "").lower().startswith("fp16")
     if tp > 1 and megatron_2021:  # rule 7: before sequence parallelism and TP overlap
         par["tp_comm_overlap"] = False
@@ -740,13 +883,20 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         training["loss"] = "fused"
     if "activation offloading" in low and "no activation offloading" not in low:
         training["activation_offload"] = True
-    if stack == "litgpt" and tech in ("lora", "qlora"):
-        # rule 11: Lit-GPT's finetune/lora.py runs the head and the cross-entropy in chunks of
-        # 128 tokens (model(input_ids, lm_head_chunk_size=128); chunked_cross_entropy)
+    if stack == "litgpt" and tech in ("lora", "qlora") + tuple(LITGPT_ADAPTERS.values()):
+        # rule 11: Lit-GPT's finetune/lora.py (adapter.py, adapter_v2.py alike) runs the head and
+        # the cross-entropy in chunks of 128 tokens (model(input_ids, lm_head_chunk_size=128);
+        # chunked_cross_entropy)
         training["loss"] = "chunked"
     # rule 12
     if stack and "stack" in _training_fields():
         training["stack"] = STACK_PROFILES.get(stack, stack)
+    if FSDP_QLORA_HARNESS.search(other) and "stack" in _training_fields():
+        training["stack"] = "fsdp-qlora"
+        if zf in ("", "none", "0") and dp > 1 and FSDP_QLORA_NO_SHARD.search(other):
+            par["fsdp"] = "no_shard"
+        if FSDP_QLORA_ACT_OFFLOAD.search(other):
+            training["activation_offload"] = True
     hardware = {"gpu": gpu, "gpus_per_node": gpn, "nodes": max(1, num // gpn)}
     job = {"model": model, "training": training, "parallelism": par, "hardware": hardware}
     if model_config is not None:

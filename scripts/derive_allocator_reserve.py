@@ -9,6 +9,12 @@ the allocator source commit; ``fmest.physics.device_terms`` reads the median rat
 
     python scripts/derive_allocator_reserve.py            # the whole grid (~10-20 min, 2 CPUs)
     python scripts/derive_allocator_reserve.py --only qwen2.5-0.5b --out /tmp/x.json
+    python scripts/derive_allocator_reserve.py --floor    # the irreducible reserve (issue 22)
+
+``--floor`` replays the same grid with :func:`fmest.allocator.measure_floor` (what a full
+release cannot give back: at the allocated peak, at the next miss, and the least no-OOM
+capacity) into the table's ``floor`` section; its rule is a Theil-Sen line (median pairwise
+slope clamped at 0, median intercept), the method of the reserve's rule (``theil_sen``).
 """
 
 from __future__ import annotations
@@ -242,10 +248,12 @@ def varlen_row_for(preset: str, technique: str, batch: int, cap: int, ac: str) -
     return row
 
 
-def theil_sen(rows: list[dict]) -> tuple[float, float]:
+def theil_sen(rows: list[dict], y_key: str = "") -> tuple[float, float]:
     """(intercept bytes, slope) of reserve bytes over the tensor peak: the median of pairwise
-    slopes, then the median intercept (robust to the few fragmentation-heavy rows)."""
-    pts = [(r["tracker_peak_bytes"], r["max_memory_reserved"] - r["tracker_peak_bytes"])
+    slopes, then the median intercept (robust to the few fragmentation-heavy rows).
+    ``y_key``: a row field holding the bytes to fit (default: reserved peak - tensor peak)."""
+    pts = [(r["tracker_peak_bytes"],
+            r[y_key] if y_key else r["max_memory_reserved"] - r["tracker_peak_bytes"])
            for r in rows]
     slopes = [(y2 - y1) / (x2 - x1) for (x1, y1), (x2, y2) in itertools.combinations(pts, 2)
               if x2 != x1]
@@ -289,6 +297,126 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
             out[conf] = {"median_ratio": round(statistics.median(ratios), 5),
                          "min_ratio": min(ratios), "max_ratio": max(ratios), "rows": len(ratios)}
     return out
+
+
+#: the floor's statistic: bytes above the tensor peak of the smallest capacity at which the
+#: replayed step raises no OOM (fmest.allocator.measure_floor.min_capacity): the allocator's own
+#: fit test, its release-and-retry included. The two other measures (at the allocated peak, at
+#: the next miss after a full release) are tabulated beside it.
+FLOOR_KEY = "floor_bytes"
+
+
+def floor_rows_for(preset: str, technique: str, batch: int, seq: int, ac: str) -> list[dict]:
+    """The irreducible reserve of one traced setting, default and expandable segments."""
+    from fmest.allocator import AllocatorConfig, measure_floor
+
+    job = {"model": preset, "training": {"dtype": "bf16", "technique": technique,
+                                          "micro_batch_size": batch, "seq_len": seq,
+                                          "activation_checkpointing": ac}}
+    events, tracker_peak, secs, spec = trace_events(job)
+    rows = []
+    for conf in ("", "expandable_segments:True"):
+        t0 = time.perf_counter()
+        fl = measure_floor(events, AllocatorConfig.parse(conf))
+        dt = time.perf_counter() - t0
+        row = {
+            "model": preset, "technique": technique, "micro_batch_size": batch, "seq_len": seq,
+            "activation_checkpointing": ac, "precision": spec.precision,
+            "alloc_conf": conf or "default", "events": len(events),
+            "tracker_peak_bytes": tracker_peak,
+            "max_memory_allocated": fl.max_memory_allocated,
+            "max_memory_reserved": fl.max_memory_reserved,
+            "requested_at_peak": fl.requested_at_peak,
+            "held_at_peak": fl.held_at_peak,
+            "held_at_next_miss": fl.held_at_next_miss,
+            "min_capacity": fl.min_capacity,
+            # the three floors: fragmentation + rounding over the tensors at the allocated
+            # peak, the same at the next miss after a full release, and the min no-OOM
+            # capacity over the tensor peak (the rule's statistic, FLOOR_KEY)
+            "at_peak_bytes": fl.at_peak,
+            "at_next_miss_bytes": fl.at_next_miss,
+            FLOOR_KEY: fl.min_capacity - tracker_peak,
+            "at_peak_over_tensor_peak": round(fl.at_peak / tracker_peak, 5),
+            "floor_over_tensor_peak": round((fl.min_capacity - tracker_peak) / tracker_peak, 5),
+            "floor_over_reserve": round((fl.min_capacity - tracker_peak)
+                                        / max(1, fl.max_memory_reserved - tracker_peak), 4),
+            "trace_seconds": round(secs, 1), "measure_seconds": round(dt, 2),
+            "command": (f"python scripts/derive_allocator_reserve.py --floor --only {preset} "
+                        f"--technique {technique} --batch {batch} --seq {seq} --ac {ac}"),
+        }
+        rows.append(row)
+        gib = 2 ** 30
+        print(f"{preset:14s} {technique:4s} b{batch} s{seq} ac={ac:4s} "
+              f"{conf or 'default':25s} tensors {tracker_peak / gib:6.2f} reserve "
+              f"{(fl.max_memory_reserved - tracker_peak) / gib:5.2f} at-peak "
+              f"{fl.at_peak / gib:5.2f} next-miss {fl.at_next_miss / gib:5.2f} floor "
+              f"{row[FLOOR_KEY] / gib:5.2f} GiB ({dt:.1f} s)", flush=True)
+    return rows
+
+
+def loo_floor(rows: list[dict]) -> tuple[float, float]:
+    """Median and max |predicted - measured| / tensor peak of the floor, leaving each row out
+    of the Theil-Sen fit (the floor can be ~0: relative to the tensors, not to itself)."""
+    errs = []
+    for i, r in enumerate(rows):
+        c, f = theil_sen(rows[:i] + rows[i + 1:], FLOOR_KEY)
+        errs.append(abs(c + f * r["tracker_peak_bytes"] - r[FLOOR_KEY]) / r["tracker_peak_bytes"])
+    return round(statistics.median(errs), 4), round(max(errs), 4)
+
+
+def summarize_floor(rows: list[dict]) -> dict[str, Any]:
+    """The floor rule of each allocator setting: Theil-Sen constant + fraction of the tensor
+    peak over the rows (the method of the reserve's ``summary.rule``), with the median and
+    range of each measure."""
+    out: dict[str, Any] = {}
+    for conf, name in (("default", "rule"), ("expandable_segments:True", "rule_expandable")):
+        picked = [r for r in rows if r["alloc_conf"] == conf]
+        if len(picked) < 3:
+            continue
+        c, f = theil_sen(picked, FLOOR_KEY)
+        out[name] = {
+            "what": f"floor = constant + fraction x tensor peak, Theil-Sen (median pairwise "
+                    f"slope, clamped >= 0, then median intercept) of {FLOOR_KEY} over the "
+                    f"{conf} rows",
+            "constant_bytes": int(round(c)), "fraction": round(f, 5),
+            "loo_abs_error_over_tensor_peak": loo_floor(picked)}
+        for key in ("at_peak_bytes", "at_next_miss_bytes", FLOOR_KEY, "floor_over_reserve"):
+            vals = [r[key] for r in picked]
+            out[name][key] = {"median": statistics.median(vals), "min": min(vals),
+                              "max": max(vals)}
+    return out
+
+
+def main_floor(args: argparse.Namespace) -> int:
+    from importlib.metadata import version
+
+    grid = ([(args.only, args.technique, args.batch, args.seq, args.ac)] if args.only
+            else GRID)
+    rows: list[dict] = []
+    for setting in grid:
+        try:
+            rows.extend(floor_rows_for(*setting))
+        except Exception as exc:  # a row that cannot be traced is reported, not invented
+            print(f"{setting}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    table = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {}
+    table["floor"] = {
+        "description": "The reserve the caching allocator cannot give back (fmest issue 22): "
+                       "release_cached_blocks frees only segments holding no live block, and "
+                       "expandable segments unmap only whole free pages. Per traced setting "
+                       "(the fixed grid): at_peak_bytes = reserved after a full release at the "
+                       "allocated peak - requested bytes there; at_next_miss_bytes = the same "
+                       "once the next request no cached block serves has its fresh segment; "
+                       f"{FLOOR_KEY} = the smallest capacity (2 MiB grid) whose capped replay "
+                       "raises no OOM - the tensor peak (the rule's statistic).",
+        "generated": time.strftime("%Y-%m-%d"),
+        "command": "python scripts/derive_allocator_reserve.py --floor",
+        "torch": version("torch"), "transformers": version("transformers"),
+        "allocator_source": ALLOCATOR_SOURCE,
+        "summary": summarize_floor(rows), "rows": rows,
+    }
+    args.out.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(table["floor"]["summary"], indent=1))
+    return 0
 
 
 def summarize_varlen(rows: list[dict]) -> dict[str, Any]:
@@ -351,12 +479,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--varlen", action="store_true",
                     help="trace the variable-length grid (VARLEN_GRID) into the table's "
                          "'varlen' section, keeping the fixed-length rows")
+    ap.add_argument("--floor", action="store_true",
+                    help="trace the grid and measure the irreducible reserve (fmest.allocator."
+                         "measure_floor) into the table's 'floor' section, keeping the rest")
     args = ap.parse_args(argv)
     if args.varlen:
         return main_varlen(args)
+    if args.floor and not args.summarize:
+        return main_floor(args)
     if args.summarize:
         table = json.loads(args.out.read_text(encoding="utf-8"))
         table["summary"] = summarize(table["rows"])
+        if "floor" in table:
+            table["floor"]["summary"] = summarize_floor(table["floor"]["rows"])
         args.out.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
         print(json.dumps(table["summary"], indent=1))
         return 0

@@ -11,6 +11,7 @@ from fmest.allocator import (
     AllocatorConfig,
     CachingAllocator,
     allocation_size,
+    measure_floor,
     nvidia_smi_bytes,
     replay,
     round_size,
@@ -231,3 +232,67 @@ def test_device_terms_reserve_is_the_traced_tables_rule():
     assert dt.allocator_reserve_bytes(m - 1) == pytest.approx(dt.allocator_reserve_bytes(m))
     for a in (1e9, m, 3e10):
         assert dt.allocated_from_reserved(a + dt.allocator_reserve_bytes(a)) == pytest.approx(a)
+
+
+# -- what a full release cannot give back (fmest issue 22) ------------------------------------
+
+def test_a_segment_with_one_live_block_keeps_its_free_remainder():
+    # two 5 MiB requests share one kLargeBuffer 20 MiB segment (the second is the best fit of
+    # the 15 MiB remainder); freeing the first leaves the segment split (prev/next set), so
+    # release_cached_blocks frees nothing: 20 MiB held for 5 MiB requested
+    a = CachingAllocator()
+    a.malloc(1, 5 * MIB)
+    a.malloc(2, 5 * MIB)
+    a.free(1)
+    assert a.releasable_bytes() == 0 and a.irreducible_bytes() == 20 * MIB
+    a.empty_cache()
+    assert _reserved(a) == 20 * MIB
+    # the last live block freed: the blocks merge back into the whole segment, all releasable
+    a.free(2)
+    assert a.releasable_bytes() == 20 * MIB and a.irreducible_bytes() == 0
+
+
+def test_expandable_segments_give_back_whole_free_pages_only():
+    # expandable: a 25 MiB request maps two 20 MiB pages (40 MiB) and splits (remainder 15 MiB
+    # >= 512 B); 10 MiB takes the front of that remainder: [0,25) A, [25,35) B, [35,40) free.
+    # Freeing A leaves [0,25) free: page [0,20) is whole and releasable, [20,25) shares page 2
+    # with B: 20 MiB stay, 10 MiB of them B's
+    a = CachingAllocator("expandable_segments:True")
+    a.malloc(1, 25 * MIB)
+    a.malloc(2, 10 * MIB)
+    assert _reserved(a) == 40 * MIB
+    a.free(1)
+    assert a.releasable_bytes() == 20 * MIB and a.irreducible_bytes() == 20 * MIB
+    a.empty_cache()
+    assert _reserved(a) == 20 * MIB
+
+
+def test_measure_floor_when_live_blocks_pin_their_segments():
+    # A, B: 5 MiB each in one 20 MiB segment; A freed; C 16 MiB (>= kMinLargeAlloc: a 16 MiB
+    # segment) fits neither free piece ([0,5) and [10,20)): reserved 36 MiB, allocated peak
+    # 21 MiB (B + C). At the peak both segments hold a live block: a full release returns
+    # nothing, so 36 MiB is the least capacity (at 34 MiB C's cudaMalloc fails, the release
+    # frees nothing: an OOM)
+    events = [("m", 1, 5 * MIB), ("m", 2, 5 * MIB), ("f", 1), ("m", 3, 16 * MIB)]
+    fl = measure_floor(events)
+    assert (fl.max_memory_allocated, fl.max_memory_reserved) == (21 * MIB, 36 * MIB)
+    assert fl.requested_at_peak == 21 * MIB and fl.held_at_peak == 36 * MIB
+    assert fl.at_peak == 15 * MIB and fl.min_capacity == 36 * MIB
+    assert replay(events, capacity=34 * MIB).num_ooms == 1
+
+
+def test_measure_floor_when_the_cache_is_whole_segments():
+    # A, B freed: the 20 MiB segment is whole and cached; C 22 MiB does not fit it (best fit
+    # needs >= 22 MiB): a 22 MiB segment, reserved 42 MiB uncapped. At capacity 22 MiB the
+    # cudaMalloc fails, release_cached_blocks frees the 20 MiB segment, the retry fits: the
+    # floor is 0 and the least capacity is the allocated peak
+    events = [("m", 1, 5 * MIB), ("m", 2, 5 * MIB), ("f", 1), ("f", 2), ("m", 3, 22 * MIB)]
+    fl = measure_floor(events)
+    assert fl.max_memory_reserved == 42 * MIB and fl.max_memory_allocated == 22 * MIB
+    assert fl.at_peak == 0 and fl.min_capacity == 22 * MIB
+    res = replay(events, capacity=22 * MIB)
+    assert res.num_ooms == 0 and res.num_alloc_retries == 1
+    # with expandable segments the same program needs no new segment: C maps one more page
+    # after the free 20 MiB page, 40 MiB in all, and the unlimited peak is the floor's bound
+    fe = measure_floor(events, "expandable_segments:True")
+    assert fe.max_memory_reserved == 40 * MIB and fe.held_at_peak == 40 * MIB

@@ -105,8 +105,12 @@ def test_mapping_rules_precision_technique_and_unsupported():
     assert gptq.job["training"]["technique"] == "qlora" and "QLoRA" in gptq.features
     assert gptq.job["training"].get("double_quantization", True) is True
     assert gptq.job["model"] == "meta-llama/Llama-2-7b-hf"
+    # LitGPT's LLaMA-Adapter is a technique of its own (adapter, adapter_v2, their 4-bit forms)
     adapter = measured.map_row(_row(technique="adapter"))
-    assert adapter.job is None and adapter.reason == "technique 'adapter'"
+    assert adapter.job is not None and adapter.job["training"]["technique"] == "adapter"
+    unknown_technique = measured.map_row(_row(technique="prefix-tuning"))
+    assert unknown_technique.job is None and unknown_technique.reason == \
+        "technique 'prefix-tuning'"
     unknown = measured.map_row(_row(model="acme/never-heard-of-it-9b"))
     assert unknown.job is None and "no preset" in unknown.reason
     assert measured.map_row(_row(micro_batch="")).reason == "micro-batch size not stated"

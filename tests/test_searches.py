@@ -68,9 +68,9 @@ def test_max_micro_batch_is_the_exhaustive_answer(peak_gib, confidence):
 
 @pytest.mark.parametrize("confidence,answer", [
     (0.5, 23),      # the point estimate's search: 10 + 3 x 23 = 79 <= 80 GiB
-    # P90 = 1.404 x the point (the "counter:peak" row of core/fmest/data/uncertainty.json,
-    # refitted 2026-11-27): 1.404 x 55 = 77.2 <= 80 GiB at 15; 1.404 x 58 = 81.4 at 16
-    (0.9, 15),
+    # P90 = 1.374 x the point (the "counter:peak" row of core/fmest/data/uncertainty.json,
+    # refitted 2026-11-27): 1.374 x 58 = 79.7 <= 80 GiB at 16; 1.374 x 61 = 83.8 at 17
+    (0.9, 16),
 ])
 def test_an_affine_memory_costs_four_decisions(confidence, answer):
     calls: list[int] = []
@@ -82,9 +82,9 @@ def test_an_affine_memory_costs_four_decisions(confidence, answer):
 
 @pytest.mark.parametrize("confidence,answer", [
     (0.5, 5),       # the point: 20 + 300/5 = 80 <= 80; 4 GPUs: 95
-    # P90 = 1.404 x the point: 8 GPUs (one node) 1.404 x 57.5 = 80.7 > 80; 9 splits over two
-    # 8-GPU nodes unevenly; 10 (2 nodes of 5): 1.404 x 50 = 70.2 <= 80
-    (0.9, 10),
+    # P90 = 1.374 x the point: 1.374 x 57.5 = 79.0 <= 80 at 8 (one node); 7: 1.374 x 62.9
+    # = 86.4
+    (0.9, 8),
 ])
 def test_min_gpus_matches_a_scan_and_probes_few_counts(confidence, answer):
     calls: list[int] = []

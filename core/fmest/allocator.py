@@ -8,6 +8,9 @@ mirror ``torch.cuda.memory_stats()``: ``allocated_bytes`` (block sizes after rou
 mapped pages of expandable segments: ``max_memory_reserved``), ``active_bytes``,
 ``requested_bytes``, ``segment``, ``num_alloc_retries``, ``num_ooms``. The nvidia-smi figure is
 the reserved bytes plus memory outside the allocator (:func:`nvidia_smi_bytes`).
+:meth:`CachingAllocator.irreducible_bytes` and :func:`measure_floor` measure the part of the
+reserve no release gives back (fmest issue 22); :func:`irreducible_reserve_bytes` is the rule
+derived from them, the floor of the analytic reserve's cap at the device.
 
 Sources (every rule below names its function):
 
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
 from fmest.errors import InputError
+from fmest.physics.device_terms import ALLOCATOR_RESERVE_MIN_TRACED_BYTES
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -411,6 +415,33 @@ class CachingAllocator:
     def live_handles(self) -> int:
         return len(self._handles)
 
+    def releasable_bytes(self) -> int:
+        """Bytes ``release_cached_blocks`` (ALLOC, the last step before an OOM) would give back
+        now: every cached block that is a whole cudaMalloc'ed segment (no prev/next: a segment
+        holding one live block keeps its free remainder), and the whole pages inside each free
+        mapped block of an expandable segment (``unmap_block``; partial pages stay mapped)."""
+        out = 0
+        for pool in self._pools.values():
+            for _size, addr in pool.blocks:
+                b = self._by_addr[addr]
+                if b.seg is None:
+                    if not b.is_split():
+                        out += b.size
+                    continue
+                page = b.seg.page
+                begin = -(-(b.addr - b.seg.base) // page)
+                end = (b.addr + b.size - b.seg.base) // page
+                if end > begin:
+                    out += (end - begin) * page
+        return out
+
+    def irreducible_bytes(self) -> int:
+        """Reserved bytes the allocator cannot give back now (``reserved - releasable``): the
+        segments (or, with expandable segments, the 2/20 MiB pages) that hold at least one live
+        block. Its excess over ``requested_bytes`` is the internal fragmentation of those
+        segments plus the rounding of each live block (``round_size``, unsplit remainders)."""
+        return self.stats.reserved_bytes.current - self.releasable_bytes()
+
     # -- pools --------------------------------------------------------------------------------
     def _pool(self, small: bool, stream: int) -> _Pool:
         key = (small, stream)
@@ -764,6 +795,141 @@ def replay(events: Iterable[Sequence[object]], config: AllocatorConfig | str | N
                         max_memory_reserved=st.reserved_bytes.peak,
                         num_alloc_retries=st.num_alloc_retries, num_ooms=st.num_ooms,
                         segments_peak=st.segment.peak)
+
+
+#: The reserve the allocator cannot give back at the peak (fmest issue 22), the rule of
+#: core/fmest/data/allocator_reserve.json ``floor.summary`` (``python
+#: scripts/derive_allocator_reserve.py --floor``, 2026-11-27, torch 2.13.0, the 14 traces of the
+#: reserve table): Theil-Sen line (median pairwise slope, then median intercept: the method of
+#: the reserve's own rule) of the smallest no-OOM capacity of each replayed step minus its
+#: tensor peak. ``release_cached_blocks`` (ALLOC) frees only segments without a live block, so
+#: fragmentation inside live segments and the rounding of live blocks stay: median 0.67 GiB,
+#: 0.25 .. 2.51 GiB, 71 % of the replay's whole reserve (22 .. 100 %).
+ALLOCATOR_FLOOR_CONSTANT_BYTES = 647_101_320
+ALLOCATOR_FLOOR_FRACTION = 0.00396
+#: The same under ``expandable_segments:True`` (``floor.summary.rule_expandable``): a full
+#: release unmaps every whole free page (``unmap_block``), so only the partial 2 MiB / 20 MiB
+#: pages around live blocks stay: median 0.09 GiB, 0.02 .. 0.25 GiB (14 % of the reserve).
+ALLOCATOR_FLOOR_EXPANDABLE_CONSTANT_BYTES = 88_392_028
+ALLOCATOR_FLOOR_EXPANDABLE_FRACTION = 0.00087
+
+
+def irreducible_reserve_bytes(allocated_bytes: float, expandable: bool = False) -> float:
+    """The reserve no release can return at a peak of ``allocated_bytes`` tensors: the floor
+    rule above (``C + f x allocated``), scaled like ``fmest.physics.device_terms.
+    allocator_reserve_bytes`` by ``allocated / A_min`` below the table's smallest tensor peak.
+    A peak fits a device only if tensors + this floor (+ memory outside the allocator) do."""
+    m = ALLOCATOR_RESERVE_MIN_TRACED_BYTES
+    a = max(0.0, float(allocated_bytes))
+    c, f = ((ALLOCATOR_FLOOR_EXPANDABLE_CONSTANT_BYTES, ALLOCATOR_FLOOR_EXPANDABLE_FRACTION)
+            if expandable else (ALLOCATOR_FLOOR_CONSTANT_BYTES, ALLOCATOR_FLOOR_FRACTION))
+    return (c + f * max(a, m)) * min(1.0, a / m)
+
+
+@dataclass(frozen=True)
+class FloorResult:
+    """The reserve the allocator cannot give back, measured in one replay (fmest issue 22;
+    :func:`measure_floor`). All in bytes."""
+
+    max_memory_allocated: int
+    max_memory_reserved: int  # unlimited capacity
+    #: ``requested_bytes`` (the tensors' own sizes) at the moment ``allocated_bytes`` is at its
+    #: peak with the most held beyond them (the peak recurs every step)
+    requested_at_peak: int
+    #: reserved bytes after a full release (``release_cached_blocks``) at that moment
+    held_at_peak: int
+    #: reserved bytes once the next request after that release that no cached block serves has
+    #: mapped its fresh segment (= held_at_peak when no request after the peak misses)
+    held_at_next_miss: int
+    #: the smallest capacity (cudaMalloc-able bytes, on a ``granularity`` grid) whose replay
+    #: raises no OOM: the allocator's own fit criterion, releases included
+    min_capacity: int
+
+    @property
+    def at_peak(self) -> int:
+        """Fragmentation + rounding held at the allocated peak (held - requested)."""
+        return self.held_at_peak - self.requested_at_peak
+
+    @property
+    def at_next_miss(self) -> int:
+        return self.held_at_next_miss - self.requested_at_peak
+
+
+def _replay_to(events: Sequence[Sequence[object]], config: AllocatorConfig, stop: int,
+               peak: int = -1) -> tuple[CachingAllocator, list[tuple[int, int, int]]]:
+    """A fresh allocator replayed through ``events[:stop]``; with ``peak``, also each moment
+    a malloc brings ``allocated_bytes`` to ``peak``: (event index + 1, irreducible bytes,
+    requested bytes) there."""
+    a = CachingAllocator(config)
+    malloc, free = a.malloc, a.free
+    at_peak: list[tuple[int, int, int]] = []
+    for i, ev in enumerate(events[:stop]):
+        op = ev[0]
+        if op == "m":
+            malloc(ev[1], int(ev[2]), int(ev[3]) if len(ev) > 3 else 0)  # type: ignore
+            if a.stats.allocated_bytes.current == peak:
+                at_peak.append((i + 1, a.irreducible_bytes(), a.stats.requested_bytes.current))
+        elif op == "f":
+            free(ev[1])
+        elif op == "e":
+            a.empty_cache()
+    return a, at_peak
+
+
+def measure_floor(events: Sequence[Sequence[object]],
+                  config: AllocatorConfig | str | None = None, *,
+                  granularity: int = K_ROUND_LARGE) -> FloorResult:
+    """The irreducible reserve of a program (fmest issue 22), three ways:
+
+    * at the allocated peak: :meth:`CachingAllocator.irreducible_bytes` (what a full release
+      leaves) at each event where ``allocated_bytes`` reaches its peak, the largest excess
+      over the requested bytes kept (a later step reaches the same peak over segments packed
+      by the earlier ones);
+    * at the next miss: release everything cached there (``release_cached_blocks``), replay
+      on to the next request no cached block serves, and read the reserved bytes once its fresh
+      segment is mapped (a caching allocator can only fail on such a request);
+    * the smallest capacity whose capped replay has no OOM (bisection on a ``granularity``
+      grid between the allocated and the unlimited reserved peak; the replay releases and
+      retries as ALLOC ``malloc`` does, so this is the capacity at which the step fits).
+
+    Three to ~15 replays: a measuring tool for ``scripts/derive_allocator_reserve.py``, not the
+    estimate path."""
+    cfg = config if isinstance(config, AllocatorConfig) else AllocatorConfig.parse(config)
+    events = list(events)
+    free_run = CachingAllocator(cfg)
+    free_run.replay(events)
+    peak = free_run.stats.allocated_bytes.peak
+    top = free_run.stats.reserved_bytes.peak
+    # the allocated peak recurs every step, each time over differently packed segments: the
+    # moment whose live segments hold the most beyond the tensors is the one kept
+    _, moments = _replay_to(events, cfg, len(events), peak)
+    nxt, held, requested = max(moments, key=lambda m: m[1] - m[2])
+    a, _ = _replay_to(events, cfg, nxt)
+    a._release_cached_blocks()
+    held_next = a.stats.reserved_bytes.current
+    for ev in events[nxt:]:
+        if ev[0] == "m":
+            before = a.stats.num_device_alloc
+            a.malloc(ev[1], int(ev[2]), int(ev[3]) if len(ev) > 3 else 0)  # type: ignore
+            if a.stats.num_device_alloc != before:
+                held_next = a.stats.reserved_bytes.current
+                break
+        elif ev[0] == "f":
+            a.free(ev[1])
+        elif ev[0] == "e":
+            a.empty_cache()
+    g = max(1, granularity)
+    lo = ((peak - 1) // g) * g  # below the allocated peak nothing fits: an OOM
+    hi = -(-top // g) * g  # at the unlimited peak nothing is ever released: no OOM
+    while hi - lo > g:
+        mid = lo + ((hi - lo) // g // 2) * g
+        if replay(events, cfg, capacity=mid).num_ooms:
+            lo = mid
+        else:
+            hi = mid
+    return FloorResult(max_memory_allocated=peak, max_memory_reserved=top,
+                       requested_at_peak=requested, held_at_peak=held,
+                       held_at_next_miss=held_next, min_capacity=hi)
 
 
 def nvidia_smi_bytes(reserved_bytes: int, *, world_size: int = 1) -> int:

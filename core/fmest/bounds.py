@@ -126,6 +126,10 @@ BOUNDS: tuple[Bound, ...] = (
 )
 
 
+#: the paths of :data:`BOUNDS`, in order
+_BOUND_PATHS = tuple(bound.path for bound in BOUNDS)
+
+
 @functools.lru_cache(maxsize=None)
 def _parts(path: str) -> tuple[str, ...]:
     return tuple(path.split("."))
@@ -170,19 +174,26 @@ NAMED_FIELDS = ("training.optimizer", "training.stack", "parallelism.sharding", 
 def check_names(job) -> None:
     """Refuse an empty name (``--stack ""``): it names no registry entry or file, and was
     taken as the default without a word."""
-    for path in NAMED_FIELDS:
-        value = _get(job, path)
+    for path, value in zip(NAMED_FIELDS, _all_of(NAMED_FIELDS)(job), strict=True):
         if isinstance(value, str) and not value.strip():
             raise InputError(path, "an empty name names nothing; give a name or leave the "
                              "field out", value=value)
+
+
+@functools.lru_cache(maxsize=8)
+def _all_of(paths: tuple[str, ...]) -> Callable[[Any], tuple]:
+    """One getter of every dotted path in ``paths`` (``operator.attrgetter`` of several paths
+    returns their values as a tuple in one C call: the bounds are checked on every estimate,
+    and a getter per path cost most of the check)."""
+    return operator.attrgetter(*paths) if len(paths) > 1 else \
+        (lambda obj: (operator.attrgetter(*paths)(obj),))
 
 
 def check_bounds(job) -> None:
     """Refuse a value above its documented bound (:data:`BOUNDS`) and an empty name."""
     check_model_name(job.model)
     check_names(job)
-    for bound in BOUNDS:
-        value = _get(job, bound.path)
+    for bound, value in zip(BOUNDS, _all_of(_BOUND_PATHS)(job), strict=True):
         if value is not None and value > bound.maximum:
             raise InputError(bound.path, f"above the bound {_shown(bound.maximum)} "
                              f"({bound.reason})",
@@ -224,12 +235,14 @@ CONFLICTS: tuple[Conflict, ...] = (
     Conflict(name="quantization without qlora",
              fields=("training.quantization_bits", "training.double_quantization",
                      "training.technique"),
-             applies=lambda job, given: job.training.technique != "qlora" and (
+             applies=lambda job, given: job.training.technique not in (
+                 "qlora", "qadapter", "qadapter_v2") and (
                  given("training.quantization_bits") or given("training.double_quantization")),
              message="quantization bits / double quantization given, but training.technique "
-                     "is not qlora",
-             reason="only QLoRA stores the frozen base weights quantized (Dettmers et al. "
-                    "2023, arXiv:2305.14314); lora and full keep them in training.dtype"),
+                     "is not a quantized-base technique (qlora, qadapter, qadapter_v2)",
+             reason="only QLoRA (Dettmers et al. 2023, arXiv:2305.14314) and the adapters on a "
+                    "quantized base store the frozen base weights quantized; lora, adapter and "
+                    "full keep them in training.dtype"),
     Conflict(name="virtual stages without interleaving",
              fields=("parallelism.pp_virtual_stages", "parallelism.pp_schedule"),
              applies=lambda job, given: job.parallelism.pp_virtual_stages > 1 and (
@@ -611,9 +624,26 @@ MODEL_RANGES: dict[str, tuple[int, int, str]] = {
 }
 
 
+#: id -> a model that passed :func:`check_model` (kept, so its id is not reused): a model
+#: spec is frozen, so one that passed once passes again; each estimate checks its model twice
+#: (:meth:`fmest.engine.Engine._context`, :func:`check_context`) and a report's searches
+#: estimate the same model a dozen times
+_CHECKED_MODELS: dict[int, Any] = {}
+
+
 def check_model(model) -> None:
     """Refuse a model whose dimensions are out of range (zero or negative widths give zero
     divisions and negative parameter counts)."""
+    if _CHECKED_MODELS.get(id(model)) is model:
+        return
+    _check_model(model)
+    if len(_CHECKED_MODELS) > 256:
+        _CHECKED_MODELS.clear()
+    _CHECKED_MODELS[id(model)] = model
+
+
+def _check_model(model) -> None:
+    """:func:`check_model` of a model not checked before."""
     for name, (low, high, reason) in MODEL_RANGES.items():
         value = getattr(model, name, None)
         if value is None:

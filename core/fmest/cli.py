@@ -329,7 +329,7 @@ def cmd_plugins(args, engine_factory) -> int:
 #: instead of argparse's 50 lines naming every flag (each one a real flag: tests/test_cli.py).
 COMMON_FLAGS = ("[--model NAME]", "[-f JOB.json]", "[--config FILE]", "[--gpu NAME]",
                 "[--gpus-per-node N]", "[--nodes N]", "[--seq-len N]", "[--per-device-batch N]",
-                "[--technique full|lora|qlora]", "[--zero 0|1|2|3 | --fsdp full_shard]",
+                "[--technique full|lora|qlora|...]", "[--zero 0|1|2|3 | --fsdp full_shard]",
                 "[--grad-checkpoint true|false]", "[--dataset-tokens N]")
 
 

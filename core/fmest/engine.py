@@ -630,6 +630,27 @@ class Engine:
                 f"answer's plugin {memory.provenance.plugin!r} is not: one "
                 f"{memory.provenance.basis} answer per candidate batch would take minutes)"]
 
+    def _memory(self, job: Job
+                ) -> tuple[Job, EstimateContext, Decision, Optional[MemoryEstimate]]:
+        """The memory part of :meth:`estimate`: ``(resolved job, context, memory decision,
+        the answer the report shows)``, the decision's answer calibrated and paged
+        (:func:`calibrated`, :func:`paged_to_host`) and the shown one with its interval."""
+        check_job(job)  # before resolving the model: bad input names its field first
+        job = self.resolve_job(job)
+        ctx = self._context(job)
+        mem_d = self._decide("memory", job, ctx=ctx)
+        if mem_d.chosen is not None:  # the calibration knobs apply to whichever plugin answered
+            mem_d = attrs.evolve(mem_d, chosen=paged_to_host(job, ctx,
+                                                             calibrated(job, mem_d.chosen)))
+        return job, ctx, mem_d, with_interval("memory", job, mem_d.chosen)
+
+    def memory_answer(self, job: Job) -> tuple[Job, EstimateContext, Optional[MemoryEstimate]]:
+        """``(resolved job, context, memory)``: the memory of ``estimate(job,
+        quantities=("memory",))`` without the report around it (no warnings gathered): the
+        fit advice asks it of each candidate (:mod:`fmest.fit_advice`)."""
+        job, ctx, _, memory = self._memory(job)
+        return job, ctx, memory
+
     def estimate(self, job: Job, *, quantities=QUANTITIES) -> Report:
         """Estimate ``quantities`` for ``job`` and return a :class:`Report` (the searches a
         report shows beside it, largest micro-batch and fewest GPUs, are the use case's:
@@ -638,18 +659,11 @@ class Engine:
         for q in quantities:
             if q not in QUANTITIES:
                 raise InputError("quantities", "unknown quantity", value=q, accepted=QUANTITIES)
-        check_job(job)  # before resolving the model: bad input names its field first
-        job = self.resolve_job(job)
-        ctx = self._context(job)
+        job, ctx, mem_d, memory = self._memory(job)
         self._last_context = (job, ctx)
         decisions: dict[str, Decision] = {}
         warnings = list(ctx.warnings) + [str(e) for e in self.load_errors]
-        mem_d = self._decide("memory", job, ctx=ctx)
-        if mem_d.chosen is not None:  # the calibration knobs apply to whichever plugin answered
-            mem_d = attrs.evolve(mem_d, chosen=paged_to_host(job, ctx,
-                                                             calibrated(job, mem_d.chosen)))
         decisions["memory"] = mem_d
-        memory = with_interval("memory", job, mem_d.chosen)
         fits = headroom = None
         if memory is not None:
             headroom = int(usable_memory_bytes(job, ctx) - memory.total_bytes)

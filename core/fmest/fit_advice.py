@@ -45,7 +45,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-import attrs
 from attrs import frozen
 
 from fmest.errors import FmestError
@@ -95,13 +94,20 @@ class FitChange:
 
 @frozen(kw_only=True)
 class _Option:
-    """One candidate: its flags, kind and job; ``sections`` the job changes it makes (``None``
-    when it is not a plain change of fields, such as more GPUs: never combined)."""
+    """One candidate: its flags, kind and job (``base`` with ``sections``, the job changes it
+    makes; ``None`` when it is not a plain change of fields, such as more GPUs: ``base`` is the
+    job then, and it is never combined)."""
 
     flags: tuple[str, ...]
     kind: str
-    job: "Job"
+    base: "Job"
     sections: Optional[dict] = None
+
+    @property
+    def job(self) -> "Job":
+        """The candidate job, built when it is tried: a group stops at its first member that
+        fits, so most groups' later members are never built (a ``Job.evolve`` each)."""
+        return self.base if self.sections is None else self.base.evolve(**self.sections)
 
 
 def rank_key(item: FitChange) -> tuple:
@@ -178,8 +184,7 @@ def _merge(report: "Report", chosen: Sequence[_Option]) -> _Option:
     order = {f: i for i, f in enumerate(_COMBINE_ORDER)}
     flags = tuple(x for f in sorted(pairs, key=lambda f: order.get(f, len(order)))
                   for x in (f, pairs[f]))
-    return _Option(flags=flags, kind="combined", job=report.job.evolve(**merged),
-                   sections=merged)
+    return _Option(flags=flags, kind="combined", base=report.job, sections=merged)
 
 
 def _combined(engine: "Engine", report: "Report",
@@ -217,42 +222,44 @@ def _try(engine: "Engine", report: "Report", option: _Option) -> Optional[FitCha
     from fmest.searches import judge
     from fmest.uncertainty import with_interval
 
+    candidate = option.job
     try:
-        changed = engine.estimate(option.job, quantities=("memory",))
+        # the memory of engine.estimate(job, quantities=("memory",)), without its report
+        job, ctx, memory = engine.memory_answer(candidate)
     except FmestError:
         return None
-    memory = changed.memory
     if memory is None:
         return None
-    verdict = judge(changed.job, memory, usable_memory_bytes(changed.job, changed.context),
+    verdict = judge(job, memory, usable_memory_bytes(job, ctx),
                     report.job.options.fit_confidence)
     if not verdict.fits:
         return None
     try:
-        time = with_interval("time", changed.job, engine.decide(
-            "time", changed.job, ctx=changed.context, memory=memory).chosen)
+        time = with_interval("time", job, engine.decide("time", job, ctx=ctx,
+                                                        memory=memory).chosen)
     except FmestError:
         return None
-    changed = attrs.evolve(changed, time=time)
     step = time.step_seconds if time is not None else None
     return FitChange(change=" ".join(option.flags), flags=option.flags, kind=option.kind,
                      peak_bytes=int(memory.total_bytes),
                      fits_probability=verdict.probability, step_seconds=step,
-                     step_ratio=_ratio(report, changed), gpus=changed.context.layout.world_size,
-                     gpu=changed.context.gpu.name)
+                     step_ratio=_ratio(report, job, ctx, time), gpus=ctx.layout.world_size,
+                     gpu=ctx.gpu.name)
 
 
-def _gpu_seconds_per_token(report: "Report") -> Optional[float]:
+def _gpu_seconds_per_token(job: "Job", ctx: Any, time: Any) -> Optional[float]:
     """Step time x GPUs / samples per step (the sequence length is one job's constant)."""
-    if report.time is None or report.time.step_seconds is None:
+    if time is None or time.step_seconds is None:
         return None
-    lay, tr = report.context.layout, report.job.training
+    lay, tr = ctx.layout, job.training
     samples = lay.dp * tr.micro_batch_size * tr.grad_accum_steps
-    return report.time.step_seconds * lay.world_size / (samples * tr.seq_len)
+    return time.step_seconds * lay.world_size / (samples * tr.seq_len)
 
 
-def _ratio(before: "Report", after: "Report") -> Optional[float]:
-    old, new = _gpu_seconds_per_token(before), _gpu_seconds_per_token(after)
+def _ratio(before: "Report", job: "Job", ctx: Any, time: Any) -> Optional[float]:
+    """GPU time per token of the changed job (``job``, ``ctx``, ``time``) over ``before``'s."""
+    old = _gpu_seconds_per_token(before.job, before.context, before.time)
+    new = _gpu_seconds_per_token(job, ctx, time)
     if old is None or new is None or old <= 0:
         return None
     return new / old
@@ -265,8 +272,7 @@ def _groups(engine: "Engine", report: "Report") -> list[Sequence[_Option]]:
     groups: list[Sequence[_Option]] = []
 
     def option(kind: str, flags: Sequence[str], **sections: Any) -> _Option:
-        return _Option(flags=tuple(flags), kind=kind, job=job.evolve(**sections),
-                       sections=sections)
+        return _Option(flags=tuple(flags), kind=kind, base=job, sections=sections)
 
     # activation checkpointing
     stack = getattr(getattr(ctx, "transforms", None), "stack", None)
@@ -386,7 +392,7 @@ def _more_gpus(engine: "Engine", report: "Report") -> Optional[_Option]:
     flags += ["--gpus-per-node", str(new.hardware.gpus_per_node)]
     if new.hardware.nodes != job.hardware.nodes:
         flags += ["--nodes", str(new.hardware.nodes)]
-    return _Option(flags=tuple(flags), kind="hardware", job=new)
+    return _Option(flags=tuple(flags), kind="hardware", base=new)
 
 
 def _larger_gpus(report: "Report", option) -> list[_Option]:

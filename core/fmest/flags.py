@@ -224,7 +224,9 @@ JOB_FLAGS: tuple[Flag, ...] = (
     Flag(names=("--grad-accum",), group=_TRAIN, path="training.grad_accum_steps",
          parse=parse_positive_int, help="gradient accumulation steps"),
     Flag(names=("--technique",), group=_TRAIN, path="training.technique",
-         choices=("full", "lora", "qlora"), help="what is trained"),
+         choices=("full", "lora", "qlora", "adapter", "adapter_v2", "qadapter", "qadapter_v2"),
+         help="what is trained: full, LoRA/QLoRA, Lit-GPT's LLaMA-Adapter / Adapter-v2 "
+              "(q: on a quantized base)"),
     _bool("--lora", group=_TRAIN, help="same as --technique lora"),
     _bool("--qlora", group=_TRAIN, help="same as --technique qlora"),
     Flag(names=("--lora-rank",), group=_TRAIN, path="training.lora_rank",
@@ -298,6 +300,14 @@ JOB_FLAGS: tuple[Flag, ...] = (
          parse=parse_positive_int,
          help="tensor-parallel size of the routed experts (Megatron "
               "--expert-tensor-parallel-size; default: tp)"),
+    Flag(names=("--moe-dispatcher",), group=_PAR, path="parallelism.moe_dispatcher",
+         choices=("alltoall", "deepep", "hybridep"),
+         help="Megatron-Core MoE token dispatcher: alltoall (--moe-token-dispatcher-type "
+              "alltoall, default) or flex with --moe-flex-dispatcher-backend deepep|hybridep "
+              "(a token sent once per destination rank and remote node)"),
+    _bool("--moe-a2a-overlap", group=_PAR, path="parallelism.moe_a2a_overlap",
+          help="overlap the EP dispatch/combine with another micro-batch's compute (Megatron "
+               "--overlap-moe-expert-parallel-comm; not with full recompute)"),
     _bool("--sequence-parallel", group=_PAR, path="parallelism.sequence_parallel",
           help="Megatron sequence parallelism with tp"),
     Flag(names=("--pp-schedule",), group=_PAR, path="parallelism.pp_schedule",

@@ -21,7 +21,14 @@ from fmest.objectives import check as _check_objective
 
 DTYPES = ("fp32", "bf16", "fp16", "fp8")
 PRECISIONS = ("auto", "pure", "amp", "master")
-TECHNIQUES = ("full", "lora", "qlora")
+#: ``adapter`` / ``adapter_v2``: LLaMA-Adapter (Zhang et al. 2023, arXiv:2303.16199) and
+#: LLaMA-Adapter V2 (Gao et al. 2023, arXiv:2304.15010) as Lit-GPT implements them
+#: (lit_gpt/adapter.py, adapter_v2.py at Lightning-AI/litgpt
+#: 8641822b3249bb94f068c254aa5d13decbc9f0a0); ``qadapter`` / ``qadapter_v2``: the same on a
+#: quantized base, as ``qlora`` is ``lora`` on one (``quantization_bits``,
+#: ``double_quantization`` and ``quantization_method`` describe the base of every q-technique;
+#: fmest.physics.counting.QUANTIZED_TECHNIQUES)
+TECHNIQUES = ("full", "lora", "qlora", "adapter", "adapter_v2", "qadapter", "qadapter_v2")
 CHECKPOINTING = ("none", "full", "selective")
 ATTENTIONS = ("eager", "sdpa", "flash")
 LOSSES = ("standard", "fused", "chunked")
@@ -29,6 +36,11 @@ OPTIMIZER_IMPLS = ("auto", "foreach", "fused", "for_loop")
 FSDP_STRATEGIES = ("none", "full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
 CPU_OFFLOAD = ("none", "optimizer", "params")
 PP_SCHEDULES = ("1f1b", "gpipe", "interleaved")
+#: Megatron-Core MoE token dispatchers fmest prices (NVIDIA/Megatron-LM @
+#: d98e8a64ddf34856e74b24714e3bedb2f5a39553 megatron/core/transformer/transformer_config.py
+#: ``moe_token_dispatcher_type`` / ``moe_flex_dispatcher_backend``): ``alltoall``
+#: (MoEAlltoAllTokenDispatcher) and the ``flex`` dispatcher's ``deepep`` / ``hybridep`` backends
+MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
 FSDP_PREFETCH = ("pre", "post", "none")
 PRICE_TYPES = ("on_demand", "spot", "reserved_1y", "reserved_3y")
 QUANT_BITS = (4, 8)
@@ -225,6 +237,18 @@ class Parallelism:
     #: tensor-parallel size of the routed experts (Megatron-Core
     #: ``--expert-tensor-parallel-size``); None = ``tp`` (Megatron's default)
     expert_tp: Optional[int] = field(default=None, validator=_positive_int)
+    #: Megatron-Core's MoE token dispatcher: ``alltoall`` (``--moe-token-dispatcher-type
+    #: alltoall``), ``deepep`` (``--moe-token-dispatcher-type flex`` with
+    #: ``--moe-flex-dispatcher-backend deepep``, formerly ``--moe-enable-deepep``) or
+    #: ``hybridep`` (``flex`` with ``--moe-flex-dispatcher-backend hybridep``); the flex
+    #: backends send a token once per destination rank and, across nodes, once per remote node
+    #: (time_roofline formulas.flex_dispatch_seconds); None = ``alltoall``
+    moe_dispatcher: Optional[str] = field(default=None,
+                                          validator=_choice((None,) + MOE_DISPATCHERS))
+    #: Megatron-Core ``--overlap-moe-expert-parallel-comm``: the EP dispatch/combine of one
+    #: micro-batch runs while another micro-batch computes (the merged 1F1B forward/backward
+    #: schedule of megatron/core/pipeline_parallel/schedules.py)
+    moe_a2a_overlap: bool = False
     sequence_parallel: bool = False
     pp_schedule: str = field(default="1f1b", validator=_choice(PP_SCHEDULES))
     pp_virtual_stages: int = field(default=1, validator=_positive_int)

@@ -40,8 +40,10 @@ FITTED_FILE = DATA / "stacks_fitted.json"
 FITTED_ENV = "FMEST_FITTED_CONSTANTS"
 DEFAULT_STACK = "pytorch"
 
-#: Elementwise chains a stack may fuse.
-FUSIBLE = ("norm", "activation", "rope", "residual", "loss", "fp8_cast", "layout")
+#: Elementwise chains a stack may fuse (``lora``: the LoRA adapters' casts, dropout and adds
+#: fused around the base GEMM, fms-acceleration's fused LoRA kernels; time_roofline
+#: ``estimator.lora_elementwise_bytes``).
+FUSIBLE = ("norm", "activation", "rope", "residual", "loss", "fp8_cast", "layout", "lora")
 #: Collectives a stack may overlap with compute.
 OVERLAPS = ("tp", "dp_reduce", "dp_gather", "fsdp_prefetch", "pp_p2p")
 ATTENTION_KERNELS = ("sdpa", "flash", "te-fused", "eager")
@@ -58,10 +60,21 @@ FP8_RECIPES = ("none", "te-delayed", "te-current", "torchao-tensorwise", "torcha
 #: src/liger_kernel/ops/rms_norm.py, swiglu.py, rope.py, fused_linear_cross_entropy.py).
 LIGER_FUSED = ("norm", "activation", "rope", "loss")
 LIGER_BYTES = {"norm": 6.0, "activation": 6.0, "rope": 4.0}
+#: A job's own fused kernels (``training.fused_kernels``, a subset of :data:`FUSIBLE`, where
+#: the job model has that field): fms-acceleration's fused-ops-and-kernels plugin ("foak") puts
+#: Unsloth's Triton RMSNorm, RoPE and cross-entropy kernels (``fast_rms_layernorm``,
+#: ``fast_rope_embeddings``, ``fast_loss``) and, on a quantized base, its fused LoRA
+#: (``fused_lora``) into HF Trainer runs (foundation-model-stack/fms-acceleration
+#: 876e2ed6fc4e966785e3f4315f5ee3cdf8e3d097 plugins/fused-ops-and-kernels/src/
+#: fms_acceleration_foak/models/llama.py, mistral.py, mixtral.py; kernels/unsloth/). One read +
+#: one write per fused kernel, the bytes of the ``unsloth`` profile (stacks.toml) and Liger's.
+FUSED_KERNEL_BYTES = dict(LIGER_BYTES)
 
 
 #: pipeline runtimes a stack can name (``StackProfile.pipeline_engine``)
 PIPELINE_ENGINES = ("", "deepspeed")
+#: LoRA layer implementations a stack can name (``StackProfile.lora_impl``)
+LORA_IMPLS = ("", "peft")
 
 
 def _subset(allowed):
@@ -131,10 +144,25 @@ class StackProfile:
     #: the chunked cross-entropy keeps every chunk's compute-dtype log-probabilities for
     #: backward (Lit-GPT ``chunked_cross_entropy`` on the bf16 logit chunks)
     chunked_loss_keeps_log_probs: bool = False
+    #: the training loop keeps the model's output alive through backward (``output =
+    #: model(...); loss = output.loss; loss.backward()``), and with it the logits that
+    #: transformers' causal-LM forward returns upcast to fp32 when given labels
+    #: (``logits = logits.float()``, transformers 4.38.2 LlamaForCausalLM): one more fp32
+    #: [tokens, vocab] tensor beside the loss's own from the loss until the end of backward
+    output_logits_held: bool = False
+    #: bitsandbytes' quantization constants (``QuantState``: absmax, nested absmax) stay
+    #: unsharded on every GPU: FSDP flattens parameters only, and under CPU offload they stay
+    #: on the GPU where each weight was quantized
+    quant_state_replicated: bool = False
     #: the pipeline runtime: ``""`` (the model code's own schedule, two activation transfers
     #: per micro-batch) or ``"deepspeed"`` (DeepSpeed ``PipelineEngine``: blocking p2p,
     #: TP-partitioned stage outputs; time_roofline ``estimator.deepspeed_pipeline_seconds``)
     pipeline_engine: str = field(default="")
+    #: whose LoRA layers wrap the adapted linears: ``""`` (the stack's own, or no elementwise
+    #: cost modelled) or ``"peft"`` (huggingface/peft ``lora.Linear``: fp32 adapters, the input
+    #: cast to fp32 and back, dropout, scaling and the add per adapted module; time_roofline
+    #: ``estimator.lora_elementwise_bytes``)
+    lora_impl: str = field(default="")
     sources: Mapping[str, str] = field(factory=dict)
     plugin: str = ""
 
@@ -147,6 +175,11 @@ class StackProfile:
     def _check_pipeline_engine(self, attribute, value):
         if value not in PIPELINE_ENGINES:
             raise ValueError(f"StackProfile.pipeline_engine: {value!r} not in {PIPELINE_ENGINES}")
+
+    @lora_impl.validator
+    def _check_lora_impl(self, attribute, value):
+        if value not in LORA_IMPLS:
+            raise ValueError(f"StackProfile.lora_impl: {value!r} not in {LORA_IMPLS}")
 
     @classmethod
     def from_table(cls, name: str, table: Mapping[str, Any]) -> "StackProfile":
@@ -285,6 +318,7 @@ def resolve_stack(profile: StackProfile, job, *, reason: str) -> ResolvedStack:
     """``profile`` with the job's feature flags: ``parallelism.tp_comm_overlap`` /
     ``async_tp`` switch on the TP overlap the profile can do (``overlap_needs_flag``; None
     = the profile's default), ``training.liger`` adds Liger's fused kernels,
+    ``training.fused_kernels`` (where the job model has it) the job's own fused chains,
     ``parallelism.distributed_optimizer`` adds overlapped gradient reduce-scatter and
     parameter all-gather (Megatron's distributed optimizer)."""
     training, par = job.training, job.parallelism
@@ -306,6 +340,12 @@ def resolve_stack(profile: StackProfile, job, *, reason: str) -> ResolvedStack:
         fused |= set(LIGER_FUSED)
         for op, value in LIGER_BYTES.items():
             per_element[op] = min(per_element.get(op, value), value)
+    for op in getattr(training, "fused_kernels", None) or ():
+        if op in FUSIBLE:   # the job's own fused kernels (FUSED_KERNEL_BYTES)
+            fused.add(op)
+            if op in FUSED_KERNEL_BYTES:
+                value = FUSED_KERNEL_BYTES[op]
+                per_element[op] = min(per_element.get(op, value), value)
     return ResolvedStack(profile=profile, reason=reason, fused=frozenset(fused),
                          elementwise_bytes=per_element, overlap=frozenset(overlap),
                          liger=liger, distributed_optimizer=dist_opt,

@@ -167,6 +167,9 @@ class _State:
         self.fp8_key: str | None = None
         self.vp_layers: tuple[int, str] | None = None
         self.amp_o2: tuple[bool, str] | None = None
+        #: --moe-token-dispatcher-type flex (its key) and the flex backend (value, key)
+        self.moe_flex: str | None = None
+        self.moe_backend: tuple[str, str] | None = None
 
 
 def _reason(name: str) -> str:
@@ -306,6 +309,28 @@ def _apply(name: str, value: Any, key: str, sink: Sink, state: _State) -> None:
                      "compute" if name == "grad_reduce_in_bf16" else "fp32", key)
         else:
             sink.ignore(key, "false: the megatron-core stack's rule (stacks.toml fp32_grads)")
+    elif name == "moe_token_dispatcher_type":
+        text = str(value).strip().lower()
+        if text == "alltoall":
+            sink.set("parallelism.moe_dispatcher", "alltoall", key)
+        elif text == "flex":
+            state.moe_flex = key
+        else:
+            sink.unmodelled(key, f"{value!r}: priced as the alltoall dispatcher")
+    elif name in ("moe_flex_dispatcher_backend", "moe_enable_deepep"):
+        if name == "moe_enable_deepep":
+            backend = "deepep" if sink.bool_(key, value) else None
+        else:
+            backend = str(value).strip().lower()
+        if backend in ("deepep", "hybridep"):
+            state.moe_backend = (backend, key)
+        elif backend is None:
+            sink.ignore(key, "false: DeepEP off")
+        else:
+            sink.unmodelled(key, f"{value!r}: the flex backend is priced as DeepEP's")
+            state.moe_backend = ("deepep", key)
+    elif name == "overlap_moe_expert_parallel_comm":
+        sink.set("parallelism.moe_a2a_overlap", sink.bool_(key, value), key)
     elif name in ("num_experts", "moe_router_topk", "moe_ffn_hidden_size"):
         sink.ignore(key, "MoE layers are not built from raw dimensions; give --model with a "
                     "MoE preset")
@@ -603,6 +628,7 @@ def map_config(doc: dict, sink: Sink) -> None:
             state.amp_o2[1] in v[1].split("+") for v in sink.values.values()):
         sink.ignore(state.amp_o2[1], "no effect: no half-precision training dtype in the file "
                     "(O2 keeps half-precision parameters with fp32 main parameters)")
+    _moe_dispatcher(sink, state)
     if state.vp_layers is not None:
         per, key = state.vp_layers
         layers = state.dims.get("num_layers")
@@ -615,6 +641,20 @@ def map_config(doc: dict, sink: Sink) -> None:
             sink.ignore(key, "needs num_layers divisible by pp x this; give --pp-virtual-stages")
     if state.dims:
         _model_config(sink, state)
+
+
+def _moe_dispatcher(sink: Sink, state: _State) -> None:
+    """``--moe-token-dispatcher-type flex`` with its backend (``--moe-flex-dispatcher-backend``,
+    default ``deepep``; ``--moe-enable-deepep``): ``parallelism.moe_dispatcher`` (NVIDIA/
+    Megatron-LM @ d98e8a64ddf34856e74b24714e3bedb2f5a39553 transformer_config.py: DeepEP only
+    with the flex dispatcher)."""
+    if state.moe_flex is not None:
+        backend, where = state.moe_backend or ("deepep", "")
+        key = f"{state.moe_flex}+{where}" if where else state.moe_flex
+        sink.set("parallelism.moe_dispatcher", backend, key)
+    elif state.moe_backend is not None:
+        sink.ignore(state.moe_backend[1], "the flex backend needs --moe-token-dispatcher-type "
+                    "flex")
 
 
 __all__ = ["ALIASES", "FORMAT", "args_from_list", "detect", "looks_like_args", "map_config",

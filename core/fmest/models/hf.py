@@ -29,7 +29,8 @@ SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2",
     "gemma3_text", "gemma3", "phi3", "granite", "granitemoe", "falcon", "gpt2", "bloom", "opt",
     "deepseek_v2", "deepseek_v3", "mpt", "gpt_bigcode", "qwen3_moe", "phi", "gpt_neox",
-    "stablelm", "gpt_oss", "olmo2", "smollm3", "llama4_text", *ENCODER_DECODER_TYPES,
+    "stablelm", "gpt_oss", "olmo2", "smollm3", "llama4_text", "nemotron",
+    *ENCODER_DECODER_TYPES,
     *VISION_TYPES,
 )
 
@@ -526,6 +527,26 @@ def _falcon(c: _Cfg, b: _Builder, warnings: list[str]) -> dict:
                 gated_mlp=False, dropout=_dropout(c, "attention_dropout", "hidden_dropout"))
 
 
+def _nemotron(c: _Cfg, b: _Builder) -> dict:
+    """Nemotron-3/-4 (transformers ``NemotronForCausalLM``; NeMo ``NemotronConfig``):
+    q/k/v/o projections with grouped-query attention (``attention_bias``, default off), a
+    non-gated squared-ReLU ``up_proj``/``down_proj`` MLP (``mlp_bias``, default off),
+    LayerNorm1P with weight and bias (two per block and a final one), partial RoPE
+    (``partial_rotary_factor`` 0.5: no parameters), untied output head by default."""
+    h, L, nh, nkv, hd, inter, V = _decoder_dims(c)
+    tie = c.bool("tie_word_embeddings", False)
+    ab, mb = c.bool("attention_bias", False), c.bool("mlp_bias", False)
+    b.attention(h, nh, nkv, hd, L, qkv_bias=ab, o_bias=ab)
+    b.lin("up_proj", h, inter, bias=mb, layers=L, kind="mlp")
+    b.lin("down_proj", inter, h, bias=mb, layers=L, kind="mlp")
+    b.grp("layer_norms", 2 * 2 * h * L, "norm")
+    b.grp("final_norm", 2 * h, "norm")
+    b.embed_and_head(V, h, tie)
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nkv,
+                head_dim=hd, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
+                gated_mlp=False, dropout=_dropout(c, *_LLAMA_DROPOUT_KEYS))
+
+
 def _gpt2(c: _Cfg, b: _Builder) -> dict:
     h = c.int("n_embd", "hidden_size")
     L = c.int("n_layer", "num_hidden_layers")
@@ -762,6 +783,7 @@ _BUILDERS = {
     "deepseek_v3": (_deepseek, 4096),
     "falcon": (lambda mt, c, b, w: _falcon(c, b, w), 2048),
     "gpt2": (lambda mt, c, b, w: _gpt2(c, b), 1024),
+    "nemotron": (lambda mt, c, b, w: _nemotron(c, b), 4096),
     "bloom": (lambda mt, c, b, w: _bloom(c, b), 2048),
     "opt": (lambda mt, c, b, w: _opt(c, b), 2048),
     "mpt": (lambda mt, c, b, w: _mpt(c, b, w), 2048),

@@ -2,7 +2,9 @@
 
 LoRA (Hu et al. 2021, arXiv:2106.09685) adds ``A`` (r x in) and ``B`` (out x r) per adapted
 linear: ``r * (in + out)`` parameters per module instance; QLoRA (Dettmers et al. 2023,
-arXiv:2305.14314) trains the same adapters on a 4-bit base.
+arXiv:2305.14314) trains the same adapters on a 4-bit base. LLaMA-Adapter (Zhang et al. 2023,
+arXiv:2303.16199) and Adapter-v2 (Gao et al. 2023, arXiv:2304.15010) train a gated prefix per
+layer (v2: also a scale and bias per linear output, and the norms), as Lit-GPT implements them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,20 @@ LORA_DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "data" / "lora_defaul
 #: fmest used before; peft itself would raise "Please specify `target_modules`").
 FALLBACK_LORA_TARGETS = ("q_proj", "v_proj")
 LORA_TECHNIQUES = ("lora", "qlora")
+#: LLaMA-Adapter (v1) and Adapter-v2 as Lit-GPT trains them (fmest.job.TECHNIQUES); the
+#: ``q`` forms run on a quantized base
+ADAPTER_TECHNIQUES = ("adapter", "adapter_v2", "qadapter", "qadapter_v2")
+ADAPTER_V2_TECHNIQUES = ("adapter_v2", "qadapter_v2")
+#: techniques whose frozen base linears are quantized (``training.quantization_bits`` ...)
+QUANTIZED_TECHNIQUES = ("qlora", "qadapter", "qadapter_v2")
+#: techniques that train a frozen base through small added parameters (PEFT-like)
+PEFT_TECHNIQUES = LORA_TECHNIQUES + ADAPTER_TECHNIQUES
+#: Lit-GPT ``adapter.Config`` defaults, which finetune/adapter.py and adapter_v2.py keep
+#: (``Config.from_name(name=checkpoint_dir.name)``): ``adapter_prompt_length: int = 10``,
+#: ``adapter_start_layer: int = 2`` (lit_gpt/adapter.py at Lightning-AI/litgpt
+#: 8641822b3249bb94f068c254aa5d13decbc9f0a0)
+ADAPTER_PROMPT_LENGTH = 10
+ADAPTER_START_LAYER = 2
 
 
 @functools.lru_cache(maxsize=1)
@@ -90,6 +106,52 @@ def lora_adapter_params(model: ModelSpec, training: Training) -> int:
                for m in lora_modules(model, training))
 
 
+def quantized_base(training: Training) -> bool:
+    """Whether the job's frozen base linears are quantized (QLoRA, quantized Adapter)."""
+    return training.technique in QUANTIZED_TECHNIQUES
+
+
+def adapter_layers(model: ModelSpec) -> int:
+    """Layers that carry LLaMA-Adapter's prefix and gate: ``block_idx >= adapter_start_layer``
+    (lit_gpt/adapter.py ``CausalSelfAttention.__init__`` at 8641822)."""
+    return max(0, model.num_layers - ADAPTER_START_LAYER)
+
+
+def adapter_v2_linear_outputs(model: ModelSpec) -> int:
+    """Output features summed over every linear instance Adapter-v2 wraps in
+    ``AdapterV2Linear`` (attention qkv and proj, every MLP linear, the lm_head: lit_gpt/
+    adapter_v2.py at 8641822); a tied head is still its own ``lm_head`` in Lit-GPT."""
+    outs = sum(lin.out_features * lin.layers * lin.copies for lin in model.linears)
+    if not any(lin.kind == "head" for lin in model.linears):
+        outs += model.vocab_size
+    return outs
+
+
+def adapter_new_params(model: ModelSpec, training: Training) -> int:
+    """Parameters Adapter adds to the model: per adapter layer an ``adapter_wte``
+    (``adapter_prompt_length x n_embd``) and a ``gating_factor`` (one per head); Adapter-v2
+    also an ``adapter_bias`` and an ``adapter_scale`` per output feature of every
+    ``AdapterV2Linear`` (lit_gpt/adapter.py, adapter_v2.py at 8641822). Check: 573,888 (v1)
+    and 2,125,248 (v2) for StableLM-Alpha-3B, as Lit-GPT's resource tables print."""
+    if training.technique not in ADAPTER_TECHNIQUES:
+        return 0
+    prefix = adapter_layers(model) * (ADAPTER_PROMPT_LENGTH * model.hidden_size
+                                      + model.num_attention_heads)
+    if training.technique in ADAPTER_V2_TECHNIQUES:
+        prefix += 2 * adapter_v2_linear_outputs(model)
+    return prefix
+
+
+def adapter_trainable_params(model: ModelSpec, training: Training) -> int:
+    """Adapter's trainable parameters (``adapter_filter``): the added ones, and under
+    Adapter-v2 every norm's parameters too (``norm_1``, ``norm_2``, ``ln_f``: weights, and
+    LayerNorm biases) (lit_gpt/adapter_v2.py at 8641822)."""
+    added = adapter_new_params(model, training)
+    if training.technique in ADAPTER_V2_TECHNIQUES:
+        added += model.param_counts().norms
+    return added
+
+
 def trainable_params(model: ModelSpec, training: Training) -> int:
     """Parameters that receive gradients and optimizer state."""
     if training.technique == "full":
@@ -97,12 +159,16 @@ def trainable_params(model: ModelSpec, training: Training) -> int:
         frozen = 0 if vision is None or getattr(training, "train_vision_tower", False) \
             else vision.tower_params  # a VLM's frozen tower (its projector trains)
         return model.param_counts().total - frozen
+    if training.technique in ADAPTER_TECHNIQUES:
+        return adapter_trainable_params(model, training)
     return lora_adapter_params(model, training)
 
 
 def total_params(model: ModelSpec, training: Training) -> int:
     """All parameters the training job holds (base + adapters)."""
     base = model.param_counts().total
+    if training.technique in ADAPTER_TECHNIQUES:
+        return base + adapter_new_params(model, training)
     return base if training.technique == "full" else base + lora_adapter_params(model, training)
 
 

@@ -20,6 +20,90 @@ from fmest.physics.gpu_prefix import value_by_gpu_prefix
 #: A100 83 %, H100 89 %, H200 86 %).
 HBM_EFFICIENCY = 0.85
 
+#: HBM bytes that huggingface/peft's ``lora.Linear.forward`` adds around each adapted linear,
+#: per token, per input feature (``in``) and per output feature (``out``) of the linear, for
+#: the forward and the backward (the adapters' own GEMMs are priced by the GEMM roofline).
+#: The code (src/peft/tuners/lora/layer.py, huggingface/peft v0.13.2
+#: 431c0e2d5ca56fa512dc4c96876c4145bb538f62; the same cast as ``self._cast_input_dtype(x,
+#: lora_A.weight.dtype)`` at 5d602fdbff04c33c1c4de55cda9d4ae1d7cb7e40 and in peft 0.21.2):
+#: ``x = x.to(lora_A.weight.dtype)`` (the adapters are fp32:
+#: ``get_peft_model(autocast_adapter_dtype=True)``), ``result + lora_B(lora_A(dropout(x))) *
+#: scaling``. Traced with a TorchDispatchMode byte count (benchmarks/count_elementwise_bytes.py's
+#: counter; peft 0.21.2, torch 2.13 CPU, bf16 base, r=16, under bf16 autocast as HF Trainer's
+#: ``bf16=True`` runs it; reproduced by tests/test_hf_trainer_time.py): forward ``in``: the
+#: cast to fp32 (r2 w4) + autocast's cast back to bf16 for lora_A (r4 w2) = 12; ``out``:
+#: ``* scaling`` (r2 w2) + the add (r2 r2 w2) = 10. Backward ``in``: the gradient cast up
+#: (r2 w4) and down (r4 w2) and its add into the base layer's input gradient (r2 r2 w2) = 18;
+#: ``out``: the ``* scaling`` gradient (r2 w2) = 4.
+PEFT_LORA_BYTES_PER_FEATURE = {"fwd_in": 12.0, "fwd_out": 10.0, "bwd_in": 18.0, "bwd_out": 4.0}
+#: With ``lora_dropout`` > 0 PEFT's ``nn.Dropout`` runs on the fp32 copy: on CUDA one fused
+#: ``native_dropout`` kernel (read fp32 4, write fp32 4 + bool mask 1 = 9 per element;
+#: aten/src/ATen/native/cuda/Dropout.cu ``fused_dropout``) and ``native_dropout_backward``
+#: (read grad 4 + mask 1, write 4 = 9). The CPU trace decomposes it (bernoulli_, div_, mul);
+#: these are the CUDA kernels' bytes. Per input feature per token, forward and backward.
+PEFT_LORA_DROPOUT_BYTES_PER_IN_FEATURE = {"fwd": 9.0, "bwd": 9.0}
+
+#: HBM bytes of fms-acceleration's fused LoRA (fused-ops-and-kernels ``fused_lora``, Unsloth's
+#: ``LoRA_QKV`` / ``LoRA_W`` autograd functions on a quantized base; a stack or job that fuses
+#: ``lora``), per token, per input / output feature of an adapted linear, beyond its GEMMs
+#: (foundation-model-stack/fms-acceleration 876e2ed6fc4e966785e3f4315f5ee3cdf8e3d097
+#: plugins/fused-ops-and-kernels/src/fms_acceleration_foak/fused_ops/unsloth_lora/utils.py
+#: ``matmul_lora``, bnb/fast_lora.py): the adapters run in the input's dtype (``A.to(dtype)``,
+#: no fp32 copy of the input); forward ``out += (X @ A) @ (s * B)``: one in-place add (read 2
+#: + 2, write 2 = 6 per output feature); backward ``dX += (X_dropped != 0) * (dQ @ B.t() @ (s *
+#: A.t()))``: the compare (read 2, write a 1-byte mask), the multiply (read 1 + 2, write 2)
+#: and the in-place add (6) = 14 per input feature.
+FUSED_LORA_BYTES_PER_FEATURE = {"fwd_in": 0.0, "fwd_out": 6.0, "bwd_in": 14.0, "bwd_out": 0.0}
+#: Its dropout: PEFT's ``nn.Dropout`` on the compute-dtype input (``matmul_lora``: ``X =
+#: dropout(X)``): CUDA ``native_dropout`` read 2, write 2 + bool mask 1 = 5 per input feature;
+#: no autograd backward of its own (the mask is the ``!= 0`` compare above).
+FUSED_LORA_DROPOUT_BYTES_PER_IN_FEATURE = {"fwd": 5.0, "bwd": 0.0}
+
+# PEFT's k-bit preparation of a bitsandbytes 4-bit base (``training.kbit_prep`` peft /
+# peft_bf16_head: ``prepare_model_for_kbit_training`` makes every non-``Params4bit`` parameter
+# fp32, huggingface/peft 5d602fdbff04c33c1c4de55cda9d4ae1d7cb7e40 src/peft/utils/other.py)
+# runs the residual stream in fp32 (memory_theory ``_stream_bytes``): the fp32 norm weights
+# make fp32 norm outputs and bitsandbytes ``Linear4bit.forward`` returns its input's dtype.
+# Per element, (forward, backward) HBM bytes, eager kernels (time_roofline
+# ``formulas.kbit_fp32_stream_bytes_per_token``; docs/time_model.md §2):
+#: bitsandbytes ``Linear4bit.forward``: ``x = x.to(self.compute_dtype)`` and ``bnb.matmul_4bit(
+#: ...).to(inp_dtype)`` (bitsandbytes-foundation/bitsandbytes
+#: 005a63c2badadd7fb2c45a4b67c1dcbabb72b297 bitsandbytes/nn/modules.py; the same two casts in
+#: 0.43.x): with an fp32 input each is one ``_to_copy`` kernel, fp32 -> bf16 in (read 4, write
+#: 2) and bf16 -> fp32 out (read 2, write 4); the backward of each is the opposite cast of the
+#: gradient (6). Per input feature and per output feature of every 4-bit linear whose input is
+#: fp32; also per element of q, k and v that flash-attention casts back to the autocast dtype
+#: (transformers ``_flash_attention_forward``: ``if target_dtype and q.dtype == torch.float32:
+#: q, k, v = q.to(target_dtype), ...``, transformers 5.24.0
+#: src/transformers/modeling_flash_attention_utils.py; SDPA and eager attention's matmuls are
+#: cast by autocast, the same kernel).
+KBIT_PREP_CAST_BYTES_PER_ELEMENT = {"fwd": 6.0, "bwd": 6.0}
+#: The elementwise chains on fp32 and on bf16 tensors, bytes per element, forward and backward,
+#: traced with benchmarks/count_elementwise_bytes.py's TorchDispatchMode counter on its own
+#: family functions (torch 2.13 CPU, transformers 5.24.0 ``apply_rotary_pos_emb``; reproduced
+#: by tests/test_kbit_prep_time.py); the time model adds fp32 minus bf16. ``resnorm``: the
+#: residual add + ``LlamaRMSNorm`` with a frozen weight, per hidden element per norm (fp32:
+#: mean of the two per layer, fp32 stream + bf16 o_proj output and fp32 stream + fp32
+#: down_proj output, fp32 weight; the fp32 norm skips the up- and down-casts, so its forward
+#: moves less); ``rope``: q/k (bf16 cos/sin), per q+kv element; ``activation``: SwiGLU
+#: ``silu(gate) * up``, per intermediate element.
+KBIT_PREP_TRACED_BYTES_PER_ELEMENT = {
+    "resnorm_bf16_fwd": 42.05, "resnorm_bf16_bwd": 98.08,
+    "resnorm_fp32_fwd": 39.06, "resnorm_fp32_bwd": 103.09,
+    "rope_bf16_fwd": 20.8, "rope_bf16_bwd": 38.8, "rope_fp32_fwd": 40.8, "rope_fp32_bwd": 76.8,
+    "activation_bf16_fwd": 10.0, "activation_bf16_bwd": 20.0,
+    "activation_fp32_fwd": 20.0, "activation_fp32_bwd": 40.0}
+#: Backward: the input gradients of the linears that read the same fp32 tensor (q/k/v on the
+#: attention norm's output, gate/up on the MLP norm's) are summed in fp32 (read 4 + 4, write
+#: 4 = 12 per element per extra consumer) instead of bf16 (6): 6 more per hidden element per
+#: extra consumer (autograd sums the gradients of a tensor used more than once).
+KBIT_PREP_GRAD_SUM_EXTRA_BYTES_PER_ELEMENT = 6.0
+#: PEFT's ``x = x.to(lora_A.weight.dtype)`` (``PEFT_LORA_BYTES_PER_FEATURE`` ``fwd_in``) is a
+#: no-op on an fp32 input: 6 bytes per input feature fewer in forward. Backward unchanged: the
+#: gradient's cast down (6) is gone but its add into the base layer's fp32 input gradient
+#: moves 12 instead of 6.
+KBIT_PREP_LORA_FP32_INPUT_SAVED_BYTES_PER_IN_FEATURE = {"fwd": 6.0, "bwd": 0.0}
+
 # torch.compile (Inductor) enters the time model through bytes, not a divisor: the fused
 # kernels' bytes per element are fmest_time_roofline.formulas.COMPILED_FWD_BYTES_PER_ELEMENT and
 # COMPILED_BWD_BYTES_PER_ELEMENT

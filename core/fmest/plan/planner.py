@@ -794,6 +794,10 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
         expert_fraction=float(counts.experts) / params if params else 0.0,
         moe_layers=float((model.num_moe_layers or model.num_layers) if model.is_moe else 0),
         experts_per_token=float(model.experts_per_token or 0),
+        num_experts=float(model.num_experts or 0),
+        # the job's MoE dispatcher and EP overlap (time_roofline moe_dispatch_seconds)
+        moe_flex=job.parallelism.moe_dispatcher in ("deepep", "hybridep"),
+        moe_overlap=bool(job.parallelism.moe_a2a_overlap),
         # GPUs of one NVLink domain (time_roofline formulas.nvlink_domain_gpus): the EP
         # all-to-all's NVLink reach
         nvlink_domain=float(max(gpn, value_by_gpu_prefix(tc.NVLINK_DOMAIN_GPUS, gpu.name, 0))),

@@ -11,6 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from fmest.allocator import (
+    ALLOCATOR_FLOOR_CONSTANT_BYTES,
+    ALLOCATOR_FLOOR_EXPANDABLE_CONSTANT_BYTES,
+    ALLOCATOR_FLOOR_EXPANDABLE_FRACTION,
+    ALLOCATOR_FLOOR_FRACTION,
+)
 from fmest.physics.device_terms import (
     ALLOCATOR_RESERVE_CONSTANT_BYTES,
     ALLOCATOR_RESERVE_EXPANDABLE_CONSTANT_BYTES,
@@ -210,21 +216,37 @@ def memory_bytes(cfg: dict) -> np.ndarray:
                                    buffers - unsharded_acc + grads + acts / stage_layers)
     optimizer = static + grads + temps
     alloc = np.maximum(backward, optimizer)
+    return device_total(alloc, context_bytes(cfg["world"]), cfg.get("capacity", 0.0),
+                        cfg.get("expandable", False))
+
+
+def device_total(alloc, context, capacity=0.0, expandable=False) -> np.ndarray:
+    """Allocated bytes + the allocator reserve + the context, the reserve capped at the room
+    left on the device but never below the floor no release returns (memory_theory's
+    ``assemble``: ``min(held, max(room, floor))``; ``capacity`` 0: no device)."""
     # fmest.physics.device_terms.allocator_reserve_bytes, vectorised
     floor = ALLOCATOR_RESERVE_MIN_TRACED_BYTES
     below = np.minimum(1.0, np.maximum(alloc, 0.0) / floor)
-    reserve = np.where(cfg.get("expandable", False),
+    reserve = np.where(expandable,
                        ALLOCATOR_RESERVE_EXPANDABLE_CONSTANT_BYTES * below,
                        (ALLOCATOR_RESERVE_CONSTANT_BYTES
                         + ALLOCATOR_RESERVE_FRACTION * np.maximum(alloc, floor)) * below)
-    context = context_bytes(cfg["world"])
-    # the allocator frees its cache before it exceeds the device (memory_theory's assemble)
-    capacity = cfg.get("capacity", 0.0)
     total = alloc + reserve + context
-    if capacity:
-        # capped: exactly the device (no rounding either side of the fit test's comparison)
-        capped = (alloc + context <= capacity) & (total > capacity)
-        total = np.where(capped, capacity, total)
+    if np.any(capacity):
+        # the allocator frees its cache before it exceeds the device, down to the segments
+        # that hold a live block (fmest.allocator.irreducible_reserve_bytes, vectorised)
+        irreducible = np.where(
+            expandable,
+            ALLOCATOR_FLOOR_EXPANDABLE_CONSTANT_BYTES
+            + ALLOCATOR_FLOOR_EXPANDABLE_FRACTION * np.maximum(alloc, floor),
+            ALLOCATOR_FLOOR_CONSTANT_BYTES + ALLOCATOR_FLOOR_FRACTION * np.maximum(alloc, floor)
+        ) * below
+        # capped: exactly the device where the floor fits (no rounding either side of the fit
+        # test's comparison), tensors + floor + context where it does not; tensors alone past
+        # the device keep the whole reserve
+        capped = np.minimum(total, np.maximum(capacity, alloc + irreducible + context))
+        over = alloc + context > capacity
+        total = np.where((np.asarray(capacity) > 0) & ~over, capped, total)
     return total
 
 
@@ -351,6 +373,11 @@ def step_seconds(cfg: dict) -> np.ndarray:
     cp_core = (cp_core - head_part) / cfg["pp"] + head_part
     # expert parallelism: dispatch and combine all-to-alls, forward and backward (+ recompute)
     ep_t = moe_dispatch_seconds(cfg, tokens, gpn)
+    # --overlap-moe-expert-parallel-comm: the traffic runs under another micro-batch's
+    # compute (time_roofline formulas.exposed_comm_seconds; not with full recompute)
+    hidden = np.minimum(ep_t, compute)
+    ep_t = np.where(cfg.get("moe_overlap", False) & ~cfg["ckpt_full"],
+                    ep_t - hidden + OVERLAP_INTERFERENCE_FRACTION * hidden, ep_t)
     core = np.where(cfg["cp"] > 1, cp_core, compute + membound)
     per_mb = core + tp_t + pp_t + ep_t
     bubble = bubble_fraction(cfg["pp"], accum, cfg["vstages"]) * accum * per_mb
@@ -371,6 +398,23 @@ def step_seconds(cfg: dict) -> np.ndarray:
     return np.maximum(busy * (1.0 + cfg["overhead_fraction"]), host - hooks) + hooks
 
 
+def moe_groups_hit(experts, k, groups):
+    """Expected distinct groups a token's ``k`` experts fall in, ``experts`` experts in
+    ``groups`` equal groups, balanced routing (mirror of time_roofline
+    ``formulas.moe_groups_hit``): ``groups x (1 - prod_{i<k} (E - E/groups - i) / (E - i))``."""
+    groups = np.asarray(groups, dtype=float)
+    kk = int(round(float(k)))
+    if kk <= 0 or experts <= 0:
+        return np.zeros_like(groups)
+    kk = min(kk, int(experts))
+    missed = np.ones_like(groups)
+    others = experts - experts / np.maximum(groups, 1.0)
+    for i in range(kk):
+        missed = missed * np.maximum(0.0, others - i) / (experts - i)
+    return np.where(groups <= 1, np.minimum(1.0, np.maximum(groups, 0.0)),
+                    groups * (1.0 - missed))
+
+
 def moe_dispatch_seconds(cfg, tokens, gpn):
     """Expert-parallel dispatch + combine per micro-batch (mirror of time_roofline
     ``estimator.moe_dispatch_seconds``, Megatron-Core's alltoall token dispatcher): each rank
@@ -378,10 +422,13 @@ def moe_dispatch_seconds(cfg, tokens, gpn):
     bound for ranks outside the NVLink domain leaves through the rank's own NIC
     (``formulas.all_to_all_seconds``); with tp > 1 an all-gather + reduce-scatter of the routed
     copies over the expert-TP group (``expert_tp`` > 1; the EP group's ranks are ``expert_tp``
-    apart); forward and backward (+ the recompute of full checkpointing)."""
+    apart); forward and backward (+ the recompute of full checkpointing). The flex dispatcher
+    (``moe_flex``: DeepEP / HybridEP) sends a token once per destination rank of the expert-TP x
+    EP group and once per remote node (``formulas.flex_dispatch_seconds``)."""
     tp, ep = cfg["tp"], np.maximum(cfg["ep"], 1)
     etp = expert_tp(cfg)
-    routed = tokens / tp * cfg["experts_per_token"] * cfg["hidden"] * cfg["act_bytes"]
+    shard = tokens / tp * cfg["hidden"] * cfg["act_bytes"]
+    routed = shard * cfg["experts_per_token"]
     domain = np.maximum(gpn, cfg.get("nvlink_domain", gpn))
     per_node = np.minimum(np.maximum(1, domain // etp), ep)
     inter = (ep > 1) & (ep * etp > domain)
@@ -393,5 +440,20 @@ def moe_dispatch_seconds(cfg, tokens, gpn):
     a2a = np.maximum(intra_t, inter_t) + lat
     tbw, tlat, _ = group_bus_bandwidth(etp, 1, gpn, cfg["intra_bw"], cfg["nic_bw"])
     gather = np.where(etp > 1, 2 * ring_half_seconds(routed * etp, etp, tbw, tlat), 0.0)
+    if cfg.get("moe_flex", False):
+        experts = float(cfg.get("num_experts", 0.0)) or float(cfg["experts_per_token"])
+        ranks = ep * etp
+        flex_inter = ranks > domain
+        g = np.minimum(domain, ranks)
+        copies = etp * moe_groups_hit(experts, cfg["experts_per_token"], ranks / etp)
+        nodes = ranks / g
+        remote = moe_groups_hit(experts, cfg["experts_per_token"], nodes) \
+            * (nodes - 1) / nodes
+        flex_lat = np.where(flex_inter, INTER_NODE_LATENCY_S, INTRA_NODE_LATENCY_S) \
+            * np.ceil(np.log2(np.maximum(ranks, 2)))
+        within = (ranks - 1) / ranks * copies * shard / cfg["intra_bw"]
+        across = np.maximum((g - 1) / g * copies * shard / cfg["intra_bw"], remote * shard / nic)
+        a2a = np.where(flex_inter, across, within) + flex_lat
+        gather = 0.0
     passes = 2 + np.where(cfg["ckpt_full"], 1, 0)
     return np.where(ep > 1, passes * cfg["moe_layers"] / cfg["pp"] * (2 * a2a + gather), 0.0)

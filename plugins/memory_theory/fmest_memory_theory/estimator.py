@@ -34,6 +34,12 @@ from fmest.default_plugins.parallelism import zero_reduce_buffer_elements, zero_
 from fmest.estimates import MemoryEstimate, Provenance
 from fmest.job import expert_tp_of
 from fmest.objectives import no_grad_calls, reference_of, sequences_per_sample
+from fmest.physics.counting import (
+    ADAPTER_TECHNIQUES,
+    ADAPTER_V2_TECHNIQUES,
+    adapter_layers,
+    quantized_base,
+)
 from fmest.transforms import (
     OptimizerSizing,
     ShardingPlan,
@@ -44,7 +50,13 @@ from fmest.transforms import (
 from fmest_memory_theory import formulas as F
 from fmest_memory_theory.encdec import encdec_activation_bytes, stack_lengths
 from fmest_memory_theory.host import host_memory_per_node
-from fmest_memory_theory.inventory import LoraNumbers, ModelNumbers, lora_numbers, model_numbers
+from fmest_memory_theory.inventory import (
+    LoraNumbers,
+    ModelNumbers,
+    adapter_numbers,
+    lora_numbers,
+    model_numbers,
+)
 from fmest_memory_theory.layer import LayerInputs, layer_activation_bytes
 from fmest_memory_theory.memo import by_identity
 from fmest_memory_theory.vision import (
@@ -138,6 +150,7 @@ def job_setup(job: Job, ctx: EstimateContext) -> JobSetup:
     transforms = transforms_of(job, ctx)
     sizing, plan, stack = transforms.optimizer, transforms.sharding, transforms.stack
     lora = training.technique in ("lora", "qlora")
+    adapter = training.technique in ADAPTER_TECHNIQUES  # a frozen base, as under LoRA
     # PyTorch-native TP (DTensor) is what composes with FSDP (torchtitan): loss_parallel and
     # separately all-gathered SP inputs (ShardingStrategy.native_tensor_parallel)
     dtensor_tp = lay.tp > 1 and plan.strategy.native_tensor_parallel
@@ -149,9 +162,9 @@ def job_setup(job: Job, ctx: EstimateContext) -> JobSetup:
     return JobSetup(
         training=training, parallelism=par, layout=lay, model=model, dims=model_numbers(model),
         lora=(lora_numbers(model, tuple(training.lora_target_modules), training.lora_rank)
-              if lora else None),
+              if lora else adapter_numbers(model, training.technique) if adapter else None),
         sizing=sizing, plan=plan, strategy=plan.strategy, act_bytes=sizing.compute_bytes,
-        adapter_act_bytes=sizing.trainable_bytes if lora else sizing.compute_bytes,
+        adapter_act_bytes=sizing.trainable_bytes if lora or adapter else sizing.compute_bytes,
         tokens=batch * seq_local, seq_local=seq_local, batch=batch, reference=reference,
         forward_only_calls=no_grad_calls(training),
         accumulating=training.grad_accum_steps > 1 or lay.pp > 1, dtensor_tp=dtensor_tp,
@@ -247,7 +260,7 @@ def _base_weight_bytes(setup: JobSetup,
     """Stage weights before sharding; QLoRA stores its linears (but the head) in NF4 or
     LLM.int8 (Dettmers et al. 2023 section 3; Dettmers et al. 2022)."""
     training, tp, dims = setup.training, setup.layout.tp, setup.dims
-    if training.technique != "qlora":
+    if not quantized_base(training):
         return params.total * setup.sizing.weight_bytes, ()
     q_params = dims.quantizable_weight_params * params.fraction / tp
     if training.quantization_bits == 4:
@@ -280,7 +293,7 @@ def _quantized_head_params(setup: JobSetup, params: StageParams) -> float:
     included (Lightning ``BitsandbytesPrecision.init_context`` swaps ``torch.nn.Linear`` for
     the bitsandbytes class model-wide; lightning 71aed751 fabric/plugins/precision/
     bitsandbytes.py), 0 otherwise (transformers keeps ``lm_head`` unquantized)."""
-    if setup.training.technique != "qlora" or not stack_says(setup.stack, "quantize_head"):
+    if not quantized_base(setup.training) or not stack_says(setup.stack, "quantize_head"):
         return 0.0
     return params.head
 
@@ -362,6 +375,7 @@ def model_state_terms(setup: JobSetup, params: StageParams) -> ModelState:
     optimizer_divisor = _blended_divisor(setup, "optimizer_divisor", trained_share)
     adapter_divisor = setup.plan.params_divisor
     weights = 0.0 if setup.offload_params else base_bytes / params_divisor
+    weights += _replicated_quant_constants(setup, params, params_divisor)
     adapters = trainable * sizing.trainable_bytes / adapter_divisor if lora else 0.0
     if lora and setup.offload_params:
         adapters = 0.0
@@ -384,6 +398,23 @@ def model_state_terms(setup: JobSetup, params: StageParams) -> ModelState:
                       trainable_params=trainable, master=master, grads_full=grads_full,
                       grads_peak=grads_peak, states=states, temps=temps,
                       temps_in_backward=temps_in_bwd, quantized=quant)
+
+
+def _replicated_quant_constants(setup: JobSetup, params: StageParams, divisor: float) -> float:
+    """The bitsandbytes NF4 quantization constants (absmax, and with double quantization the
+    nested absmax) that stay whole on every GPU when the stack quantizes each weight on each
+    rank's GPU and moves only the packed data (stacks.toml ``quant_state_replicated``: Answer.AI
+    fsdp_qlora ``load_and_quantize``): FSDP flattens and shards parameters only, so the
+    constants are not divided by the sharding divisor, and CPU offload leaves them on the GPU.
+    Returns what comes on top of the sharded share ``weights`` already holds."""
+    training = setup.training
+    if (not quantized_base(training) or training.quantization_bits != 4
+            or training.quantization_method != "bnb"
+            or not stack_says(setup.stack, "quant_state_replicated")):
+        return 0.0
+    q = setup.dims.quantizable_weight_params * params.fraction / setup.layout.tp
+    consts = q * (F.nf4_bytes_per_param(training.double_quantization) - F.NF4_BYTES_PER_PARAM)
+    return consts if setup.offload_params else consts * (1.0 - 1.0 / max(divisor, 1.0))
 
 
 @frozen(kw_only=True)
@@ -551,12 +582,16 @@ class Activations:
     logits_bwd_extra: float
     head_grad: float         # the output projection's weight gradient
     kept_input_grads: float = 0.0  # layer-input gradients FSDP1 keeps to the end of backward
+    #: the fp32 logits of the model output the training loop holds from the loss to the end of
+    #: the step (stacks.toml ``output_logits_held``)
+    output_logits: float = 0.0
 
 
 def _layer_inputs(setup: JobSetup) -> LayerInputs:
     """The job side of the per-layer activation count, with the stack's fused kernels as
     LayerInputs fields (no stack: eager PyTorch, nothing fused)."""
     training, lay, stack = setup.training, setup.layout, setup.stack
+    share, adapter_extra = _adapter_layer_terms(setup)
     return LayerInputs(
         tokens=setup.tokens, batch=setup.batch, seq=setup.seq_local,
         act_bytes=setup.act_bytes, tp=lay.tp, sequence_parallel=setup.parallelism
@@ -568,13 +603,70 @@ def _layer_inputs(setup: JobSetup) -> LayerInputs:
         fused_activation=stack is not None and stack.fuses("activation"),
         fused_layout=stack is not None and stack.fuses("layout"),
         gemm_input_bytes=_saved_gemm_input_bytes(setup),
-        frozen_gemm_inputs_saved=training.technique == "qlora"
+        frozen_gemm_inputs_saved=quantized_base(training)
         and stack_says(stack, "quant_saves_gemm_inputs"),
         norm_no_upcast=stack_says(stack, "norm_keeps_compute_dtype"),
         fused_qkv_views=stack_says(stack, "fused_qkv_views"),
         lora_dropout=lora_dropout_of(training, stack),
         lora_qkv_zero_pad=stack_says(stack, "lora_qkv_zero_pad"),
-        stream_bytes=_stream_bytes(setup))
+        stream_bytes=_stream_bytes(setup), saved_layer_share=share,
+        adapter_extra_bytes=adapter_extra,
+        adapter_gated_attn_out=training.technique in ADAPTER_TECHNIQUES)
+
+
+def _adapter_layer_terms(setup: JobSetup) -> tuple[float, float]:
+    """LLaMA-Adapter and Adapter-v2 as Lit-GPT runs them (lit_gpt/adapter.py, adapter_v2.py at
+    Lightning-AI/litgpt 8641822b3249bb94f068c254aa5d13decbc9f0a0): (share of the layers whose
+    activations backward needs, bytes one layer saves beyond the frozen base's, averaged over
+    the layers); (1, 0) for other techniques.
+
+    * v1: below ``adapter_start_layer`` nothing is trainable, so those layers save nothing.
+      Each adapter layer runs a second SDPA of its queries against the prefix's keys and
+      values (``amask`` of T x prompt length) and keeps its output and fp32 log-sum-exp
+      (formulas.attention_core_bytes, ``sdpa``) for the gate's gradient
+      (``y + gating_factor * ay``); the prefix keys/values are per layer, not per token.
+    * v2 also: every ``AdapterV2Linear`` computes ``adapter_scale * (linear(x) +
+      adapter_bias)``, whose product saves the pre-scale output for the scale's gradient (one
+      compute-dtype copy per output feature and token); trainable RMSNorm weights make
+      ``weight * x_normed`` save ``x_normed`` (Lit-GPT RMSNorm; eager upcasting norms save
+      their pre-scale copy, formulas.NORM_EAGER_PRESCALE_COPIES); LayerNorm keeps its input,
+      mean and rstd whether its weight trains or not. Every layer saves (the norms train).
+
+    Check (fake-tensor trace of Lit-GPT's own code at 8641822, bf16, SDPA): one adapter
+    layer of Llama-2-7B saves 140,182 B/token (v1) and 241,746 (v2); StableLM-Alpha-3B
+    98,747 and 172,712."""
+    technique = setup.training.technique
+    if technique not in ADAPTER_TECHNIQUES:
+        return 1.0, 0.0
+    model, dims, tp, act = setup.model, setup.dims, setup.layout.tp, setup.act_bytes
+    layers = max(1, model.num_layers)
+    tokens = setup.tokens
+    prefix = adapter_layers(model) / layers * F.attention_core_bytes(
+        tokens=tokens, batch=setup.batch, seq=setup.seq_local,
+        heads=model.num_attention_heads / tp, q_dim=dims.o_dim / tp, act_bytes=act,
+        attention="sdpa", dropout=0.0)
+    if technique not in ADAPTER_V2_TECHNIQUES:
+        return adapter_layers(model) / layers, prefix
+    outs = sum(lin.out_features * lin.layers * (lin.active_copies if lin.kind == "expert"
+                                                else lin.copies)
+               for lin in model.linears if lin.kind != "head") / layers
+    return 1.0, prefix + tokens * outs / tp * act + _trainable_norm_bytes(setup, per_layer=True)
+
+
+def _trainable_norm_bytes(setup: JobSetup, *, per_layer: bool) -> float:
+    """What trainable RMSNorm weights add (``x_normed`` kept for ``weight * x_normed``): one
+    layer's norms, or the final norm (Adapter-v2: _adapter_layer_terms); 0 for LayerNorm."""
+    model, dims = setup.model, setup.dims
+    cfg = getattr(model, "hf_config", None) or {}
+    if "rms_norm_eps" not in cfg and "rms_norm_epsilon" not in cfg:
+        return 0.0
+    hidden = model.hidden_size
+    norms = ((model.param_counts().norms - dims.final_norm_params)
+             / max(1, model.num_layers) / max(1, hidden)) if per_layer else 1.0
+    upcast = not (setup.training.compile or stack_says(setup.stack, "norm_keeps_compute_dtype"))
+    copies = F.NORM_EAGER_PRESCALE_COPIES if upcast else 1
+    return setup.tokens * hidden * setup.act_bytes * copies * norms / (
+        setup.layout.tp if setup.parallelism.sequence_parallel else 1)
 
 
 def lora_dropout_of(training: Training, stack: Optional[ResolvedStack]) -> float:
@@ -713,7 +805,7 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
                                       if par.pp_schedule == "interleaved" else 1)
         saved_all += chunks * tokens * model.hidden_size * act / (
             lay.tp if par.sequence_parallel else 1)
-    held = fwd_tr = bwd_tr = head_grad = 0.0
+    held = fwd_tr = bwd_tr = head_grad = out_logits = 0.0
     if stage.has_head:
         saved_all += _final_norm_bytes(setup)
         held, fwd_tr, bwd_tr = _logits(tokens, model.vocab_size / lay.tp, act, setup.loss,
@@ -722,9 +814,18 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
             # an fp32 head outside autocast writes fp32 logits: the loss's fp32 upcast is a
             # no-op, no compute-dtype logits exist beside it
             fwd_tr = 0.0
+        if setup.loss == "standard" and stack_says(setup.stack, "output_logits_held"):
+            # the loop's ``output`` keeps transformers' fp32-upcast logits beside the loss's
+            # saved log-softmax output and its gradients (stacks.toml output_logits_held)
+            out_logits = tokens * model.vocab_size / lay.tp * F.FP32_BYTES
         if setup.loss == "chunked" and stack_says(setup.stack, "chunked_loss_keeps_log_probs"):
             # every chunk's compute-dtype log-softmax output is saved (stacks.toml)
             held += tokens * model.vocab_size / lay.tp * act
+        if training.technique in ADAPTER_V2_TECHNIQUES:
+            # Adapter-v2's lm_head is an AdapterV2Linear: the pre-scale logits are saved for
+            # the scale's gradient; the final norm trains (_adapter_layer_terms)
+            saved_all += tokens * model.vocab_size / lay.tp * act \
+                + _trainable_norm_bytes(setup, per_layer=False)
         # the output projection's weight gradient appears with the logits' gradient (the
         # embedding's, when tied)
         tied = 0.0 if params.head else setup.dims.embedding_params / lay.tp
@@ -762,7 +863,7 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
             * (_stream_bytes(setup) or act) / (lay.tp if par.sequence_parallel else 1)
     return Activations(saved_layer=saved_l, work_layer=work_l, saved_all=saved_all,
                        logits_held=held, logits_fwd_extra=fwd_tr, logits_bwd_extra=bwd_tr,
-                       head_grad=head_grad, kept_input_grads=kept)
+                       head_grad=head_grad, kept_input_grads=kept, output_logits=out_logits)
 
 
 def fsdp1_keeps_checkpoint_inputs(setup: JobSetup) -> bool:
@@ -797,19 +898,19 @@ def _backward_candidates(setup: JobSetup, static: dict[str, float], state: Model
     head_first = 0.0 if (setup.accumulating or standard) else acts.head_grad
     return [
         dict(static, gradients=acc_grads + head_first + head_contrib,
-             activations=acts.saved_all, logits_and_loss=acts.logits_held + acts.logits_bwd_extra,
-             framework_buffers=both, optimizer_temporaries=0.0),
+             activations=acts.saved_all, logits_and_loss=acts.logits_held + acts.logits_bwd_extra
+             + acts.output_logits, framework_buffers=both, optimizer_temporaries=0.0),
         dict(static, gradients=acc_grads + (0.0 if setup.accumulating else acts.head_grad),
-             activations=acts.saved_all, logits_and_loss=acts.logits_held if standard else 0.0,
-             framework_buffers=both, optimizer_temporaries=0.0),
+             activations=acts.saved_all, logits_and_loss=(acts.logits_held if standard else 0.0)
+             + acts.output_logits, framework_buffers=both, optimizer_temporaries=0.0),
         dict(static, gradients=max(acc_grads, min(state.grads_peak, acts.head_grad
                                                   + state.grads_full / max(stage.layers, 1))),
-             activations=acts.saved_all + acts.work_layer, logits_and_loss=0.0,
+             activations=acts.saved_all + acts.work_layer, logits_and_loss=acts.output_logits,
              framework_buffers=both, optimizer_temporaries=state.temps_in_backward),
         dict(static, gradients=state.grads_peak, activations=acts.saved_layer + acts.work_layer
              + acts.kept_input_grads + (acts.saved_all - acts.saved_layer
                                         if acts.kept_input_grads else 0.0),
-             logits_and_loss=0.0, framework_buffers=both - buffers.accumulated,
+             logits_and_loss=acts.output_logits, framework_buffers=both - buffers.accumulated,
              optimizer_temporaries=state.temps_in_backward),
     ]
 
@@ -826,7 +927,7 @@ def phase_components(setup: JobSetup, state: ModelState, buffers: Buffers, acts:
     if setup.reference == "copy":
         static["reference_weights"] = state.weights
     forward = dict(static, gradients=acc_grads, activations=acts.saved_all,
-                   logits_and_loss=acts.logits_held + acts.logits_fwd_extra,
+                   logits_and_loss=acts.logits_held + acts.logits_fwd_extra + acts.output_logits,
                    framework_buffers=buffers.static + buffers.fwd_bwd + buffers.fwd_only,
                    optimizer_temporaries=0.0)
     if setup.forward_only_calls and stage.has_head:
@@ -834,8 +935,8 @@ def phase_components(setup: JobSetup, state: ModelState, buffers: Buffers, acts:
     candidates = _backward_candidates(setup, static, state, buffers, acts, stage, acc_grads)
     in_backward = setup.training.optimizer_in_backward
     optimizer = dict(static, gradients=state.grads_peak if not in_backward else 0.0,
-                     activations=0.0, logits_and_loss=0.0, framework_buffers=buffers.static,
-                     optimizer_temporaries=state.temps)
+                     activations=0.0, logits_and_loss=acts.output_logits,
+                     framework_buffers=buffers.static, optimizer_temporaries=state.temps)
     return {"forward": forward,
             "backward": max(candidates, key=lambda comps: sum(comps.values())),
             "optimizer": optimizer}
@@ -932,12 +1033,19 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
     def reserve(allocated: float) -> float:
         held = F.allocator_reserve_bytes(allocated, expandable) if fitted is None \
             else fitted * allocated
+        if not setup.capacity_bytes:
+            return held
         # before raising an OOM the caching allocator frees its cached blocks and retries
         # (c10/cuda/CUDACachingAllocator.cpp @ eb42ad6e, DeviceCachingAllocator::malloc:
-        # release_available_cached_blocks, then release_cached_blocks): the reserve never
-        # pushes a peak that fits as tensors past the device (docs/allocator.md)
-        room = setup.capacity_bytes - ctx_bytes - allocated if setup.capacity_bytes else None
-        return held if room is None or room < 0 else min(held, room)
+        # release_available_cached_blocks, then release_cached_blocks), but a segment with a
+        # live block stays: the reserve shrinks to the room left on the device, never below
+        # that floor (fmest.allocator.irreducible_reserve_bytes; docs/allocator.md), so a peak
+        # whose tensors + floor exceed the device does not fit. Tensors alone past the device:
+        # the reserve a device large enough would hold (the answer is the peak such a run has)
+        room = setup.capacity_bytes - ctx_bytes - allocated
+        if room < 0:
+            return held
+        return min(held, max(room, F.irreducible_reserve_bytes(allocated, expandable)))
 
     components["allocator_reserve"] = int(round(reserve(peak.allocated)))
     total = sum(components.values())

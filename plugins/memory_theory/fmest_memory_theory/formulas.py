@@ -105,8 +105,14 @@ FSDP_PP_ACCUMULATED_GRAD_BYTES = FP32_BYTES
 # -- outside the tensors --------------------------------------------------------------------
 #: GPU-side terms (CUDA context, cuBLAS workspaces, NCCL buffers, allocator reserve) live in
 #: core's :mod:`fmest.physics.device_terms`, shared with the traced plugin; re-exported here for the
-#: plugin (``F.cuda_context_bytes``) and the benchmarks.
-from fmest.physics.device_terms import (  # noqa: E402
+#: plugin (``F.cuda_context_bytes``) and the benchmarks. The part of the reserve no release
+#: returns (fmest issue 22: segments / pages that hold a live block, from replays,
+#: core/fmest/data/allocator_reserve.json ``floor``; constants and derivation in
+#: :mod:`fmest.allocator`) is where the cap of the reserve at the device stops.
+from fmest.allocator import (  # noqa: E402
+    irreducible_reserve_bytes as irreducible_reserve_bytes,
+)
+from fmest.physics.device_terms import (
     ALLOCATOR_RESERVE_FRACTION as ALLOCATOR_RESERVE_FRACTION,
 )
 from fmest.physics.device_terms import (

@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING, Optional
 from attrs import frozen
 
 from fmest.job import Training
-from fmest.physics.counting import lora_modules
+from fmest.physics.counting import (
+    ADAPTER_PROMPT_LENGTH,
+    adapter_layers,
+    adapter_trainable_params,
+    lora_modules,
+)
 from fmest_memory_theory import formulas as F
 from fmest_memory_theory.memo import by_identity
 
@@ -105,6 +110,7 @@ class LoraNumbers:
 
 _MODEL_NUMBERS: dict[tuple, tuple[object, ModelNumbers]] = {}
 _LORA_NUMBERS: dict[tuple, tuple[object, LoraNumbers]] = {}
+_ADAPTER_NUMBERS: dict[tuple, tuple[object, LoraNumbers]] = {}
 
 
 def model_numbers(model: ModelSpec) -> ModelNumbers:
@@ -116,6 +122,12 @@ def lora_numbers(model: ModelSpec, targets: tuple[str, ...], rank: int) -> LoraN
     """:func:`compute_lora_numbers`, cached per model, targets and rank."""
     return by_identity(_LORA_NUMBERS, model, (targets, rank),
                        lambda: compute_lora_numbers(model, targets, rank))
+
+
+def adapter_numbers(model: ModelSpec, technique: str) -> LoraNumbers:
+    """:func:`compute_adapter_numbers`, cached per model and technique."""
+    return by_identity(_ADAPTER_NUMBERS, model, (technique,),
+                       lambda: compute_adapter_numbers(model, technique))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,3 +256,20 @@ def compute_lora_numbers(model: ModelSpec, targets: tuple[str, ...], rank: int) 
                        qkv_adapted=len(qkv_names), qkv_adapted_in=qkv_in,
                        qkv_adapted_out=qkv_out,
                        qkv_all=len(qkv_names) == len(QKV_NAMES))
+
+
+def compute_adapter_numbers(model: ModelSpec, technique: str) -> LoraNumbers:
+    """LLaMA-Adapter / Adapter-v2 as the LoRA-shaped record the phases read: the trainable
+    parameters (fmest.physics.counting.adapter_trainable_params) and no adapted linear (no
+    LoRA input copies: the base is frozen, as under LoRA). Adafactor: each layer's
+    ``adapter_wte`` (prompt length x hidden) is a matrix, the rest vectors."""
+    trainable = float(adapter_trainable_params(model, Training(technique=technique)))
+    shapes: list[MatrixShape] = [(ADAPTER_PROMPT_LENGTH, model.hidden_size,
+                                  adapter_layers(model))]
+    matrix = ADAPTER_PROMPT_LENGTH * model.hidden_size * adapter_layers(model)
+    return LoraNumbers(adapter_params=trainable, shapes=tuple(shapes), in_attn=False,
+                       on_attn_out=False, on_mlp_in=False, on_mlp_out=False,
+                       input_elements_per_token=0.0, sharded_input_elements_per_token=0.0,
+                       rank_elements_per_token=0.0,
+                       factored_state_elements=F.factored_state_elements(
+                           shapes, trainable - matrix))

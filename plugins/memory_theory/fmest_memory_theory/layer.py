@@ -76,6 +76,15 @@ class LayerInputs:
     #: with it every layer input is fp32: what full checkpointing keeps per layer
     #: (estimator ``_stream_bytes``)
     stream_bytes: Optional[float] = None
+    #: LLaMA-Adapter / Adapter-v2 (estimator ``_adapter_layer_terms``): the share of layers
+    #: backward runs through (Adapter v1: none below ``adapter_start_layer`` holds a trainable
+    #: parameter, so those save nothing), the bytes a layer saves beyond the frozen base's
+    #: (averaged over the layers: the prefix attention's output, Adapter-v2's pre-scale linear
+    #: outputs and norm products) and whether the output projection reads the gated sum
+    #: ``y + gating_factor * ay`` (a new tensor, which a quantized projection keeps)
+    saved_layer_share: float = 1.0
+    adapter_extra_bytes: float = 0.0
+    adapter_gated_attn_out: bool = False
 
     @property
     def gemm_bytes(self) -> float:
@@ -109,7 +118,8 @@ def _needs(lora: Optional[LoraNumbers], inputs: LayerInputs) -> _Needs:
     if lora is not None and inputs.frozen_gemm_inputs_saved:
         # every quantized linear keeps its input; the output projection's input is the
         # attention kernel's own output (Lit-GPT reshapes it as a view), kept by the kernel
-        return _Needs(attn_in=True, o_in=lora.on_attn_out, mlp_in=True, mlp_out=True)
+        return _Needs(attn_in=True, o_in=lora.on_attn_out or inputs.adapter_gated_attn_out,
+                      mlp_in=True, mlp_out=True)
     if lora is None or inputs.adapter_bytes != inputs.act_bytes or inputs.lora_dropout > 0:
         # adapters in another dtype read a cast copy, behind a dropout the dropped copy
         # (lora_input_bytes), not the shared input
@@ -269,7 +279,8 @@ def layer_activation_bytes(model: ModelSpec, dims: ModelNumbers, lora: Optional[
     full = (norm_block_bytes(hidden, inputs, needs.attn_in) + qkv + core + o_in
             + norm_block_bytes(hidden, inputs, needs.mlp_in) + mlp
             + F.dropout_mask_bytes(tokens, hidden, model.dropout) / inputs.norm_divisor
-            + lora_input_bytes(lora, inputs))
+            + lora_input_bytes(lora, inputs)) * inputs.saved_layer_share \
+        + inputs.adapter_extra_bytes
     grad_buffers = F.LAYER_BACKWARD_GRAD_BUFFERS * tokens * max(
         widest / inputs.tp, hidden if inputs.dtensor_sp else hidden / inputs.norm_divisor) * act
     if inputs.checkpointing == "none":

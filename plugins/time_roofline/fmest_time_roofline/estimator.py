@@ -31,6 +31,7 @@ from fmest.models.images import vlm_sequence_len
 from fmest.objectives import no_grad_calls, sequences_per_sample
 from fmest.physics.counting import (
     lora_modules,
+    quantized_base,
     tokens_per_sample,
     total_params,
     trainable_params,
@@ -223,8 +224,10 @@ def _gemm(shape: StepShape, rates: Rates):
 
 
 def _lora_module_seconds(training, model, shape: StepShape, gemm) -> tuple[tuple, list]:
-    """(modules, forward seconds of each) of the LoRA adapters (tiny rank: memory-bound)."""
-    if shape.full:
+    """(modules, forward seconds of each) of the LoRA adapters (tiny rank: memory-bound);
+    none for full training and for the Adapter techniques (no LoRA modules: their prefix
+    attention is formulas.adapter_forward_flops_per_token)."""
+    if shape.full or training.technique not in ("lora", "qlora"):
         return (), []
     mods = tuple(lora_modules(model, training))
     rank, out = training.lora_rank, []
@@ -257,7 +260,9 @@ def moe_permute_bytes(model, shape: StepShape) -> float:
     return passes * moe_layers * per_pass
 
 
-def moe_dispatch_seconds(model, shape: StepShape, gpu, gpus_per_node: int) -> float:
+def moe_dispatch_seconds(model, shape: StepShape, gpu, gpus_per_node: int, *,
+                         dispatcher: Optional[str] = None,
+                         overlap_window: Optional[float] = None) -> float:
     """Expert-parallel token traffic of one micro-batch (Megatron-Core
     MoEAlltoAllTokenDispatcher, NVIDIA/Megatron-LM @ d98e8a64ddf34856e74b24714e3bedb2f5a39553
     megatron/core/transformer/moe/token_dispatcher.py): per MoE layer and pass, a dispatch and a
@@ -269,27 +274,46 @@ def moe_dispatch_seconds(model, shape: StepShape, gpu, gpus_per_node: int) -> fl
     ``expert_decoder_rank_generator``: tp = ``expert_tensor_parallel_size``, cp=1), expert TP
     defaulting to TP, so its ranks are ``expert_tp`` apart (consecutive with expert TP 1);
     beyond the NVLink domain (the node, or GB200 NVL72's 72 GPUs: formulas.nvlink_domain_gpus)
-    the all-to-all's off-domain share runs at the NIC rate (formulas.all_to_all_seconds)."""
+    the all-to-all's off-domain share runs at the NIC rate (formulas.all_to_all_seconds).
+
+    ``dispatcher`` (``parallelism.moe_dispatcher``) ``deepep`` / ``hybridep``: the flex
+    dispatcher, one group over the expert-TP x EP ranks (no separate expert-TP gather),
+    a token sent once per destination rank and once per remote node
+    (formulas.flex_dispatch_seconds). ``overlap_window`` (``parallelism.moe_a2a_overlap``,
+    Megatron ``--overlap-moe-expert-parallel-comm``): the seconds of another micro-batch's
+    compute the traffic runs under (formulas.exposed_comm_seconds); Megatron refuses the
+    overlap with full recomputation (transformer_config.py), so it is not applied there."""
     if shape.ep <= 1 or not model.is_moe:
         return 0.0
     moe_layers = (model.num_moe_layers or model.num_layers) / shape.pp
     passes = 2 + (1 if shape.checkpointing == "full" else 0)
-    routed = shape.tokens / shape.tp * model.experts_per_token * model.hidden_size \
-        * shape.act_bytes
+    shard = shape.tokens / shape.tp * model.hidden_size * shape.act_bytes
+    routed = shard * model.experts_per_token
     etp = shape.etp
     domain = F.nvlink_domain_gpus(getattr(gpu, "name", "") or "", gpus_per_node)
-    inter = F.group_is_inter_node(shape.ep, etp, domain)
-    per_node = max(1, domain // max(1, etp))
-    a2a = F.all_to_all_seconds(routed, shape.ep, F.link_bytes_per_s(gpu, inter_node=False),
-                               inter, ranks_per_node=min(per_node, shape.ep),
-                               nic_bytes_per_s=F.nic_bytes_per_s(gpu))
+    bus = F.link_bytes_per_s(gpu, inter_node=False)
     gather = 0.0
-    if etp > 1:
-        t_inter, t_bw = _links(gpu, gpus_per_node)(etp, 1)
-        gathered = routed * etp
-        gather = F.all_gather_seconds(gathered, etp, t_bw, t_inter) \
-            + F.reduce_scatter_seconds(gathered, etp, t_bw, t_inter)
-    return passes * moe_layers * (2 * a2a + gather)
+    if dispatcher in ("deepep", "hybridep"):
+        ranks = shape.ep * etp
+        a2a = F.flex_dispatch_seconds(shard, model.num_experts or model.experts_per_token,
+                                      model.experts_per_token, ranks, domain, bus,
+                                      F.nic_bytes_per_s(gpu), expert_tp=etp,
+                                      inter_node=ranks > domain)
+    else:
+        inter = F.group_is_inter_node(shape.ep, etp, domain)
+        per_node = max(1, domain // max(1, etp))
+        a2a = F.all_to_all_seconds(routed, shape.ep, bus, inter,
+                                   ranks_per_node=min(per_node, shape.ep),
+                                   nic_bytes_per_s=F.nic_bytes_per_s(gpu))
+        if etp > 1:
+            t_inter, t_bw = _links(gpu, gpus_per_node)(etp, 1)
+            gathered = routed * etp
+            gather = F.all_gather_seconds(gathered, etp, t_bw, t_inter) \
+                + F.reduce_scatter_seconds(gathered, etp, t_bw, t_inter)
+    total = passes * moe_layers * (2 * a2a + gather)
+    if overlap_window is not None and shape.checkpointing != "full":
+        total = F.exposed_comm_seconds(total, overlap_window)
+    return total
 
 
 def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> MatmulTimes:
@@ -335,13 +359,13 @@ def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> Matm
         elements = (rows * inner + inner * cols + rows * cols) * count
         if shape.linear_dtype == "fp8":
             fp8_cast += cast_bytes * elements * (3 if shape.full else 2)
-        if training.technique == "qlora" and gptq:
+        if quantized_base(training) and gptq:
             # the matmul keeps the unpacked weight for backward (formulas
             # .gptq_dequant_bytes_per_param): unpacked in forward and in the recompute
             uses = 1 + (1 if shape.checkpointing == "full" else 0)
             dequant += F.gptq_dequant_bytes_per_param(training.quantization_bits) \
                 * inner * cols * count * uses
-        elif training.technique == "qlora":
+        elif quantized_base(training):
             uses = 2 + (1 if shape.checkpointing == "full" else 0)
             dequant += F.QLORA_DEQUANT_BYTES_PER_PARAM * inner * cols * count * uses
     # the routed experts' token permutation: memory-bound bytes at HBM speed like the
@@ -401,11 +425,80 @@ def stack_loss(training, stack) -> str:
     return training.loss
 
 
+def lora_dropout_probability(training, stack) -> float:
+    """The adapters' dropout: ``training.lora_dropout`` when given, else the stack's
+    (stacks.toml ``lora_dropout``), else PEFT's default 0.0 (the rule of memory_theory's
+    ``lora_dropout_of``)."""
+    if training.technique not in ("lora", "qlora"):
+        return 0.0
+    if training.lora_dropout is not None:
+        return float(training.lora_dropout)
+    return float(stack.profile.lora_dropout) if stack is not None else 0.0
+
+
+def lora_elementwise_bytes(training, shape: StepShape, stack, lora_mods) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of one micro-batch that the stack's LoRA layer adds around
+    the adapted linears, beyond the adapters' GEMMs (:func:`_lora_module_seconds`): for a stack
+    on huggingface/peft (stacks.toml ``lora_impl = "peft"``) the fp32 casts of each adapter
+    input, its dropout, ``* scaling`` and the add (formulas.peft_lora_bytes_per_row), over the
+    ``tokens x active copies`` rows of each module and the stage's layers; a stack (or job)
+    that fuses ``lora`` (fms-acceleration's fused LoRA kernels on a quantized base) moves the
+    fused kernels' bytes instead; 0 otherwise."""
+    if not lora_mods or stack is None or stack.profile.lora_impl != "peft":
+        return 0.0, 0.0
+    dropout = lora_dropout_probability(training, stack) > 0.0
+    fused = "lora" in getattr(stack, "fused", ())   # ResolvedStack.fused (fuses("lora"))
+    fwd = bwd = 0.0
+    for mod in lora_mods:
+        rows = shape.tokens * mod.active_copies * mod.layers / shape.pp
+        f, b = F.peft_lora_bytes_per_row(mod.in_features, mod.out_features, dropout=dropout,
+                                         fused=fused)
+        fwd += f * rows
+        bwd += b * rows
+    return fwd, bwd
+
+
+def kbit_prep_of(training, stack) -> str:
+    """PEFT's k-bit preparation as it ran (``fmest.job.KBIT_PREPS``), the rule of
+    memory_theory's ``kbit_prep_of``: ``training.kbit_prep``, else a stack's ``kbit_prep``
+    profile field where one states it, else ``none``; only a bitsandbytes QLoRA base is
+    prepared (PEFT skips the cast for GPTQ/AQLM/EETQ/HQQ/torchao: huggingface/peft
+    5d602fdbff04c33c1c4de55cda9d4ae1d7cb7e40 src/peft/utils/other.py)."""
+    if training.technique != "qlora" or training.quantization_method != "bnb":
+        return "none"
+    stated = getattr(training, "kbit_prep", None)
+    if stated is None and stack is not None:
+        stated = getattr(stack.profile, "kbit_prep", None)
+    return str(stated) if stated else "none"
+
+
+def kbit_prep_elementwise_bytes(training, model, shape: StepShape, stack,
+                                lora_mods) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of one micro-batch that PEFT's k-bit preparation of a
+    4-bit bitsandbytes base adds (formulas.kbit_fp32_stream_bytes_per_token: the fp32
+    residual stream, bitsandbytes' casts in and out of each 4-bit linear, fp32 norms, RoPE,
+    activation and gradient sums; PEFT's own input cast, counted by
+    :func:`lora_elementwise_bytes`, becomes a no-op for an fp32 input). 0 when no preparation
+    ran, for the 8-bit path (not traced; memory_theory keeps its compute-dtype stream too) and
+    under torch.compile (Inductor fuses the casts into its kernels: not modelled)."""
+    if kbit_prep_of(training, stack) == "none" or training.quantization_bits != 4 \
+            or training.compile:
+        return 0.0, 0.0
+    peft = stack is not None and stack.profile.lora_impl == "peft" \
+        and "lora" not in getattr(stack, "fused", ())
+    adapted = frozenset(mod.name for mod in lora_mods) if peft else frozenset()
+    fwd, bwd = F.kbit_fp32_stream_bytes_per_token(model, stage_layers=shape.stage_layers,
+                                                  pp=shape.pp, adapted=adapted)
+    return fwd * shape.tokens, bwd * shape.tokens
+
+
 def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: MatmulTimes,
                          comm: CommunicationPlan, stack=None) -> float:
     """Phase 4: elementwise traffic (norms, activations, RoPE, layouts; recomputed under full
     checkpointing), the loss, eager attention scores, gradient accumulation read-add-write,
-    QLoRA dequantization and fp8 casts, at HBM speed (formulas.memory_bound_seconds)."""
+    the LoRA layer's and PEFT k-bit preparation's casts (:func:`lora_elementwise_bytes`,
+    :func:`kbit_prep_elementwise_bytes`), QLoRA dequantization and fp8 casts, at HBM speed
+    (formulas.memory_bound_seconds)."""
     training, par = job.training, job.parallelism
     compiled = bool(training.compile)
     fwd_tok, bwd_tok = F.elementwise_bytes_fwd_bwd(
@@ -430,6 +523,14 @@ def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: Ma
             if stack_bytes is None else stack_bytes[0] / sum(stack_bytes)
         moved += scores * shape.tokens * shape.stage_layers * (
             1.0 + (fwd_share if shape.checkpointing != "none" else 0.0))
+    # the LoRA layer's own casts, dropout, scaling and add around each adapted linear
+    # (forward, backward, and the recompute's forward under full checkpointing)
+    lora_fwd, lora_bwd = lora_elementwise_bytes(training, shape, stack, matmuls.lora_modules)
+    moved += lora_fwd * (2.0 if shape.checkpointing == "full" else 1.0) + lora_bwd
+    # PEFT's k-bit preparation: the fp32 residual stream's casts and fp32 elementwise chains
+    kbit_fwd, kbit_bwd = kbit_prep_elementwise_bytes(training, model, shape, stack,
+                                                     matmuls.lora_modules)
+    moved += kbit_fwd * (2.0 if shape.checkpointing == "full" else 1.0) + kbit_bwd
     accum = shape.grad_accum
     if accum > 1:  # gradient accumulation: read-add-write the gradient buffer per micro-batch
         grad_local = local_trainable_params(model, training, shape)
@@ -493,7 +594,11 @@ def model_parallel_comm(job, model, shape: StepShape, attention: AttentionTimes,
         tp_t = F.exposed_comm_seconds(tp_t, matmul_seconds)
     ep_t = pp_t = cp_t = cp_mem = 0.0
     if shape.ep > 1 and model.is_moe:
-        ep_t = moe_dispatch_seconds(model, shape, gpu, gpn)
+        # the dispatcher the job states (alltoall, DeepEP/HybridEP) and Megatron's EP
+        # all-to-all overlap behind the micro-batch's GEMMs (--overlap-moe-expert-parallel-comm)
+        ep_t = moe_dispatch_seconds(
+            model, shape, gpu, gpn, dispatcher=job.parallelism.moe_dispatcher,
+            overlap_window=matmul_seconds if job.parallelism.moe_a2a_overlap else None)
     if shape.pp > 1:
         inter = F.group_is_inter_node(shape.pp, shape.tp * shape.cp * shape.dp, gpn)
         bandwidth = F.link_bytes_per_s(gpu, inter_node=inter, size=2, nodes=2)  # one hop
@@ -628,11 +733,22 @@ def optimizer_and_offload_seconds(job, model, shape: StepShape, transforms: Tran
     train_local = local_trainable_params(model, training, shape)
     opt_params = train_local / transforms.sharding.optimizer_divisor
     offload = 0.0
+    fsdp_params = par.cpu_offload == "params" and par.fsdp != "none"
     if par.cpu_offload in ("optimizer", "params"):
-        offload += F.pcie_seconds(opt_params * (sizing.grad_bytes + shape.act_bytes), gpu)
+        # FSDP keeps the updated parameter shard on the host: only gradients go down
+        moved = sizing.grad_bytes + (0 if fsdp_params else shape.act_bytes)
+        offload += F.pcie_seconds(opt_params * moved, gpu)
         opt_t = opt_params * min(layout.gpus_per_node, layout.world_size) \
             / F.CPU_ADAM_PARAMS_PER_S_PER_NODE
-        if par.cpu_offload == "params":  # parameters stream in for forward and backward
+        if fsdp_params:
+            h2d = fsdp_offload_h2d_bytes(model, training, sizing, shape,
+                                         max(1.0, transforms.sharding.params_divisor))
+            offload += shape.grad_accum * F.exposed_comm_seconds(F.pcie_seconds(h2d, gpu),
+                                                                 compute_mb)
+            notes.append("FSDP CPU offload: each unit's parameter shard is copied to the GPU "
+                         "before its forward and its backward (packed 4-bit QLoRA weights at "
+                         "their stored bytes), on FSDP's pre-unshard stream beside compute")
+        elif par.cpu_offload == "params":  # parameters stream in for forward and backward
             params_local = total_params(model, training) / (shape.tp * shape.pp)
             offload += shape.grad_accum * F.pcie_seconds(
                 2 * (shape.act_bytes * params_local)
@@ -652,6 +768,36 @@ def optimizer_and_offload_seconds(job, model, shape: StepShape, transforms: Tran
         pcie = 2 * F.pcie_seconds(acts, gpu)  # out in forward, back in backward (own streams)
         offload += shape.grad_accum * max(0.0, pcie - compute_mb)
     return opt_t, offload, notes
+
+
+def fsdp_offload_h2d_bytes(model, training, sizing, shape: StepShape, shards: float) -> float:
+    """Host-to-device bytes of PyTorch FSDP's parameter CPU offload per micro-batch on one GPU.
+
+    FSDP1 keeps each unit's parameter shard pinned on the host
+    (``FlatParamHandle.init_flat_param_attributes``: ``_local_shard.pin_memory()``) and, before
+    every unshard, ``pre_unshard`` copies it to the GPU (``flat_param_to(device,
+    non_blocking=True)``) on ``state._pre_unshard_stream`` ("CPU offloading (H2D copy)"), which
+    the all-gather's unshard stream waits on; every reshard points the parameter back at the
+    host shard (``reshard`` -> ``_use_sharded_flat_param``, "implicitly offloads the sharded flat
+    parameter"), the root's after forward too (``_post_forward_reshard`` only keeps its unsharded
+    copy), so every unit, root included, is copied before its forward and again before its
+    backward (pytorch/pytorch v2.2.0 torch/distributed/fsdp/_runtime_utils.py ``_unshard``,
+    ``_post_forward_reshard``; _flat_param.py). What moves is the shard as stored: a QLoRA
+    linear's packed 4-bit values (``bnb_4bit_quant_storage`` = the compute dtype, 2 values per
+    byte: ``bits / 8`` bytes per parameter; the quantization constants are not parameters and
+    never move), the other tensors (norms counted with the blocks) at the stored weights' bytes
+    (``sizing.weight_bytes``: fp32 under full ``amp`` training, whose ``_use_low_precision_shard``
+    copies the fp32 shard up before the cast), the LoRA adapters at ``sizing.trainable_bytes``."""
+    counts = model.param_counts()
+    blocks = counts.attention + counts.mlp + counts.experts
+    quantized = blocks if quantized_base(training) else 0.0
+    per_q = training.quantization_bits / 8
+    block_bytes = quantized * per_q + (blocks - quantized + counts.norms + counts.other) \
+        * sizing.weight_bytes
+    adapters = (trainable_params(model, training) * sizing.trainable_bytes
+                if training.technique != "full" else 0.0)
+    root = (counts.embedding + counts.head) * sizing.weight_bytes
+    return 2 * (block_bytes + adapters + root) / (shape.tp * shape.pp) / shards
 
 
 def _flops_figures(model, training, shape: StepShape, lora_mods, step: float, gpu,

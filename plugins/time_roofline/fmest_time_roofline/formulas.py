@@ -28,11 +28,17 @@ from fmest.physics.time_constants import (
     DEEPSPEED_PIPE_PARTITION_GATHERS,
     DEFAULT_INTER_NODE_BYTES_PER_S,
     DEFAULT_PCIE_BYTES_PER_S,
+    FUSED_LORA_BYTES_PER_FEATURE,
+    FUSED_LORA_DROPOUT_BYTES_PER_IN_FEATURE,
     HBM_EFFICIENCY,
     HOST_SECONDS_PER_EAGER_OP,
     INTER_NODE_COLLECTIVE_EFFICIENCY,
     INTER_NODE_LATENCY_S,
     INTRA_NODE_LATENCY_S,
+    KBIT_PREP_CAST_BYTES_PER_ELEMENT,
+    KBIT_PREP_GRAD_SUM_EXTRA_BYTES_PER_ELEMENT,
+    KBIT_PREP_LORA_FP32_INPUT_SAVED_BYTES_PER_IN_FEATURE,
+    KBIT_PREP_TRACED_BYTES_PER_ELEMENT,
     NVLINK_DOMAIN_GPUS,
     OVERLAP_INTERFERENCE_FRACTION,
     PCIE_EFFICIENCY,
@@ -50,6 +56,12 @@ from fmest.physics.time_constants import (
 )
 from fmest.physics.time_constants import (
     PCIE_P2P_DISABLED_BY_GPU as PCIE_P2P_DISABLED_BY_GPU,
+)
+from fmest.physics.time_constants import (
+    PEFT_LORA_BYTES_PER_FEATURE as PEFT_LORA_BYTES_PER_FEATURE,
+)
+from fmest.physics.time_constants import (
+    PEFT_LORA_DROPOUT_BYTES_PER_IN_FEATURE as PEFT_LORA_DROPOUT_BYTES_PER_IN_FEATURE,
 )
 from fmest.transforms import dtype_info
 
@@ -586,6 +598,38 @@ def last_layer_matmul_forward_flops_per_token(model) -> float:
     return total
 
 
+def adapter_forward_flops_per_token(model, technique: str) -> float:
+    """Forward FLOPs per token that LLaMA-Adapter / Adapter-v2 add (Lit-GPT lit_gpt/adapter.py,
+    adapter_v2.py at Lightning-AI/litgpt 8641822b3249bb94f068c254aa5d13decbc9f0a0), 0 for other
+    techniques:
+
+    * each adapter layer's queries attend the ``adapter_prompt_length`` prefix keys/values
+      (a second SDPA, no causal mask): ``2 x heads x (d_qk + d_v) x prompt_length``, plus the
+      gate's multiply-add (2 per attention output). The prefix's own projection is not per
+      token (and during fine-tuning it is read from ``adapter_kv_cache``);
+    * Adapter-v2: ``adapter_scale * (linear(x) + adapter_bias)``, 2 FLOPs per output feature
+      of every linear instance a token passes (the head included)."""
+    from fmest.physics.counting import (
+        ADAPTER_PROMPT_LENGTH,
+        ADAPTER_TECHNIQUES,
+        ADAPTER_V2_TECHNIQUES,
+        adapter_layers,
+    )
+
+    if technique not in ADAPTER_TECHNIQUES:
+        return 0.0
+    d_qk = model.qk_head_dim or model.head_dim
+    d_v = model.v_head_dim or model.head_dim
+    heads = model.num_attention_heads
+    flops = adapter_layers(model) * (2.0 * heads * (d_qk + d_v) * ADAPTER_PROMPT_LENGTH
+                                     + 2.0 * heads * d_v)
+    if technique in ADAPTER_V2_TECHNIQUES:
+        flops += 2.0 * (sum(lin.out_features * lin.layers * lin.active_copies
+                            for lin in model.linears if lin.kind != "head")
+                        + sum(out for _, out in head_linears(model)))
+    return flops
+
+
 def training_flops_per_token(model, *, seq_len: int, technique: str = "full",
                              lora_modules=(), lora_rank: int = 16,
                              checkpointing: str = "none") -> dict[str, float]:
@@ -595,6 +639,8 @@ def training_flops_per_token(model, *, seq_len: int, technique: str = "full",
       Kaplan et al. 2020, Narayanan et al. 2021) + attention core ``3 x`` forward;
     * LoRA/QLoRA: the frozen base needs the forward and the input-gradient backward only,
       ``4 N_mm``, plus ``6 r (in + out)`` per adapted module (Hu et al. 2021);
+    * Adapter/Adapter-v2 (and their quantized forms): the frozen base likewise, plus ``3 x``
+      :func:`adapter_forward_flops_per_token` (forward and its two-sided backward);
     * recompute (hardware FLOPs only, Korthikanti et al. 2022, arXiv:2205.05198 §5): ``full``
       adds one more forward of the transformer layers minus each layer's last matmul (early
       stop), ``selective`` the attention core forward.
@@ -607,12 +653,13 @@ def training_flops_per_token(model, *, seq_len: int, technique: str = "full",
         model_flops = 3.0 * mm_fwd + 3.0 * attn_fwd
     else:
         model_flops = 2.0 * mm_fwd + 3.0 * attn_fwd \
-            + 3.0 * lora_adapter_forward_flops_per_token(lora_modules, lora_rank)
+            + 3.0 * lora_adapter_forward_flops_per_token(lora_modules, lora_rank) \
+            + 3.0 * adapter_forward_flops_per_token(model, technique)
     head_fwd = sum(2.0 * in_features * out_features
                    for in_features, out_features in head_linears(model))
     if checkpointing == "full":
         adapters = lora_adapter_forward_flops_per_token(lora_modules, lora_rank) \
-            if technique != "full" else 0.0
+            + adapter_forward_flops_per_token(model, technique) if technique != "full" else 0.0
         recompute = mm_fwd - head_fwd - last_layer_matmul_forward_flops_per_token(model) \
             + attn_fwd + adapters
     elif checkpointing == "selective":
@@ -703,6 +750,122 @@ def loss_bytes_per_token(vocab_size: int, loss: str = "standard", *,
     if compiled:
         per_logit = min(per_logit, sum(compiled_bytes_per_element("loss")))
     return per_logit * vocab_size
+
+
+def peft_lora_bytes_per_row(in_features: float, out_features: float, *,
+                            dropout: bool, fused: bool = False) -> tuple[float, float]:
+    """(forward, backward) HBM bytes per GEMM row (token) that huggingface/peft's LoRA layer
+    adds around one adapted linear of ``in_features`` -> ``out_features``: the fp32 casts of
+    the input, the dropout (when ``dropout``), ``* scaling`` and the add into the base output
+    (``PEFT_LORA_BYTES_PER_FEATURE``, ``PEFT_LORA_DROPOUT_BYTES_PER_IN_FEATURE``). ``fused``:
+    the same adapters under fms-acceleration's fused LoRA kernels (compute-dtype adapters,
+    in-place adds: ``FUSED_LORA_BYTES_PER_FEATURE``, ``FUSED_LORA_DROPOUT_BYTES_PER_IN_FEATURE``)."""
+    per = FUSED_LORA_BYTES_PER_FEATURE if fused else PEFT_LORA_BYTES_PER_FEATURE
+    drop = {"fwd": 0.0, "bwd": 0.0} if not dropout else \
+        FUSED_LORA_DROPOUT_BYTES_PER_IN_FEATURE if fused else PEFT_LORA_DROPOUT_BYTES_PER_IN_FEATURE
+    fwd = (per["fwd_in"] + drop["fwd"]) * in_features + per["fwd_out"] * out_features
+    bwd = (per["bwd_in"] + drop["bwd"]) * in_features + per["bwd_out"] * out_features
+    return fwd, bwd
+
+
+#: linear kinds of a decoder layer whose input is the (fp32) residual stream's norm output or
+#: the MLP intermediate under PEFT's k-bit preparation (the attention output projection, the
+#: last ``attention`` linear of a layer, reads the attention kernel's compute-dtype output)
+KBIT_FP32_INPUT_KINDS = ("attention", "mlp", "expert", "shared_expert", "router")
+
+
+def kbit_fp32_input_linears(model) -> list:
+    """The linears (``fmest.models.spec.LinearModule``) that read an fp32 input when PEFT's
+    k-bit preparation runs the residual stream in fp32: every decoder linear of
+    :data:`KBIT_FP32_INPUT_KINDS` except the attention output projection (the last
+    ``attention`` linear: it reads the attention kernel's output, which autocast / flash-attn
+    keep in the compute dtype); not the output head."""
+    attention = [lin for lin in model.linears if lin.kind == "attention"]
+    out_proj = attention[-1] if len(attention) > 1 else None
+    return [lin for lin in model.linears
+            if lin.kind in KBIT_FP32_INPUT_KINDS and lin is not out_proj]
+
+
+def kbit_fp32_stream_bytes_per_token(model, *, stage_layers: float, pp: int = 1,
+                                     adapted: frozenset = frozenset()) -> tuple[float, float]:
+    """Cached :func:`kbit_fp32_stream_bytes_per_token_uncached` (a model spec is hashable;
+    an unhashable stand-in is computed each time)."""
+    try:
+        return _kbit_stream_cached(model, stage_layers, pp, adapted)
+    except TypeError:
+        return kbit_fp32_stream_bytes_per_token_uncached(model, stage_layers=stage_layers,
+                                                         pp=pp, adapted=adapted)
+
+
+@functools.lru_cache(maxsize=64)
+def _kbit_stream_cached(model, stage_layers: float, pp: int,
+                        adapted: frozenset) -> tuple[float, float]:
+    return kbit_fp32_stream_bytes_per_token_uncached(model, stage_layers=stage_layers, pp=pp,
+                                                     adapted=adapted)
+
+
+def kbit_fp32_stream_bytes_per_token_uncached(
+        model, *, stage_layers: float, pp: int = 1,
+        adapted: frozenset = frozenset()) -> tuple[float, float]:
+    """(forward, backward) HBM bytes per token that PEFT's k-bit preparation of a 4-bit
+    bitsandbytes base adds over the compute-dtype stream, over a stage's layers (eager
+    kernels; docs/time_model.md §2 "k-bit preparation"):
+
+    * every 4-bit linear with an fp32 input casts it to the compute dtype and its output back
+      (``KBIT_PREP_CAST_BYTES_PER_ELEMENT`` per input and output feature per routed copy);
+    * flash-attention / autocast cast the fp32 q, k and v down (the same bytes per element);
+    * the norms + residual adds, RoPE and the MLP activation run on fp32 tensors
+      (``KBIT_PREP_TRACED_BYTES_PER_ELEMENT``: fp32 minus bf16; a non-gated activation, not
+      traced, doubles its bf16 bytes as a pure elementwise op does);
+    * backward sums the input gradients of the linears that share an fp32 input in fp32
+      (``KBIT_PREP_GRAD_SUM_EXTRA_BYTES_PER_ELEMENT``);
+    * PEFT's cast of an adapted module's input to the fp32 adapters is a no-op on an fp32
+      input (``KBIT_PREP_LORA_FP32_INPUT_SAVED_BYTES_PER_IN_FEATURE``, subtracted for the
+      modules named in ``adapted``).
+
+    Tensor parallelism is not split here (PEFT's k-bit preparation runs on single-GPU / data-
+    parallel QLoRA)."""
+    cast, traced = KBIT_PREP_CAST_BYTES_PER_ELEMENT, KBIT_PREP_TRACED_BYTES_PER_ELEMENT
+    saved = KBIT_PREP_LORA_FP32_INPUT_SAVED_BYTES_PER_IN_FEATURE
+    hidden = model.hidden_size
+    head_dim = model.qk_head_dim or model.head_dim
+    q_dim = model.num_attention_heads * head_dim
+    kv_dim = model.num_kv_heads * head_dim
+    if model.is_moe:
+        inter = model.experts_per_token * (model.moe_intermediate_size or model.intermediate_size)
+    else:
+        inter = model.intermediate_size
+
+    def extra(family: str, side: str) -> float:
+        return traced[f"{family}_fp32_{side}"] - traced[f"{family}_bf16_{side}"]
+
+    per_layer = []
+    for side in ("fwd", "bwd"):
+        if model.gated_mlp:
+            act = extra("activation", side)
+        else:   # fp32 doubles a pure elementwise op's bytes: the extra is the bf16 figure
+            act = ACT_BYTES_PER_ELEMENT * (1.0 if side == "fwd"
+                                           else ELEMENTWISE_BACKWARD_FACTOR["activation"])
+        per_layer.append(2 * extra("resnorm", side) * hidden
+                         + extra("rope", side) * (q_dim + kv_dim)
+                         + cast[side] * (q_dim + 2 * kv_dim)
+                         + act * inter)
+    fwd, bwd = per_layer[0] * stage_layers, per_layer[1] * stage_layers
+    shared = 0
+    inputs = set()
+    for lin in kbit_fp32_input_linears(model):
+        rows = lin.active_copies * lin.layers / pp
+        fwd += cast["fwd"] * (lin.in_features + lin.out_features) * rows
+        bwd += cast["bwd"] * (lin.in_features + lin.out_features) * rows
+        if lin.in_features == hidden and lin.kind != "expert":
+            shared += 1
+            inputs.add("attention" if lin.kind == "attention" else "mlp")
+        if lin.name in adapted:
+            fwd -= saved["fwd"] * lin.in_features * rows
+            bwd -= saved["bwd"] * lin.in_features * rows
+    bwd += KBIT_PREP_GRAD_SUM_EXTRA_BYTES_PER_ELEMENT * max(0, shared - len(inputs)) * hidden \
+        * stage_layers
+    return fwd, bwd
 
 
 def eager_attention_bytes_per_token_per_layer(heads: float, seq_len: int, *,
@@ -834,6 +997,57 @@ def all_to_all_seconds(bytes_per_rank: float, n: int, bus_bytes_per_s: float,
     g = max(1, int(ranks_per_node))
     return max((g - 1) / n * bytes_per_rank / bus_bytes_per_s,
                (n - g) / n * bytes_per_rank / nic_bytes_per_s) + latency
+
+
+def moe_groups_hit(experts: float, experts_per_token: float, groups: float) -> float:
+    """Expected number of distinct groups (ranks, nodes) a token's ``k`` experts fall in when
+    ``experts`` experts sit in ``groups`` equal groups and the router picks ``k`` distinct
+    experts uniformly (balanced routing): ``groups x (1 - C(E - E/groups, k) / C(E, k))``, the
+    product form ``prod_{i<k} (E - E/groups - i) / (E - i)`` for the chance a group is missed."""
+    k = int(round(experts_per_token))
+    if groups <= 1 or k <= 0 or experts <= 0:
+        return min(1.0, max(0.0, groups)) if k > 0 else 0.0
+    k = min(k, int(experts))
+    missed, others = 1.0, experts - experts / groups
+    for i in range(k):
+        missed *= max(0.0, others - i) / (experts - i)
+    return groups * (1.0 - missed)
+
+
+def flex_dispatch_seconds(shard_token_bytes: float, experts: float, experts_per_token: float,
+                          ranks: int, ranks_per_domain: int, bus_bytes_per_s: float,
+                          nic_bytes_per_s: float, *, expert_tp: int = 1,
+                          inter_node: bool = False) -> float:
+    """One dispatch (or combine) of Megatron-Core's ``flex`` token dispatcher (DeepEP or
+    HybridEP backend; MoEFlexTokenDispatcher, NVIDIA/Megatron-LM @
+    d98e8a64ddf34856e74b24714e3bedb2f5a39553 megatron/core/transformer/moe/token_dispatcher.py:
+    one group over the expert-TP x EP ranks, each token routed to its experts' ``expert_tp``
+    ranks). ``shard_token_bytes``: the rank's sequence-parallel shard, tokens x hidden x bytes.
+    DeepEP's normal kernels send a token ONCE to each destination rank however many of its
+    experts that rank holds (``is_token_in_rank`` of get_dispatch_layout, deepseek-ai/DeepEP
+    @ 0297fc801788b14b338a46554faca28d419e518a csrc/kernels, docs/legacy.md), and across nodes
+    once per remote node, over RDMA to the GPU of the same local index, which forwards it over
+    NVLink to the ranks of its node that need it (DeepSeek-V3 technical report, arXiv
+    2412.19437 section 3.2.2; DeepEP docs/legacy.md "asymmetric-domain bandwidth forwarding");
+    NVIDIA's HybridEP (DeepEP hybrid-ep branch, docs "Hybrid-EP") keeps that hierarchy with
+    the NVLink domain (GB200 NVL72) as the node. Balanced routing (:func:`moe_groups_hit`):
+    NVLink carries every (token, destination rank) copy except the one to the same-index GPU,
+    ``D (g-1)/g``, D = expert_tp x the EP ranks hit; the NIC the ``(N-1)/N`` of the nodes hit
+    that are remote; the two at once, the slower one bounds (as :func:`all_to_all_seconds`,
+    whose alltoall dispatcher sends all ``k`` copies)."""
+    n = max(1, int(ranks))
+    if n <= 1 or shard_token_bytes <= 0 or experts_per_token <= 0:
+        return 0.0
+    etp = max(1, int(expert_tp))
+    rank_copies = etp * moe_groups_hit(experts, experts_per_token, n / etp)
+    latency = _latency_s(n, inter_node) / 2
+    g = max(1, min(int(ranks_per_domain), n))
+    if g >= n:
+        return (n - 1) / n * rank_copies * shard_token_bytes / bus_bytes_per_s + latency
+    nodes = n / g
+    remote = moe_groups_hit(experts, experts_per_token, nodes) * (nodes - 1) / nodes
+    return max((g - 1) / g * rank_copies * shard_token_bytes / bus_bytes_per_s,
+               remote * shard_token_bytes / nic_bytes_per_s) + latency
 
 
 
