@@ -9,6 +9,7 @@ they cannot disagree. Build specs with :func:`fmest.models.hf.spec_from_hf_confi
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 from attrs import field, frozen
@@ -212,11 +213,18 @@ class ModelSpec:
         does; otherwise a module matches when its name equals a target or ends with
         ``.target``.
         """
-        tset = set(targets)
-        if tset & {"all-linear", "all_linear", "linear"}:
-            return [lin for lin in self.linears if lin.kind != "head" and lin.kind != "router"]
-        return [lin for lin in self.linears
-                if lin.name in tset or any(lin.name.endswith("." + t) for t in tset)]
+        return list(_lora_targets(self, tuple(targets)))
+
+
+@functools.lru_cache(maxsize=512)
+def _lora_targets(model: "ModelSpec", targets: tuple[str, ...]) -> tuple["LinearModule", ...]:
+    """:meth:`ModelSpec.lora_targets`, cached: the spec is frozen and hashable, and every memory
+    and time estimate of a LoRA job asks it several times."""
+    tset = set(targets)
+    if tset & {"all-linear", "all_linear", "linear"}:
+        return tuple(lin for lin in model.linears if lin.kind != "head" and lin.kind != "router")
+    return tuple(lin for lin in model.linears
+                 if lin.name in tset or any(lin.name.endswith("." + t) for t in tset))
 
 
 def sliding_layers(model: ModelSpec) -> int:
