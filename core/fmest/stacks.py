@@ -262,6 +262,10 @@ def _constants_of(path: str, mtime_ns: int, stack: str) -> FittedConstants:
 # resolution
 # ---------------------------------------------------------------------------------------------
 
+#: id(resolved stack) -> (that stack, its summary line) (ResolvedStack.summary)
+_SUMMARIES: dict[int, tuple[Any, str]] = {}
+
+
 @frozen(kw_only=True)
 class ResolvedStack:
     """A profile applied to one job (``ctx.transforms.stack``): the profile, the feature
@@ -306,7 +310,19 @@ class ResolvedStack:
         return requested if requested != "auto" else self.profile.optimizer_impl
 
     def summary(self) -> str:
-        """One line for notes and ``--explain``."""
+        """One line for notes and ``--explain``, built once per resolved stack (every memory
+        and time estimate of a context notes it; the record is frozen, and the entry keeps it
+        alive and checks identity, so its ``id`` cannot name another stack)."""
+        hit = _SUMMARIES.get(id(self))
+        if hit is not None and hit[0] is self:
+            return hit[1]
+        if len(_SUMMARIES) >= 256:
+            _SUMMARIES.clear()
+        line = self._summary()
+        _SUMMARIES[id(self)] = (self, line)
+        return line
+
+    def _summary(self) -> str:
         fused = ", ".join(op for op in FUSIBLE if op in self.fused) or "none"
         overlap = ", ".join(kind for kind in OVERLAPS if kind in self.overlap) or "none"
         return (f"stack {self.name} ({self.reason}): fused {fused}; overlapped {overlap}; "

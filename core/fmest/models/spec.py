@@ -176,32 +176,10 @@ class ModelSpec:
         return self.num_layers - self.num_encoder_layers
 
     def param_counts(self) -> ParamCounts:
-        emb = sum(g.params for g in self.groups if g.kind in ("embedding", "position"))
-        vision = sum(g.params for g in self.groups if g.kind == "vision")
-        norms = sum(g.params for g in self.groups if g.kind == "norm")
-        other_groups = sum(g.params for g in self.groups if g.kind == "other")
-        by_kind: dict[str, int] = {}
-        active = 0.0
-        for lin in self.linears:
-            by_kind[lin.kind] = by_kind.get(lin.kind, 0) + lin.params
-            active += lin.active_params
-        experts = by_kind.get("expert", 0)
-        vision += by_kind.get("vision", 0)
-        total = emb + norms + other_groups + vision + sum(
-            v for k, v in by_kind.items() if k != "vision")
-        return ParamCounts(
-            embedding=emb,
-            attention=by_kind.get("attention", 0) + by_kind.get("cross_attention", 0),
-            mlp=by_kind.get("mlp", 0) + by_kind.get("shared_expert", 0) + by_kind.get("router", 0),
-            experts=experts,
-            norms=norms,
-            head=by_kind.get("head", 0),
-            other=other_groups + by_kind.get("other", 0),
-            total=total,
-            active=int(round(active + emb + norms + other_groups
-                             + sum(g.params for g in self.groups if g.kind == "vision"))),
-            vision=vision,
-        )
+        """Exact counts by component (:class:`ParamCounts`), computed once per spec: the spec
+        is frozen and hashes once (``cache_hash``), and the counts read only its ``linears``
+        and ``groups`` (both in its equality), so equal specs share them."""
+        return _param_counts(self)
 
     def linear_names(self) -> list[str]:
         return sorted({lin.name for lin in self.linears})
@@ -214,6 +192,37 @@ class ModelSpec:
         ``.target``.
         """
         return list(_lora_targets(self, tuple(targets)))
+
+
+@functools.lru_cache(maxsize=512)
+def _param_counts(model: "ModelSpec") -> ParamCounts:
+    """:meth:`ModelSpec.param_counts`, cached (a frozen ParamCounts is shared read-only)."""
+    emb = sum(g.params for g in model.groups if g.kind in ("embedding", "position"))
+    vision = sum(g.params for g in model.groups if g.kind == "vision")
+    norms = sum(g.params for g in model.groups if g.kind == "norm")
+    other_groups = sum(g.params for g in model.groups if g.kind == "other")
+    by_kind: dict[str, int] = {}
+    active = 0.0
+    for lin in model.linears:
+        by_kind[lin.kind] = by_kind.get(lin.kind, 0) + lin.params
+        active += lin.active_params
+    experts = by_kind.get("expert", 0)
+    vision += by_kind.get("vision", 0)
+    total = emb + norms + other_groups + vision + sum(
+        v for k, v in by_kind.items() if k != "vision")
+    return ParamCounts(
+        embedding=emb,
+        attention=by_kind.get("attention", 0) + by_kind.get("cross_attention", 0),
+        mlp=by_kind.get("mlp", 0) + by_kind.get("shared_expert", 0) + by_kind.get("router", 0),
+        experts=experts,
+        norms=norms,
+        head=by_kind.get("head", 0),
+        other=other_groups + by_kind.get("other", 0),
+        total=total,
+        active=int(round(active + emb + norms + other_groups
+                         + sum(g.params for g in model.groups if g.kind == "vision"))),
+        vision=vision,
+    )
 
 
 @functools.lru_cache(maxsize=512)

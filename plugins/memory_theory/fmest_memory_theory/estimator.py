@@ -79,8 +79,12 @@ _TENSOR_COMPONENTS = COMPONENTS[:-2]
 #: components only a preference objective has, shown when present
 _OBJECTIVE_COMPONENTS = ("reference_weights", "reference_forward")
 
-#: every training estimate's provenance: one frozen record, not one built per estimate
-PROVENANCE = Provenance(basis="analytic", detail=(
+#: every training estimate's provenance: one frozen record, not one built per estimate. It
+#: names this plugin's entry point (pyproject.toml): the engine stamps the name of the
+#: plugin that answered on every answer (fmest.estimates.with_plugin), and a record that
+#: already carries that name is kept as is (no copy of the estimate per answer); under any
+#: other registered name the engine stamps that name as before
+PROVENANCE = Provenance(basis="analytic", plugin="memory_theory", detail=(
     "step-2 phase peak; Korthikanti 2022 activations, ZeRO 2020 states, QLoRA 2023 "
     "NF4; allocator reserve from traced allocator replays (core/fmest/data/"
     "allocator_reserve.json)"))
@@ -592,6 +596,8 @@ def _layer_inputs(setup: JobSetup) -> LayerInputs:
     LayerInputs fields (no stack: eager PyTorch, nothing fused)."""
     training, lay, stack = setup.training, setup.layout, setup.stack
     share, adapter_extra = _adapter_layer_terms(setup)
+    (fused_norm, fused_activation, fused_layout, quant_saves_inputs, norm_no_upcast,
+     fused_qkv_views, lora_qkv_zero_pad) = _stack_layer_flags(stack)
     return LayerInputs(
         tokens=setup.tokens, batch=setup.batch, seq=setup.seq_local,
         act_bytes=setup.act_bytes, tp=lay.tp, sequence_parallel=setup.parallelism
@@ -599,19 +605,30 @@ def _layer_inputs(setup: JobSetup) -> LayerInputs:
         trainable_all=setup.lora is None, adapter_bytes=setup.adapter_act_bytes,
         checkpointing=training.activation_checkpointing, dtensor_sp=setup.dtensor_sp,
         autocast=setup.sizing.precision == "amp",
-        fused_norm=stack is not None and stack.fuses("norm"),
-        fused_activation=stack is not None and stack.fuses("activation"),
-        fused_layout=stack is not None and stack.fuses("layout"),
+        fused_norm=fused_norm, fused_activation=fused_activation, fused_layout=fused_layout,
         gemm_input_bytes=_saved_gemm_input_bytes(setup),
-        frozen_gemm_inputs_saved=quantized_base(training)
-        and stack_says(stack, "quant_saves_gemm_inputs"),
-        norm_no_upcast=stack_says(stack, "norm_keeps_compute_dtype"),
-        fused_qkv_views=stack_says(stack, "fused_qkv_views"),
-        lora_dropout=lora_dropout_of(training, stack),
-        lora_qkv_zero_pad=stack_says(stack, "lora_qkv_zero_pad"),
+        frozen_gemm_inputs_saved=quantized_base(training) and quant_saves_inputs,
+        norm_no_upcast=norm_no_upcast, fused_qkv_views=fused_qkv_views,
+        lora_dropout=lora_dropout_of(training, stack), lora_qkv_zero_pad=lora_qkv_zero_pad,
         stream_bytes=_stream_bytes(setup), saved_layer_share=share,
         adapter_extra_bytes=adapter_extra,
         adapter_gated_attn_out=training.technique in ADAPTER_TECHNIQUES)
+
+
+_LAYER_FLAGS: dict[tuple, tuple[object, tuple[bool, ...]]] = {}
+
+
+def _stack_layer_flags(stack: Optional[ResolvedStack]) -> tuple[bool, ...]:
+    """The stack's behaviours :func:`_layer_inputs` reads (fused norm, activation and layout;
+    quant_saves_gemm_inputs, norm_keeps_compute_dtype, fused_qkv_views, lora_qkv_zero_pad),
+    read once per resolved stack (keyed on its identity: a frozen record, None = eager)."""
+    def read() -> tuple[bool, ...]:
+        fuses = stack is not None and stack.fuses
+        return (bool(fuses and fuses("norm")), bool(fuses and fuses("activation")),
+                bool(fuses and fuses("layout")), stack_says(stack, "quant_saves_gemm_inputs"),
+                stack_says(stack, "norm_keeps_compute_dtype"),
+                stack_says(stack, "fused_qkv_views"), stack_says(stack, "lora_qkv_zero_pad"))
+    return by_identity(_LAYER_FLAGS, stack, (), read)
 
 
 def _adapter_layer_terms(setup: JobSetup) -> tuple[float, float]:
@@ -1049,14 +1066,10 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
 
     components["allocator_reserve"] = int(round(reserve(peak.allocated)))
     total = sum(components.values())
-    phase_peaks = {name: int(round(value + reserve(value) + ctx_bytes))
+    # the peak phase's entry is the total (its reserve is the one computed just above)
+    phase_peaks = {name: total if name == peak.phase else int(round(value + reserve(value)
+                                                                   + ctx_bytes))
                    for name, value in peak.phase_allocated.items()}
-    phase_peaks[peak.phase] = total
-    notes: tuple[str, ...] = (
-        f"precision={setup.sizing.precision}", f"optimizer_impl={setup.sizing.impl}",
-        f"stage={peak.stage}", f"shard_group={setup.plan.group_size}")
-    if stack is not None:
-        notes += (stack_summary(stack),) + _stack_memory_notes(setup, stack, fitted)
     # each phase's allocated bytes (max_memory_allocated's figure), before the reserve and
     # its cap: what the planner's probes invert (fmest.plan.calibrate)
     metrics = {_ALLOCATED_METRIC[name]: float(value)
@@ -1064,7 +1077,29 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
     return MemoryEstimate(
         total_bytes=total, components=components, phase=peak.phase, metrics=metrics,
         phase_peaks_bytes=phase_peaks, host_bytes=int(_host_bytes(setup)),
-        provenance=PROVENANCE, notes=notes)
+        provenance=PROVENANCE, notes=_memory_notes(setup, stack, fitted, peak.stage))
+
+
+_MEMORY_NOTES: dict[tuple, tuple[object, tuple[str, ...]]] = {}
+
+
+def _memory_notes(setup: JobSetup, stack: Optional[ResolvedStack], fitted: Optional[float],
+                  stage: str) -> tuple[str, ...]:
+    """The estimate's notes, built once per (resolved stack, and the few job values they
+    print or test: every field :func:`_stack_memory_notes` reads besides the stack's own)."""
+    sizing, plan = setup.sizing, setup.plan
+    key = (sizing.precision, sizing.impl, stage, plan.group_size, sizing.grad_bytes,
+           "gradients" in setup.strategy.shards, setup.loss, fitted)
+
+    def build() -> tuple[str, ...]:
+        notes: tuple[str, ...] = (
+            f"precision={sizing.precision}", f"optimizer_impl={sizing.impl}",
+            f"stage={stage}", f"shard_group={plan.group_size}")
+        if stack is not None:
+            notes += (stack_summary(stack),) + _stack_memory_notes(setup, stack, fitted)
+        return notes
+
+    return by_identity(_MEMORY_NOTES, stack, key, build)
 
 
 _STACK_SUMMARIES: dict[tuple, tuple[object, str]] = {}

@@ -18,6 +18,7 @@ overhead share. Formulas and constants: :mod:`fmest_time_roofline.formulas` and
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -47,6 +48,12 @@ _COLLECTIVE_SECONDS = {"all_reduce": F.all_reduce_seconds,
                        "all_gather": F.all_gather_seconds,
                        "all_to_all": F.all_to_all_seconds}
 _REDUCTIONS = ("all_reduce", "reduce_scatter")
+#: every training time answer's provenance, one frozen record; it names this plugin's entry
+#: point (pyproject.toml), so the engine's stamp (fmest.estimates.with_plugin) keeps the
+#: answer as is instead of copying it (under another registered name it stamps that name)
+PROVENANCE = Provenance(basis=BASIS, plugin="time_roofline",
+                        detail="roofline: GEMM-shape matmul efficiency, HBM for memory-bound "
+                        "work, ring/tree collectives; docs/time_model.md")
 
 
 def _activation_bytes(memory, model, tokens: float, layers: float, act_bytes: float) -> float:
@@ -207,11 +214,13 @@ class MatmulTimes:
     lora_modules: tuple
 
 
-def _last_matmul_names(model) -> set:
-    """Each layer's last matmul (MLP down projection): never recomputed (early stop)."""
-    return {(lin.name, lin.kind) for lin in model.linears
+@functools.lru_cache(maxsize=256)
+def _last_matmul_names(model) -> frozenset:
+    """Each layer's last matmul (MLP down projection): never recomputed (early stop). Cached
+    per model: the spec is frozen and hashes once (``cache_hash``)."""
+    return frozenset((lin.name, lin.kind) for lin in model.linears
             if lin.kind in ("mlp", "expert", "shared_expert")
-            and lin.out_features == model.hidden_size and lin.in_features != model.hidden_size}
+            and lin.out_features == model.hidden_size and lin.in_features != model.hidden_size)
 
 
 def _gemm(shape: StepShape, rates: Rates):
@@ -330,12 +339,16 @@ def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> Matm
         compiled=bool(training.compile))
     bwd_factor = 2.0 if shape.full else 1.0
     last = _last_matmul_names(model)
+    # read once, not per linear (the loop's arithmetic is unchanged)
+    etp, tp, pp, ep, tokens = shape.etp, shape.tp, shape.pp, shape.ep, shape.tokens
+    recomputing, fp8 = shape.checkpointing == "full", shape.linear_dtype == "fp8"
+    quantized = quantized_base(training)
     for lin in model.linears:
         if lin.kind == "head":
             continue
         inner, cols = lin.in_features, lin.out_features
         # routed experts split over their own tensor-parallel size (parallelism.expert_tp)
-        split = shape.etp if lin.kind == "expert" else shape.tp
+        split = etp if lin.kind == "expert" else tp
         if split > 1 and lin.kind != "router":
             if cols >= inner:
                 cols = cols / split
@@ -345,28 +358,27 @@ def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> Matm
             # each rank's local experts see the routed copies of the expert_tp x ep ranks'
             # sequence-parallel shards: (tokens / tp) x k x ep x expert_tp / experts rows each
             # (= tokens x k x ep / experts with expert TP = TP)
-            rows = shape.tokens * lin.active_copies * shape.ep * (shape.etp / shape.tp) \
-                / lin.copies
-            count = lin.layers / shape.pp * lin.copies / shape.ep
+            rows = tokens * lin.active_copies * ep * (etp / tp) / lin.copies
+            count = lin.layers / pp * lin.copies / ep
         else:
-            rows = shape.tokens * lin.active_copies
-            count = lin.layers / shape.pp
+            rows = tokens * lin.active_copies
+            count = lin.layers / pp
         seconds = gemm(rows, inner, cols) * count
         fwd += seconds
         bwd += seconds * bwd_factor
-        if shape.checkpointing == "full" and (lin.name, lin.kind) not in last:
+        if recomputing and (lin.name, lin.kind) not in last:
             rec += seconds
-        elements = (rows * inner + inner * cols + rows * cols) * count
-        if shape.linear_dtype == "fp8":
+        if fp8:
+            elements = (rows * inner + inner * cols + rows * cols) * count
             fp8_cast += cast_bytes * elements * (3 if shape.full else 2)
-        if quantized_base(training) and gptq:
+        if quantized and gptq:
             # the matmul keeps the unpacked weight for backward (formulas
             # .gptq_dequant_bytes_per_param): unpacked in forward and in the recompute
-            uses = 1 + (1 if shape.checkpointing == "full" else 0)
+            uses = 1 + (1 if recomputing else 0)
             dequant += F.gptq_dequant_bytes_per_param(training.quantization_bits) \
                 * inner * cols * count * uses
-        elif quantized_base(training):
-            uses = 2 + (1 if shape.checkpointing == "full" else 0)
+        elif quantized:
+            uses = 2 + (1 if recomputing else 0)
             dequant += F.QLORA_DEQUANT_BYTES_PER_PARAM * inner * cols * count * uses
     # the routed experts' token permutation: memory-bound bytes at HBM speed like the
     # dequantization's (MatmulTimes has no field of its own for them)
@@ -625,27 +637,70 @@ def model_parallel_comm(job, model, shape: StepShape, attention: AttentionTimes,
     return ModelParallelComm(tp=tp_t, ep=ep_t, pp=pp_t, cp=cp_t, cp_memory_seconds=cp_mem)
 
 
-def _phase_sums(priced, phase: str, window: float, tail: float):
-    """(exposed part of the overlappable collectives, non-overlappable seconds, gathers,
-    reductions) of one phase; the overlappable ones hide behind the phase's compute except
-    the first gather / last reduction (``tail``)."""
+def _phase_totals(priced, phase: str) -> tuple[float, float, float]:
+    """(overlappable gathers, overlappable reductions, non-overlappable seconds) of the
+    collectives ``priced`` = ((collective, seconds), ...) issued in ``phase``."""
     mine = [(coll, sec) for coll, sec in priced if coll.phase == phase]
     gathers = sum(sec for coll, sec in mine if coll.overlappable and coll.kind not in _REDUCTIONS)
     reductions = sum(sec for coll, sec in mine if coll.overlappable and coll.kind in _REDUCTIONS)
     direct = sum(sec for coll, sec in mine if not coll.overlappable)
+    return gathers, reductions, direct
+
+
+def _phase_sums(totals: tuple[float, float, float], window: float, tail: float):
+    """(exposed part of the overlappable collectives, non-overlappable seconds, gathers,
+    reductions) of one phase (``totals``: :func:`_phase_totals`); the overlappable ones hide
+    behind the phase's compute except the first gather / last reduction (``tail``)."""
+    gathers, reductions, direct = totals
     hidden = F.exposed_comm_seconds((gathers + reductions) * (1 - tail), window)
     return hidden, direct, gathers, reductions
 
 
-def _exposed_seconds(priced, windows: dict, tail: float) -> float:
-    """Exposed seconds of collectives ``priced`` = ((collective, seconds), ...) issued once
-    (per micro-batch or per step) in forward and backward."""
+def _exposed_seconds(totals: dict, windows: dict, tail: float) -> float:
+    """Exposed seconds of collectives issued once (per micro-batch or per step) in forward
+    and backward, ``totals``: phase -> :func:`_phase_totals`."""
     fwd_hidden, fwd_direct, fwd_gathers, fwd_reductions = _phase_sums(
-        priced, "forward", windows["forward"], tail)
+        totals["forward"], windows["forward"], tail)
     bwd_hidden, bwd_direct, bwd_gathers, bwd_reductions = _phase_sums(
-        priced, "backward", windows["backward"], tail)
+        totals["backward"], windows["backward"], tail)
     return fwd_hidden + fwd_direct + bwd_direct + bwd_hidden \
         + ((fwd_gathers + bwd_gathers) + (fwd_reductions + bwd_reductions)) * tail
+
+
+#: (id(plan), id(gpu), gpus per node) -> (plan, gpu, its priced totals): the collectives'
+#: seconds read only the communication plan, the GPU (both frozen records, the context's
+#: own, the same for every estimate of a context, each micro-batch candidate included) and
+#: the node size; the entry keeps both records alive and checks identity, so an id cannot
+#: name another record
+_PRICED: dict[tuple, tuple[object, object, tuple]] = {}
+
+
+def _priced_totals(comm: CommunicationPlan, gpu, gpus_per_node: int) -> tuple:
+    """(per-micro-batch totals, per-step totals, seconds after the step) of the plan's
+    collectives priced as ring collectives (phase totals: :func:`_phase_totals`)."""
+    key = (id(comm), id(gpu), gpus_per_node)
+    hit = _PRICED.get(key)
+    if hit is not None and hit[0] is comm and hit[1] is gpu:
+        return hit[2]
+    link = _links(gpu, gpus_per_node)
+
+    def price(coll):
+        inter, bandwidth = link(coll.group_size, coll.group_stride)
+        return coll, _COLLECTIVE_SECONDS[coll.kind](coll.payload_bytes, coll.group_size,
+                                                    bandwidth, inter)
+
+    priced = [price(coll) for coll in comm.collectives]
+    per_mb = [(coll, sec) for coll, sec in priced if coll.per_micro_batch]
+    per_step = [(coll, sec) for coll, sec in priced
+                if not coll.per_micro_batch and coll.phase != "step"]
+    after_step = sum(sec for coll, sec in priced if coll.phase == "step")
+    value = ({phase: _phase_totals(per_mb, phase) for phase in ("forward", "backward")},
+             {phase: _phase_totals(per_step, phase) for phase in ("forward", "backward")},
+             after_step)
+    if len(_PRICED) >= 256:
+        _PRICED.clear()
+    _PRICED[key] = (comm, gpu, value)
+    return value
 
 
 def data_parallel_seconds(comm: CommunicationPlan, shape: StepShape, gpu, layout,
@@ -655,21 +710,10 @@ def data_parallel_seconds(comm: CommunicationPlan, shape: StepShape, gpu, layout
     length (formulas.exposed_comm_seconds); step-phase collectives are exposed."""
     if not comm.collectives:
         return 0.0
-    link = _links(gpu, layout.gpus_per_node)
-
-    def price(coll):
-        inter, bandwidth = link(coll.group_size, coll.group_stride)
-        return coll, _COLLECTIVE_SECONDS[coll.kind](coll.payload_bytes, coll.group_size,
-                                                    bandwidth, inter)
-
-    priced = [price(coll) for coll in comm.collectives]
+    per_mb, per_step, after_step = _priced_totals(comm, gpu, layout.gpus_per_node)
     fwd_mb = per_mb_seconds * fwd_share
     windows = {"forward": fwd_mb, "backward": per_mb_seconds - fwd_mb}
     tail = 1.0 / max(1.0, shape.stage_layers)  # first gather / last reduce cannot overlap
-    per_mb = [(coll, sec) for coll, sec in priced if coll.per_micro_batch]
-    per_step = [(coll, sec) for coll, sec in priced
-                if not coll.per_micro_batch and coll.phase != "step"]
-    after_step = sum(sec for coll, sec in priced if coll.phase == "step")
     return shape.grad_accum * _exposed_seconds(per_mb, windows, tail) \
         + _exposed_seconds(per_step, windows, tail) + after_step
 
@@ -889,7 +933,7 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     stack_notes: list[str] = []
     if stack is not None:
         parts, stack_notes = apply_stack_time(job, model, shape, rates, matmuls, attention,
-                                              transforms, stack, parts, gpu, layout)
+                                              transforms, stack, parts, gpu, layout, host=host)
     step = sum(parts.values())
     host_notes = [f"host-bound: eager PyTorch dispatches its ops in {host:.3g} s per step, more "
                   f"than the GPU's {busy:.3g} s of work (formulas.host_dispatch_seconds)"] \
@@ -985,19 +1029,22 @@ def deepspeed_zero3_host_serialized(job, shape: StepShape) -> bool:
 
 
 def apply_deepspeed_runtime(job, model, shape: StepShape, matmuls: MatmulTimes, stack,
-                            parts: dict, gpu, layout) -> tuple[dict, list]:
+                            parts: dict, gpu, layout,
+                            host: Optional[float] = None) -> tuple[dict, list]:
     """DeepSpeed's runtime costs read from its code: the ``PipelineEngine``'s blocking p2p and
     partitioned-activation gathers per micro-batch (:func:`deepspeed_pipeline_seconds`, also
     in the bubble, which scales the scheduled micro-batch), and ZeRO-3's host/GPU
     serialization at world size > 1 (:func:`deepspeed_zero3_host_serialized`). The framework
     overhead share is then re-derived as in ``step_breakdown``: GPU work = busy / (1 -
     ``FRAMEWORK_OVERHEAD_FRACTION``), step = max(GPU work, host), or max(GPU work, host -
-    hooks) + hooks where ZeRO-3 serializes its hooks (:func:`zero3_hook_host_seconds`)."""
+    hooks) + hooks where ZeRO-3 serializes its hooks (:func:`zero3_hook_host_seconds`).
+    ``host``: :func:`eager_host_seconds` of the job when the caller has it (None: computed)."""
     notes: list[str] = []
     accum, par = shape.grad_accum, job.parallelism
     pipe = deepspeed_pipeline_seconds(job, model, shape, gpu, layout) \
         if stack.profile.pipeline_engine == "deepspeed" else 0.0
-    host = eager_host_seconds(job, model, shape, stack, matmuls.lora_modules)
+    if host is None:
+        host = eager_host_seconds(job, model, shape, stack, matmuls.lora_modules)
     hooks = zero3_hook_host_seconds(job, model, shape, stack) \
         if host > 0 and deepspeed_zero3_host_serialized(job, shape) else 0.0
     if not pipe and not hooks:
@@ -1039,28 +1086,33 @@ def zero3_hook_host_seconds(job, model, shape: StepShape, stack) -> float:
 
 def apply_stack_time(job, model, shape: StepShape, rates: Rates, matmuls: MatmulTimes,
                      attention: AttentionTimes, transforms: Transforms, stack, parts: dict,
-                     gpu, layout) -> tuple[dict, list]:
+                     gpu, layout, host: Optional[float] = None) -> tuple[dict, list]:
     """Phase 8: DeepSpeed's runtime costs (:func:`apply_deepspeed_runtime`), then the stack's
     fitted step-time factor (``stacks_fitted.json``; 1 = physics only) scales every part, and
     notes name what the stack fused and overlapped, each with the eager figure it replaced
     (the same phase functions run without the stack)."""
     parts, ds_notes = apply_deepspeed_runtime(job, model, shape, matmuls, stack, parts, gpu,
-                                              layout)
+                                              layout, host=host)
     factor = stack.fitted.time_factor
     scaled = {name: value * factor for name, value in parts.items()}
     notes = [stack.summary(), *ds_notes]
     accum = shape.grad_accum
-    eager_rates = eager_kernel_rates(job, gpu, rates, model, kernel_seq_len(shape))
-    eager_mm = matmul_times(job, model, shape, eager_rates)
-    eager_mem = memory_bound_seconds(job, model, shape, eager_rates, eager_mm,
-                                     transforms.communication)
+    # the eager figures only go into the notes below: each is computed when its note is
+    # written (a stack that fuses nothing and keeps SDPA needs none of them)
     fused = [op for op in ("norm", "activation", "rope", "residual", "layout", "loss",
                            "fp8_cast") if stack.fuses(op)]
+    attention_note = stack.profile.attention_kernel != "sdpa" \
+        and job.training.attention != "eager"
+    eager_rates = eager_kernel_rates(job, gpu, rates, model, kernel_seq_len(shape)) \
+        if fused or attention_note else rates
     if fused:
+        eager_mm = matmul_times(job, model, shape, eager_rates)
+        eager_mem = memory_bound_seconds(job, model, shape, eager_rates, eager_mm,
+                                         transforms.communication)
         notes.append(f"{stack.name} fused {', '.join(fused)}: memory_bound "
                      f"{parts['memory_bound'] * 1e3:.1f} ms (eager kernels: "
                      f"{accum * eager_mem * 1e3:.1f} ms)")
-    if stack.profile.attention_kernel != "sdpa" and job.training.attention != "eager":
+    if attention_note:
         eager_att = attention_times(job, model, shape, eager_rates, gpu)
         notes.append(f"{stack.name} attention kernel {stack.profile.attention_kernel}: "
                      f"{accum * (attention.forward + attention.backward) * 1e3:.1f} ms "
@@ -1148,8 +1200,7 @@ def estimate_time(job, ctx, memory):
         step_seconds=res["step_seconds"],
         breakdown={k: v for k, v in res["breakdown"].items()
                    if v > 0 or k in ("compute", "memory_bound")},
-        provenance=Provenance(basis=BASIS, detail="roofline: GEMM-shape matmul efficiency, HBM "
-                              "for memory-bound work, ring/tree collectives; docs/time_model.md"),
+        provenance=PROVENANCE,
         mfu=res["mfu"], hfu=res["hfu"], flops_per_step=res["flops_per_step"],
         total_seconds=total_seconds, total_steps=total_steps, notes=tuple(notes),
         metrics=dict(res.get("metrics") or {}))
