@@ -52,25 +52,32 @@ GRID: list[tuple[str, str, int, int, str]] = [
 ]
 
 
-def trace_events(job_dict: dict[str, Any]) -> tuple[list[tuple], int, float, Any]:
-    """(allocation events, tracker peak bytes, trace seconds, run spec) of one fake trace."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
+def _run_spec(job_dict: dict[str, Any]) -> Any:
+    """The torch runner's run spec of a job (one GPU, the fake device), as the engine resolves
+    the job."""
     import fmest
     from fmest.convert import job_from_dict
     from fmest.transforms import transforms_of
-    from fmest_torch_runner.fake_trace import patched_mask_helper
-    from fmest_torch_runner.model_builder import build_model
     from fmest_torch_runner.runner import run_spec_from_job
-    from fmest_torch_runner.steps import train_steps
-    from fmest_torch_runner.tracker import StorageTracker
 
     engine = fmest._engine(None)  # type: ignore[attr-defined]
     job = job_from_dict(job_dict)
     ctx = engine.context(job)
-    spec = run_spec_from_job(job, ctx.model, optimizer_name=ctx.optimizer.name, device="fake",
+    return run_spec_from_job(job, ctx.model, optimizer_name=ctx.optimizer.name, device="fake",
                              sharding=ctx.sharding, fsdp_world_size=1,
                              precision=transforms_of(job, ctx).precision)
+
+
+def trace_events(job_dict: dict[str, Any]) -> tuple[list[tuple], int, float, Any]:
+    """(allocation events, tracker peak bytes, trace seconds, run spec) of one fake trace."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from fmest_torch_runner.fake_trace import patched_mask_helper
+    from fmest_torch_runner.model_builder import build_model
+    from fmest_torch_runner.steps import train_steps
+    from fmest_torch_runner.tracker import StorageTracker
+
+    spec = _run_spec(job_dict)
     t0 = time.perf_counter()
     with patched_mask_helper():
         fake_mode = FakeTensorMode()
@@ -162,22 +169,13 @@ def trace_varlen_events(job_dict: dict[str, Any], lengths: list[int]
     import attrs
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    import fmest
-    from fmest.convert import job_from_dict
-    from fmest.transforms import transforms_of
     from fmest_torch_runner.fake_trace import patched_mask_helper
     from fmest_torch_runner.model_builder import build_model
     from fmest_torch_runner.optimizer import optimizer_step
-    from fmest_torch_runner.runner import run_spec_from_job
     from fmest_torch_runner.steps import make_batch, prepare_steps
     from fmest_torch_runner.tracker import StorageTracker
 
-    engine = fmest._engine(None)  # type: ignore[attr-defined]
-    job = job_from_dict(job_dict)
-    ctx = engine.context(job)
-    spec = run_spec_from_job(job, ctx.model, optimizer_name=ctx.optimizer.name, device="fake",
-                             sharding=ctx.sharding, fsdp_world_size=1,
-                             precision=transforms_of(job, ctx).precision)
+    spec = _run_spec(job_dict)
     t0 = time.perf_counter()
     with patched_mask_helper():
         fake_mode = FakeTensorMode()
