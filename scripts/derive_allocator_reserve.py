@@ -89,23 +89,33 @@ def trace_events(job_dict: dict[str, Any]) -> tuple[list[tuple], int, float, Any
     return list(tracker.events), tracker.overall.total, time.perf_counter() - t0, spec
 
 
+def _setting_job(preset: str, technique: str, batch: int, seq: int, ac: str) -> dict[str, Any]:
+    """The fmest job of one traced setting (bf16, one GPU)."""
+    return {"model": preset, "training": {"dtype": "bf16", "technique": technique,
+                                          "micro_batch_size": batch, "seq_len": seq,
+                                          "activation_checkpointing": ac}}
+
+
+def _setting_fields(preset: str, technique: str, batch: int, seq: int, ac: str, spec: Any,
+                    conf: str, events: list) -> dict[str, Any]:
+    """The columns every table row of a traced setting starts with."""
+    return {"model": preset, "technique": technique, "micro_batch_size": batch, "seq_len": seq,
+            "activation_checkpointing": ac, "precision": spec.precision,
+            "alloc_conf": conf or "default", "events": len(events)}
+
+
 def row_for(preset: str, technique: str, batch: int, seq: int, ac: str) -> list[dict]:
     from fmest.allocator import AllocatorConfig, replay
 
-    job = {"model": preset, "training": {"dtype": "bf16", "technique": technique,
-                                          "micro_batch_size": batch, "seq_len": seq,
-                                          "activation_checkpointing": ac}}
-    events, tracker_peak, secs, spec = trace_events(job)
+    events, tracker_peak, secs, spec = trace_events(_setting_job(preset, technique, batch, seq,
+                                                                  ac))
     rows = []
     for conf in ("", "expandable_segments:True"):
         t0 = time.perf_counter()
         res = replay(events, AllocatorConfig.parse(conf))
         replay_s = time.perf_counter() - t0
         rows.append({
-            "model": preset, "technique": technique, "micro_batch_size": batch, "seq_len": seq,
-            "activation_checkpointing": ac, "precision": spec.precision,
-            "alloc_conf": conf or "default",
-            "events": len(events),
+            **_setting_fields(preset, technique, batch, seq, ac, spec, conf, events),
             "max_memory_allocated": res.max_memory_allocated,
             "tracker_peak_bytes": tracker_peak,
             "max_memory_reserved": res.max_memory_reserved,
@@ -308,19 +318,15 @@ def floor_rows_for(preset: str, technique: str, batch: int, seq: int, ac: str) -
     """The irreducible reserve of one traced setting, default and expandable segments."""
     from fmest.allocator import AllocatorConfig, measure_floor
 
-    job = {"model": preset, "training": {"dtype": "bf16", "technique": technique,
-                                          "micro_batch_size": batch, "seq_len": seq,
-                                          "activation_checkpointing": ac}}
-    events, tracker_peak, secs, spec = trace_events(job)
+    events, tracker_peak, secs, spec = trace_events(_setting_job(preset, technique, batch, seq,
+                                                                  ac))
     rows = []
     for conf in ("", "expandable_segments:True"):
         t0 = time.perf_counter()
         fl = measure_floor(events, AllocatorConfig.parse(conf))
         dt = time.perf_counter() - t0
         row = {
-            "model": preset, "technique": technique, "micro_batch_size": batch, "seq_len": seq,
-            "activation_checkpointing": ac, "precision": spec.precision,
-            "alloc_conf": conf or "default", "events": len(events),
+            **_setting_fields(preset, technique, batch, seq, ac, spec, conf, events),
             "tracker_peak_bytes": tracker_peak,
             "max_memory_allocated": fl.max_memory_allocated,
             "max_memory_reserved": fl.max_memory_reserved,
