@@ -193,6 +193,9 @@ ODDITY_CASES = {
         "training.main_grads_dtype"),
     "learned model without a learned method": ({"options": {"learned_model": "x"}},
                                                "options.learned_model"),
+    "lora dropout without lora": ({"training": {"lora_dropout": 0.1}}, "training.lora_dropout"),
+    "k-bit preparation without a quantized base": (
+        {"training": {"technique": "lora", "kbit_prep": "peft"}}, "training.kbit_prep"),
 }
 
 

@@ -434,6 +434,22 @@ ODDITIES: tuple[Oddity, ...] = (
            message="ignored: it sizes the dataset only with workload.num_samples",
            reason="tokens = num_samples x avg_seq_len x epochs; dataset_tokens and max_steps "
                   "need no average"),
+    Oddity(name="lora dropout without lora", fields=("training.lora_dropout",),
+           applies=lambda job, given, model: bool(job.training.lora_dropout)
+           and job.training.technique not in ("lora", "qlora"),
+           message="ignored: training.technique is not lora or qlora, there is no LoRA adapter "
+                   "to drop out in front of",
+           reason="PEFT LoraConfig.lora_dropout is an nn.Dropout on each LoRA adapter's input "
+                  "(peft src/peft/tuners/lora/layer.py); full training and LitGPT adapters "
+                  "have none"),
+    Oddity(name="k-bit preparation without a quantized base", fields=("training.kbit_prep",),
+           applies=lambda job, given, model: job.training.kbit_prep not in (None, "none")
+           and job.training.technique not in ("qlora", "qadapter", "qadapter_v2"),
+           message="ignored: training.technique does not quantize the base (qlora, qadapter, "
+                   "qadapter_v2)",
+           reason="PEFT prepare_model_for_kbit_training casts and freezes a k-bit loaded "
+                  "model (peft src/peft/utils/other.py); a bf16/fp32 base has nothing to "
+                  "prepare"),
     Oddity(name="pipeline schedule without a pipeline", fields=("parallelism.pp_schedule",),
            applies=lambda job, given, model: given("parallelism.pp_schedule")
            and job.parallelism.pp == 1,
