@@ -4,7 +4,9 @@ Run: ``python benchmarks/accuracy.py`` (tables), ``--json`` (one JSON object), `
 (the README's table), ``--rows``
 (every row), ``--unsupported`` (the rows fmest cannot express, with the missing feature: a to-do
 list), ``--fitters NAME,...`` (add fitted corrections from ``fitting.AVAILABLE``, what-if),
-``--sealed`` (the sealed part, aggregate only: once, at the end of a model change).
+``--sealed`` (the sealed part, aggregate only: once, at the end of a model change),
+``--extra CSV`` (rows in measured.csv's format from a file kept outside the repository, scored
+like the sealed part: aggregate lines only, per-stack medians over >= 3 rows, never a row id).
 
 Sealed part: the sources listed in ``benchmarks/data/sealed_sources.json`` (drawn by
 ``benchmarks/sealed.py``) are kept out of every figure above, the to-do list included; ``--sealed``
@@ -662,15 +664,17 @@ def sealed_aggregate(open_results: list[dict], sealed_results: list[dict], fitte
     return out
 
 
-def print_sealed(agg: dict) -> None:
-    """The aggregate lines of ``--sealed`` (nothing that names a row or a source)."""
-    print(f"fmest on the SEALED part: {agg['sources']} sources, {agg['rows']} rows of "
-          "benchmarks/data/measured.csv (aggregate only; fitted constants fitted on the open "
-          "sources; run once, at the end of a model change)")
+def print_sealed(agg: dict, tag: str = "SEALED", header: Optional[str] = None) -> None:
+    """The aggregate lines of ``--sealed`` (nothing that names a row or a source); ``tag`` and
+    ``header`` let ``--extra`` print the same lines for its file."""
+    print(header or (
+        f"fmest on the SEALED part: {agg['sources']} sources, {agg['rows']} rows of "
+        "benchmarks/data/measured.csv (aggregate only; fitted constants fitted on the open "
+        "sources; run once, at the end of a model change)"))
     for quantity, unit in (("memory", "per-GPU peak, GiB"),
                            ("throughput", "tokens/s, TFLOP/s, MFU or step time")):
         q = agg[quantity]
-        print(f"\n== SEALED {quantity.upper()} ({unit}) ==")
+        print(f"\n== {tag} {quantity.upper()} ({unit}) ==")
         print(f"  {'':44s} {'rows':>5s} {'unans':>5s} {'median|e|':>10s} {'p90|e|':>8s} "
               f"{'<=10%':>6s} {'src-wtd med':>11s}")
         for label, s in [("fmest", q["fmest"])] + [(f"baseline {b} (same rows)", v)
@@ -681,7 +685,7 @@ def print_sealed(agg: dict) -> None:
                   f"{_fmt(s['median_abs_pct'], '9.1f')} {_fmt(s['p90_abs_pct'], '7.1f')} "
                   f"{within:>6s} {_fmt(s['source_weighted_median_abs_pct'], '10.1f')}")
         if q["loses_to"]:
-            print(f"  fmest LOSES to {', '.join(q['loses_to'])} on the sealed rows")
+            print(f"  fmest LOSES to {', '.join(q['loses_to'])} on the {tag.lower()} rows")
         if quantity == "memory":
             c = q["checks"]
             print(f"  checks: oom rows predicted above capacity {c['oom']['passed']}/"
@@ -695,6 +699,67 @@ def print_sealed(agg: dict) -> None:
     for st, e in agg["per_stack"].items():
         print(f"    {st[:20]:20s} {e['sources']:7d} {e['memory']:7d} {e['throughput']:7d} "
               f"{e['checks']:7d} {e['unanswered']:6d} {e['other']:6d}")
+    if agg.get("per_stack_median"):
+        print("\n  per stack median |error| (stacks with >= "
+              f"{EXTRA_MIN_STACK_ROWS} scored rows; fmest / best baseline)")
+        for quantity, table in agg["per_stack_median"].items():
+            for st, (n, med, base) in table.items():
+                print(f"    {quantity:10s} {st[:20]:20s} {n:5d} rows  fmest {_fmt(med, '5.1f')}"
+                      f"  baseline {_fmt(base, '5.1f')}")
+
+
+# -- an evidence file kept outside the repository (--extra) -----------------------------------
+#: a stack's median is printed only over this many scored rows (fewer would come close to
+#: naming a row's error)
+EXTRA_MIN_STACK_ROWS = 3
+EXTRA_REFUSED = ("--rows", "--markdown", "--unsupported", "--fitters", "--sealed")
+
+
+def load_extra(path: Path) -> list[dict]:
+    """Rows of a CSV in ``measured.csv``'s format (its header, any column order) kept outside
+    the repository; a missing column is an error, extra columns are ignored."""
+    import csv
+
+    with open(measured.csv_path(), newline="", encoding="utf-8") as fh:
+        columns = next(csv.reader(fh))
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
+        if missing:
+            raise SystemExit(f"--extra: {path} lacks the columns {', '.join(missing)} "
+                             "(the header of benchmarks/data/measured.csv)")
+        return [{c: (r.get(c) or "") for c in columns} for r in reader]
+
+
+def extra_aggregate(open_results: list[dict], extra_results: list[dict], fitters) -> dict:
+    """:func:`sealed_aggregate` of the extra rows, plus per-stack medians (fmest and the best
+    baseline, stacks with at least ``EXTRA_MIN_STACK_ROWS`` scored rows) and how many of the
+    file's sources also name a source of the evidence set."""
+    agg = sealed_aggregate(open_results, extra_results, fitters)
+    open_sources = {r["source"] for r in open_results}
+    agg["sources_also_open"] = len({r["source"] for r in extra_results} & open_sources)
+    per: dict[str, dict] = {}
+    for quantity, bases in (("memory", MEMORY_BASELINES), ("throughput", THROUGHPUT_BASELINES)):
+        scored = [r for r in extra_results if r["kind"] == quantity and r["status"] == "scored"]
+        train = [to_scored(r, quantity) for r in open_results
+                 if r["kind"] == quantity and r["status"] == "scored"]
+        preds = fit_and_apply(train, [to_scored(r, quantity) for r in scored], fitters)
+        table = {}
+        for st in sorted({r["stack"] for r in scored}):
+            mine = [r for r in scored if r["stack"] == st]
+            if len(mine) < EXTRA_MIN_STACK_ROWS:
+                continue
+            med = statistics.median(abs(pct_error(r["row"], preds[r["id"]], r["measured"]))
+                                    for r in mine)
+            base_meds = [statistics.median(abs(pct_error(r["row"], r["baselines"][b],
+                                                         r["measured"]))
+                                           for r in mine if r["baselines"].get(b))
+                         for b in bases if any(r["baselines"].get(b) for r in mine)]
+            table[st] = (len(mine), round(med, 1),
+                         round(min(base_meds), 1) if base_meds else None)
+        per[quantity] = table
+    agg["per_stack_median"] = per
+    return agg
 
 
 # -- printing ----------------------------------------------------------------------------------
@@ -855,7 +920,18 @@ def main(argv=None) -> int:
                          + ", ".join(fitting.AVAILABLE))
     ap.add_argument("--sealed", action="store_true",
                     help="score the sealed sources, aggregate only (once per model change)")
+    ap.add_argument("--extra", metavar="CSV", default="",
+                    help="score the rows of CSV (measured.csv's format, kept outside the repo), "
+                         "aggregate lines only")
     args = ap.parse_args(argv)
+    if args.extra:
+        given = [f for f, on in zip(EXTRA_REFUSED, (args.rows, args.markdown, args.unsupported,
+                                                    bool(args.fitters), args.sealed),
+                                    strict=True) if on]
+        if given:
+            ap.error(f"--extra prints aggregate lines only; it cannot be combined with "
+                     f"{', '.join(given)} (accepted with --extra: --json)")
+        return run_extra(Path(args.extra), args.json)
     if args.sealed:
         given = [f for f, on in zip(SEALED_REFUSED, (args.rows, args.markdown, args.unsupported,
                                                      bool(args.fitters)), strict=True) if on]
@@ -897,6 +973,23 @@ def main(argv=None) -> int:
         return 0
     print_report(results, analysis, seconds, len(rows), sources, args.rows, sealed_line)
     return 0
+
+def run_extra(path: Path, as_json: bool) -> int:
+    """``--extra CSV``: fitted constants fitted on the open sources (as for ``--sealed``), the
+    file's rows scored, aggregate lines only (no row, no row id, no per-source figure)."""
+    extra_rows = load_extra(path)
+    open_rows, _ = split_sealed(measured.load_rows(), set(sealed_draw.load()))
+    agg = extra_aggregate(evaluate(open_rows, progress=False),
+                          evaluate(extra_rows, progress=False), list(fitting.FITTERS))
+    if as_json:
+        print(json.dumps(agg))
+        return 0
+    print_sealed(agg, tag="EXTRA", header=(
+        f"fmest on an EXTRA evidence file: {agg['sources']} sources, {agg['rows']} rows of "
+        f"{path.name} (aggregate only; fitted constants fitted on the open sources of "
+        f"benchmarks/data/measured.csv; sources also named there: {agg['sources_also_open']})"))
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())
