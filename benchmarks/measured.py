@@ -199,7 +199,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CSV = REPO_ROOT / "benchmarks" / "data" / "measured.csv"
 
 MEGATRON_HEADS = {2304: 24, 3072: 32, 4096: 32, 6144: 48, 8192: 64, 10240: 80, 12288: 96,
-                  16384: 128, 20480: 128, 25600: 160}  # Narayanan et al. 2021, Table 1
+                  16384: 128, 20480: 128, 25600: 160,  # Narayanan et al. 2021, Table 1
+                  768: 12, 1024: 16}  # GPT-3 Small / Medium: Brown et al. 2020, Table 2.1
 _CAPACITY_ONLY = {"80": "A100-SXM-80GB", "24": "RTX4090-24GB", "40": "A100-SXM-40GB",
                   "48": "L40S-48GB"}
 _TORCHTUNE_LORA_TARGETS = ("q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
