@@ -94,9 +94,9 @@ class RatioFitter:
         return item.predicted * params.get(self._key(item), 1.0)
 
 
-#: Fitters the benchmark refits per fold: issue 12's per-stack constants
-#: (``stack_constants.py``: the allocator reserve per training stack), refitted per held-out
-#: source; issue 13's learned corrections register theirs here too.
+#: Fitters the benchmark refits per fold: issue 12's per-stack constants that are shipped
+#: (``stack_constants.stack_fitters``: none since 2026-11-27, the physics reserve scores better),
+#: refitted per held-out source; issue 13's learned corrections register theirs here too.
 FITTERS: list = []
 
 
@@ -109,6 +109,7 @@ AVAILABLE = {
     "ratio-memory-by-stack": lambda: RatioFitter(quantity="memory", by="stack"),
     "ratio-throughput-by-stack": lambda: RatioFitter(quantity="throughput", by="stack"),
     "stack-time": stack_constants.StackTimeFitter,
+    "stack-reserve-fraction": stack_constants.StackReserveFitter,
 }
 
 

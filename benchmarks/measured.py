@@ -142,7 +142,13 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    -> ``full`` (BigScience's Megatron-DeepSpeed runs pass ``--checkpoint-activations``, as the
    tr11 README states; the 72-80-layer test models of its prequel tables could not hold
    uncheckpointed activations at their micro-batches); ``gradient_checkpointing=true`` in
-   ``other`` -> ``full``.
+   ``other`` -> ``full``. Block-level selective AC (IBM fms-fsdp ``selective_checkpointing`` p:
+   full AC on a share p of the blocks, foundation-model-stack/fms-fsdp
+   5a296afe42f9932f590783cb053fa0f9384e01fc fms_fsdp/policies/ac_handler.py; the row's
+   ``other`` says "block-level, not op-level") -> ``full`` with ``checkpoint_fraction`` p when
+   ``other`` states ``checkpoint_fraction=`` or ``selective_checkpointing=``, else unsupported
+   ("... without the fraction stated": the fms-fsdp README tables do not give p); ``full`` with
+   a stated fraction -> that fraction.
 10. **Attention**: ``flash_attention`` true -> ``flash``, false -> ``eager``; unknown -> ``flash``
     on ``megatron-core`` (Transformer Engine's fused attention is Megatron-Core's default
     backend); on a transformers-based stack ``eager`` when the row states a transformers
@@ -181,6 +187,17 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
     time per iteration follows the mean padded length, which the source does not give (it
     publishes the longest Alpaca sample per tokenizer only). Its memory rows keep the longest:
     the first iteration runs it (``longest_seq_ix``).
+14. **Padding**: a row whose ``other`` states the dataset's length distribution ("token length
+    M+-S") and that ``seq_len`` caps unpacked samples (rule 13's wording) runs with
+    ``training.padding = longest`` and ``workload.avg_seq_len`` / ``seq_len_std`` = M / S; where
+    it names ms-swift's default truncation strategy, ``training.truncation = delete`` (ms-swift
+    1.x ``truncation_strategy='delete'``, swift/llm/utils/template.py at 46922151). M and S
+    are the dataset's; the job states the lengths as trained (after the cap), from a lognormal
+    of those two moments (``capped_lognormal_moments``). The memory model adds the allocator
+    reserve of varying shapes (docs/allocator.md). Rule 13 still holds for their throughput
+    rows: the trained mean from an assumed lognormal puts ms-swift's 7B LoRA at 1.8 samples/s
+    against 4.3 measured (the real lengths are shorter than the assumed shape says), so a rate
+    follows only a stated mean.
 
 """
 
@@ -188,6 +205,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import math
 import os
 import re
 from pathlib import Path
@@ -285,6 +303,10 @@ VARIABLE_LENGTH = re.compile(r"seq_len is the cap|variable-length samples trunca
 #: ``other`` wording of a seq_len that is only the longest of variable-length samples, each
 #: micro-batch padded to its own longest (rule 13: LitGPT's resource tables)
 LONGEST_SAMPLE_ONLY = re.compile(r"first iteration runs the longest example", re.I)
+#: ``other`` wording of a stated sample-length distribution (rule 14): "token length M+-S"
+LENGTH_DISTRIBUTION = re.compile(r"token length (\d+(?:\.\d+)?) ?\+-(\d+(?:\.\d+)?)", re.I)
+#: ms-swift 1.x's default over-length handling named in ``other`` (rule 14)
+MS_SWIFT_DEFAULT_TRUNCATION = re.compile(r"ms-swift default truncation strategy", re.I)
 #: Hugging Face ``hidden_act`` -> the activation Lit-GPT's model code runs (rule 12): its
 #: GptNeoxMLP calls ``torch.nn.functional.gelu(x, approximate=config.gelu_approximate)``, one
 #: fused op, and its phi configs set ``gelu_approximate="tanh"`` (lit_gpt/model.py and
@@ -303,6 +325,9 @@ LITGPT_ADAPTERS = {"adapter": "adapter", "adapter-4bit": "qadapter",
                    "adapter-v2": "adapter_v2", "adapter-v2-4bit": "qadapter_v2"}
 #: ``other`` wording of a run of Answer.AI's fsdp_qlora train.py (rule 12): its own profile
 FSDP_QLORA_HARNESS = re.compile(r"harness=AnswerDotAI/fsdp_qlora train\.py", re.I)
+#: ``other`` wording of a KempnerForge run (rule 12): its own profile (stacks.toml
+#: ``kempnerforge``; the breakdown key stays the row's ``stack``)
+KEMPNERFORGE_FRAMEWORK = re.compile(r"framework=KempnerForge\b")
 #: its sharding strategy "ddp" is FSDP NO_SHARD (rule 12; train.py maps
 #: --sharding_strategy ddp to ShardingStrategy.NO_SHARD)
 FSDP_QLORA_NO_SHARD = re.compile(r"FSDP NO_SHARD 'ddp' strategy", re.I)
@@ -679,6 +704,13 @@ def map_row(row: dict) -> Mapped:
     return Mapped(job=job, reason=why, stack=stack or "(empty)", features=tags)
 
 
+def _fraction_of(text: str) -> float:
+    """A stated checkpoint fraction: ``0.5`` or ``1/3`` (fms-fsdp's ``selective_checkpointing``
+    takes either, fms_fsdp/policies/ac_handler.py)."""
+    num, _, den = text.strip().partition("/")
+    return float(num) / float(den) if den else float(num)
+
+
 def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     kv = other_kv(row)
     other = row.get("other", "")
@@ -860,7 +892,15 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         par["cpu_offload"] = offload
     # rule 9
     ac = (row["activation_checkpointing"] or "").strip().lower()
-    if ac in ("full", "selective"):
+    block_level = ac == "selective" and "block-level, not op-level" in low
+    fraction = kv.get("checkpoint_fraction") or kv.get("selective_checkpointing")
+    if block_level and not fraction:
+        return None, "block-level selective AC (a fraction of the blocks checkpointed) " \
+            "without the fraction stated"
+    if block_level or (ac == "full" and fraction):
+        training["activation_checkpointing"] = "full"
+        training["checkpoint_fraction"] = _fraction_of(fraction)
+    elif ac in ("full", "selective"):
         training["activation_checkpointing"] = ac
     elif ac == "offload":
         training["activation_checkpointing"] = "full"
@@ -892,6 +932,8 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     # rule 12
     if stack and "stack" in _training_fields():
         training["stack"] = STACK_PROFILES.get(stack, stack)
+    if KEMPNERFORGE_FRAMEWORK.search(other) and "stack" in _training_fields():
+        training["stack"] = "kempnerforge"
     if FSDP_QLORA_HARNESS.search(other) and "stack" in _training_fields():
         training["stack"] = "fsdp-qlora"
         if zf in ("", "none", "0") and dp > 1 and FSDP_QLORA_NO_SHARD.search(other):
@@ -902,7 +944,44 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     job = {"model": model, "training": training, "parallelism": par, "hardware": hardware}
     if model_config is not None:
         job["model_config"] = model_config
+    dist = LENGTH_DISTRIBUTION.search(other)
+    if dist and VARIABLE_LENGTH.search(other) and "padding" in _training_fields():
+        # rule 14: the row states its length distribution and that seq_len caps unpacked
+        # samples: batches padded to their longest (ms-swift's collator), the dataset's mean
+        # and sd; ms-swift 1.x drops an over-long sample (truncation_strategy='delete',
+        # swift/llm/utils/template.py @ 46922151e06cdfc110882e182757674f12352f2c)
+        training["padding"] = "longest"
+        delete = bool(MS_SWIFT_DEFAULT_TRUNCATION.search(other))
+        if delete:
+            training["truncation"] = "delete"
+        mean, sd = capped_lognormal_moments(float(dist.group(1)), float(dist.group(2)),
+                                            float(training["seq_len"]), delete)
+        job["workload"] = {"avg_seq_len": mean, "seq_len_std": sd}
     return job, ""
+
+
+def capped_lognormal_moments(mean: float, sd: float, cap: float,
+                             delete: bool) -> tuple[float, float]:
+    """(mean, sd) of the lengths as trained (rule 14) when the dataset's lengths (``mean``,
+    ``sd``) follow a lognormal of those moments (an assumption: the sources state two moments
+    only) and a sample over ``cap`` is dropped (``delete``) or cut to it: the closed forms of
+    the truncated lognormal's first two moments (E[X^k; X <= c] = exp(k mu + k^2 s^2 / 2)
+    Phi((ln c - mu - k s^2) / s))."""
+    s2 = math.log(1.0 + (sd / mean) ** 2)
+    mu, s = math.log(mean) - s2 / 2.0, math.sqrt(s2)
+
+    def phi(x: float) -> float:
+        return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+    z = (math.log(cap) - mu) / s
+    below = phi(z)
+    m1 = math.exp(mu + s2 / 2.0) * phi(z - s)
+    m2 = math.exp(2.0 * mu + 2.0 * s2) * phi(z - 2.0 * s)
+    if delete:
+        m1, m2 = m1 / below, m2 / below
+    else:
+        m1, m2 = m1 + cap * (1.0 - below), m2 + cap * cap * (1.0 - below)
+    return round(m1, 1), round(math.sqrt(max(0.0, m2 - m1 * m1)), 1)
 
 
 def row_to_job(row: dict) -> tuple[Optional[dict], str]:

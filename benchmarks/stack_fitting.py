@@ -43,11 +43,11 @@ def fit_all(results) -> dict:
         items = [i for i in _scored(results, quantity, (quantity,)) if fitter.applies(i)]
         params = fitter.fit(items)
         fitted = {k: round(v, 4) for k, v in sorted(params.items())}
-        if key == "time_factor":
-            # not shipped (stack_constants.stack_fitters: accuracy.py refits only the reserve
-            # per held-out source, so a shipped time factor would be in-sample there): kept
-            # beside it for the record
-            out["time_factor_not_shipped"] = fitted
+        if not any(isinstance(f, type(fitter)) for f in stack_constants.stack_fitters()):
+            # not shipped (stack_constants.stack_fitters: accuracy.py refits per held-out
+            # source only what is shipped, so a shipped constant it does not refit would be
+            # in-sample there): kept beside it for the record
+            out[f"{key}_not_shipped"] = fitted
         else:
             out[key] = fitted
         loso, _ = fitting.leave_one_source_out(items, [fitter])

@@ -170,12 +170,15 @@ def varlen_lengths(cap: int, steps: int = VARLEN_STEPS, low: float = VARLEN_LOW,
     return out + [cap]
 
 
-def trace_varlen_events(job_dict: dict[str, Any], lengths: list[int]
+def trace_varlen_events(job_dict: dict[str, Any], lengths: list[int],
+                        marks: list[tuple[int, int]] | None = None, accum: int = 0
                         ) -> tuple[list[tuple], int, int, float]:
     """(events, tracker peak, transient bytes of the last micro-batch (its forward/backward
     peak over what is live as it starts), seconds) of one fake
     trace running one micro-batch per entry of ``lengths`` (the batch padded to that length, as
-    a pad-to-longest collator does), an optimizer step after every ``VARLEN_ACCUM``."""
+    a pad-to-longest collator does), an optimizer step after every ``accum`` (default
+    ``VARLEN_ACCUM``). ``marks`` (when given) receives each micro-batch's (first, end) event
+    index: the events whose sizes follow its length (the first one's include the setup)."""
     import attrs
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -186,6 +189,7 @@ def trace_varlen_events(job_dict: dict[str, Any], lengths: list[int]
     from fmest_torch_runner.tracker import StorageTracker
 
     spec = _run_spec(job_dict)
+    accum = accum or VARLEN_ACCUM
     t0 = time.perf_counter()
     with patched_mask_helper():
         fake_mode = FakeTensorMode()
@@ -193,9 +197,12 @@ def trace_varlen_events(job_dict: dict[str, Any], lengths: list[int]
         with fake_mode:
             tracker = StorageTracker(round_bytes=512)
             with tracker:
+                first = len(tracker.events)
                 state = prepare_steps(model, attrs.evolve(spec, seq_len=lengths[0]), "fake",
                                       tracker)
                 for i, n in enumerate(lengths):
+                    if i:
+                        first = len(tracker.events)
                     inputs = (state.inputs if i == 0 else
                               make_batch(model, attrs.evolve(spec, seq_len=n), "cpu"))
                     before = tracker.total
@@ -207,7 +214,9 @@ def trace_varlen_events(job_dict: dict[str, Any], lengths: list[int]
                     loss.backward()
                     del loss, inputs
                     tracker.end_phase()
-                    if (i + 1) % VARLEN_ACCUM == 0 or i == len(lengths) - 1:
+                    if marks is not None:
+                        marks.append((first, len(tracker.events)))
+                    if (i + 1) % accum == 0 or i == len(lengths) - 1:
                         tracker.phase(f"m{i}_optimizer", "optimizer")
                         optimizer_step(state.params, state.masters, state.optimizer, tracker)
                         tracker.end_phase()
@@ -217,6 +226,210 @@ def trace_varlen_events(job_dict: dict[str, Any], lengths: list[int]
     step_peak = max(tracker.windows[f"m{last}_{k}"].total for k in ("forward", "backward"))
     return (list(tracker.events), tracker.overall.total, step_peak - before,
             time.perf_counter() - t0)
+
+
+#: the padded-length grid (issue 20): traced settings (LoRA, as the ms-swift benchmark rows;
+#: with and without full activation checkpointing), replayed over length distributions
+PADDED_TRACES: list[tuple[str, str, int, int, str]] = [
+    ("smollm2-360m", "lora", 1, 1024, "full"),
+    ("smollm2-360m", "lora", 1, 1024, "none"),
+]
+#: micro-batches per replay and the optimizer step period (2 steps and one more micro-batch)
+PADDED_STEPS = 9
+PADDED_ACCUM = 4
+#: the grid: mean sample length over the cap, coefficient of variation (sd / mean) of a
+#: lognormal length distribution, what happens to a sample over the cap (``truncate``: cut to
+#: the cap, HF/TRL/LLaMA-Factory; ``delete``: dropped, ms-swift 1.x ``truncation_strategy=
+#: 'delete'``, swift/llm/utils/template.py @ 46922151), samples per micro-batch
+PADDED_MEAN_OVER_CAP = (0.125, 0.25, 0.5, 1.0, 2.0)
+PADDED_CV = (0.3, 0.6, 1.0)
+PADDED_TRUNCATION = ("truncate", "delete")
+PADDED_BATCH = (1, 4)
+PADDED_SEEDS = 16
+PADDED_SEED = 20261127
+
+
+def padded_templates(job_dict: dict[str, Any], cap: int) -> tuple[list[tuple], list[list[int]],
+                                                                   list[tuple[int, int]], int]:
+    """Three traces of ``PADDED_STEPS`` micro-batches at fixed lengths cap/4, cap/2 and cap
+    (identical event order; the sizes differ): (events at the cap, each event's size at the
+    three lengths, the micro-batch marks, transient bytes of one micro-batch at the cap)."""
+    lens = (cap // 4, cap // 2, cap)
+    runs = []
+    for n in lens:
+        marks: list[tuple[int, int]] = []
+        ev, _, transient, secs = trace_varlen_events(job_dict, [n] * PADDED_STEPS, marks,
+                                                     PADDED_ACCUM)
+        print(f"  traced {PADDED_STEPS} x {n} tokens: {len(ev)} events ({secs:.0f} s)",
+              flush=True)
+        runs.append((ev, marks, transient))
+    base, marks, transient = runs[2]
+
+    def by_key(ev: list[tuple]) -> dict[tuple, int]:
+        # the mallocs come in the same order with the same handles at every length; a free's
+        # place can move (storages released by the garbage collector), so sizes are matched
+        # by (handle, nth malloc of it), not by position
+        seen: dict[object, int] = {}
+        out: dict[tuple, int] = {}
+        for e in ev:
+            if e[0] == "m":
+                k = seen[e[1]] = seen.get(e[1], -1) + 1
+                out[(e[1], k)] = int(e[2])
+        return out
+
+    keyed = [by_key(ev) for ev, _, _ in runs]
+    if any(k.keys() != keyed[2].keys() for k in keyed[:2]):
+        raise RuntimeError("the traces at different lengths differ in their allocations")
+    seen: dict[object, int] = {}
+    sizes: list[list[int]] = [[], [], []]
+    for e in base:
+        key = None
+        if e[0] == "m":
+            key = (e[1], seen.setdefault(e[1], -1) + 1)
+            seen[e[1]] = key[1]
+        for t in range(3):
+            sizes[t].append(keyed[t][key] if key is not None else 0)
+    return base, sizes, marks, transient
+
+
+def size_at(s: tuple[int, int, int], x: tuple[int, int, int], n: float) -> int:
+    """An allocation's size at length ``n``: the quadratic through its sizes at the traced
+    lengths ``x`` (attention scores may grow as n^2; the rest is affine), rounded to 512 B."""
+    (x0, x1, x2), (y0, y1, y2) = x, s
+    v = (y0 * (n - x1) * (n - x2) / ((x0 - x1) * (x0 - x2))
+         + y1 * (n - x0) * (n - x2) / ((x1 - x0) * (x1 - x2))
+         + y2 * (n - x0) * (n - x1) / ((x2 - x0) * (x2 - x1)))
+    return max(512, int(-(-v // 512)) * 512)
+
+
+def synth_events(base: list[tuple], sizes: list[list[int]], marks: list[tuple[int, int]],
+                 cap: int, tokens: list[float]) -> list[tuple]:
+    """The event stream of micro-batch i run at ``tokens[i]`` tokens (samples x padded
+    length; the activations are affine in tokens at a fixed batch, quadratic in the length
+    only through attention scores, whose share is checked by ``size_at``'s fit)."""
+    x = (cap // 4, cap // 2, cap)
+    owner = [-1] * len(base)
+    for i, (a, b) in enumerate(marks):
+        for j in range(a, b):
+            owner[j] = i
+    out = []
+    for j, e in enumerate(base):
+        i = owner[j]
+        if e[0] == "m" and i >= 0 and tokens[i] != cap:
+            out.append(("m", e[1], size_at((sizes[0][j], sizes[1][j], sizes[2][j]), x,
+                                           tokens[i])))
+        else:
+            out.append(e)
+    return out
+
+
+def padded_lengths(rng: Any, cap: int, mean_over_cap: float, cv: float, truncation: str,
+                   batch: int, steps: int) -> list[int]:
+    """Padded lengths of ``steps`` micro-batches: each the longest of ``batch`` samples drawn
+    from a lognormal of mean ``mean_over_cap x cap`` and sd ``cv x mean`` (over the cap: cut to
+    it, or redrawn for ``delete``), at least 8 tokens; one micro-batch, at a random place, is
+    the cap (the longest batch a run meets: the estimate's peak)."""
+    out = [max(_one_length(rng, cap, mean_over_cap, cv, truncation) for _ in range(batch))
+           for _ in range(steps)]
+    out[rng.randrange(steps)] = cap
+    return out
+
+
+def realized_stats(cap: int, mean_over_cap: float, cv: float, truncation: str,
+                   n: int = 20000) -> tuple[float, float]:
+    """(mean / cap, sd / mean) of the sample lengths as trained (after the cap: cut or
+    dropped) of one grid cell: what a job states as ``workload.avg_seq_len`` and
+    ``seq_len_std``, the axes of the lookup."""
+    import random
+
+    rng = random.Random(f"{PADDED_SEED}-stats-{mean_over_cap}-{cv}-{truncation}")
+    xs = [float(_one_length(rng, cap, mean_over_cap, cv, truncation)) for _ in range(n)]
+    mean = statistics.fmean(xs)
+    return round(mean / cap, 5), round(statistics.pstdev(xs) / mean, 5)
+
+
+def _one_length(rng: Any, cap: int, mean_over_cap: float, cv: float, truncation: str) -> int:
+    """One sample length of :func:`padded_lengths`' distribution."""
+    import math
+
+    s2 = math.log(1.0 + cv * cv)
+    mu = math.log(mean_over_cap * cap) - s2 / 2.0
+    for _ in range(10000):
+        n = rng.lognormvariate(mu, math.sqrt(s2))
+        if n <= cap:
+            return max(8, int(n))
+        if truncation == "truncate":
+            return cap
+    return cap
+
+
+def padded_rows_for(preset: str, technique: str, batch: int, cap: int, ac: str) -> list[dict]:
+    """The padded-length grid of one traced setting: growth of the replayed reserved peak over
+    the same job at the cap every micro-batch, over the transient bytes of one micro-batch at
+    the cap, median over ``PADDED_SEEDS`` draws."""
+    import random
+
+    from fmest.allocator import replay
+
+    job = {"model": preset, "training": {"dtype": "bf16", "technique": technique,
+                                          "micro_batch_size": batch, "seq_len": cap,
+                                          "activation_checkpointing": ac}}
+    base, sizes, marks, transient = padded_templates(job, cap)
+    rows = []
+    for b in PADDED_BATCH:
+        fixed_tokens = [float(b * cap)] * PADDED_STEPS
+        fixed = replay(synth_events(base, sizes, marks, cap, fixed_tokens))
+        for m, cv, trunc in itertools.product(PADDED_MEAN_OVER_CAP, PADDED_CV,
+                                              PADDED_TRUNCATION):
+            growth = []
+            rng = random.Random(f"{PADDED_SEED}-{m}-{cv}-{trunc}-{b}")
+            for _ in range(PADDED_SEEDS):
+                lens = padded_lengths(rng, cap, m, cv, trunc, b, PADDED_STEPS)
+                var = replay(synth_events(base, sizes, marks, cap, [float(b * n) for n in lens]))
+                growth.append((var.max_memory_reserved - fixed.max_memory_reserved)
+                              / (b * transient))
+            real_m, real_cv = realized_stats(cap, m, cv, trunc)
+            rows.append({"activation_checkpointing": ac, "batch": b, "mean_over_cap": m,
+                         "cv": cv, "truncation": trunc, "trained_mean_over_cap": real_m,
+                         "trained_cv": real_cv,
+                         "growth_over_transient": round(max(0.0, statistics.median(growth)), 4),
+                         "min": round(min(growth), 4), "max": round(max(growth), 4)})
+            print(f"  {ac:4s} b{b} mean/cap {m:5.3f} cv {cv:.1f} {trunc:8s} growth/transient "
+                  f"{rows[-1]['growth_over_transient']:.3f}", flush=True)
+    return rows
+
+
+def main_padded(args: argparse.Namespace) -> int:
+    """Trace ``PADDED_TRACES`` and write the grid into the table's ``padded`` section."""
+    from importlib.metadata import version
+
+    grid = ([(args.only, args.technique, args.batch, args.seq, args.ac)] if args.only
+            else PADDED_TRACES)
+    rows: list[dict] = []
+    for setting in grid:
+        rows.extend(padded_rows_for(*setting))
+    table = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {}
+    table["padded"] = {
+        "description": "Pad-to-longest batches of varying length (issue 20): growth of the "
+                       "replayed max_memory_reserved over the same job padded to the cap every "
+                       "micro-batch, over the transient bytes (forward/backward peak over what "
+                       f"is live at its start) of one micro-batch at the cap. {PADDED_STEPS} "
+                       f"micro-batches, an optimizer step every {PADDED_ACCUM}; event sizes at "
+                       "any length from three fake traces at cap/4, cap/2, cap (quadratic "
+                       "through them); lengths lognormal(mean, cv), one micro-batch at the cap "
+                       f"at a random place; median over {PADDED_SEEDS} draws (seed "
+                       f"{PADDED_SEED}). Looked up (nearest mean/cap and cv in log space, then "
+                       "truncation, batch and checkpointing mode) by fmest.allocator."
+                       "padded_growth_fraction.",
+        "generated": time.strftime("%Y-%m-%d"),
+        "command": "python scripts/derive_allocator_reserve.py --padded",
+        "traces": [list(t) for t in grid],
+        "torch": version("torch"), "transformers": version("transformers"),
+        "allocator_source": ALLOCATOR_SOURCE,
+        "rows": rows,
+    }
+    args.out.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    return 0
 
 
 def varlen_row_for(preset: str, technique: str, batch: int, cap: int, ac: str) -> dict:
@@ -486,7 +699,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--floor", action="store_true",
                     help="trace the grid and measure the irreducible reserve (fmest.allocator."
                          "measure_floor) into the table's 'floor' section, keeping the rest")
+    ap.add_argument("--padded", action="store_true",
+                    help="trace PADDED_TRACES and replay the padded-length grid into the "
+                         "table's 'padded' section, keeping the rest")
     args = ap.parse_args(argv)
+    if args.padded:
+        return main_padded(args)
     if args.varlen:
         return main_varlen(args)
     if args.floor and not args.summarize:

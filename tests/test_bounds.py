@@ -194,6 +194,8 @@ ODDITY_CASES = {
     "learned model without a learned method": ({"options": {"learned_model": "x"}},
                                                "options.learned_model"),
     "lora dropout without lora": ({"training": {"lora_dropout": 0.1}}, "training.lora_dropout"),
+    "checkpoint fraction without full checkpointing": (
+        {"training": {"checkpoint_fraction": 0.5}}, "training.checkpoint_fraction"),
     "k-bit preparation without a quantized base": (
         {"training": {"technique": "lora", "kbit_prep": "peft"}}, "training.kbit_prep"),
 }

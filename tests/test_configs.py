@@ -208,8 +208,8 @@ def test_axolotl_mapping():
     assert (t["micro_batch_size"], t["grad_accum_steps"], t["optimizer"]) == \
         (2, 4, "paged_adamw_32bit")
     assert (t["attention"], t["activation_checkpointing"], t["dtype"]) == ("flash", "full", "bf16")
-    assert any(i.endswith("sample_packing: packed samples fill sequence_len; fmest already "
-                          "sizes activations at sequence_len") for i in m.ignored)
+    # sample_packing: true -> packed batches (fixed shapes, no padding)
+    assert t["padding"] == "packed"
     m = load_configs([_d("axolotl", "llama3_lora_fsdp.yaml")])
     assert m.data["parallelism"] == {"fsdp": "full_shard", "cpu_offload": "params"}
     assert m.data["training"]["loss"] == "fused"

@@ -107,15 +107,17 @@ def test_torchtitan_layouts_and_precision(tmp_path):
 
 
 def test_torchtitan_defaults_fill_what_the_file_leaves_out(tmp_path):
-    """job_config.py defaults: local_batch_size 8, seq_len 2048, steps 10000, selective AC,
+    """job_config.py defaults: local_batch_size 8, seq_len 2048, steps 10000, selective AC
+    with selective_ac_option "2" (layer-level: every second block),
     data_parallel_shard_degree -1 (FSDP2), bf16 compute over fp32 weights; with a pipeline the
     local batch runs as microbatches of pipeline_parallel_microbatch_size (1)."""
     f = tmp_path / "t.toml"
     f.write_text('[model]\nname = "llama3"\nflavor = "8B"\n')
     m = load_configs([str(f)])
     t = m.data["training"]
+    # selective_ac_option defaults to "2": every second block under full checkpointing
     assert (t["micro_batch_size"], t["seq_len"], t["activation_checkpointing"], t["dtype"],
-            t["precision"]) == (8, 2048, "selective", "bf16", "amp")
+            t["precision"], t["checkpoint_fraction"]) == (8, 2048, "full", "bf16", "amp", 0.5)
     assert m.data["workload"]["max_steps"] == 10000
     assert m.data["parallelism"]["fsdp"] == "full_shard"
     assert "torchtitan default" in m.origins["training.micro_batch_size"]

@@ -92,7 +92,7 @@ def test_dispatch_gb200_stays_on_nvlink():
 
 def test_permute_bytes_of_a_micro_batch():
     # full checkpointing: forward, backward and the recompute's forward; 128/8 = 16 local
-    shape = _shape(checkpointing="full")
+    shape = _shape(checkpointing="full", recompute_share=1.0)
     assert E.moe_permute_bytes(_MODEL, shape) == pytest.approx(
         3 * 48 * F.moe_permute_bytes(4096, 8, 2048, 2.0, 16))
 
@@ -167,7 +167,7 @@ def test_a2a_overlap_hides_the_traffic_under_the_window():
     assert E.moe_dispatch_seconds(_MODEL, _shape(), gpu, 8, overlap_window=plain / 2) == \
         pytest.approx(plain / 2 + frac * plain / 2)
     # Megatron refuses the overlap with full recompute: not applied
-    full = _shape(checkpointing="full")
+    full = _shape(checkpointing="full", recompute_share=1.0)
     assert E.moe_dispatch_seconds(_MODEL, full, gpu, 8, overlap_window=10 * plain) == \
         E.moe_dispatch_seconds(_MODEL, full, gpu, 8)
 

@@ -2,16 +2,23 @@
 
 Forty configurations drawn at random (seed 0) from the feasible space of each case are
 re-estimated by the engine with the theory policy; every one must agree within the case's
-tolerance on per-GPU memory and step time. Measured at the commit that set these tolerances
-(median / 90th percentile / max absolute error):
+tolerance on per-GPU memory and step time. Measured 2026-11-27, after the arrays mirrored
+the stacks' overlaps, DeepSpeed's per-micro-batch fp32 gradient accumulation, Megatron-Core's
+MoE host syncs, partial checkpointing and the stacks' fitted allocator reserve (median / 90th
+percentile / max absolute error):
 
 | case | memory | step time |
 |---|---|---|
-| Llama-3.1-8B s2048, H100+A100, <= 16 GPUs | 0.0 / 4.8 / 10.8 % | 0.0 / 0.0 / 0.0 % |
-| Llama-2-70B s4096, H100, <= 64 GPUs | 0.5 / 2.4 / 6.2 % | 0.0 / 0.0 / 0.6 % |
-| Llama-2-7B LoRA s2048, A100, <= 8 GPUs | 0.0 / 0.2 / 4.1 % | 0.0 / 0.0 / 0.1 % |
-| Mixtral-8x7B s4096 (expert parallel), H100, <= 32 GPUs | 0.0 / 2.1 / 7.7 % | 0.2 / 1.0 / 1.4 % |
-| Llama-3.1-8B s32768 (context parallel), H100, <= 32 GPUs | 0.0 / 3.5 / 14.4 % | 0.5 / 1.4 / 3.0 % |
+| Llama-3.1-8B s2048, H100+A100, <= 16 GPUs | 0.0 / 6.1 / 14.1 % | 0.5 / 1.1 / 2.8 % |
+| Llama-2-70B s4096, H100, <= 64 GPUs | 0.3 / 2.1 / 2.8 % | 0.1 / 0.4 / 0.6 % |
+| Llama-2-7B LoRA s2048, A100, <= 8 GPUs | 0.0 / 0.4 / 2.0 % | 0.1 / 3.3 / 3.7 % |
+| Mixtral-8x7B s4096 (expert parallel), H100, <= 32 GPUs | 0.6 / 2.8 / 12.3 % | 0.7 / 2.1 / 2.8 % |
+| Llama-3.1-8B DPO, full ckpt, H100, <= 16 GPUs | 0.0 / 7.8 / 13.2 % | 0.8 / 2.1 / 3.5 % |
+| Llama-2-70B s4096, 25 Gb/s network, H100, <= 64 GPUs | 0.3 / 2.1 / 2.8 % | 0.1 / 0.2 / 0.5 % |
+| Llama-2-13B megatron-deepspeed, A100, <= 16 GPUs | 0.0 / 1.3 / 4.1 % | 0.0 / 0.9 / 3.0 % |
+| Mixtral-8x7B s4096 megatron-core, H100, <= 32 GPUs | 0.6 / 1.8 / 4.9 % | 0.4 / 2.1 / 3.7 % |
+| Llama-3.1-8B checkpoint_fraction 0.5, H100, <= 16 GPUs | 0.0 / 6.6 / 9.0 % | 0.3 / 0.9 / 1.7 % |
+| Llama-3.1-8B s32768 (context parallel), H100, <= 32 GPUs | 0.0 / 3.9 / 12.4 % | 0.3 / 1.5 / 2.6 % |
 
 The step-time formulas take compute, memory-bound work and (with context parallelism) the
 ring's exposed traffic per micro-batch from engine probes, so they agree closely; memory is
@@ -50,6 +57,23 @@ CASES = {
                            "hardware": {"inter_node_gbps": 25},
                            "workload": {"dataset_tokens": 1e9}},
                           dict(gpus="H100-SXM", max_gpus=64), 0.15, 0.05),
+    # stacks whose time terms the arrays mirror: DeepSpeed's BF16_Optimizer accumulation per
+    # micro-batch (megatron-deepspeed), the MoE dispatcher's host syncs (megatron-core), and
+    # partial checkpointing (training.checkpoint_fraction)
+    "llama2-13b-megatron-deepspeed": ({"model": "meta-llama/Llama-2-13b-hf",
+                                       "training": {"stack": "megatron-deepspeed",
+                                                    "grad_accum_steps": 4},
+                                       "workload": {"dataset_tokens": 1e9}},
+                                      dict(gpus="A100-80GB", max_gpus=16), 0.15, 0.05),
+    "mixtral-8x7b-megatron-core": ({"model": "mistralai/Mixtral-8x7B-v0.1",
+                                    "training": {"stack": "megatron-core", "seq_len": 4096},
+                                    "workload": {"dataset_tokens": 1e9}},
+                                   dict(gpus="H100-SXM", max_gpus=32), 0.15, 0.05),
+    "llama3.1-8b-ckpt-half": ({"model": "meta-llama/Llama-3.1-8B",
+                               "training": {"activation_checkpointing": "full",
+                                            "checkpoint_fraction": 0.5},
+                               "workload": {"dataset_tokens": 1e9}},
+                              dict(gpus="H100-SXM", max_gpus=16), 0.15, 0.05),
     "llama3.1-8b-cp": ({"model": "meta-llama/Llama-3.1-8B", "training": {"seq_len": 32768},
                         "workload": {"dataset_tokens": 1e9}},
                        dict(gpus="H100-SXM", max_gpus=32), 0.15, 0.05),
@@ -83,3 +107,31 @@ def test_vectorized_agrees_with_engine(engine, case):
         assert abs(mem_err) <= mem_tol and abs(time_err) <= time_tol, (
             j.parallelism, j.training.micro_batch_size, j.training.activation_checkpointing,
             mem_err, time_err)
+
+
+def test_step_parts_sum_to_the_step(engine, monkeypatch):
+    """``vector.step_seconds(cfg, parts)`` names the step's parts as the engine's breakdown
+    (``core`` = compute + memory-bound work + ring); they add up to the step."""
+    from fmest import to_job
+    from fmest.plan import vector as vec
+
+    captured: list = []
+    original = vec.step_seconds
+
+    def spy(cfg, parts=None):
+        captured.append(cfg)
+        return original(cfg, parts)
+
+    job_dict, cons, _, _ = CASES["llama2-13b-megatron-deepspeed"]
+    job = to_job({**job_dict, "options": {"fit_confidence": 0.5}})
+    monkeypatch.setattr(vec, "step_seconds", spy)
+    evaluate_space(job, Constraints(**cons, objective="time"), engine=engine)
+    monkeypatch.undo()
+    assert captured
+    for cfg in captured:
+        parts: dict = {}
+        step = vec.step_seconds(cfg, parts)
+        assert {"core", "communication_dp", "framework_overhead"} <= set(parts)
+        assert np.allclose(sum(parts.values()), step, rtol=1e-12)
+        # Megatron-DeepSpeed reduces gradients after the last micro-batch: nothing overlaps
+        assert not cfg["dp_reduce_overlap"] and cfg["hp_accum_bytes"] == 18.0

@@ -31,8 +31,12 @@ much the program asked for.
 
 from __future__ import annotations
 
+import json
+import math
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from fmest.errors import InputError
@@ -938,3 +942,53 @@ def nvidia_smi_bytes(reserved_bytes: int, *, world_size: int = 1) -> int:
     from fmest.physics.device_terms import cuda_context_bytes
 
     return int(reserved_bytes + cuda_context_bytes(world_size))
+
+
+#: the padded-length grid (fmest issue 20): core/fmest/data/allocator_reserve.json ``padded``
+#: (``python scripts/derive_allocator_reserve.py --padded``): replays of LoRA steps whose
+#: micro-batches are padded to their longest sample, lengths lognormal(mean, cv) under a cap.
+_PADDED_TABLE = Path(__file__).resolve().parent / "data" / "allocator_reserve.json"
+#: the coefficient of variation assumed where a job states a mean length but no spread (the
+#: grid's middle column; docs/allocator.md)
+PADDED_DEFAULT_CV = 0.6
+
+
+@lru_cache(maxsize=1)
+def _padded_rows() -> dict[tuple[str, int, str], list[tuple[float, float, float]]]:
+    """The table's rows by (checkpointing mode, batch, truncation): (log mean/cap, log cv of
+    the lengths as trained, after the cap; growth over transient) for the nearest-point
+    lookup."""
+    data = json.loads(_PADDED_TABLE.read_text(encoding="utf-8")).get("padded", {})
+    out: dict[tuple[str, int, str], list[tuple[float, float, float]]] = {}
+    for r in data.get("rows", []):
+        key = (r["activation_checkpointing"], int(r["batch"]), r["truncation"])
+        out.setdefault(key, []).append((math.log(r["trained_mean_over_cap"]),
+                                        math.log(max(1e-3, r["trained_cv"])),
+                                        float(r["growth_over_transient"])))
+    return out
+
+
+@lru_cache(maxsize=1024)
+def padded_growth_fraction(mean_over_cap: float, cv: Optional[float], *,
+                           truncation: str = "truncate", micro_batch: int = 1,
+                           checkpointing: str = "none") -> float:
+    """Growth of ``max_memory_reserved`` of pad-to-longest batches over the same job padded to
+    the cap every step, as a fraction of one micro-batch's transient bytes at the cap (its
+    activations and loss). ``mean_over_cap`` and ``cv``: the sample lengths as trained (after
+    the cap: ``workload.avg_seq_len / seq_len``, ``seq_len_std / avg_seq_len``). The nearest
+    row of the replayed grid (log mean/cap, log cv), for
+    the nearest replayed micro-batch size (log scale) and the checkpointing mode (``full``;
+    ``none`` and ``selective`` keep the layer temporaries: ``none``). 0 without a table."""
+    rows = _padded_rows()
+    if not rows or mean_over_cap <= 0:
+        return 0.0
+    ac = "full" if checkpointing == "full" else "none"
+    batches = sorted({b for (a, b, t) in rows if a == ac and t == truncation})
+    if not batches:
+        return 0.0
+    lb = math.log(max(1, micro_batch))
+    b = min(batches, key=lambda x: abs(math.log(x) - lb))
+    x = math.log(mean_over_cap)
+    y = math.log(max(1e-3, cv) if cv is not None else PADDED_DEFAULT_CV)
+    best = min(rows[(ac, b, truncation)], key=lambda r: (r[0] - x) ** 2 + (r[1] - y) ** 2)
+    return best[2]

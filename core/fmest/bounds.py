@@ -450,6 +450,15 @@ ODDITIES: tuple[Oddity, ...] = (
            reason="PEFT prepare_model_for_kbit_training casts and freezes a k-bit loaded "
                   "model (peft src/peft/utils/other.py); a bf16/fp32 base has nothing to "
                   "prepare"),
+    Oddity(name="checkpoint fraction without full checkpointing",
+           fields=("training.checkpoint_fraction", "training.activation_checkpointing"),
+           applies=lambda job, given, model: job.training.checkpoint_fraction is not None
+           and job.training.activation_checkpointing != "full",
+           message="ignored: training.activation_checkpointing is not full",
+           reason="the fraction is the share of blocks under full (block-level) checkpointing "
+                  "(Megatron --recompute-granularity full --recompute-method block, torchtitan "
+                  "selective_ac_option N); selective (op-level) and no checkpointing have no "
+                  "such share"),
     Oddity(name="pipeline schedule without a pipeline", fields=("parallelism.pp_schedule",),
            applies=lambda job, given, model: given("parallelism.pp_schedule")
            and job.parallelism.pp == 1,

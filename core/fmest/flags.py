@@ -90,6 +90,17 @@ def parse_probability(text: str) -> float:
     return v
 
 
+def parse_fraction(text: str) -> float:
+    """A share in (0, 1] (``0.5``)."""
+    try:
+        v = float(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text!r}") from None
+    if not 0.0 < v <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text!r}")
+    return v
+
+
 #: How docs/cli.md names the values of a parser without choices or metavar.
 VALUE_NAMES = {parse_probability: "P (0-1)", parse_positive_int: "N (>= 1)", parse_count: "N (2e10, 300M)", float: "X",
                int: "N", parse_bool: "true/false"}
@@ -260,10 +271,22 @@ JOB_FLAGS: tuple[Flag, ...] = (
           help="fuse the optimizer step into backward"),
     Flag(names=("--grad-checkpoint",), group=_TRAIN, metavar="none|full|selective|true|false",
          help="activation checkpointing (true = full)"),
+    Flag(names=("--checkpoint-fraction",), group=_TRAIN, path="training.checkpoint_fraction",
+         parse=parse_fraction, metavar="F (0-1]",
+         help="with --grad-checkpoint full: the share of transformer blocks checkpointed (Megatron "
+              "--recompute-method block, torchtitan selective_ac_option N = 1/N); default all"),
     _bool("--flashattn", group=_TRAIN, help="same as --attn flash"),
     Flag(names=("--attn",), group=_TRAIN, path="training.attention",
          choices=("eager", "sdpa", "flash"),
          help="attention implementation (eager keeps the s^2 scores)"),
+    Flag(names=("--padding",), group=_TRAIN, path="training.padding",
+         choices=("max_length", "longest", "packed"),
+         help="how batches are formed: padded to --seq-len, to their longest sample (shapes "
+              "vary: shorter steps, a larger allocator reserve), or packed (default: the "
+              "stack's)"),
+    Flag(names=("--truncation",), group=_TRAIN, path="training.truncation",
+         choices=("truncate", "delete"),
+         help="a sample over --seq-len: cut to it (default) or dropped (ms-swift 1.x)"),
     _bool("--fused-loss", group=_TRAIN, path="training.loss",
           to_job=lambda v: "fused" if v else "standard",
           help="fused/chunked cross-entropy (no full fp32 logits)"),
@@ -375,6 +398,9 @@ JOB_FLAGS: tuple[Flag, ...] = (
          metavar="N", help="samples in the dataset"),  # the converter makes it whole
     Flag(names=("--avg-seq-len",), group=_WORK, path="workload.avg_seq_len", parse=parse_count,
          metavar="N", help="average tokens per sample (default: --seq-len)"),
+    Flag(names=("--seq-len-std",), group=_WORK, path="workload.seq_len_std", parse=parse_count,
+         metavar="N", help="standard deviation of the tokens per sample, after the "
+                           "--seq-len cap (with --padding longest)"),
     Flag(names=("--epochs",), group=_WORK, path="workload.epochs", parse=float,
          help="passes over the dataset (default 1)"),
     Flag(names=("--max-steps",), group=_WORK, path="workload.max_steps",

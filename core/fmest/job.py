@@ -53,6 +53,15 @@ QUANT_METHODS = ("bnb", "gptq")
 #: norms stay fp32; huggingface/trl v0.13.0 4ea33ced3dd017571de7a013e680e6333089a680
 #: trl/trainer/sft_trainer.py and trl/trainer/utils.py)
 KBIT_PREPS = ("none", "peft", "peft_bf16_head")
+#: how micro-batches are formed (issue 20): ``max_length`` every batch padded to
+#: ``seq_len`` (fixed shapes), ``longest`` padded to its longest sample (HF
+#: DataCollatorWithPadding's default ``padding=True``: shapes vary), ``packed`` samples
+#: concatenated into ``seq_len`` rows (fixed shapes, no padding)
+PADDINGS = ("max_length", "longest", "packed")
+#: a sample longer than ``seq_len``: ``truncate`` (cut to it: HF/TRL/LLaMA-Factory) or
+#: ``delete`` (dropped: ms-swift 1.x ``truncation_strategy='delete'``,
+#: swift/llm/utils/template.py @ 46922151)
+TRUNCATIONS = ("truncate", "delete")
 
 
 def _choice(values):
@@ -83,6 +92,16 @@ def _at_least_one(inst, attribute, value):
     if value is not None and value < 1:
         raise InputError(attribute.name, "is a number of tokens and must be at least 1",
                          value=value)
+
+
+def _optional_share(inst, attribute, value):
+    """A share in (0, 1] or None: ``training.checkpoint_fraction``."""
+    if value is None:
+        return
+    _finite(attribute, value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise InputError(attribute.name, "is the share of blocks checkpointed and must be in "
+                         "(0, 1]", value=value)
 
 
 def _at_most_one(inst, attribute, value):
@@ -183,11 +202,26 @@ class Training:
     micro_batch_size: int = field(default=1, validator=_positive_int)
     grad_accum_steps: int = field(default=1, validator=_positive_int)
     activation_checkpointing: str = field(default="none", validator=_choice(CHECKPOINTING))
+    #: the share of the transformer blocks under full checkpointing when
+    #: ``activation_checkpointing`` is ``full`` (0 < f <= 1; None = every block): Megatron
+    #: ``--recompute-method block --recompute-num-layers N`` (N / layers per stage), torchtitan
+    #: ``selective_ac_option = "<N>"`` (every N-th block: 1/N), IBM fms-fsdp
+    #: ``selective_checkpointing`` (p). The other blocks keep all their activations and are not
+    #: recomputed (docs/memory_model.md, docs/time_model.md)
+    checkpoint_fraction: Optional[float] = field(default=None, validator=_optional_share)
     attention: str = field(default="sdpa", validator=_choice(ATTENTIONS))
     loss: str = field(default="standard", validator=_choice(LOSSES))
     activation_offload: bool = False
     optimizer_in_backward: bool = False
     compile: bool = False
+    #: ``PADDINGS``; None = the training stack's default (stacks.toml ``padding``; without
+    #: one: not stated, every sample counted at ``seq_len``). With ``workload.avg_seq_len``:
+    #: ``longest`` runs shorter batches and the caching allocator's reserve grows with the
+    #: varying shapes; ``longest`` and ``max_length`` count real tokens in tokens/s
+    #: (docs/allocator.md)
+    padding: Optional[str] = field(default=None, validator=_choice((None,) + PADDINGS))
+    #: ``TRUNCATIONS``; None = ``truncate``
+    truncation: Optional[str] = field(default=None, validator=_choice((None,) + TRUNCATIONS))
     #: training stack (issue 12): a registered profile name or alias, case-insensitive
     #: (``fmest stacks``); None = ``pytorch`` (eager PyTorch) unless an importer inferred one
     stack: Optional[str] = None
@@ -210,6 +244,14 @@ class Training:
     #: training, the policy with its adapters disabled, ``adapter``, for LoRA/QLoRA), ``copy``,
     #: ``adapter``, ``precomputed`` (before training: no reference pass) or ``none``
     reference_model: str = field(default="auto", validator=_choice(REFERENCE_MODELS))
+
+    @property
+    def recompute_share(self) -> float:
+        """The share of the transformer blocks recomputed in full: ``checkpoint_fraction``
+        (every block when None) under ``full`` checkpointing, 0 otherwise."""
+        if self.activation_checkpointing != "full":
+            return 0.0
+        return 1.0 if self.checkpoint_fraction is None else float(self.checkpoint_fraction)
 
     def __attrs_post_init__(self) -> None:
         why = _check_objective(self.objective, self.reference_model, self.technique)
@@ -305,6 +347,11 @@ class Workload:
     dataset_tokens: Optional[float] = field(default=None, validator=_at_least_one)
     num_samples: Optional[int] = field(default=None, validator=_positive_int)
     avg_seq_len: Optional[float] = field(default=None, validator=_at_least_one)
+    #: standard deviation of the sample lengths in tokens as trained (after the ``seq_len``
+    #: cap, like ``avg_seq_len``), where a dataset states it; None = unknown (with
+    #: ``training.padding`` ``longest``: the coefficient of variation 0.6 of the reserve
+    #: table's middle column is assumed, fmest.allocator.PADDED_DEFAULT_CV)
+    seq_len_std: Optional[float] = field(default=None, validator=_at_least_one)
     epochs: float = field(default=1.0, validator=_positive)
     max_steps: Optional[int] = field(default=None, validator=_positive_int)
     dataset_path: Optional[str] = None

@@ -114,6 +114,10 @@ class StackProfile:
     #: caching allocator's reserve follows the expandable-segments rule
     #: (fmest.physics.device_terms.allocator_reserve_bytes)
     expandable_segments: bool = False
+    #: how the stack's default collator forms batches (fmest.job.PADDINGS): a job's
+    #: ``training.padding`` of None takes it; None: not stated (fixed shapes, every sample
+    #: counted at ``seq_len``: what fmest did before the field)
+    padding: Optional[str] = field(default=None)
     #: gradient accumulation under FSDP's ``no_sync()`` (Lightning Fabric's
     #: ``no_backward_sync``): full unsharded gradients held until the last micro-batch
     fsdp_no_sync_accumulation: bool = False
@@ -128,6 +132,12 @@ class StackProfile:
     fsdp1_frozen_units_keep_ckpt_inputs: bool = False
     #: the 4-bit matmul saves its input for backward (bitsandbytes 0.41.1 ``MatMul4Bit``)
     quant_saves_gemm_inputs: bool = False
+    #: HBM bytes per trainable parameter that the stack's optimizer wrapper moves on EVERY
+    #: micro-batch to fold the fresh low-precision gradients into its fp32 gradient copy, when
+    #: it keeps fp32 gradients (``fp32_grads``); 0 = autograd's read-add-write of the gradient
+    #: buffer (3 x gradient bytes on all but the first micro-batch). time_roofline
+    #: ``memory_bound_seconds``
+    hp_grad_accum_bytes: float = 0.0
     #: the model code's norms compute in the activations' dtype (no fp32 upcast copy): what
     #: a norm saves is its input in the compute dtype (Lit-GPT ``RMSNorm``, ``nn.LayerNorm``)
     norm_keeps_compute_dtype: bool = False
@@ -154,6 +164,19 @@ class StackProfile:
     #: unsharded on every GPU: FSDP flattens parameters only, and under CPU offload they stay
     #: on the GPU where each weight was quantized
     quant_state_replicated: bool = False
+    #: the output head's vocabulary-sharded logits are all-gathered to every TP rank before the
+    #: loss (``ColwiseParallel(output_layouts=Replicate())``, KempnerForge): the logits and the
+    #: loss's tensors are full-vocabulary on every rank, not divided by TP
+    tp_logits_replicated: bool = False
+    #: the cross-entropy runs on the compute-dtype logits (``F.cross_entropy`` on bf16 logits,
+    #: no ``.float()``): its saved log-softmax output and backward gradients are compute-dtype
+    #: tensors, and a held output (``output_logits_held``) is the compute-dtype logits
+    loss_in_compute_dtype: bool = False
+    #: bytes per element of the unsharded gradients FSDP accumulates without sync
+    #: (``fsdp_no_sync_accumulation``); 0: the gradient dtype. FSDP2 upcasts each accumulated
+    #: unsharded gradient to ``MixedPrecisionPolicy.reduce_dtype`` (``FSDPParam.
+    #: to_accumulated_grad_if_needed``): 4 under a bf16 compute / fp32 reduce policy
+    no_sync_grad_bytes: float = 0.0
     #: the pipeline runtime: ``""`` (the model code's own schedule, two activation transfers
     #: per micro-batch) or ``"deepspeed"`` (DeepSpeed ``PipelineEngine``: blocking p2p,
     #: TP-partitioned stage outputs; time_roofline ``estimator.deepspeed_pipeline_seconds``)
@@ -170,6 +193,13 @@ class StackProfile:
     def _check_host_model_copy(self, attribute, value):
         if value not in HOST_MODEL_COPIES:
             raise ValueError(f"StackProfile.host_model_copy: {value!r} not in {HOST_MODEL_COPIES}")
+
+    @padding.validator
+    def _check_padding(self, attribute, value):
+        from fmest.job import PADDINGS
+
+        if value is not None and value not in PADDINGS:
+            raise ValueError(f"StackProfile.padding: {value!r} not in {PADDINGS}")
 
     @pipeline_engine.validator
     def _check_pipeline_engine(self, attribute, value):

@@ -52,8 +52,8 @@ def table() -> dict[str, Any]:
 #: The GPU families of :func:`gpu_family`, first match on the upper-cased GPU name (the
 #: benchmark's ``gpu_family`` breakdown, benchmarks/measured.py, on fmest's GPU names)
 _FAMILIES = (("GH200", "H200"), ("H200", "H200"), ("H100", "H100"), ("H800", "H100"),
-             ("A100", "A100"), ("B200", "B200"), ("B300", "B200"), ("L40S", "L40S"),
-             ("L4-", "L4"), ("A10G", "A10G"), ("V100", "V100"), ("T4-", "T4"),
+             ("A100", "A100"), ("A800", "A100"), ("B200", "B200"), ("B300", "B200"),
+             ("L40S", "L40S"), ("L4-", "L4"), ("A10G", "A10G"), ("V100", "V100"), ("T4-", "T4"),
              ("MI300X", "MI300X"), ("MI250X", "MI250X"), ("GAUDI", "GAUDI"))
 #: Chains of group keys per quantity when the table names none (tables before 2026-11-27)
 _DEFAULT_CHAIN = ("stack:{stack}", "all")

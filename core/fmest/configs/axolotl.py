@@ -66,9 +66,6 @@ _IGNORED = {
     "tokens": DATA, "train_on_inputs": DATA, "group_by_length": DATA, "val_set_size": DATA,
     "shuffle_merged_datasets": DATA, "pretraining_dataset": DATA, "datasets": DATA,
     "dataset_prepared_path": DATA, "push_dataset_to_hub": DATA,
-    "sample_packing": "packed samples fill sequence_len; fmest already sizes activations at "
-                      "sequence_len",
-    "pad_to_sequence_len": "fmest sizes activations at sequence_len (padded) already",
     "eval_sample_packing": LOGGING, "sample_packing_eff_est": DATA,
     "lora_model_dir": "adapter loading only",
     "peft_use_rslora": "a scaling rule; same memory", "lora_on_cpu": "loading only",
@@ -407,6 +404,21 @@ def map_config(doc: dict, sink: Sink) -> None:
                 sink.ignore(key, "false")
             else:
                 sink.unmodelled(key, _UNMODELLED[name])
+        elif name in ("sample_packing", "pad_to_sequence_len"):
+            # axolotl (axolotl-ai-cloud/axolotl 067b021c8b87a9e5e380b9173c704cf7340e30f5
+            # src/axolotl/utils/schemas/config.py): sample_packing packs samples into
+            # sequence_len rows; pad_to_sequence_len pads every batch to sequence_len ("constant
+            # sized buffers", on by default with sample_packing); neither: the collator
+            # (DataCollatorForSeq2Seq, padding=True) pads each batch to its longest sample
+            on = value is not None and sink.bool_(key, value)
+            packed = bool(doc.get("sample_packing"))
+            fixed = doc.get("pad_to_sequence_len")
+            if packed:
+                sink.set("training.padding", "packed", key)
+            elif on or fixed:
+                sink.set("training.padding", "max_length", key)
+            else:
+                sink.set("training.padding", "longest", key)
         elif name in _IGNORED:
             sink.ignore(key, _IGNORED[name])
         else:

@@ -384,7 +384,19 @@ def map_config(doc: dict, sink: Sink) -> None:
         elif name == "optimizer":
             _optimizer(value, sink)
         elif name in ("data",):
-            sink.ignore(key, DATA)
+            # LitGPT's SFT data modules batch through get_sft_collate_fn, which pads each batch
+            # to its longest sample (litgpt/data/base.py, Lightning-AI/litgpt
+            # 26857050fe3ff627cd714fe92f5838f51a3d5efa); the pretraining modules stream
+            # fixed max_seq_length blocks (TinyLlama, OpenWebText, TextFiles, LitData)
+            cls = value.get("class_path", "") if isinstance(value, dict) else value
+            cls = str(cls or "").rsplit(".", 1)[-1]
+            if not cls:
+                sink.ignore(key, DATA)
+            elif cls in ("TinyLlama", "OpenWebText", "TextFiles", "LitData", "MicroLlama",
+                         "TinyStories"):
+                sink.set("training.padding", "max_length", key)
+            else:
+                sink.set("training.padding", "longest", key)
         elif name in ("eval", "log", "logger_name", "out_dir", "seed"):
             sink.ignore(key, LOGGING)
         elif name in ("resume", "initial_checkpoint_dir", "tokenizer_dir", "access_token"):

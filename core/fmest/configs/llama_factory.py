@@ -90,8 +90,7 @@ _UNMODELLED = {
 }
 _IGNORED = {
     "template": DATA, "dataset": DATA, "dataset_dir": DATA, "eval_dataset": DATA,
-    "max_samples": DATA, "val_size": DATA, "overwrite_cache": DATA, "packing": DATA,
-    "neat_packing": DATA, "preprocessing_num_workers": DATA, "tokenized_path": DATA,
+    "max_samples": DATA, "val_size": DATA, "overwrite_cache": DATA, "preprocessing_num_workers": DATA, "tokenized_path": DATA,
     "mix_strategy": DATA, "streaming": DATA, "buffer_size": DATA, "train_on_prompt": DATA,
     "mask_history": DATA, "interleave_probs": DATA, "media_dir": DATA,
     "dataloader_num_workers": DATA, "tool_format": DATA, "default_system": DATA,
@@ -333,10 +332,13 @@ def map_config(doc: dict, sink: Sink) -> None:
                 sink.set("training.activation_checkpointing", "none", key)
         elif name == "use_unsloth_gc":
             sink.set_when_true("training.activation_offload", True, key, value)
+        elif name in ("packing", "neat_packing"):
+            sink.bool_(key, value)
+            sink.set("training.padding", _padding(doc), key)
         elif name == "stage":
             stage = str(value).strip().lower()
             if stage in ("sft", "pt"):
-                sink.ignore(key, f"{stage}: plain causal-LM training, what fmest estimates")
+                sink.set("training.padding", _padding(doc), key)
             elif stage in ("dpo", "kto"):
                 _preference(doc, sink, key, stage)
             else:
@@ -345,6 +347,20 @@ def map_config(doc: dict, sink: Sink) -> None:
                                 "model's step alone")
         elif name == "sequence_parallel_size":
             sink.set("parallelism.cp", sink.int_(key, value), key)
+
+
+def _padding(doc: dict) -> str:
+    """How LLaMA-Factory forms batches: ``packing`` defaults to on for stage pt only
+    (src/llamafactory/hparams/parser.py: ``data_args.packing = data_args.packing if not None
+    else finetuning_args.stage == "pt"``; neat_packing packs too), else the SFT collator pads
+    each batch to its longest sample (SFTDataCollatorWith4DAttentionMask, pad_to_multiple_of=8,
+    src/llamafactory/train/sft/workflow.py; hiyouga/LLaMA-Factory
+    3602360a562313afbf2ef6065fdf61f271a2c5b9)."""
+    stage = str(doc.get("stage") or "sft").strip().lower()
+    packing = doc.get("packing")
+    if doc.get("neat_packing") or (packing if packing is not None else stage == "pt"):
+        return "packed"
+    return "longest"
 
 
 def _preference(doc: dict, sink: Sink, key: str, stage: str) -> None:

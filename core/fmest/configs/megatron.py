@@ -170,6 +170,8 @@ class _State:
         #: --moe-token-dispatcher-type flex (its key) and the flex backend (value, key)
         self.moe_flex: str | None = None
         self.moe_backend: tuple[str, str] | None = None
+        #: --recompute-method / --recompute-num-layers: (value, key) by name
+        self.recompute: dict[str, tuple[Any, str]] = {}
 
 
 def _reason(name: str) -> str:
@@ -262,6 +264,8 @@ def _apply(name: str, value: Any, key: str, sink: Sink, state: _State) -> None:
         else:
             sink.set("training.activation_checkpointing",
                      sink.choice(key, value, _RECOMPUTE), key)
+    elif name in ("recompute_method", "recompute_num_layers") and value is not None:
+        state.recompute[name] = (value, key)
     elif name in ("recompute_method", "recompute_num_layers", "recompute_modules"):
         if value is None:
             sink.ignore(key, "null: not set")
@@ -629,6 +633,14 @@ def map_config(doc: dict, sink: Sink) -> None:
         sink.ignore(state.amp_o2[1], "no effect: no half-precision training dtype in the file "
                     "(O2 keeps half-precision parameters with fp32 main parameters)")
     _moe_dispatcher(sink, state)
+    _vp_and_recompute(sink, state)
+    if state.dims:
+        _model_config(sink, state)
+
+
+def _vp_and_recompute(sink: Sink, state: _State) -> None:
+    """Virtual pipeline stages from ``--num-layers-per-virtual-pipeline-stage``, then the
+    recomputed share of the blocks (:func:`_recompute_share`)."""
     if state.vp_layers is not None:
         per, key = state.vp_layers
         layers = state.dims.get("num_layers")
@@ -639,8 +651,54 @@ def map_config(doc: dict, sink: Sink) -> None:
             sink.set("parallelism.pp_schedule", "interleaved", key)
         else:
             sink.ignore(key, "needs num_layers divisible by pp x this; give --pp-virtual-stages")
-    if state.dims:
-        _model_config(sink, state)
+    _recompute_share(sink, state)
+
+
+def _recompute_share(sink: Sink, state: _State) -> None:
+    """``--recompute-method`` with ``--recompute-num-layers N`` under ``--recompute-granularity
+    full``, as NVIDIA/Megatron-LM @ d98e8a64ddf34856e74b24714e3bedb2f5a39553
+    megatron/core/recompute.py (``_checkpointed_forward``, formerly in
+    megatron/core/transformer/transformer_block.py) runs a TransformerBlock of
+    ``num_layers_per_pipeline_rank = len(self.layers)`` layers (a virtual pipeline chunk's under
+    interleaving): ``block`` checkpoints the first N layers one by one and runs the others
+    without checkpointing, so a share min(1, N / layers per chunk) of the blocks is recomputed
+    (``training.checkpoint_fraction``); ``uniform`` recomputes every layer, checkpointing the
+    input of each group of N: fmest's ``full`` (one input kept per layer, one layer's recompute
+    working set), exact for N = 1. Megatron refuses a method with selective granularity
+    (megatron/training/arguments.py)."""
+    method, num = state.recompute.get("recompute_method"), \
+        state.recompute.get("recompute_num_layers")
+    if method is None and num is None:
+        return
+    given = [entry for entry in (method, num) if entry is not None]
+    if sink.get("training.activation_checkpointing") != "full":
+        for value, key in given:
+            sink.ignore(key, f"{value!r}: read only with --recompute-granularity full")
+        return
+    text = str(method[0]).strip().lower() if method is not None else None
+    if text == "uniform":
+        for value, key in given:
+            sink.ignore(key, f"{value!r}: uniform recomputes every layer (full); the input of "
+                        "each group of --recompute-num-layers layers is counted per layer")
+        return
+    if text != "block" or method is None or num is None:
+        for value, key in given:
+            sink.unmodelled(key, f"{value!r}: needs --recompute-method block with "
+                            "--recompute-num-layers; every layer is recomputed (full)")
+        return
+    layers = state.dims.get("num_layers")
+    if layers is None:
+        sink.unmodelled(f"{method[1]}+{num[1]}", "block: no --num-layers in the file to size "
+                        "the recomputed share; every layer is recomputed (full); give "
+                        "--checkpoint-fraction N / layers per stage")
+        return
+    chunks = int(sink.get("parallelism.pp", 1)) * int(sink.get("parallelism.pp_virtual_stages", 1))
+    per_chunk = sink.int_(layers[1], layers[0]) / max(chunks, 1)
+    share = min(1.0, sink.int_(num[1], num[0]) / per_chunk) if per_chunk > 0 else 1.0
+    if share < 1.0:
+        sink.set("training.checkpoint_fraction", share, f"{method[1]}+{num[1]}+{layers[1]}")
+    else:
+        sink.ignore(f"{method[1]}+{num[1]}", "block over every layer of the stage: full")
 
 
 def _moe_dispatcher(sink: Sink, state: _State) -> None:

@@ -438,8 +438,28 @@ def _train(head: str, sub: str, names: dict, sink: Sink) -> None:
                 sink.ignore(key, "false")
         elif name == "sequence_parallel_size" and not mega:
             sink.set("parallelism.cp", sink.int_(key, value), key)
-        elif name in ("packing", "padding_free", "packing_length", "padding_side",
-                      "mlp_padding_free"):
+        elif name in ("packing", "padding_free"):
+            # packing / padding_free default False (swift/arguments/base_args/base_args.py,
+            # template_args.py): Template.data_collator pads each batch to its longest sample;
+            # packed / padding-free batches concatenate samples (modelscope/ms-swift
+            # 3602360a562313afbf2ef6065fdf61f271a2c5b9)
+            if sink.bool_(key, value):
+                sink.set("training.padding", "packed", key)
+            elif sink.get("training.padding") is None:
+                sink.set("training.padding", "longest", key)
+            else:
+                sink.ignore(key, "false; the other of packing / padding_free is on")
+        elif name == "truncation_strategy" and not mega:
+            # None -> 'delete' (TemplateArguments.__post_init__, swift/arguments/base_args/
+            # template_args.py @ 3602360a): an over-long sample is dropped; left/right cut it;
+            # split cuts it into max_length pieces (each a sample at the cap)
+            strategy = "delete" if value is None else str(value).strip().lower()
+            if strategy not in ("delete", "left", "right", "split"):
+                raise sink.error(key, f"{value!r}: ms-swift accepts delete, left, right or split",
+                           value=value)
+            sink.set("training.truncation", "delete" if strategy == "delete" else "truncate",
+                     key)
+        elif name in ("packing_length", "padding_side", "mlp_padding_free"):
             sink.ignore(key, "packed/padding-free batches fill max_length; fmest sizes every "
                         "sample at the sequence length")
         elif name in ("freeze_vit", "freeze_aligner", "freeze_llm", "vit_gradient_checkpointing",

@@ -321,23 +321,7 @@ def map_config(doc: dict, sink: Sink) -> None:
                 else:
                     sink.ignore(key, HYPERPARAM)
         elif name == "activation_checkpoint":
-            for k, v in sink.mapping(name, value).items():
-                key = join(name, k)
-                if k == "mode":
-                    mode = str(v).strip().lower()
-                    if mode == "memory_budget":
-                        sink.unmodelled(key, "memory_budget (compile's min-cut) is not "
-                                        "modelled; estimated without checkpointing")
-                    else:
-                        sink.set("training.activation_checkpointing", sink.choice(
-                            key, mode, {"none": "none", "full": "full",
-                                        "selective": "selective"}), key)
-                elif k == "selective_ac_option":
-                    sink.ignore(key, "which layers/ops torchtitan recomputes; fmest's selective "
-                                "checkpointing recomputes the attention core (Korthikanti et "
-                                "al. 2022)")
-                else:
-                    sink.ignore(key, "checkpointing detail; same bytes per GPU")
+            _activation_checkpoint(sink.mapping(name, value), sink)
         elif name == "compile":
             for k, v in sink.mapping(name, value).items():
                 key = join(name, k)
@@ -363,6 +347,8 @@ def map_config(doc: dict, sink: Sink) -> None:
         else:
             sink.ignore(name, "not a torchtitan section fmest uses")
     _precision(doc, sink)
+    if "activation_checkpoint" not in doc:
+        _activation_checkpoint({}, sink)
     defaults = list(_DEFAULTS)
     if pp > 1:   # the default local batch of 8 runs as pipeline microbatches (default size 1)
         micro = int(sink.get("training.micro_batch_size", 1))
@@ -376,12 +362,62 @@ def map_config(doc: dict, sink: Sink) -> None:
             sink.set(field, value, f"(torchtitan default: {default})")
 
 
+#: ``activation_checkpoint.selective_ac_option`` when the file leaves it out (job_config.py at the
+#: commit above: ``selective_ac_option: str = "2"``, "'int' (e.g., 2) for every nth layer, or
+#: 'op' for op level ac"), and ``mode``'s (``"selective"``)
+_AC_DEFAULT_OPTION = "2"
+_AC_DEFAULT_MODE = "selective"
+
+
+def _activation_checkpoint(block: dict, sink: Sink) -> None:
+    """``[activation_checkpoint]`` as torchtitan applies it per transformer block
+    (torchtitan/distributed/activation_checkpoint.py ``_apply_ac_to_transformer_block`` at the
+    commit above): ``mode = "full"`` wraps every block; ``"selective"`` with
+    ``selective_ac_option = "op"`` is op-level selective AC (fmest's ``selective``), with a
+    number N (``_apply_layer_sac``) it wraps every N-th block in full AC (``_layer_sac_count %
+    ac_freq == 0``; N = 0 or 1: every block): full checkpointing of a share 1/N of the blocks
+    (``training.checkpoint_fraction``); ``memory_budget`` is not modelled."""
+    mode_key = join("activation_checkpoint", "mode") if "mode" in block else \
+        f'(torchtitan default: activation_checkpoint.mode = "{_AC_DEFAULT_MODE}")'
+    option_key = join("activation_checkpoint", "selective_ac_option") \
+        if "selective_ac_option" in block else \
+        f'(torchtitan default: selective_ac_option = "{_AC_DEFAULT_OPTION}")'
+    for k in block:
+        if k not in ("mode", "selective_ac_option"):
+            sink.ignore(join("activation_checkpoint", k), "checkpointing detail; same bytes per "
+                        "GPU")
+    mode = str(block.get("mode", _AC_DEFAULT_MODE)).strip().lower()
+    option = str(block.get("selective_ac_option", _AC_DEFAULT_OPTION)).strip().lower()
+    if mode == "memory_budget":
+        sink.unmodelled(mode_key, "memory_budget (compile's min-cut) is not modelled; "
+                        "estimated without checkpointing")
+        sink.set("training.activation_checkpointing", "none", mode_key)
+    elif mode != "selective":
+        sink.set("training.activation_checkpointing", sink.choice(
+            mode_key, mode, {"none": "none", "full": "full", "selective": "selective"}),
+            mode_key)
+    elif option == "op":
+        sink.set("training.activation_checkpointing", "selective", f"{mode_key}+{option_key}")
+    elif option.isdigit():
+        both = f"{mode_key}+{option_key}"
+        sink.set("training.activation_checkpointing", "full", both)
+        if int(option) > 1:
+            sink.set("training.checkpoint_fraction", 1.0 / int(option), both)
+        if "selective_ac_option" in block and int(option) <= 1:
+            sink.ignore(option_key, f"{option}: every block is checkpointed (full)")
+        return
+    else:
+        raise InputError(option_key, "not an accepted value", value=block.get(
+            "selective_ac_option"), accepted=("op", "a whole number N: every N-th block"))
+    if "selective_ac_option" in block and mode != "selective":
+        sink.ignore(option_key, f"used only with mode \"selective\" (mode is {mode!r})")
+
+
 #: What torchtitan does when the file leaves a key out (job_config.py at the commit above)
 _DEFAULTS = (
     ("training.micro_batch_size", 8, "training.local_batch_size = 8"),
     ("training.seq_len", 2048, "training.seq_len = 2048"),
     ("workload.max_steps", 10000, "training.steps = 10000"),
-    ("training.activation_checkpointing", "selective", 'activation_checkpoint.mode = "selective"'),
     ("parallelism.fsdp", "full_shard", "parallelism.data_parallel_shard_degree = -1: FSDP2"),
 )
 

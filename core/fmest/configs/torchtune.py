@@ -67,7 +67,7 @@ _IGNORED = {
     "seed": LOGGING, "shuffle": DATA, "metric_logger": LOGGING, "log_every_n_steps": LOGGING,
     "log_peak_memory_stats": LOGGING, "log_level": LOGGING, "profiler": LOGGING,
     "device": "fmest estimates GPUs", "lr_scheduler": HYPERPARAM, "clip_grad_norm": HYPERPARAM,
-    "dataset": DATA, "collate_fn": DATA, "custom_sharded_layers": "wrapping granularity; fmest "
+    "collate_fn": DATA, "custom_sharded_layers": "wrapping granularity; fmest "
                                                                   "assumes one unit per layer",
     "tensor_parallel_plan": "fmest knows only the tensor-parallel degree",
     "activation_offloading_use_streams": "overlap detail; same bytes per GPU",
@@ -550,6 +550,14 @@ def map_config(doc: dict, sink: Sink) -> None:
             sharded = sharded or key
             sink.ignore(key, "the data-parallel degree follows from the GPU count and tp/cp; "
                         "HSDP replicas: give --fsdp hybrid_shard --hsdp-shard-size")
+        elif name == "dataset":
+            # torchtune SFT datasets default to packed=False and batch through
+            # padded_collate_sft, which pads to the longest sample of the batch
+            # (torchtune/datasets/_alpaca.py, torchtune/data/_collate.py, pytorch/torchtune
+            # bd2a0fc7c31430972728494fa01aaeeb0ebf1ba1); packed=True fills max_seq_len rows
+            parts = value if isinstance(value, list) else [value]
+            packed = any(isinstance(d, dict) and bool(d.get("packed")) for d in parts)
+            sink.set("training.padding", "packed" if packed else "longest", key)
         elif name in _IGNORED:
             sink.ignore(key, _IGNORED[name])
         else:

@@ -202,11 +202,18 @@ def map_config(doc: dict, sink: Sink) -> None:
             else:
                 sink.set("training.seq_len", sink.int_(key, value), key)
         elif name in ("packing", "padding_free"):
+            # SFTConfig packing / padding_free default False: the collator
+            # (DataCollatorForLanguageModeling) pads each batch to its longest sample
+            # (huggingface/trl f2cd57710ae345ea6428ae95363267fcf38a3dc8
+            # trl/trainer/sft_config.py, sft_trainer.py); packed / padding-free batches
+            # concatenate samples into fixed rows (issue 20)
             on = value is not None and sink.bool_(key, value)
-            sink.ignore(key, "packs samples to full max_length sequences: fmest counts every "
-                        "sequence at seq_len, which packing makes exact" if on else
-                        "false: padded batches; fmest counts each sequence at seq_len (an "
-                        "upper bound)")
+            if on:
+                sink.set("training.padding", "packed", key)
+            elif sink.get("training.padding") is None:
+                sink.set("training.padding", "longest", key)
+            else:
+                sink.ignore(key, "false; the other of packing / padding_free is on")
         elif name == "packing_strategy":
             sink.ignore(key, "how sequences are packed; same tokens per sequence")
         elif name == "activation_offloading":

@@ -244,6 +244,29 @@ HOST_SECONDS_PER_EAGER_OP = 10e-6
 #: run once instead of twice (2 of 3 fetch/release pairs): 440, derived, not measured.
 ZERO3_HOOK_OPS_PER_LAYER = {"none": 440.0, "selective": 440.0, "full": 660.0}
 
+#: ATen ops Megatron-Core dispatches per MoE transformer layer and micro-batch, forward and
+#: backward, the unit of ``HOST_SECONDS_PER_EAGER_OP``. Every Megatron-Core MoE token
+#: dispatcher makes the host wait for the GPU once per MoE layer forward: the dropless
+#: ``MoEAlltoAllTokenDispatcher`` copies ``tokens_per_expert`` / the all-to-all splits to the
+#: host and synchronizes on them (``_maybe_dtoh_and_synchronize``, ``cuda_sync_point``
+#: ``before_ep_alltoall`` with EP > 1; ``before_finish`` with EP = TP = 1), the all-gather
+#: dispatcher calls ``.cpu()`` on them, DeepEP's ``buffer.dispatch`` has the CPU wait for the
+#: GPU's receive counts ("the CPU will wait for GPU's signal to arrive", fused_a2a.py
+#: ``FusedDispatch.forward``) and HybridEP sizes its buffers by a CPU sync unless an EP-rank
+#: capacity factor or drop-and-pad sets them; only ``--moe-pad-expert-input-to-capacity``
+#: (drop-and-pad: static capacity, ``dispatch_preprocess`` returns before any copy) has no sync.
+#: The backward reuses the host copies (no sync). NVIDIA/Megatron-LM
+#: @d98e8a64ddf34856e74b24714e3bedb2f5a39553 megatron/core/transformer/moe/token_dispatcher.py,
+#: fused_a2a.py. Traced on CPU (scripts/trace_megatron_moe_host_ops.py:
+#: TorchDispatchMode over that commit's ``TransformerBlock``, local spec, RMSNorm, SwiGLU,
+#: top-2 router with aux loss, alltoall dispatcher, EP 2 over gloo, the D2H copies counted one op
+#: each), (4 layers - 2 layers) / 2 with one local expert (the grouped GEMM's single expert
+#: pass): 137 ops forward, all between two syncs (the sync cuts each layer forward), 145
+#: backward (2026-11, torch 2.13). The local spec runs the norms, RoPE, attention and SwiGLU
+#: as separate ATen ops where Transformer Engine fuses them, while TE modules add their own
+#: Python per call: the count is the code's op count, not a TE measurement.
+MEGATRON_MOE_LAYER_HOST_OPS = {"forward": 137.0, "backward": 145.0}
+
 
 # ---------------------------------------------------------------------------------------------
 # DeepSpeed runtime (read from its code; time_roofline ``estimator.deepspeed_*`` and the

@@ -592,15 +592,21 @@ def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
     return out, total
 
 
-def zero3_hook_seconds(sharding: str, layers: int, ckpt: str, host_layers: float) -> float:
+def zero3_hook_seconds(sharding: str, layers: int, ckpt: str, host_layers: float,
+                       share: float = 1.0) -> float:
     """Host seconds per micro-batch that DeepSpeed ZeRO-3's module hooks add over all layers
-    (time_roofline ``eager_host_seconds``), only where the probe found an eager host floor."""
+    (time_roofline ``eager_host_seconds``), only where the probe found an eager host floor.
+    ``share``: the blocks recomputed under full checkpointing (``checkpoint_fraction``), the
+    others counted as not checkpointed (time_roofline ``_blend_recompute``)."""
     if sharding != "zero3" or host_layers <= 0.0:
         return 0.0
     # (fmest.physics.time_constants ZERO3_HOOK_OPS_PER_LAYER x HOST_SECONDS_PER_EAGER_OP, the
     # rule of time_roofline ``host_dispatch_seconds``; the host probes of fmest.plan.calibrate
     # run at zero_stage 0, so the ZeRO-3 rows add it here)
-    ops = tc.ZERO3_HOOK_OPS_PER_LAYER.get(ckpt, tc.ZERO3_HOOK_OPS_PER_LAYER["none"])
+    ops_of = tc.ZERO3_HOOK_OPS_PER_LAYER
+    ops = ops_of.get(ckpt, ops_of["none"])
+    if ckpt == "full" and share < 1.0:
+        ops = share * ops + (1.0 - share) * ops_of["none"]
     return layers * ops * tc.HOST_SECONDS_PER_EAGER_OP
 
 
@@ -619,6 +625,8 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
     size = sel["tp"].size
     arr: dict = {}
     keys = sorted(set(zip(sel["hidx"].tolist(), sel["off"].tolist(), sel["ckidx"].tolist(), strict=True)))
+    # the share of blocks full checkpointing recomputes (training.checkpoint_fraction)
+    share = float(job.training.checkpoint_fraction or 1.0)
     for h_idx, offload, ck_idx in keys:
         name, strategy = shardings[h_idx]
         states = calib.states(name, "optimizer" if offload else "none")
@@ -641,16 +649,17 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
             optimizer_s_per_param=calib.opt(gpu.name, name),
             overhead_fraction=times.overhead_fraction,
             host_layers=times.host_layers + zero3_hook_seconds(
-                name, ctx["model"].num_layers, ckpts[ck_idx], times.host_layers),
+                name, ctx["model"].num_layers, ckpts[ck_idx], times.host_layers, share),
             # the part a stack's DeepSpeed runtime serializes at world size > 1, host floor
             # or not (time_roofline estimator.apply_deepspeed_runtime runs with an eager stack)
             zero3_hooks=zero3_hook_seconds(name, ctx["model"].num_layers, ckpts[ck_idx],
-                                           1.0 if _eager_stack(ctx) else 0.0),
+                                           1.0 if _eager_stack(ctx) else 0.0, share),
             host_outside=times.host_outside, grad_wire_bytes=wire,
             grad_bytes_per_param=per_param, act_bytes=act_b,
-            # forward share of a micro-batch's compute: 1 of 3 matmul passes, 1 of 4 when
-            # full checkpointing recomputes the forward (Narayanan et al. 2021, section 3.5)
-            fwd_share=0.25 if ckpts[ck_idx] == "full" else 1.0 / 3.0)
+            # forward share of a micro-batch's compute: 1 of 3 matmul passes, 1 of 3 + share
+            # when full checkpointing recomputes the forward of that share of the blocks
+            # (Narayanan et al. 2021, section 3.5; time_roofline matmul_times)
+            fwd_share=1.0 / (3.0 + (share if ckpts[ck_idx] == "full" else 0.0)))
         for field_name, value in values.items():
             arr.setdefault(field_name, np.zeros(size))[rows] = value
     return arr
@@ -721,6 +730,7 @@ def _sharding_arrays(sel: dict, gpn: int, ctx: dict) -> dict:
         "grads_sharded", "opt_sharded")})
     out["bucket_elements"] = np.zeros(size)
     group = sel["dp"] * sel["cp"]
+    contiguous = ctx["stack"] is not None and ctx["stack"].profile.contiguous_grad_buffer
     for h_idx, (_, strategy) in enumerate(ctx["shardings"]):
         rows = sel["hidx"] == h_idx
         if not rows.any():
@@ -728,7 +738,10 @@ def _sharding_arrays(sel: dict, gpn: int, ctx: dict) -> dict:
         # the strategy's behaviour, never its framework label (issue 10)
         out["pp_unsharded"][rows] = strategy.pp_unsharded_params
         out["fp32_acc"][rows] = strategy.fp32_grad_accum
-        out["ddp_bucket"][rows] = strategy.ddp_bucket
+        # a stack whose gradients accumulate in the flat buffer it reduces keeps no DDP
+        # bucket copy (memory_theory ``_bucket_bytes``: stacks.toml contiguous_grad_buffer)
+        out["ddp_bucket"][rows] = strategy.ddp_bucket and not (
+            contiguous and "gradients" not in strategy.shards)
         out["bucket_elements"][rows] = _zero_buffer_elements(sel, rows, strategy, ctx)
         out["amp"][rows] = resolve_precision(ctx["job"].training, strategy,
                                              ctx["stack"]) == "amp"
@@ -778,14 +791,21 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
         lora=job.training.technique != "full", compiled=bool(job.training.compile),
         hbm_bw=float(gpu.hbm_bytes_per_s), offload=sel["off"] == 1,
         ckpt_full=sel["ckidx"] == sp.CHECKPOINTING.index("full"),
+        # the share of blocks a full-checkpointing configuration recomputes (the job's
+        # training.checkpoint_fraction; every block when it states none)
+        ckpt_share=float(job.training.checkpoint_fraction or 1.0),
         world=np.full(size, float(count)), gpn=np.full(size, float(gpn)),
         seq=float(job.training.seq_len), layers=float(model.num_layers),
         pair=float(pair), fwd_only=float(sum(calls)) / pair,
         expandable=bool(ctx["stack"] is not None
                         and ctx["stack"].profile.expandable_segments),
+        # the stack's fitted allocator reserve fraction (stacks_fitted.json), else physics
+        reserve_fraction=(ctx["stack"].fitted.reserve_fraction
+                          if ctx["stack"] is not None else None),
         # DeepSpeed PipelineEngine p2p (time_roofline estimator.deepspeed_pipeline_seconds)
         ds_pipe=bool(ctx["stack"] is not None
                      and ctx["stack"].profile.pipeline_engine == "deepspeed"),
+        **_stack_time_flags(ctx),
         capacity=float(gpu.memory_bytes or 0),
         hidden=float(model.hidden_size), kv_dim=float(model.num_kv_heads * model.head_dim),
         params=params, root_params=root,
@@ -806,6 +826,31 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
         nic_bw=float(gpu.inter_node_bytes_per_s or tc.DEFAULT_INTER_NODE_BYTES_PER_S),
         pcie_bw=float(gpu.pcie_bytes_per_s or tc.DEFAULT_PCIE_BYTES_PER_S))
     return arr
+
+
+def _stack_time_flags(ctx: dict) -> dict:
+    """What the job's resolved stack changes in the step-time formulas (time_roofline reads
+    the same stack): the collectives it overlaps (``tp``, ``pp_p2p``, ``dp_reduce``,
+    ``dp_gather``: fmest.stacks ``ResolvedStack.overlaps``, ``apply_to_collectives``; no stack:
+    eager PyTorch, bucketed DDP reduction overlapped), the bytes per local trainable
+    parameter its optimizer moves each micro-batch into fp32 gradients (time_roofline
+    ``estimator.hp_grad_accum_bytes``) and Megatron-Core's MoE dispatcher host syncs
+    (``estimator.moe_sync_wait_seconds``)."""
+    from fmest.stacks import fp32_main_grads
+    from fmest.transforms import dtype_info
+
+    stack, training, model = ctx["stack"], ctx["job"].training, ctx["model"]
+    if stack is None:
+        return dict(tp_overlap=False, pp_overlap=False, dp_reduce_overlap=True,
+                    dp_gather_overlap=False, hp_accum_bytes=0.0, moe_sync=False)
+    hp = float(stack.profile.hp_grad_accum_bytes or 0.0)
+    if not hp or training.technique != "full" or not fp32_main_grads(
+            stack.profile, training, dtype_info(training.dtype).storage_dtype):
+        hp = 0.0
+    return dict(tp_overlap=stack.overlaps("tp"), pp_overlap=stack.overlaps("pp_p2p"),
+                dp_reduce_overlap=stack.overlaps("dp_reduce"),
+                dp_gather_overlap=stack.overlaps("dp_gather"), hp_accum_bytes=hp,
+                moe_sync=stack.name == "megatron-core" and bool(model.is_moe))
 
 
 def _intra_bw(gpu) -> float:

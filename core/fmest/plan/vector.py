@@ -9,6 +9,8 @@ cited there); ``tests/test_plan_vector.py`` keeps the two formulas in agreement.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from fmest.allocator import (
@@ -31,9 +33,11 @@ from fmest.physics.time_constants import (
     DEEPSPEED_PIPE_BLOCKING_TRANSFERS,
     DEEPSPEED_PIPE_PARTITION_GATHERS,
     HBM_EFFICIENCY,
+    HOST_SECONDS_PER_EAGER_OP,
     INTER_NODE_COLLECTIVE_EFFICIENCY,
     INTER_NODE_LATENCY_S,
     INTRA_NODE_LATENCY_S,
+    MEGATRON_MOE_LAYER_HOST_OPS,
     OVERLAP_INTERFERENCE_FRACTION,
     PCIE_EFFICIENCY,
 )
@@ -147,6 +151,13 @@ def local_trainable(cfg: dict):
     return cfg["trainable"] * np.where(cfg["lora"], 1.0, expert_share(cfg))
 
 
+def recompute_share(cfg: dict):
+    """The share of the blocks recomputed per configuration: ``ckpt_share`` (the job's
+    ``training.checkpoint_fraction``, 1 when absent) under full checkpointing, else 0
+    (time_roofline StepShape.recompute_share)."""
+    return np.where(cfg["ckpt_full"], cfg.get("ckpt_share", 1.0), 0.0)
+
+
 def framework_buffer_bytes(cfg: dict):
     """(buffers held through forward and backward, unsharded gradients accumulated in them)
     per GPU, by the strategy's declared behaviour as the memory plugin counts them: DDP's
@@ -177,7 +188,9 @@ def framework_buffer_bytes(cfg: dict):
     sharded = np.where(gathering, np.where(whole_stage, unsharded, gathered), 0.0)
     autocast = np.where(cfg["amp"] & ~cfg["lora"] & (act_b < 4.0) & ~gathering,
                         np.where(cfg["ckpt_full"], cfg["head_params"] / cfg["tp"] * act_b
-                                 + layer, stage_params * act_b), 0.0)
+                                 + layer + (1.0 - recompute_share(cfg))
+                                 * (stage_params - cfg["head_params"] / cfg["tp"]) * act_b,
+                                 stage_params * act_b), 0.0)
     return buckets + sharded + autocast, np.where(gathering, acc, 0.0)
 
 
@@ -217,10 +230,11 @@ def memory_bytes(cfg: dict) -> np.ndarray:
     optimizer = static + grads + temps
     alloc = np.maximum(backward, optimizer)
     return device_total(alloc, context_bytes(cfg["world"]), cfg.get("capacity", 0.0),
-                        cfg.get("expandable", False))
+                        cfg.get("expandable", False), cfg.get("reserve_fraction"))
 
 
-def device_total(alloc, context, capacity=0.0, expandable=False) -> np.ndarray:
+def device_total(alloc, context, capacity=0.0, expandable=False,
+                 fitted: Optional[float] = None) -> np.ndarray:
     """Allocated bytes + the allocator reserve + the context, the reserve capped at the room
     left on the device but never below the floor no release returns (memory_theory's
     ``assemble``: ``min(held, max(room, floor))``; ``capacity`` 0: no device)."""
@@ -231,6 +245,10 @@ def device_total(alloc, context, capacity=0.0, expandable=False) -> np.ndarray:
                        ALLOCATOR_RESERVE_EXPANDABLE_CONSTANT_BYTES * below,
                        (ALLOCATOR_RESERVE_CONSTANT_BYTES
                         + ALLOCATOR_RESERVE_FRACTION * np.maximum(alloc, floor)) * below)
+    if fitted is not None:
+        # a stack's fitted reserve over allocated bytes replaces the physics reserve
+        # (stacks_fitted.json ``reserve_fraction``; memory_theory ``assemble``)
+        reserve = fitted * alloc
     total = alloc + reserve + context
     if np.any(capacity):
         # the allocator frees its cache before it exceeds the device, down to the segments
@@ -300,25 +318,46 @@ def _dp_seconds(cfg, per_mb):
         pbytes * param_expert * cfg["tp"] / (etp * ep), expert_group,
         etp * ep, np.minimum(expert_group, cfg["s_shard_group"]))
     ar, replicated_ag, rs, ag = (d + np.where(split, e, 0.0) for d, e in zip(dense, expert, strict=True))
-    replicated = exposed_seconds(ar * (1 - tail), bwd_mb) + ar * tail \
-        + np.where(cfg["opt_sharded"], replicated_ag, 0.0)
+    # a stack that does not overlap the gradient reduction with backward (stacks.toml
+    # ``dp_reduce`` absent, e.g. DeepSpeed's PipelineEngine reducing after the last
+    # micro-batch) leaves it all exposed; with ``dp_gather`` the parameter all-gather after
+    # the step overlaps the next forward (fmest.stacks apply_to_collectives)
+    reduce_hidden = bool(cfg.get("dp_reduce_overlap", True))
+    gather_hidden = bool(cfg.get("dp_gather_overlap", False))
+
+    def reduction(seconds):
+        """Exposed seconds of a gradient reduction issued in backward."""
+        if not reduce_hidden:
+            return seconds
+        return exposed_seconds(seconds * (1 - tail), bwd_mb) + seconds * tail
+
+    def step_gather(seconds):
+        """Exposed seconds of the parameter all-gather after the optimizer step."""
+        if not gather_hidden:
+            return seconds
+        return exposed_seconds(seconds * (1 - tail), fwd_mb) + seconds * tail
+
+    replicated = reduction(ar) + np.where(cfg["opt_sharded"], step_gather(replicated_ag), 0.0)
     accum = cfg["accum"]
+    rs_hidden = rs if reduce_hidden else 0.0
     gather = accum * (exposed_seconds(ag * (1 - tail), fwd_mb)
-                  + exposed_seconds((ag + rs) * (1 - tail), bwd_mb) + (2 * ag + rs) * tail)
-    grad_op = accum * (exposed_seconds(ag * (1 - tail), fwd_mb)
-                   + exposed_seconds(rs * (1 - tail), bwd_mb) + (ag + rs) * tail)
-    zero2 = accum * (exposed_seconds(rs * (1 - tail), bwd_mb) + rs * tail) + ag
+                      + exposed_seconds((ag + rs_hidden) * (1 - tail), bwd_mb)
+                      + (2 * ag + rs_hidden) * tail + (rs - rs_hidden))
+    grad_op = accum * (exposed_seconds(ag * (1 - tail), fwd_mb) + ag * tail + reduction(rs))
+    zero2 = accum * reduction(rs) + step_gather(ag)
     sharded = np.where(cfg["param_gather"], gather,
                        np.where(cfg["params_sharded"], grad_op, zero2))
     out = np.where(cfg["grads_sharded"] | cfg["params_sharded"], sharded, replicated)
     return np.where(group > 1, out, 0.0)
 
 
-def step_seconds(cfg: dict) -> np.ndarray:
+def step_seconds(cfg: dict, parts: Optional[dict] = None) -> np.ndarray:
     """Seconds of one optimizer step of every configuration (time_roofline structure:
     micro-batches of compute + memory-bound work + TP/PP/CP communication, the bubble, exposed
     DP communication, the optimizer update or its host offload, and the framework overhead;
-    at least the host's time to dispatch the eager ops of every micro-batch)."""
+    at least the host's time to dispatch the eager ops of every micro-batch). ``parts``: a
+    dict to fill with the step's parts, named as the engine's breakdown (``core``: compute +
+    memory-bound work + context-parallel ring; they sum to the step)."""
     mp = cfg["tp"] * cfg["pp"]
     tokens = cfg["mb"] * cfg["seq"] / cfg["cp"]
     # the slowest (last) stage: its share of the layers plus the output head and loss
@@ -333,28 +372,48 @@ def step_seconds(cfg: dict) -> np.ndarray:
     membound = (np.where(cfg["sp"], cfg["membound_sp"] / cfg["tp"],
                          cfg["membound_repl"] + cfg["membound_split"] / cfg["tp"]) - head_m) \
         / cfg["pp"] * tokens + head_m * tokens
-    # gradient accumulation reads, adds and writes the gradient buffer per micro-batch
-    # (time_roofline: 3 x grad bytes x local params x (m-1)/m at HBM efficiency; autograd's
-    # AccumulateGrad runs outside a torch.compile graph, so compile does not change it)
     accum = cfg["accum"]
     grad_local = local_trainable(cfg) / mp
-    membound = membound + 3 * cfg["grad_wire_bytes"] * grad_local * (accum - 1) / accum \
-        / (cfg["hbm_bw"] * HBM_EFFICIENCY)
+    hbm = cfg["hbm_bw"] * HBM_EFFICIENCY
+    hp_bytes = cfg.get("hp_accum_bytes", 0.0)
+    if np.any(hp_bytes):
+        # a stack whose optimizer folds every micro-batch's low-precision gradients into fp32
+        # ones (time_roofline estimator.hp_grad_accum_bytes: DeepSpeed BF16_Optimizer under
+        # Megatron-DeepSpeed) moves hp_bytes per local trainable parameter per micro-batch,
+        # the first one included, instead of the read-add-write below. The one-GPU probes
+        # (one micro-batch of ``seq`` tokens, tp = pp = 1, no expert split) carry it in their
+        # memory-bound seconds per token, split over tp and pp: taken out here
+        probed = hp_bytes * cfg["trainable"] / mp / hbm * tokens / cfg["seq"]
+        membound = membound - probed + hp_bytes * grad_local / hbm
+    else:
+        # gradient accumulation reads, adds and writes the gradient buffer per micro-batch
+        # (time_roofline: 3 x grad bytes x local params x (m-1)/m at HBM efficiency; autograd's
+        # AccumulateGrad runs outside a torch.compile graph, so compile does not change it)
+        membound = membound + 3 * cfg["grad_wire_bytes"] * grad_local * (accum - 1) / accum \
+            / hbm
     stage_layers = cfg["layers"] / cfg["pp"]
     gpn = cfg["gpn"]
     # activations on the wire: every sequence of the micro-batch (a preference pair's two);
     # each no-grad pass of a DPO/KTO step adds a forward's all-reduces (fmest.objectives)
     act_elems = tokens * cfg.get("pair", 1.0) * cfg["hidden"]
     tbw, tlat, _ = group_bus_bandwidth(cfg["tp"], 1, gpn, cfg["intra_bw"], cfg["nic_bw"])
-    passes = 2 + np.where(cfg["ckpt_full"], 1, 0) + cfg.get("fwd_only", 0.0)
+    passes = 2 + recompute_share(cfg) + cfg.get("fwd_only", 0.0)
     tp_t = passes * stage_layers * 2 * ring_all_reduce_seconds(act_elems * cfg["act_bytes"],
                                                                cfg["tp"], tbw, tlat)
+    if cfg.get("tp_overlap", False):
+        # the stack overlaps TP traffic with the GEMMs (Megatron --tp-comm-overlap, async TP:
+        # time_roofline model_parallel_comm, formulas.exposed_comm_seconds); the window is the
+        # micro-batch's compute (GEMMs and attention; the engine's is the GEMMs alone)
+        tp_t = exposed_seconds(tp_t, compute)
     pp_inter = (cfg["pp"] > 1) & (cfg["world"] > gpn)
     hop_bw = np.where(pp_inter, cfg["nic_bw"] * INTER_NODE_COLLECTIVE_EFFICIENCY,
                       cfg["intra_bw"])
     hop_latency_s = np.where(pp_inter, INTER_NODE_LATENCY_S, INTRA_NODE_LATENCY_S)
     pp_t = np.where(cfg["pp"] > 1,
                     2 * (act_elems * cfg["act_bytes"] / cfg["tp"] / hop_bw + hop_latency_s), 0.0)
+    if cfg.get("pp_overlap", False):
+        # Megatron overlap_p2p_comm: the sends hide behind the micro-batch's compute
+        pp_t = exposed_seconds(pp_t, compute)
     # DeepSpeed's PipelineEngine (time_roofline estimator.deepspeed_pipeline_seconds): blocking
     # send/recv, 4 transfers per micro-batch on a middle stage, and TP all-gathers rebuilding
     # the TP-partitioned stage outputs and gradients
@@ -380,7 +439,11 @@ def step_seconds(cfg: dict) -> np.ndarray:
                     ep_t - hidden + OVERLAP_INTERFERENCE_FRACTION * hidden, ep_t)
     core = np.where(cfg["cp"] > 1, cp_core, compute + membound)
     per_mb = core + tp_t + pp_t + ep_t
-    bubble = bubble_fraction(cfg["pp"], accum, cfg["vstages"]) * accum * per_mb
+    # Megatron-Core's MoE dispatcher syncs the host once per MoE layer forward: the GPU waits
+    # (time_roofline estimator.moe_sync_wait_seconds), in every micro-batch and the bubble
+    sync_wait = moe_sync_wait_seconds(cfg, per_mb - pp_t) \
+        if cfg.get("moe_sync", False) else 0.0
+    bubble = bubble_fraction(cfg["pp"], accum, cfg["vstages"]) * accum * (per_mb + sync_wait)
     dp_t = _dp_seconds(cfg, per_mb)
     opt_params = local_trainable(cfg) / mp / np.where(cfg["opt_sharded"], cfg["s_opt"], 1)
     pcie = cfg["pcie_bw"] * PCIE_EFFICIENCY
@@ -395,7 +458,38 @@ def step_seconds(cfg: dict) -> np.ndarray:
     # (time_roofline estimator.apply_deepspeed_runtime)
     hooks = np.where(cfg["dp"] * cfg["cp"] > 1,
                      accum * cfg.get("zero3_hooks", 0.0) / cfg["pp"], 0.0)
-    return np.maximum(busy * (1.0 + cfg["overhead_fraction"]), host - hooks) + hooks
+    step = np.maximum(busy * (1.0 + cfg["overhead_fraction"]) + accum * sync_wait,
+                      host - hooks) + hooks
+    if parts is not None:
+        parts.update(core=accum * core, communication_tp=accum * tp_t,
+                     communication_pp=accum * pp_t, communication_ep=accum * ep_t,
+                     pipeline_bubble=bubble, communication_dp=dp_t, optimizer_step=opt_t,
+                     framework_overhead=step - busy)
+    return step
+
+
+def moe_sync_wait_seconds(cfg: dict, gpu_mb):
+    """Seconds per micro-batch the GPU waits for the host at Megatron-Core's MoE dispatcher
+    syncs (mirror of time_roofline ``estimator.moe_sync_wait_seconds`` and
+    ``formulas.moe_sync_exposed_seconds``, ``MEGATRON_MOE_LAYER_HOST_OPS`` x
+    ``HOST_SECONDS_PER_EAGER_OP``): per MoE layer of the stage, the forward segment after the
+    sync takes ``max(host, one op + GPU)``, the backward shows the host time above its GPU
+    time, a recomputed layer's backward segment runs its forward's host ops too. ``gpu_mb``:
+    the micro-batch's GPU seconds on the stage less its pipeline hops, ``fwd_share`` of it
+    forward (the compute's forward share of the probes, 1/3 or 1/4 with full recompute)."""
+    stage_layers = cfg["layers"] / cfg["pp"]
+    op = HOST_SECONDS_PER_EAGER_OP
+    host_f = MEGATRON_MOE_LAYER_HOST_OPS["forward"] * op
+    host_b = MEGATRON_MOE_LAYER_HOST_OPS["backward"] * op
+    per_layer = gpu_mb / stage_layers
+    gpu_f = per_layer * cfg["fwd_share"]
+    gpu_b = per_layer - gpu_f
+    fwd = np.maximum(host_f, op + gpu_f) - gpu_f
+    plain_bwd = np.maximum(0.0, host_b - gpu_b)
+    recomputed_bwd = np.maximum(host_f + host_b, op + gpu_b) - gpu_b
+    share = np.clip(recompute_share(cfg), 0.0, 1.0)
+    moe_layers = stage_layers * cfg["moe_layers"] / cfg["layers"]
+    return moe_layers * (fwd + (1.0 - share) * plain_bwd + share * recomputed_bwd)
 
 
 def moe_groups_hit(experts, k, groups):
@@ -455,5 +549,5 @@ def moe_dispatch_seconds(cfg, tokens, gpn):
         across = np.maximum((g - 1) / g * copies * shard / cfg["intra_bw"], remote * shard / nic)
         a2a = np.where(flex_inter, across, within) + flex_lat
         gather = 0.0
-    passes = 2 + np.where(cfg["ckpt_full"], 1, 0)
+    passes = 2 + recompute_share(cfg)
     return np.where(ep > 1, passes * cfg["moe_layers"] / cfg["pp"] * (2 * a2a + gather), 0.0)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Optional
 import attrs
 from attrs import frozen
 
+from fmest.allocator import padded_growth_fraction
 from fmest.default_plugins.parallelism import zero_reduce_buffer_elements, zero_step_grad_copy_rule
 from fmest.estimates import MemoryEstimate, Provenance
 from fmest.job import expert_tp_of
@@ -130,6 +131,10 @@ class JobSetup:
     forward_only_calls: tuple[int, ...] = ()
     #: the GPU's memory (the allocator frees its cache before it exceeds it); 0: unknown
     capacity_bytes: float = 0.0
+    #: pad-to-longest batches of varying length: the caching allocator's reserve grows by this
+    #: fraction of one micro-batch's transient bytes (fmest.allocator.padded_growth_fraction;
+    #: :func:`padded_growth_of`); 0 for fixed shapes
+    padded_growth: float = 0.0
 
 
 def stack_says(stack: Optional[ResolvedStack], behaviour: str) -> bool:
@@ -176,7 +181,31 @@ def job_setup(job: Job, ctx: EstimateContext) -> JobSetup:
         offload_optimizer=par.cpu_offload in ("optimizer", "params"),
         offload_params=par.cpu_offload == "params", loss=effective_loss(training.loss, stack),
         stack=stack, expert_plan=transforms.expert_sharding or plan,
-        capacity_bytes=float(getattr(ctx.gpu, "memory_bytes", 0) or 0))
+        capacity_bytes=float(getattr(ctx.gpu, "memory_bytes", 0) or 0),
+        padded_growth=padded_growth_of(job, stack))
+
+
+def padding_of(training: Training, stack: Optional[ResolvedStack]) -> Optional[str]:
+    """How batches are formed: ``training.padding``, else the stack's default (stacks.toml
+    ``padding``); None: not stated (fixed shapes)."""
+    if training.padding is not None:
+        return training.padding
+    return stack.profile.padding if stack is not None else None
+
+
+def padded_growth_of(job: Job, stack: Optional[ResolvedStack]) -> float:
+    """The reserve growth of pad-to-longest batches (fraction of one micro-batch's transient
+    bytes at ``seq_len``) when the job states its mean sample length below ``seq_len``
+    (``workload.avg_seq_len``; ``seq_len_std`` its spread): fixed shapes (``max_length``,
+    ``packed``) or no stated length distribution: 0."""
+    training, w = job.training, job.workload
+    if w.avg_seq_len is None or padding_of(training, stack) != "longest":
+        return 0.0
+    cv = w.seq_len_std / w.avg_seq_len if w.seq_len_std is not None else None
+    return padded_growth_fraction(w.avg_seq_len / training.seq_len, cv,
+                                  truncation=training.truncation or "truncate",
+                                  micro_batch=training.micro_batch_size,
+                                  checkpointing=training.activation_checkpointing)
 
 
 @frozen(kw_only=True)
@@ -532,7 +561,10 @@ def _no_sync_accumulated_bytes(setup: JobSetup, params: StageParams) -> float:
     if setup.training.grad_accum_steps <= 1 or not stack_says(stack, "fsdp_no_sync_accumulation"):
         return 0.0
     if setup.lora is None:
-        return params.total * sizing.grad_bytes
+        # FSDP2 upcasts each accumulated unsharded gradient to the policy's reduce_dtype
+        # (stacks.toml ``no_sync_grad_bytes``; FSDPParam.to_accumulated_grad_if_needed)
+        return params.total * (getattr(getattr(stack, "profile", None), "no_sync_grad_bytes",
+                                       0.0) or sizing.grad_bytes)
     if not stack_says(stack, "fsdp_flat_param_grads"):
         return setup.lora.adapter_params * params.fraction / setup.layout.tp \
             * sizing.trainable_bytes
@@ -554,7 +586,10 @@ def _autocast_buffers(setup: JobSetup, params: StageParams, stage: Stage,
         * act
     copies = (params.dense + params.expert) * act + head_copy
     if setup.training.activation_checkpointing == "full":
-        return Buffers(static=static, fwd_only=copies - head_copy, fwd_bwd=head_copy,
+        # blocks outside training.checkpoint_fraction keep their copies into backward
+        kept = (copies - head_copy) * (1.0 - setup.training.recompute_share)
+        return Buffers(static=static, fwd_only=copies - head_copy - kept,
+                       fwd_bwd=head_copy + kept,
                        autocast_layer=(setup.dims.largest_layer_params / tp) * act)
     return Buffers(static=static, fwd_bwd=copies)
 
@@ -780,7 +815,7 @@ def _encdec_saved_bytes(setup: JobSetup, stage: Stage) -> float:
 
     def per_layer(seq: int) -> float:
         inputs = attrs.evolve(base, tokens=setup.batch * seq / cp, seq=seq / cp)
-        return layer_activation_bytes(model, setup.dims, setup.lora, inputs)[0]
+        return _layer_bytes(setup, inputs)[0]
 
     lengths = stack_lengths(model, seq_len=training.seq_len, source_len=training.source_len,
                             target_len=training.target_len)
@@ -788,6 +823,20 @@ def _encdec_saved_bytes(setup: JobSetup, stage: Stage) -> float:
                                     batch=setup.batch, act_bytes=setup.act_bytes,
                                     tp=setup.layout.tp)
     return whole * stage.layers / model.num_layers * stage.inflight
+
+
+def _layer_bytes(setup: JobSetup, inputs: LayerInputs) -> tuple[float, float]:
+    """(saved, backward working set) of one layer, averaged over the stage's blocks: under
+    full checkpointing of a share f of the blocks (``training.checkpoint_fraction``) those keep
+    their input and the others everything they save (their ``none`` count); the working set is
+    a recomputed block's, which is the larger."""
+    saved, work = layer_activation_bytes(setup.model, setup.dims, setup.lora, inputs)
+    share = setup.training.recompute_share
+    if inputs.checkpointing == "full" and share < 1.0:
+        kept = layer_activation_bytes(setup.model, setup.dims, setup.lora,
+                                      attrs.evolve(inputs, checkpointing="none"))[0]
+        saved = share * saved + (1.0 - share) * kept
+    return saved, work
 
 
 def _vision_saved_bytes(setup: JobSetup, vision: VisionSpec) -> float:
@@ -807,8 +856,7 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
     logits and loss, and one layer's backward working set."""
     training, par, lay, model = setup.training, setup.parallelism, setup.layout, setup.model
     act, tokens = setup.act_bytes, setup.tokens
-    saved_l, work_l = layer_activation_bytes(model, setup.dims, setup.lora,
-                                             _layer_inputs(setup))
+    saved_l, work_l = _layer_bytes(setup, _layer_inputs(setup))
     resident_layers = 1 if training.activation_offload else stage.layers * stage.inflight
     saved_all = saved_l * resident_layers
     if model.is_encoder_decoder and not training.activation_offload:
@@ -825,16 +873,28 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
     held = fwd_tr = bwd_tr = head_grad = out_logits = 0.0
     if stage.has_head:
         saved_all += _final_norm_bytes(setup)
-        held, fwd_tr, bwd_tr = _logits(tokens, model.vocab_size / lay.tp, act, setup.loss,
-                                       training.compile, vocab_parallel=setup.dtensor_tp)
+        # the head's logits gathered to every TP rank (stacks.toml tp_logits_replicated)
+        vocab = model.vocab_size / (1 if stack_says(setup.stack, "tp_logits_replicated")
+                                    else lay.tp)
+        held, fwd_tr, bwd_tr = _logits(tokens, vocab, act, setup.loss, training.compile,
+                                       vocab_parallel=setup.dtensor_tp)
+        compute_dtype_loss = setup.loss == "standard" \
+            and stack_says(setup.stack, "loss_in_compute_dtype")
+        if compute_dtype_loss:
+            # F.cross_entropy on compute-dtype logits (no .float()): log_softmax saves its
+            # compute-dtype output; backward writes the gradient of that output
+            # (nll_loss_backward) and the logits' gradient (_log_softmax_backward_data), both
+            # compute dtype (stacks.toml loss_in_compute_dtype)
+            held, fwd_tr, bwd_tr = tokens * vocab * act, 0.0, 2 * tokens * vocab * act
         if _fp32_head_logits(setup, params):
             # an fp32 head outside autocast writes fp32 logits: the loss's fp32 upcast is a
             # no-op, no compute-dtype logits exist beside it
             fwd_tr = 0.0
         if setup.loss == "standard" and stack_says(setup.stack, "output_logits_held"):
             # the loop's ``output`` keeps transformers' fp32-upcast logits beside the loss's
-            # saved log-softmax output and its gradients (stacks.toml output_logits_held)
-            out_logits = tokens * model.vocab_size / lay.tp * F.FP32_BYTES
+            # saved log-softmax output and its gradients (stacks.toml output_logits_held);
+            # the compute-dtype logits when the loss takes them as they are
+            out_logits = tokens * vocab * (act if compute_dtype_loss else F.FP32_BYTES)
         if setup.loss == "chunked" and stack_says(setup.stack, "chunked_loss_keeps_log_probs"):
             # every chunk's compute-dtype log-softmax output is saved (stacks.toml)
             held += tokens * model.vocab_size / lay.tp * act
@@ -867,8 +927,8 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
         work_l += unpack
         if training.activation_checkpointing == "full":
             work_l += layer_q
-        else:
-            saved_all += layer_q * stage.layers * stage.inflight
+        # the blocks not checkpointed (training.checkpoint_fraction) save theirs
+        saved_all += layer_q * stage.layers * stage.inflight * (1.0 - training.recompute_share)
     elif state.quantized:   # bnb / torchao NF4 dequantize one weight at a time (not the head)
         work_l += setup.dims.largest_quantizable_params / lay.tp * act
     kept = 0.0
@@ -876,7 +936,7 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
         # every recomputed block's input (the stashed one: saved_all keeps it) and the
         # gradient accumulated into it live until the end of backward: at the first block's
         # backward, the other blocks' input gradients are held beside the usual working set
-        kept = max(stage.layers - 1, 0) * tokens * model.hidden_size \
+        kept = max(stage.layers * training.recompute_share - 1, 0) * tokens * model.hidden_size \
             * (_stream_bytes(setup) or act) / (lay.tp if par.sequence_parallel else 1)
     return Activations(saved_layer=saved_l, work_layer=work_l, saved_all=saved_all,
                        logits_held=held, logits_fwd_extra=fwd_tr, logits_bwd_extra=bwd_tr,
@@ -1047,8 +1107,14 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
     fitted = stack.fitted.reserve_fraction if stack is not None else None
     expandable = stack is not None and stack.profile.expandable_segments
 
+    # pad-to-longest batches of varying length: cached blocks of the other shapes stay
+    # (docs/allocator.md "Variable-length batches"); the physics reserve grows by the replayed
+    # fraction of the micro-batch's transient bytes (a fitted stack fraction replaces it)
+    growth = setup.padded_growth * (peak.components.get("activations", 0.0)
+                                    + peak.components.get("logits_and_loss", 0.0))
+
     def reserve(allocated: float) -> float:
-        held = F.allocator_reserve_bytes(allocated, expandable) if fitted is None \
+        held = F.allocator_reserve_bytes(allocated, expandable) + growth if fitted is None \
             else fitted * allocated
         if not setup.capacity_bytes:
             return held

@@ -37,6 +37,7 @@ from fmest.physics.counting import (
     total_params,
     trainable_params,
 )
+from fmest.stacks import fp32_main_grads
 from fmest.transforms import CommunicationPlan, Transforms, transforms_of
 from fmest_time_roofline import formulas as F
 
@@ -162,6 +163,10 @@ class StepShape:
     stage_layers: float
     #: the routed experts' tensor-parallel size (``parallelism.expert_tp``); 0 = tp
     expert_tp: int = 0
+    #: the share of the blocks recomputed in full (``Training.recompute_share``: the
+    #: ``checkpoint_fraction`` under full checkpointing, 0 otherwise): the recompute's FLOPs,
+    #: bytes and passes scale with it
+    recompute_share: float = 0.0
 
     @property
     def etp(self) -> int:
@@ -169,12 +174,53 @@ class StepShape:
         return self.expert_tp or self.tp
 
 
-def step_shape(job, model, layout) -> StepShape:
+#: E[max of b standard normals] (b = 1, 2, 4, 8, 16; Tippett 1925, Biometrika 17: 364-387,
+#: table of the mean range / 2): the expected longest of b samples is mean + this x sd
+_NORMAL_MAX_MEAN = {1: 0.0, 2: 0.5642, 4: 1.0294, 8: 1.4236, 16: 1.7660}
+
+
+def padding_of(job, stack=None) -> Optional[str]:
+    """``training.padding``, else the stack's default (stacks.toml ``padding``); None: not
+    stated (every sample counted at ``seq_len``)."""
+    if job.training.padding is not None:
+        return job.training.padding
+    return stack.profile.padding if stack is not None else None
+
+
+def padded_seq_len(job, stack=None) -> Optional[float]:
+    """The length a pad-to-longest micro-batch runs at (issue 20): the expected longest of its
+    ``micro_batch_size`` samples (mean + E[max of b normals] x ``seq_len_std``; the mean alone
+    at b = 1), at most ``seq_len``; None unless batches are padded to their longest and the job
+    states ``workload.avg_seq_len``."""
+    w, tr = job.workload, job.training
+    if w.avg_seq_len is None or padding_of(job, stack) != "longest":
+        return None
+    b = tr.micro_batch_size
+    k = min(_NORMAL_MAX_MEAN, key=lambda n: abs(math.log(n) - math.log(b)))
+    return min(float(tr.seq_len), w.avg_seq_len + _NORMAL_MAX_MEAN[k] * (w.seq_len_std or 0.0))
+
+
+def real_tokens_per_sample(model, job, stack=None) -> float:
+    """Dataset tokens of one sample, what tokens/s counts: ``workload.avg_seq_len`` when
+    batches are padded (``longest`` or ``max_length``: padding is not data), else
+    ``physics.counting.tokens_per_sample`` (packed rows are full)."""
+    if job.workload.avg_seq_len is not None \
+            and padding_of(job, stack) in ("longest", "max_length") \
+            and not model.vision and not model.is_encoder_decoder:
+        return min(float(job.training.seq_len), job.workload.avg_seq_len)
+    return tokens_per_sample(model, job.training)
+
+
+def step_shape(job, model, layout, stack=None) -> StepShape:
     training = job.training
     info = F.dtype_info(training.dtype)
     # VLMs: the language model also runs over the image tokens (fmest.models.images)
     seq_len = vlm_sequence_len(training.seq_len, model.vision, image_size=training.image_size,
                                images=training.images_per_sample)
+    padded = padded_seq_len(job, stack) if not model.vision else None
+    if padded is not None and not model.is_encoder_decoder:
+        # pad-to-longest batches run at their own longest sample, not the cap
+        seq_len = max(1, round(padded))
     if model.is_encoder_decoder and (training.source_len or training.target_len):
         # encoder layers run over the source, decoder layers over the target: the step's
         # per-layer work is that of their layer-weighted mean length
@@ -193,7 +239,7 @@ def step_shape(job, model, layout) -> StepShape:
         act_bytes=float(info.storage_bytes), linear_bytes=float(info.operand_bytes),
         linear_dtype=training.dtype, full=training.technique == "full",
         checkpointing=training.activation_checkpointing,
-        stage_layers=model.num_layers / layout.pp)
+        stage_layers=model.num_layers / layout.pp, recompute_share=training.recompute_share)
 
 
 def kernel_seq_len(shape: StepShape) -> float:
@@ -258,7 +304,7 @@ def moe_permute_bytes(model, shape: StepShape) -> float:
     if not model.is_moe or not model.experts_per_token:
         return 0.0
     moe_layers = (model.num_moe_layers or model.num_layers) / shape.pp
-    passes = 2 + (1 if shape.checkpointing == "full" else 0)
+    passes = 2 + shape.recompute_share
     local = (model.num_experts or 1) / max(1, shape.ep)
     per_pass = F.moe_permute_bytes(
         shape.tokens, model.experts_per_token, model.hidden_size, shape.act_bytes, local,
@@ -295,7 +341,7 @@ def moe_dispatch_seconds(model, shape: StepShape, gpu, gpus_per_node: int, *,
     if shape.ep <= 1 or not model.is_moe:
         return 0.0
     moe_layers = (model.num_moe_layers or model.num_layers) / shape.pp
-    passes = 2 + (1 if shape.checkpointing == "full" else 0)
+    passes = 2 + shape.recompute_share
     shard = shape.tokens / shape.tp * model.hidden_size * shape.act_bytes
     routed = shard * model.experts_per_token
     etp = shape.etp
@@ -367,18 +413,18 @@ def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> Matm
         fwd += seconds
         bwd += seconds * bwd_factor
         if recomputing and (lin.name, lin.kind) not in last:
-            rec += seconds
+            rec += seconds * shape.recompute_share
         if fp8:
             elements = (rows * inner + inner * cols + rows * cols) * count
             fp8_cast += cast_bytes * elements * (3 if shape.full else 2)
         if quantized and gptq:
             # the matmul keeps the unpacked weight for backward (formulas
             # .gptq_dequant_bytes_per_param): unpacked in forward and in the recompute
-            uses = 1 + (1 if recomputing else 0)
+            uses = 1 + shape.recompute_share
             dequant += F.gptq_dequant_bytes_per_param(training.quantization_bits) \
                 * inner * cols * count * uses
         elif quantized:
-            uses = 2 + (1 if recomputing else 0)
+            uses = 2 + shape.recompute_share
             dequant += F.QLORA_DEQUANT_BYTES_PER_PARAM * inner * cols * count * uses
     # the routed experts' token permutation: memory-bound bytes at HBM speed like the
     # dequantization's (MatmulTimes has no field of its own for them)
@@ -391,8 +437,7 @@ def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> Matm
     for seconds in lora_seconds:
         fwd += seconds
         bwd += 2 * seconds
-        if shape.checkpointing == "full":
-            rec += seconds
+        rec += seconds * shape.recompute_share
     return MatmulTimes(forward=fwd, backward=bwd, recompute=rec, dequant_bytes=dequant,
                        fp8_cast_bytes=fp8_cast, lora_modules=mods)
 
@@ -425,7 +470,7 @@ def attention_times(job, model, shape: StepShape, rates: Rates, gpu) -> Attentio
         eff, eff_bwd = rates.attention_fwd_eff, rates.attention_bwd_eff
     fwd = fwd_flops / (rates.attention_peak * eff)
     bwd = fwd_flops * bwd_factor / (rates.attention_peak * eff_bwd)
-    rec = fwd if shape.checkpointing in ("full", "selective") else 0.0
+    rec = fwd if shape.checkpointing == "selective" else fwd * shape.recompute_share
     return AttentionTimes(forward=fwd, backward=bwd, recompute=rec)
 
 
@@ -504,6 +549,19 @@ def kbit_prep_elementwise_bytes(training, model, shape: StepShape, stack,
     return fwd * shape.tokens, bwd * shape.tokens
 
 
+def hp_grad_accum_bytes(training, stack) -> float:
+    """Bytes per trainable parameter the stack's optimizer wrapper moves every micro-batch to
+    accumulate into fp32 gradients (``StackProfile.hp_grad_accum_bytes``, e.g. DeepSpeed's
+    BF16_Optimizer under Megatron-DeepSpeed), 0 when it does not apply to the job: no such
+    stack, not full fine-tuning, or the job's gradients are not kept in fp32
+    (:func:`fmest.stacks.fp32_main_grads`)."""
+    own = 0.0 if stack is None else stack.profile.hp_grad_accum_bytes
+    if not own or training.technique != "full" \
+            or not fp32_main_grads(stack.profile, training, F.storage_dtype(training.dtype)):
+        return 0.0
+    return float(own)
+
+
 def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: MatmulTimes,
                          comm: CommunicationPlan, stack=None) -> float:
     """Phase 4: elementwise traffic (norms, activations, RoPE, layouts; recomputed under full
@@ -517,8 +575,8 @@ def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: Ma
         model, act_bytes=shape.act_bytes, tp=shape.tp, sequence_parallel=par.sequence_parallel,
         per_element=None if stack is None else stack.bytes_per_element, compiled=compiled)
     moved = (fwd_tok + bwd_tok) * shape.tokens * shape.stage_layers
-    if shape.checkpointing == "full":   # the recompute runs the forward kernels once more
-        moved += fwd_tok * shape.tokens * shape.stage_layers
+    # the recompute runs the forward kernels once more, in the recomputed blocks
+    moved += fwd_tok * shape.tokens * shape.stage_layers * shape.recompute_share
     moved += F.loss_bytes_per_token(model.vocab_size, stack_loss(training, stack),
                                     compiled=compiled) * shape.tokens / shape.tp
     if training.attention == "eager":
@@ -534,17 +592,23 @@ def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: Ma
         fwd_share = 1.0 / (1.0 + F.ELEMENTWISE_BACKWARD_FACTOR["scores"]) \
             if stack_bytes is None else stack_bytes[0] / sum(stack_bytes)
         moved += scores * shape.tokens * shape.stage_layers * (
-            1.0 + (fwd_share if shape.checkpointing != "none" else 0.0))
+            1.0 + fwd_share * (1.0 if shape.checkpointing == "selective"
+                               else shape.recompute_share))
     # the LoRA layer's own casts, dropout, scaling and add around each adapted linear
     # (forward, backward, and the recompute's forward under full checkpointing)
     lora_fwd, lora_bwd = lora_elementwise_bytes(training, shape, stack, matmuls.lora_modules)
-    moved += lora_fwd * (2.0 if shape.checkpointing == "full" else 1.0) + lora_bwd
+    moved += lora_fwd * (1.0 + shape.recompute_share) + lora_bwd
     # PEFT's k-bit preparation: the fp32 residual stream's casts and fp32 elementwise chains
     kbit_fwd, kbit_bwd = kbit_prep_elementwise_bytes(training, model, shape, stack,
                                                      matmuls.lora_modules)
-    moved += kbit_fwd * (2.0 if shape.checkpointing == "full" else 1.0) + kbit_bwd
+    moved += kbit_fwd * (1.0 + shape.recompute_share) + kbit_bwd
     accum = shape.grad_accum
-    if accum > 1:  # gradient accumulation: read-add-write the gradient buffer per micro-batch
+    if hp_grad_accum_bytes(training, stack):
+        # the stack's optimizer folds every micro-batch's low-precision gradients into its
+        # fp32 copy (DeepSpeed BF16_Optimizer.update_hp_grads), the first micro-batch included
+        moved += hp_grad_accum_bytes(training, stack) \
+            * local_trainable_params(model, training, shape)
+    elif accum > 1:  # gradient accumulation: read-add-write the gradient buffer per micro-batch
         grad_local = local_trainable_params(model, training, shape)
         moved += 3 * comm.grad_bytes_per_element * grad_local * (accum - 1) / accum
     hbm = rates.hbm_bytes_per_s
@@ -578,7 +642,7 @@ def _tp_seconds(job, model, shape: StepShape, link) -> float:
     section 4.2.2), 2 per pass per layer; float8 TP gathers fp8 (formulas
     .tp_all_gather_bytes_per_element); fwd + bwd (+ recompute) passes, not overlapped."""
     inter, bandwidth = link(shape.tp, 1)
-    passes = 2 + (1 if shape.checkpointing == "full" else 0)
+    passes = 2 + shape.recompute_share
     act_elems = shape.tokens * model.hidden_size
     if job.parallelism.sequence_parallel:
         gather_b = F.tp_all_gather_bytes_per_element(shape.linear_dtype, shape.act_bytes)
@@ -618,7 +682,22 @@ def model_parallel_comm(job, model, shape: StepShape, attention: AttentionTimes,
                                  bandwidth, inter)
         if stack is not None and stack.overlaps("pp_p2p"):
             pp_t = F.exposed_comm_seconds(pp_t, matmul_seconds)
-    if shape.cp > 1:  # ring attention (PyTorch context_parallel)
+    if shape.cp > 1 and stack is not None and stack.profile.attention_kernel == "te-fused":
+        # Transformer Engine's DotProductAttention runs the CP ring itself (p2p, GQA K,V)
+        p_inter = F.group_is_inter_node(2, shape.tp, gpn)
+        p_bw = F.link_bytes_per_s(gpu, inter_node=p_inter, size=2, nodes=2)
+        ring = F.te_p2p_ring_attention_costs(
+            cp=shape.cp, tokens=shape.tokens, q_heads=model.num_attention_heads / shape.tp,
+            kv_heads=max(1.0, (model.num_kv_heads or model.num_attention_heads) / shape.tp),
+            head_dim=model.qk_head_dim or model.head_dim, act_bytes=shape.act_bytes,
+            fwd_seconds=attention.forward / shape.stage_layers,
+            bwd_seconds=attention.backward / shape.stage_layers,
+            recompute=shape.checkpointing in ("full", "selective"),
+            p2p_bytes_per_s=p_bw, p2p_inter_node=p_inter)
+        cp_t = ring["exposed_seconds"] * shape.stage_layers
+        cp_mem = F.memory_bound_seconds(ring["memory_bytes"] * shape.stage_layers,
+                                        rates.hbm_bytes_per_s)
+    elif shape.cp > 1:  # ring attention (PyTorch context_parallel)
         g_inter, g_bw = link(shape.cp, shape.tp)
         p_inter = F.group_is_inter_node(2, shape.tp, gpn)
         p_bw = F.link_bytes_per_s(gpu, inter_node=p_inter, size=2, nodes=2)
@@ -805,10 +884,11 @@ def optimizer_and_offload_seconds(job, model, shape: StepShape, transforms: Tran
             master_bytes=sizing.master_bytes, impl=sizing.impl)
         opt_t = F.memory_bound_seconds(opt_params * per_param, rates.hbm_bytes_per_s)
     if training.activation_offload:
-        acts = (shape.act_bytes * shape.tokens * model.hidden_size * shape.stage_layers
-                if shape.checkpointing == "full"  # layer inputs
-                else _activation_bytes(memory, model, shape.tokens, shape.stage_layers,
-                                       shape.act_bytes))
+        acts = _activation_bytes(memory, model, shape.tokens, shape.stage_layers,
+                                 shape.act_bytes) if shape.recompute_share < 1.0 else 0.0
+        if shape.checkpointing == "full":  # the recomputed blocks' layer inputs
+            acts = acts * (1.0 - shape.recompute_share) + shape.recompute_share \
+                * shape.act_bytes * shape.tokens * model.hidden_size * shape.stage_layers
         pcie = 2 * F.pcie_seconds(acts, gpu)  # out in forward, back in backward (own streams)
         offload += shape.grad_accum * max(0.0, pcie - compute_mb)
     return opt_t, offload, notes
@@ -856,7 +936,10 @@ def _flops_figures(model, training, shape: StepShape, lora_mods, step: float, gp
     layer_tokens = samples * shape.seq_len
     nominal_peak = gpu.peak_flops_per_s(shape.linear_dtype)
     model_flops = flops["model"] * layer_tokens
-    hw_flops = flops["hardware"] * layer_tokens
+    # full checkpointing of a share of the blocks recomputes that share
+    recompute = flops["recompute"] * (shape.recompute_share if shape.checkpointing == "full"
+                                      else 1.0)
+    hw_flops = (flops["model"] + recompute) * layer_tokens
     return {"tokens_per_step": samples * tokens_per_sample(model, training),
             "samples_per_step": samples,
             "flops_per_step": model_flops, "hardware_flops_per_step": hw_flops,
@@ -872,7 +955,7 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     model, gpu, layout = ctx.model, ctx.gpu, ctx.layout
     transforms = transforms_of(job, ctx)
     stack = transforms.stack
-    shape = step_shape(job, model, layout)
+    shape = step_shape(job, model, layout, stack)
     rates = device_rates(job, gpu, stack, model, kernel_seq_len(shape))
     if rates is None:
         return None
@@ -895,7 +978,7 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     # more of the TP/EP passes (2 + recompute per micro-batch), counted in their own parts;
     # in a pipeline they are micro-batches of the schedule like the trained ones
     passes = forward_only_passes(job)
-    tp_passes = 2 + (1 if shape.checkpointing == "full" else 0)
+    tp_passes = 2 + shape.recompute_share
     forward_mb = matmuls.forward + attention.forward + (mem_t + mp.cp) * fwd_share + mp.pp / 2
     reference_t = forward_only_seconds(job, transforms.communication, shape, gpu, layout,
                                        forward_mb) if passes else 0.0
@@ -905,6 +988,11 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
         "reference_forward_memory_bound": accum * passes * (mem_t + mp.cp) * fwd_share,
     } if passes else {}
     scheduled_mb = per_mb + passes * (forward_mb + (mp.tp + mp.ep) / tp_passes)
+    # the GPU's waits on the host after each MoE layer's dispatcher sync lengthen every
+    # micro-batch, in the pipeline's fill and drain too
+    sync_wait = moe_sync_wait_seconds(job, model, shape, stack,
+                                      gpu_mb=per_mb - mp.pp, fwd_share=fwd_share)
+    scheduled_mb += sync_wait
     bubble = F.pipeline_bubble_fraction(shape.pp, accum, schedule=par.pp_schedule,
                                         virtual_stages=par.pp_virtual_stages) \
         * accum * scheduled_mb
@@ -925,6 +1013,8 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     busy = sum(parts.values())
     parts["framework_overhead"] = busy * F.FRAMEWORK_OVERHEAD_FRACTION \
         / (1.0 - F.FRAMEWORK_OVERHEAD_FRACTION)
+    # launch and framework overhead includes the MoE dispatcher syncs' exposed host time
+    parts["framework_overhead"] += accum * sync_wait
     host = eager_host_seconds(job, model, shape, stack, matmuls.lora_modules)
     host_bound = host > busy + parts["framework_overhead"]
     if host_bound:
@@ -938,6 +1028,10 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     host_notes = [f"host-bound: eager PyTorch dispatches its ops in {host:.3g} s per step, more "
                   f"than the GPU's {busy:.3g} s of work (formulas.host_dispatch_seconds)"] \
         if host_bound else []
+    if sync_wait > 0:
+        host_notes.append(f"MoE dispatcher host syncs: the GPU waits {accum * sync_wait:.3g} s per "
+                          f"step for the host after each MoE layer's sync "
+                          f"(formulas.moe_sync_exposed_seconds; in framework_overhead)")
     figures = _flops_figures(model, job.training, shape, matmuls.lora_modules, step, gpu, layout)
     mfu_notes: list[str] = []
     if job.options.mfu is not None:
@@ -975,10 +1069,42 @@ def eager_host_seconds(job, model, shape: StepShape, stack, lora_mods) -> float:
     # lora_modules lists one entry per adapted linear, with the layers it spans
     per_layer = sum(m.layers * (m.copies if m.kind == "expert" else 1)
                     for m in lora_mods) / max(model.num_layers, 1) if lora_mods else 0.0
-    return F.host_dispatch_seconds(layers=layers, checkpointing=shape.checkpointing,
-                                   lora_modules_per_layer=per_layer,
-                                   micro_batches=shape.grad_accum,
-                                   zero3_hooks=job.parallelism.zero_stage == 3)
+    def host(checkpointing: str) -> float:
+        return F.host_dispatch_seconds(layers=layers, checkpointing=checkpointing,
+                                       lora_modules_per_layer=per_layer,
+                                       micro_batches=shape.grad_accum,
+                                       zero3_hooks=job.parallelism.zero_stage == 3)
+    return _blend_recompute(shape, host)
+
+
+def _blend_recompute(shape: StepShape, seconds) -> float:
+    """``seconds(checkpointing)`` of the step, with a share of the blocks under full
+    checkpointing (``StepShape.recompute_share``) and the others not: the per-layer counts are
+    linear in the layers, so the blend of the two counts."""
+    if shape.checkpointing != "full" or shape.recompute_share >= 1.0:
+        return seconds(shape.checkpointing)
+    share = shape.recompute_share
+    return share * seconds("full") + (1.0 - share) * seconds("none")
+
+
+def moe_sync_wait_seconds(job, model, shape: StepShape, stack, *, gpu_mb: float,
+                          fwd_share: float) -> float:
+    """Seconds per micro-batch the GPU waits for the host at Megatron-Core's MoE dispatcher
+    syncs (one per MoE layer forward, every dispatcher: formulas.moe_sync_exposed_seconds,
+    ``MEGATRON_MOE_LAYER_HOST_OPS``), 0 for other stacks and dense models. ``gpu_mb``: the
+    micro-batch's GPU seconds on the stage less its pipeline hops, spread evenly over the
+    stage's layers, ``fwd_share`` of it forward. CUDA graphs and drop-and-pad, which remove
+    host ops or the sync, are not job fields yet: every Megatron-Core MoE job pays it."""
+    if stack is None or stack.name != "megatron-core" or not model.is_moe \
+            or shape.stage_layers <= 0:
+        return 0.0
+    moe_share = (model.num_moe_layers or model.num_layers) / max(model.num_layers, 1)
+    per_layer = gpu_mb / shape.stage_layers
+    return F.moe_sync_exposed_seconds(
+        moe_layers=shape.stage_layers * moe_share,
+        gpu_forward_per_layer=per_layer * fwd_share,
+        gpu_backward_per_layer=per_layer * (1.0 - fwd_share),
+        recompute_share=shape.recompute_share)
 
 
 def deepspeed_pipeline_seconds(job, model, shape: StepShape, gpu, layout) -> float:
@@ -1079,9 +1205,9 @@ def zero3_hook_host_seconds(job, model, shape: StepShape, stack) -> float:
     if job.training.compile or (stack is not None and stack.fused) \
             or job.parallelism.zero_stage != 3:
         return 0.0
-    return F.zero3_hook_seconds(layers=model.num_layers / max(shape.pp, 1),
-                                checkpointing=shape.checkpointing,
-                                micro_batches=shape.grad_accum)
+    return _blend_recompute(shape, lambda checkpointing: F.zero3_hook_seconds(
+        layers=model.num_layers / max(shape.pp, 1), checkpointing=checkpointing,
+        micro_batches=shape.grad_accum))
 
 
 def apply_stack_time(job, model, shape: StepShape, rates: Rates, matmuls: MatmulTimes,
@@ -1217,7 +1343,8 @@ def estimate_tokens(job, ctx, time):
         return estimate_inference_tokens(job, ctx, time)
     tr, lay = job.training, ctx.layout
     samples = tr.micro_batch_size * tr.grad_accum_steps * lay.dp
-    tokens = samples * tokens_per_sample(ctx.model, tr)   # as the total steps count them
+    # as the total steps count them; padded batches count their real tokens (issue 20)
+    tokens = samples * real_tokens_per_sample(ctx.model, job, transforms_of(job, ctx).stack)
     tps = tokens / time.step_seconds
     return TokensEstimate(
         tokens_per_second=tps, tokens_per_second_per_gpu=tps / lay.world_size,

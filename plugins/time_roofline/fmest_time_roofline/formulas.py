@@ -39,6 +39,7 @@ from fmest.physics.time_constants import (
     KBIT_PREP_GRAD_SUM_EXTRA_BYTES_PER_ELEMENT,
     KBIT_PREP_LORA_FP32_INPUT_SAVED_BYTES_PER_IN_FEATURE,
     KBIT_PREP_TRACED_BYTES_PER_ELEMENT,
+    MEGATRON_MOE_LAYER_HOST_OPS,
     NVLINK_DOMAIN_GPUS,
     OVERLAP_INTERFERENCE_FRACTION,
     PCIE_EFFICIENCY,
@@ -72,10 +73,20 @@ from fmest.transforms import dtype_info
 #: Best achievable fraction of dense peak for a large bf16 GEMM ("MAMF"), by GPU family
 #: (HN §3, ml-engineering MAMF table: A100 SXM 271.2/312, H100 SXM 794.5/989, B200 1745/2250,
 #: MI300X 668.4/1300, Gaudi2 418.7/432 ...). Keyed by a prefix of ``GpuSpec.name``.
+#: Workstation/consumer parts, which HN §3 does not list: torch bf16 ``matmul`` TFLOP/s, best
+#: of square sizes 1024-10240, from zzc0721/torch-performance-test-data database.md
+#: (commit 078586871da31ad6aaaf6fa43bc4ec3f284b151d, read 2026-11-27; the same table gives
+#: A100 SXM4 80GB 264.5 and H100 783.7-790.3, within 3 % of HN §3's 0.869 and 0.803), over the
+#: fmest dense peak (gpus.csv): RTX 3090 median of 3 entries 76.58/71 = 1.079 and RTX 4090
+#: median of 7 entries 163.09/165.2 = 0.987 (GeForce cards hold clocks above the boost clock
+#: that the whitepaper's FP32-accumulate peak is quoted at, so the fraction can exceed 1),
+#: RTX A6000 123.34/154.8 = 0.797, L40S 269.15/362.05 = 0.743.
 MAMF_FRACTION_BF16 = {
-    "A100-SXM": 0.869, "A100-PCIE": 0.811, "H100-SXM": 0.803, "H800": 0.803, "H200": 0.803,
+    "A100-SXM": 0.869, "A800": 0.869, "A100-PCIE": 0.811, "H100-SXM": 0.803, "H800": 0.803,
+    "H200": 0.803,
     "GH200": 0.838, "B200": 0.776, "B300": 0.786, "GB200": 0.729, "MI300X": 0.514,
     "MI325X": 0.604, "GAUDI2": 0.969, "GAUDI3": 0.741,
+    "RTX3090": 1.079, "RTX4090": 0.987, "RTX-A6000": 0.797, "L40S": 0.743,
 }
 #: Same for fp8 GEMMs (HN §3: H100 1402.6/1979, H200 1453.4/1979, B200 3432.5/4500 ...).
 MAMF_FRACTION_FP8 = {
@@ -103,18 +114,23 @@ GEMM_CTA_TILES = ((256, 128), (128, 256), (128, 128), (256, 64), (64, 256), (128
 #: (one CTA tile per SM; NVIDIA Matrix Multiplication Background guide §3.2 "Wave
 #: Quantization"). Keyed by a prefix of ``GpuSpec.name``; a GPU without a figure gets no wave
 #: term (tile quantization only), never another GPU's count. Sources: Volta whitepaper (V100
-#: 80); Turing whitepaper (T4 40, TITAN RTX 72); A100 whitepaper (108 on every A100) and
+#: 80); Turing whitepaper (T4 40, TITAN RTX 72); A100 whitepaper (108 on every A100; the A800
+#: is the same GA100 part with slower NVLink) and
 #: ml-engineering compute/accelerator/README.md ("A100-80GB has 108 SMs", "H100 has 132 SMs");
 #: Hopper whitepaper (H100 SXM5 132, H100 PCIe 114; H100 NVL, H800 SXM, H200 and GH200 are the
 #: same 132-SM GH100 configuration) and FlashAttention-3 (arXiv:2407.08608) App. C.2 ("132, the
 #: number of SMs in H100 SXM5"); NVIDIA GA102 whitepaper (RTX 3090 82, RTX A6000 84, A10 72,
 #: RTX A5000 64: CUDA cores / 128 per SM); Ada whitepaper (RTX 4090 128, L40/L40S and RTX 6000
-#: Ada 142, L4 58); AMD CDNA3 whitepaper (MI300X and MI325X 304 CUs).
+#: Ada 142, L4 58); AMD CDNA3 whitepaper (MI300X and MI325X 304 CUs); B200: "the B200's 148
+#: SMs" (Aimuyo, Gandhi, Kozyrakis, "Purlin: Separating Orchestration from the Datapath of
+#: Collectives", Stanford/NVIDIA, 2026, §5.1 Figure 8 text; read 2026-11-27). The prefix "B200"
+#: does not match "GB200-186GB" (no cited GB200 figure: no wave term there).
 GPU_SM_COUNT = {
-    "V100": 80, "T4-": 40, "TITAN-RTX": 72, "A100": 108, "A10-": 72, "RTX3090": 82,
+    "V100": 80, "T4-": 40, "TITAN-RTX": 72, "A100": 108, "A800": 108, "A10-": 72,
+    "RTX3090": 82,
     "RTX-A6000": 84, "RTX-A5000": 64, "RTX4090": 128, "L40S": 142, "L40-": 142,
     "RTX6000-ADA": 142, "L4-": 58, "H100-SXM": 132, "H100-PCIE": 114, "H100-NVL": 132,
-    "H800": 132, "H200": 132, "GH200": 132, "MI300X": 304, "MI325X": 304,
+    "H800": 132, "H200": 132, "GH200": 132, "B200": 148, "MI300X": 304, "MI325X": 304,
 }
 
 #: Attention core = its own op class (not a GEMM): the fraction of the dense bf16 peak a fused
@@ -174,6 +190,30 @@ def zero3_hook_seconds(*, layers: float, checkpointing: str, micro_batches: int)
     ckpt = checkpointing if checkpointing in ZERO3_HOOK_OPS_PER_LAYER else "none"
     return layers * ZERO3_HOOK_OPS_PER_LAYER[ckpt] * micro_batches * HOST_SECONDS_PER_EAGER_OP
 
+
+
+def moe_sync_exposed_seconds(*, moe_layers: float, gpu_forward_per_layer: float,
+                             gpu_backward_per_layer: float, recompute_share: float = 0.0,
+                             host_ops: Optional[dict] = None) -> float:
+    """Seconds per micro-batch the GPU waits for the host in a Megatron-Core MoE stage whose
+    token dispatcher syncs host and GPU once per MoE layer forward
+    (``MEGATRON_MOE_LAYER_HOST_OPS``). After each sync the GPU's queue is empty: a layer's
+    forward takes ``max(host ops x HOST_SECONDS_PER_EAGER_OP, one op's dispatch + GPU time)``
+    (the host must re-issue the segment's kernels before the GPU can run them), so host time
+    shows per segment, not only when the whole pass's host time exceeds its GPU time. The
+    backward has no sync (the host runs ahead) and shows only the host time above its GPU time;
+    a recomputed layer (``recompute_share`` of them, full recompute) re-runs its forward, sync
+    included, inside the backward: that layer's backward segment is its forward and backward
+    host ops against its backward GPU time. Returns the time above ``moe_layers x (forward +
+    backward GPU time per layer)``."""
+    ops = MEGATRON_MOE_LAYER_HOST_OPS if host_ops is None else host_ops
+    op = HOST_SECONDS_PER_EAGER_OP
+    host_f, host_b = ops["forward"] * op, ops["backward"] * op
+    fwd = max(host_f, op + gpu_forward_per_layer) - gpu_forward_per_layer
+    plain_bwd = max(0.0, host_b - gpu_backward_per_layer)
+    recomputed_bwd = max(host_f + host_b, op + gpu_backward_per_layer) - gpu_backward_per_layer
+    share = min(max(recompute_share, 0.0), 1.0)
+    return moe_layers * (fwd + (1.0 - share) * plain_bwd + share * recomputed_bwd)
 
 # Collective efficiencies and latencies, the overlap interference, the PCIe link and the CPU-Adam
 # rate: fmest.physics.time_constants (imported above), shared with fmest.plan.vector.
@@ -1234,4 +1274,48 @@ def ring_attention_costs(*, cp: int, tokens: float, q_heads: float, head_dim: fl
     dkv = p2p_seconds(kv_el * RING_GRAD_BYTES_PER_ELEMENT, p2p_bytes_per_s, p2p_inter_node)
     exposed += steps * exposed_comm_seconds(dkv, step_bwd) + dkv  # last permute after the loop
     comm = (n_fwd + 1) * gather + cp * dkv
+    return {"memory_bytes": memory_bytes, "exposed_seconds": exposed, "comm_seconds": comm}
+
+
+# Transformer Engine's context parallelism (Megatron-Core / NeMo, ``cp_comm_type`` "p2p", the
+# default): NVIDIA/TransformerEngine @ 9c61cd7e5e0c93217ad38d4682568ff5dde4f08b
+# transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py
+# ``AttnFuncWithCPAndKVP2P``. Unlike PyTorch's ring above:
+#   * K,V travel at their own head count (``torch.cat((k, v))`` of the GQA K,V: no expansion to
+#     the query heads) in the activation dtype;
+#   * forward: cp-1 ring steps; step i sends the KV block it holds (``flash_attn_p2p_communicate``)
+#     while it runs its attention on two alternating streams, so each send overlaps one step;
+#   * backward: the ring carries K,V and dK,dV together (``p2p_comm_buffers`` of shape
+#     (2, *kv.shape), dtype kv.dtype) on steps 0..cp-2 and dK,dV alone on the last step, whose
+#     receive is waited after the loop (exposed);
+#   * the per-step output/LSE corrections are ``jit_fuser`` kernels; their bytes are counted
+#     with the eager merge constants above (an upper bound: no fused-kernel trace yet).
+
+
+def te_p2p_ring_attention_costs(*, cp: int, tokens: float, q_heads: float, kv_heads: float,
+                                head_dim: float, act_bytes: float, fwd_seconds: float,
+                                bwd_seconds: float, recompute: bool, p2p_bytes_per_s: float,
+                                p2p_inter_node: bool = False) -> dict[str, float]:
+    """Extra cost of Transformer Engine's p2p context parallelism (notes above) over the same
+    FLOPs on one GPU, per micro-batch and per layer-set whose attention forward/backward take
+    ``fwd_seconds``/``bwd_seconds`` (all cp steps); same keys as :func:`ring_attention_costs`.
+    ``tokens`` = local tokens; K,V carry ``kv_heads`` heads."""
+    if cp <= 1:
+        return {"memory_bytes": 0.0, "exposed_seconds": 0.0, "comm_seconds": 0.0}
+    steps = cp - 1
+    out_el = tokens * q_heads * head_dim
+    kv_el = 2.0 * tokens * kv_heads * head_dim
+    fwd_bytes = steps * (RING_MERGE_FWD_BYTES_PER_OUT_ELEMENT * out_el
+                         + RING_KV_PACK_BYTES_PER_KV_ELEMENT * kv_el)
+    bwd_bytes = steps * (RING_BWD_BYTES_PER_KV_ELEMENT * kv_el
+                         + RING_BWD_BYTES_PER_Q_ELEMENT * out_el)
+    n_fwd = 2 if recompute else 1
+    memory_bytes = n_fwd * fwd_bytes + bwd_bytes
+    kv_send = p2p_seconds(kv_el * act_bytes, p2p_bytes_per_s, p2p_inter_node)
+    kv_dkv_send = p2p_seconds(2.0 * kv_el * act_bytes, p2p_bytes_per_s, p2p_inter_node)
+    step_fwd = fwd_seconds / cp
+    step_bwd = bwd_seconds / cp
+    exposed = n_fwd * steps * exposed_comm_seconds(kv_send, step_fwd)
+    exposed += steps * exposed_comm_seconds(kv_dkv_send, step_bwd) + kv_send  # last dK,dV
+    comm = n_fwd * steps * kv_send + steps * kv_dkv_send + kv_send
     return {"memory_bytes": memory_bytes, "exposed_seconds": exposed, "comm_seconds": comm}
