@@ -148,7 +148,11 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    ``other`` says "block-level, not op-level") -> ``full`` with ``checkpoint_fraction`` p when
    ``other`` states ``checkpoint_fraction=`` or ``selective_checkpointing=``, else unsupported
    ("... without the fraction stated": the fms-fsdp README tables do not give p); ``full`` with
-   a stated fraction -> that fraction.
+   a stated fraction -> that fraction. ``selective`` with a stated module list
+   (``recompute_modules=a,b``, or a ladder's "recompute: steps A-B recompute X; from step C on
+   Y" with the row's "ladder step N") -> ``recompute_modules``; a cumulative ladder's MoE fusion
+   steps (``_LADDER_FUSION_STEPS``) -> ``moe_permute_fusion`` / ``moe_router_fusion`` false on
+   the rows before them.
 10. **Attention**: ``flash_attention`` true -> ``flash``, false -> ``eager``; unknown -> ``flash``
     on ``megatron-core`` (Transformer Engine's fused attention is Megatron-Core's default
     backend); on a transformers-based stack ``eager`` when the row states a transformers
@@ -417,6 +421,60 @@ def _moe_settings(kv: dict, low: str) -> dict:
         out["moe_dispatcher"] = _MOE_DISPATCHERS[name]
     if _MOE_A2A_OVERLAP.search(low) and "no 1f1b overlap" not in low:
         out["moe_a2a_overlap"] = True
+    return out
+
+
+#: Megatron-Core module names a row's recompute text may use -> ``training.recompute_modules``
+_RECOMPUTE_NAMES = {"core attn": "core_attn", "core-attn": "core_attn",
+                    "mla up-proj": "mla_up_proj", "mla-up-proj": "mla_up_proj",
+                    "moe-act": "moe_act", "layernorm": "layernorm", "mlp": "mlp", "moe": "moe",
+                    "shared-experts": "shared_experts"}
+#: "recompute: steps 1-4 recompute mlp + mla up_proj; from step 5 on mlp + moe_act" with the
+#: row's "ladder step N" (the DeepSeek-V3 GB200 optimisation ladder's text)
+_LADDER_STEP = re.compile(r"ladder step (\d+)")
+_LADDER_RECOMPUTE = re.compile(r"recompute: steps (\d+)-(\d+) recompute ([a-z0-9_ +-]+); from "
+                               r"step (\d+) on ([a-z0-9_ +-]+)")
+#: the cumulative ladder's step that switched on a Megatron-Core MoE fusion, by source
+#: (NVIDIA/Megatron-LM 1d9edcf8c7c16c66ca6acc3801265b21588116a3 docs/discussions/
+#: deepseek-v3-gb200-optimization/deepseek-v3-gb200-optimization.md, its table: step 2 "Fuse
+#: torch.zeros for scaling factor allocation & Permute kernel Optimization", step 3 "Router
+#: fusion"); the steps before it run without (``training.moe_permute_fusion`` /
+#: ``moe_router_fusion`` False), the rows' own step names stating each
+_LADDER_FUSION_STEPS = {"megatron-lm-dsv3-gb200-optimization": {"moe_permute_fusion": 2,
+                                                                "moe_router_fusion": 3}}
+
+
+def _recompute_names(text: str) -> tuple:
+    out = []
+    for part in text.replace("_", "-").split("+"):
+        name = _RECOMPUTE_NAMES.get(part.strip())
+        if name and name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def _megatron_modules(source: str, low: str) -> dict:
+    """Selective recompute modules and MoE fusions a Megatron-Core row states (rule 9): a
+    ``recompute_modules=a,b`` item, or a ladder's per-step recompute text with the row's
+    ``ladder step N``; the fusions its ladder switched on after the row's step are off."""
+    out: dict = {}
+    step_m = _LADDER_STEP.search(low)
+    step = int(step_m.group(1)) if step_m else None
+    stated = re.search(r"recompute[-_]modules=([a-z0-9_,+ -]+)", low)
+    ladder = _LADDER_RECOMPUTE.search(low)
+    if stated:
+        modules = _recompute_names(stated.group(1).replace(",", "+"))
+        if modules:
+            out["recompute_modules"] = modules
+    elif ladder and step is not None:
+        lo, hi, first, later, rest = ladder.groups()
+        if int(lo) <= step <= int(hi):
+            out["recompute_modules"] = _recompute_names(first)
+        elif step >= int(later):
+            out["recompute_modules"] = _recompute_names(rest)
+    for name, on_at in _LADDER_FUSION_STEPS.get(source, {}).items():
+        if step is not None and step < on_at:
+            out[name] = False
     return out
 
 
@@ -902,6 +960,8 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         training["checkpoint_fraction"] = _fraction_of(fraction)
     elif ac in ("full", "selective"):
         training["activation_checkpointing"] = ac
+        if ac == "selective" and "recompute_modules" in _training_fields():
+            training.update(_megatron_modules(row["source"], low))
     elif ac == "offload":
         training["activation_checkpointing"] = "full"
         training["activation_offload"] = True

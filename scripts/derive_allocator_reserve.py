@@ -50,6 +50,26 @@ GRID: list[tuple[str, str, int, int, str]] = [
     ("llama-3.1-8b", "full", 1, 1024, "full"),
     ("llama-3.1-8b", "lora", 2, 2048, "full"),
 ]
+#: fmest issue 21: the spread of the largest transient block (larger batch x length, the
+#: 128k / 152k vocabularies) for the transient rule; traced into the reserve table with GRID
+#: (the floor section keeps GRID)
+TRANSIENT_GRID: list[tuple[str, str, int, int, str]] = [
+    ("llama-3.2-1b", "full", 4, 2048, "full"),
+    ("qwen2.5-0.5b", "full", 8, 2048, "full"),
+    ("llama-3.2-1b", "full", 1, 2048, "full"),
+    ("llama-3.2-1b", "full", 4, 2048, "none"),
+    ("smollm2-360m", "full", 16, 1024, "full"),
+    ("qwen2.5-0.5b", "full", 2, 4096, "none"),
+    ("qwen2.5-0.5b", "lora", 8, 2048, "full"),
+    ("llama-3.2-1b", "lora", 4, 4096, "full"),
+    ("llama-3.2-3b", "lora", 4, 2048, "full"),
+    ("smollm2-1.7b", "full", 4, 2048, "full"),
+    ("qwen2.5-7b", "lora", 2, 4096, "full"),
+    ("llama-3.2-3b", "full", 2, 2048, "full"),
+    ("smollm2-360m", "lora", 8, 2048, "none"),
+    ("llama-3.2-1b", "full", 1, 4096, "none"),
+    ("qwen2.5-0.5b", "full", 1, 8192, "full"),
+]
 
 
 def _run_spec(job_dict: dict[str, Any]) -> Any:
@@ -96,12 +116,25 @@ def _setting_job(preset: str, technique: str, batch: int, seq: int, ac: str) -> 
                                           "activation_checkpointing": ac}}
 
 
+def transient_block_of(preset: str, batch: int, seq: int) -> float:
+    """The analytic largest transient block of a traced setting
+    (``fmest.physics.device_terms.transient_block_bytes``: the fp32 logits transformers'
+    loss upcasts, tokens x vocab x 4 B; one GPU), the transient rule's abscissa."""
+    import fmest
+    from fmest.physics.device_terms import transient_block_bytes
+
+    engine = fmest._engine(None)  # type: ignore[attr-defined]
+    job = engine.context(fmest.to_job(_setting_job(preset, "full", batch, seq, "none")))
+    return transient_block_bytes(batch * seq, job.model.vocab_size)
+
+
 def _setting_fields(preset: str, technique: str, batch: int, seq: int, ac: str, spec: Any,
                     conf: str, events: list) -> dict[str, Any]:
     """The columns every table row of a traced setting starts with."""
     return {"model": preset, "technique": technique, "micro_batch_size": batch, "seq_len": seq,
             "activation_checkpointing": ac, "precision": spec.precision,
-            "alloc_conf": conf or "default", "events": len(events)}
+            "alloc_conf": conf or "default", "events": len(events),
+            "transient_block_bytes": transient_block_of(preset, batch, seq)}
 
 
 def row_for(preset: str, technique: str, batch: int, seq: int, ac: str) -> list[dict]:
@@ -469,11 +502,13 @@ def varlen_row_for(preset: str, technique: str, batch: int, cap: int, ac: str) -
     return row
 
 
-def theil_sen(rows: list[dict], y_key: str = "") -> tuple[float, float]:
-    """(intercept bytes, slope) of reserve bytes over the tensor peak: the median of pairwise
+def theil_sen(rows: list[dict], y_key: str = "", x_key: str = "tracker_peak_bytes"
+              ) -> tuple[float, float]:
+    """(intercept bytes, slope) of reserve bytes over the tensor peak (``x_key``: another
+    abscissa, e.g. ``transient_block_bytes``): the median of pairwise
     slopes, then the median intercept (robust to the few fragmentation-heavy rows).
     ``y_key``: a row field holding the bytes to fit (default: reserved peak - tensor peak)."""
-    pts = [(r["tracker_peak_bytes"],
+    pts = [(r[x_key],
             r[y_key] if y_key else r["max_memory_reserved"] - r["tracker_peak_bytes"])
            for r in rows]
     slopes = [(y2 - y1) / (x2 - x1) for (x1, y1), (x2, y2) in itertools.combinations(pts, 2)
@@ -482,7 +517,8 @@ def theil_sen(rows: list[dict], y_key: str = "") -> tuple[float, float]:
     # a negative slope has no physical reading (the allocator cannot hold less reserve for a
     # larger tensor peak): the rule is then the median reserve, a constant
     slope = max(0.0, slope)
-    return statistics.median([y - slope * x for x, y in pts]), slope
+    # nor a negative intercept (no reserve below zero)
+    return max(0.0, statistics.median([y - slope * x for x, y in pts])), slope
 
 
 def loo_error(rows: list[dict], rule: str) -> tuple[float, float]:
@@ -493,6 +529,9 @@ def loo_error(rows: list[dict], rule: str) -> tuple[float, float]:
         a = r["tracker_peak_bytes"]
         if rule == "fraction":
             pred = a * statistics.median([x["reserved_over_tensor_peak"] for x in rest])
+        elif rule == "transient":
+            c, f = theil_sen(rest, x_key="transient_block_bytes")
+            pred = a + c + f * r["transient_block_bytes"]
         else:
             c, f = theil_sen(rest)
             pred = a * (1 + f) + c
@@ -512,6 +551,15 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
                 "constant_bytes": int(round(c)), "fraction": round(f, 5),
                 "loo_constant_plus_fraction": loo_error(picked, "constant+fraction"),
                 "loo_fraction_only": loo_error(picked, "fraction")}
+            c, f = theil_sen(picked, x_key="transient_block_bytes")
+            out[name.replace("rule", "rule_transient")] = {
+                "what": "reserve = constant + slope x transient_block_bytes (the analytic "
+                        "largest transient block: fp32 logits, tokens x vocab x 4 B), "
+                        f"Theil-Sen over the {conf} rows (fmest issue 21); loo_*: median and "
+                        "max |predicted / replayed reserved - 1| leaving each trace out",
+                "constant_bytes": int(round(c)), "slope": round(f, 5),
+                "loo_transient": loo_error(picked, "transient"),
+                "loo_tensor_peak_rule": loo_error(picked, "constant+fraction")}
     for conf in ("default", "expandable_segments:True"):
         ratios = [r["reserved_over_tensor_peak"] for r in rows if r["alloc_conf"] == conf]
         if ratios:
@@ -681,6 +729,11 @@ def main_varlen(args: argparse.Namespace) -> int:
     return 0
 
 
+def _row_key(r: dict) -> tuple:
+    return (r["model"], r["technique"], r["micro_batch_size"], r["seq_len"],
+            r["activation_checkpointing"], r["alloc_conf"])
+
+
 def main(argv: list[str] | None = None) -> int:
     from importlib.metadata import version
 
@@ -693,6 +746,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--summarize", action="store_true",
                     help="recompute the summary of the existing table's rows (no tracing)")
+    ap.add_argument("--merge", nargs="*", type=Path,
+                    help="with --summarize: tables written by --only --out to add to the rows")
     ap.add_argument("--varlen", action="store_true",
                     help="trace the variable-length grid (VARLEN_GRID) into the table's "
                          "'varlen' section, keeping the fixed-length rows")
@@ -711,6 +766,16 @@ def main(argv: list[str] | None = None) -> int:
         return main_floor(args)
     if args.summarize:
         table = json.loads(args.out.read_text(encoding="utf-8"))
+        for path in args.merge or ():
+            # rows traced one setting at a time (``--only ... --out FILE``): a setting already
+            # in the table is replaced
+            new_rows = json.loads(Path(path).read_text(encoding="utf-8"))["rows"]
+            keys = {_row_key(r) for r in new_rows}
+            table["rows"] = [r for r in table["rows"] if _row_key(r) not in keys] + new_rows
+        for r in table["rows"]:
+            if "transient_block_bytes" not in r:
+                r["transient_block_bytes"] = transient_block_of(
+                    r["model"], r["micro_batch_size"], r["seq_len"])
         table["summary"] = summarize(table["rows"])
         if "floor" in table:
             table["floor"]["summary"] = summarize_floor(table["floor"]["rows"])
@@ -718,7 +783,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(table["summary"], indent=1))
         return 0
     grid = ([(args.only, args.technique, args.batch, args.seq, args.ac)] if args.only
-            else GRID)
+            else GRID + TRANSIENT_GRID)
     rows: list[dict] = []
     for setting in grid:
         try:

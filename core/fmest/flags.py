@@ -275,6 +275,18 @@ JOB_FLAGS: tuple[Flag, ...] = (
          parse=parse_fraction, metavar="F (0-1]",
          help="with --grad-checkpoint full: the share of transformer blocks checkpointed (Megatron "
               "--recompute-method block, torchtitan selective_ac_option N = 1/N); default all"),
+    Flag(names=("--recompute-modules",), group=_TRAIN, path="training.recompute_modules",
+         nargs="+", metavar="MODULE",
+         to_job=lambda v: [m for item in v for m in item.split(",") if m],
+         help="with --grad-checkpoint selective: the modules recomputed, Megatron-Core's names "
+              "(core_attn mla_up_proj moe_act layernorm mlp moe shared_experts; commas also "
+              "accepted); default core_attn"),
+    _bool("--moe-permute-fusion", group=_TRAIN, path="training.moe_permute_fusion",
+          help="Megatron-Core --moe-permute-fusion (TE fused permute/unpermute; default: "
+               "fused); false = the torch index_select/scatter_add path"),
+    _bool("--moe-router-fusion", group=_TRAIN, path="training.moe_router_fusion",
+          help="Megatron-Core --moe-router-fusion (TE fused top-k and score function; "
+               "default: fused); false = the eager router chain"),
     _bool("--flashattn", group=_TRAIN, help="same as --attn flash"),
     Flag(names=("--attn",), group=_TRAIN, path="training.attention",
          choices=("eager", "sdpa", "flash"),

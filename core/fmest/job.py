@@ -62,6 +62,17 @@ PADDINGS = ("max_length", "longest", "packed")
 #: ``delete`` (dropped: ms-swift 1.x ``truncation_strategy='delete'``,
 #: swift/llm/utils/template.py @ 46922151)
 TRUNCATIONS = ("truncate", "delete")
+#: Megatron-Core ``--recompute-modules`` under ``--recompute-granularity selective``
+#: (NVIDIA/Megatron-LM @ d98e8a64ddf34856e74b24714e3bedb2f5a39553
+#: megatron/core/transformer/transformer_config.py ``recompute_modules``, default
+#: ``["core_attn"]``): ``core_attn`` the attention core (attention.py), ``mla_up_proj`` MLA's
+#: q/kv up projections and RoPE (multi_latent_attention.py), ``moe_act`` the routed experts'
+#: activation (moe/experts.py, needs --moe-grouped-gemm), ``layernorm`` input_layernorm and
+#: pre_mlp_layernorm (transformer_layer.py), ``mlp`` the dense (non-MoE) MLP
+#: (transformer_layer.py ``recompute_mlp``), ``moe`` the whole MoE layer (moe/moe_layer.py),
+#: ``shared_experts`` the shared experts (moe/shared_experts.py)
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "moe_act", "layernorm", "mlp", "moe",
+                     "shared_experts")
 
 
 def _choice(values):
@@ -147,6 +158,19 @@ def _hf_config(inst, attribute, value):
         check_hf_config(value, attribute.name)
 
 
+def _recompute_modules(inst, attribute, value):
+    if value is None:
+        return
+    bad = [m for m in value if m not in RECOMPUTE_MODULES]
+    if bad:
+        raise InputError(attribute.name, "not an accepted module", value=bad[0],
+                         accepted=RECOMPUTE_MODULES)
+
+
+def _optional_tuple_of_str(value: Any) -> Optional[tuple[str, ...]]:
+    return None if value is None else _tuple_of_str(value)
+
+
 def _tuple_of_str(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -209,6 +233,20 @@ class Training:
     #: ``selective_checkpointing`` (p). The other blocks keep all their activations and are not
     #: recomputed (docs/memory_model.md, docs/time_model.md)
     checkpoint_fraction: Optional[float] = field(default=None, validator=_optional_share)
+    #: the modules ``selective`` checkpointing recomputes, Megatron-Core's names
+    #: (``RECOMPUTE_MODULES``, ``--recompute-modules``); None = ``("core_attn",)`` (Megatron's
+    #: default; Korthikanti et al. 2022). Only with ``activation_checkpointing`` ``selective``
+    recompute_modules: Optional[tuple[str, ...]] = field(
+        default=None, converter=_optional_tuple_of_str, validator=_recompute_modules)
+    #: Megatron-Core ``--moe-permute-fusion`` (Transformer Engine's fused permute/unpermute);
+    #: None = fused, as the megatron-core stack prices it; False = the torch index_select /
+    #: scatter_add path (moe/moe_utils.py ``permute``/``unpermute``, time_roofline
+    #: formulas.moe_unfused_permute_bytes)
+    moe_permute_fusion: Optional[bool] = None
+    #: Megatron-Core ``--moe-router-fusion`` (TE's fused top-k with score function); None =
+    #: fused; False = the router's eager score/top-k chain (moe/moe_utils.py
+    #: ``topk_routing_with_score_function``, formulas.moe_unfused_router_bytes)
+    moe_router_fusion: Optional[bool] = None
     attention: str = field(default="sdpa", validator=_choice(ATTENTIONS))
     loss: str = field(default="standard", validator=_choice(LOSSES))
     activation_offload: bool = False
@@ -253,7 +291,20 @@ class Training:
             return 0.0
         return 1.0 if self.checkpoint_fraction is None else float(self.checkpoint_fraction)
 
+    @property
+    def selective_modules(self) -> frozenset:
+        """The modules recomputed under ``selective`` checkpointing (``recompute_modules``,
+        ``core_attn`` when None); empty otherwise."""
+        if self.activation_checkpointing != "selective":
+            return frozenset()
+        return frozenset(("core_attn",) if self.recompute_modules is None
+                         else self.recompute_modules)
+
     def __attrs_post_init__(self) -> None:
+        if self.recompute_modules is not None and self.activation_checkpointing != "selective":
+            raise InputError("recompute_modules", "only with activation_checkpointing "
+                             "'selective' (Megatron reads --recompute-modules only there)",
+                             value=self.recompute_modules)
         why = _check_objective(self.objective, self.reference_model, self.technique)
         if why is not None:
             raise InputError("reference_model", why, value=self.reference_model,

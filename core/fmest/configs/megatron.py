@@ -172,6 +172,9 @@ class _State:
         self.moe_backend: tuple[str, str] | None = None
         #: --recompute-method / --recompute-num-layers: (value, key) by name
         self.recompute: dict[str, tuple[Any, str]] = {}
+        #: --recompute-modules (names, key) and --moe-layer-recompute's key
+        self.modules: tuple[tuple[str, ...], str] | None = None
+        self.moe_layer_recompute: str | None = None
 
 
 def _reason(name: str) -> str:
@@ -266,6 +269,23 @@ def _apply(name: str, value: Any, key: str, sink: Sink, state: _State) -> None:
                      sink.choice(key, value, _RECOMPUTE), key)
     elif name in ("recompute_method", "recompute_num_layers") and value is not None:
         state.recompute[name] = (value, key)
+    elif name == "recompute_modules" and value is not None:
+        items = value if isinstance(value, (list, tuple)) else str(value).replace(",", " ").split()
+        state.modules = (tuple(str(v).strip() for v in items if str(v).strip()), key)
+    elif name == "moe_layer_recompute":
+        if sink.bool_(key, value):
+            state.moe_layer_recompute = key
+        else:
+            sink.ignore(key, "false")
+    elif name in ("moe_permute_fusion", "moe_router_fusion"):
+        sink.set(f"training.{name}", sink.bool_(key, value), key)
+    elif name == "moe_grouped_gemm":
+        if sink.bool_(key, value):
+            sink.ignore(key, "true: the routed experts' GEMMs are priced per expert at their "
+                        "rows (the grouped GEMM's FLOPs and bytes)")
+        else:
+            sink.unmodelled(key, "false: the sequential per-expert GEMM loop's launches are not "
+                            "priced (same FLOPs and bytes)")
     elif name in ("recompute_method", "recompute_num_layers", "recompute_modules"):
         if value is None:
             sink.ignore(key, "null: not set")
@@ -652,6 +672,38 @@ def _vp_and_recompute(sink: Sink, state: _State) -> None:
         else:
             sink.ignore(key, "needs num_layers divisible by pp x this; give --pp-virtual-stages")
     _recompute_share(sink, state)
+    _recompute_modules(sink, state)
+
+
+def _recompute_modules(sink: Sink, state: _State) -> None:
+    """``--recompute-modules`` (and the deprecated ``--moe-layer-recompute``, which turns
+    selective granularity on and adds ``moe``), read as NVIDIA/Megatron-LM @
+    d98e8a64ddf34856e74b24714e3bedb2f5a39553 megatron/core/transformer/transformer_config.py
+    ``__post_init__`` does: the list only under ``--recompute-granularity selective``
+    (``training.recompute_modules``; default ``["core_attn"]``)."""
+    from fmest.job import RECOMPUTE_MODULES
+
+    modules, key = state.modules if state.modules is not None else (None, "")
+    if state.moe_layer_recompute is not None:
+        if sink.get("training.activation_checkpointing") == "full":
+            sink.ignore(state.moe_layer_recompute, "Megatron refuses it with full granularity")
+        else:
+            sink.set("training.activation_checkpointing", "selective",
+                     state.moe_layer_recompute)
+            modules = tuple(modules or ("core_attn",)) + ("moe",) \
+                if not modules or "moe" not in modules else modules
+            key = f"{key}+{state.moe_layer_recompute}" if key else state.moe_layer_recompute
+    if modules is None:
+        return
+    if sink.get("training.activation_checkpointing") != "selective":
+        sink.ignore(key, f"{list(modules)!r}: read only with --recompute-granularity selective")
+        return
+    known = tuple(m for m in modules if m in RECOMPUTE_MODULES)
+    for m in modules:
+        if m not in RECOMPUTE_MODULES:
+            sink.unmodelled(key, f"{m!r}: not a module fmest prices (gated-delta-net / mHC "
+                            "variants); not recomputed")
+    sink.set("training.recompute_modules", known, key)
 
 
 def _recompute_share(sink: Sink, state: _State) -> None:

@@ -808,6 +808,9 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
         **_stack_time_flags(ctx),
         capacity=float(gpu.memory_bytes or 0),
         hidden=float(model.hidden_size), kv_dim=float(model.num_kv_heads * model.head_dim),
+        # the allocator reserve's transient block per token: the fp32 logits of each TP
+        # rank's vocabulary shard (fmest.physics.device_terms.transient_block_bytes)
+        logits_per_token=float(model.vocab_size) * 4.0 / sel["tp"],
         params=params, root_params=root,
         head_params=float(counts.head or counts.embedding),
         layer_params=(params - root) / model.num_layers,

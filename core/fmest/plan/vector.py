@@ -22,8 +22,13 @@ from fmest.allocator import (
 from fmest.physics.device_terms import (
     ALLOCATOR_RESERVE_CONSTANT_BYTES,
     ALLOCATOR_RESERVE_EXPANDABLE_CONSTANT_BYTES,
+    ALLOCATOR_RESERVE_EXPANDABLE_FRACTION,
     ALLOCATOR_RESERVE_FRACTION,
     ALLOCATOR_RESERVE_MIN_TRACED_BYTES,
+    ALLOCATOR_RESERVE_TRANSIENT_CONSTANT_BYTES,
+    ALLOCATOR_RESERVE_TRANSIENT_EXPANDABLE_CONSTANT_BYTES,
+    ALLOCATOR_RESERVE_TRANSIENT_EXPANDABLE_SLOPE,
+    ALLOCATOR_RESERVE_TRANSIENT_SLOPE,
     CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
     NCCL_BUFFER_BYTES,
@@ -229,22 +234,44 @@ def memory_bytes(cfg: dict) -> np.ndarray:
                                    buffers - unsharded_acc + grads + acts / stage_layers)
     optimizer = static + grads + temps
     alloc = np.maximum(backward, optimizer)
+    # the step's largest transient block: one logits-sized tensor of the micro-batch
+    # (memory_theory ``StagePeak.transient_block``; fp32 logits per TP rank's vocabulary)
+    transient = cfg["logits_per_token"] * tokens if "logits_per_token" in cfg else None
     return device_total(alloc, context_bytes(cfg["world"]), cfg.get("capacity", 0.0),
-                        cfg.get("expandable", False), cfg.get("reserve_fraction"))
+                        cfg.get("expandable", False), cfg.get("reserve_fraction"), transient)
 
 
 def device_total(alloc, context, capacity=0.0, expandable=False,
-                 fitted: Optional[float] = None) -> np.ndarray:
+                 fitted: Optional[float] = None, transient=None) -> np.ndarray:
     """Allocated bytes + the allocator reserve + the context, the reserve capped at the room
     left on the device but never below the floor no release returns (memory_theory's
-    ``assemble``: ``min(held, max(room, floor))``; ``capacity`` 0: no device)."""
+    ``assemble``: ``min(held, max(room, floor))``; ``capacity`` 0: no device). ``transient``:
+    the step's largest transient block (the reserve's transient rule), else the tensor-peak
+    rule."""
     # fmest.physics.device_terms.allocator_reserve_bytes, vectorised
     floor = ALLOCATOR_RESERVE_MIN_TRACED_BYTES
     below = np.minimum(1.0, np.maximum(alloc, 0.0) / floor)
-    reserve = np.where(expandable,
-                       ALLOCATOR_RESERVE_EXPANDABLE_CONSTANT_BYTES * below,
-                       (ALLOCATOR_RESERVE_CONSTANT_BYTES
-                        + ALLOCATOR_RESERVE_FRACTION * np.maximum(alloc, floor)) * below)
+    irreducible = np.where(
+        expandable,
+        ALLOCATOR_FLOOR_EXPANDABLE_CONSTANT_BYTES
+        + ALLOCATOR_FLOOR_EXPANDABLE_FRACTION * np.maximum(alloc, floor),
+        ALLOCATOR_FLOOR_CONSTANT_BYTES + ALLOCATOR_FLOOR_FRACTION * np.maximum(alloc, floor)
+    ) * below
+    if transient is None:
+        reserve = np.where(expandable,
+                           (ALLOCATOR_RESERVE_EXPANDABLE_CONSTANT_BYTES
+                            + ALLOCATOR_RESERVE_EXPANDABLE_FRACTION
+                            * np.maximum(alloc, floor)) * below,
+                           (ALLOCATOR_RESERVE_CONSTANT_BYTES
+                            + ALLOCATOR_RESERVE_FRACTION * np.maximum(alloc, floor)) * below)
+    else:
+        block = np.maximum(np.asarray(transient, dtype=float), 0.0)
+        reserve = np.maximum(irreducible, np.where(
+            expandable,
+            ALLOCATOR_RESERVE_TRANSIENT_EXPANDABLE_CONSTANT_BYTES
+            + ALLOCATOR_RESERVE_TRANSIENT_EXPANDABLE_SLOPE * block,
+            ALLOCATOR_RESERVE_TRANSIENT_CONSTANT_BYTES
+            + ALLOCATOR_RESERVE_TRANSIENT_SLOPE * block) * below)
     if fitted is not None:
         # a stack's fitted reserve over allocated bytes replaces the physics reserve
         # (stacks_fitted.json ``reserve_fraction``; memory_theory ``assemble``)
@@ -252,13 +279,8 @@ def device_total(alloc, context, capacity=0.0, expandable=False,
     total = alloc + reserve + context
     if np.any(capacity):
         # the allocator frees its cache before it exceeds the device, down to the segments
-        # that hold a live block (fmest.allocator.irreducible_reserve_bytes, vectorised)
-        irreducible = np.where(
-            expandable,
-            ALLOCATOR_FLOOR_EXPANDABLE_CONSTANT_BYTES
-            + ALLOCATOR_FLOOR_EXPANDABLE_FRACTION * np.maximum(alloc, floor),
-            ALLOCATOR_FLOOR_CONSTANT_BYTES + ALLOCATOR_FLOOR_FRACTION * np.maximum(alloc, floor)
-        ) * below
+        # that hold a live block (fmest.allocator.irreducible_reserve_bytes, vectorised:
+        # ``irreducible`` above)
         # capped: exactly the device where the floor fits (no rounding either side of the fit
         # test's comparison), tensors + floor + context where it does not; tensors alone past
         # the device keep the whole reserve

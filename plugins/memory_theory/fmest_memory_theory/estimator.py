@@ -1044,6 +1044,10 @@ class StagePeak:
     components: dict[str, float]
     phase_allocated: dict[str, float]
     stage: str
+    #: the largest block the step allocates and frees (one logits-sized tensor: the fp32
+    #: upcast, the compute-dtype logits, a fused loss's chunk): the allocator reserve's
+    #: abscissa (fmest.physics.device_terms.allocator_reserve_bytes, issue 21)
+    transient_block: float = 0.0
 
 
 def stage_peak(setup: JobSetup, stage: Stage) -> StagePeak:
@@ -1055,8 +1059,10 @@ def stage_peak(setup: JobSetup, stage: Stage) -> StagePeak:
     phases = phase_components(setup, state, buffers, acts, stage)
     totals = {name: sum(comp.values()) for name, comp in phases.items()}
     best = max(totals, key=totals.__getitem__)
+    block = max(acts.logits_held, acts.logits_fwd_extra, acts.logits_bwd_extra / 2,
+                acts.output_logits)
     return StagePeak(allocated=totals[best], phase=best, components=phases[best],
-                     phase_allocated=totals, stage=stage.name)
+                     phase_allocated=totals, stage=stage.name, transient_block=block)
 
 
 def _split_vision(setup: JobSetup, peak: StagePeak, components: dict[str, int]) -> None:
@@ -1114,7 +1120,8 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
                                     + peak.components.get("logits_and_loss", 0.0))
 
     def reserve(allocated: float) -> float:
-        held = F.allocator_reserve_bytes(allocated, expandable) + growth if fitted is None \
+        held = F.allocator_reserve_bytes(allocated, expandable, peak.transient_block) + growth \
+            if fitted is None \
             else fitted * allocated
         if not setup.capacity_bytes:
             return held

@@ -167,6 +167,15 @@ class StepShape:
     #: ``checkpoint_fraction`` under full checkpointing, 0 otherwise): the recompute's FLOPs,
     #: bytes and passes scale with it
     recompute_share: float = 0.0
+    #: the modules selective checkpointing recomputes (``Training.selective_modules``,
+    #: Megatron-Core's names: ``core_attn`` by default); empty unless ``selective``
+    selective_modules: frozenset = frozenset()
+
+    @property
+    def moe_recomputed(self) -> float:
+        """Extra forward passes of the MoE layers per micro-batch: the full-checkpoint share,
+        or 1 when selective recomputes the whole MoE layer (``moe``)."""
+        return self.recompute_share + (1.0 if "moe" in self.selective_modules else 0.0)
 
     @property
     def etp(self) -> int:
@@ -239,7 +248,8 @@ def step_shape(job, model, layout, stack=None) -> StepShape:
         act_bytes=float(info.storage_bytes), linear_bytes=float(info.operand_bytes),
         linear_dtype=training.dtype, full=training.technique == "full",
         checkpointing=training.activation_checkpointing,
-        stage_layers=model.num_layers / layout.pp, recompute_share=training.recompute_share)
+        stage_layers=model.num_layers / layout.pp, recompute_share=training.recompute_share,
+        selective_modules=training.selective_modules)
 
 
 def kernel_seq_len(shape: StepShape) -> float:
@@ -304,7 +314,7 @@ def moe_permute_bytes(model, shape: StepShape) -> float:
     if not model.is_moe or not model.experts_per_token:
         return 0.0
     moe_layers = (model.num_moe_layers or model.num_layers) / shape.pp
-    passes = 2 + shape.recompute_share
+    passes = 2 + shape.moe_recomputed
     local = (model.num_experts or 1) / max(1, shape.ep)
     per_pass = F.moe_permute_bytes(
         shape.tokens, model.experts_per_token, model.hidden_size, shape.act_bytes, local,
@@ -341,7 +351,7 @@ def moe_dispatch_seconds(model, shape: StepShape, gpu, gpus_per_node: int, *,
     if shape.ep <= 1 or not model.is_moe:
         return 0.0
     moe_layers = (model.num_moe_layers or model.num_layers) / shape.pp
-    passes = 2 + shape.recompute_share
+    passes = 2 + shape.moe_recomputed
     shard = shape.tokens / shape.tp * model.hidden_size * shape.act_bytes
     routed = shard * model.experts_per_token
     etp = shape.etp
@@ -388,6 +398,7 @@ def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> Matm
     # read once, not per linear (the loop's arithmetic is unchanged)
     etp, tp, pp, ep, tokens = shape.etp, shape.tp, shape.pp, shape.ep, shape.tokens
     recomputing, fp8 = shape.checkpointing == "full", shape.linear_dtype == "fp8"
+    selective = shape.selective_modules
     quantized = quantized_base(training)
     for lin in model.linears:
         if lin.kind == "head":
@@ -414,9 +425,16 @@ def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> Matm
         bwd += seconds * bwd_factor
         if recomputing and (lin.name, lin.kind) not in last:
             rec += seconds * shape.recompute_share
+        reselected = bool(selective) and F.selective_recomputes_linear(lin.name, lin.kind,
+                                                                       selective)
+        if reselected:
+            # Megatron-Core's selective recompute_modules rerun the whole module's forward
+            # (the checkpointed function), its last matmul included
+            rec += seconds
         if fp8:
             elements = (rows * inner + inner * cols + rows * cols) * count
-            fp8_cast += cast_bytes * elements * (3 if shape.full else 2)
+            fp8_cast += cast_bytes * elements * (3 if shape.full else 2) \
+                + (cast_bytes * elements if reselected else 0.0)
         if quantized and gptq:
             # the matmul keeps the unpacked weight for backward (formulas
             # .gptq_dequant_bytes_per_param): unpacked in forward and in the recompute
@@ -470,7 +488,7 @@ def attention_times(job, model, shape: StepShape, rates: Rates, gpu) -> Attentio
         eff, eff_bwd = rates.attention_fwd_eff, rates.attention_bwd_eff
     fwd = fwd_flops / (rates.attention_peak * eff)
     bwd = fwd_flops * bwd_factor / (rates.attention_peak * eff_bwd)
-    rec = fwd if shape.checkpointing == "selective" else fwd * shape.recompute_share
+    rec = fwd if "core_attn" in shape.selective_modules else fwd * shape.recompute_share
     return AttentionTimes(forward=fwd, backward=bwd, recompute=rec)
 
 
@@ -562,6 +580,34 @@ def hp_grad_accum_bytes(training, stack) -> float:
     return float(own)
 
 
+def megatron_module_bytes(training, model, shape: StepShape, sequence_parallel: bool) -> float:
+    """HBM bytes of one micro-batch that Megatron-Core's module switches add (issue 20): the
+    pointwise ops the selective ``recompute_modules`` rerun
+    (formulas.selective_recompute_elementwise_elements_per_token; the attention core and the
+    linears are counted in their own phases) and the unfused MoE permute / router
+    (``training.moe_permute_fusion`` / ``moe_router_fusion`` False:
+    formulas.moe_unfused_permute_bytes / moe_unfused_router_bytes), forward, backward and the
+    MoE layer's recompute."""
+    moved = 0.0
+    if shape.selective_modules:
+        divisor = shape.tp if sequence_parallel else 1
+        moved += F.selective_recompute_elementwise_elements_per_token(
+            model, shape.selective_modules, tp=shape.tp, expert_tp=shape.etp,
+            norm_divisor=divisor) * shape.tokens * shape.act_bytes / shape.pp
+    if model.is_moe and model.experts_per_token:
+        moe_layers = (model.num_moe_layers or model.num_layers) / shape.pp
+        again = shape.moe_recomputed
+        if training.moe_permute_fusion is False:
+            fwd, bwd = F.moe_unfused_permute_bytes(shape.tokens, model.experts_per_token,
+                                                   model.hidden_size, shape.act_bytes, shape.tp)
+            moved += (fwd * (1.0 + again) + bwd) * moe_layers
+        if training.moe_router_fusion is False:
+            fwd, bwd = F.moe_unfused_router_bytes(shape.tokens, model.num_experts or 0,
+                                                  shape.tp)
+            moved += (fwd * (1.0 + again) + bwd) * moe_layers
+    return moved
+
+
 def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: MatmulTimes,
                          comm: CommunicationPlan, stack=None) -> float:
     """Phase 4: elementwise traffic (norms, activations, RoPE, layouts; recomputed under full
@@ -592,12 +638,13 @@ def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: Ma
         fwd_share = 1.0 / (1.0 + F.ELEMENTWISE_BACKWARD_FACTOR["scores"]) \
             if stack_bytes is None else stack_bytes[0] / sum(stack_bytes)
         moved += scores * shape.tokens * shape.stage_layers * (
-            1.0 + fwd_share * (1.0 if shape.checkpointing == "selective"
+            1.0 + fwd_share * (1.0 if "core_attn" in shape.selective_modules
                                else shape.recompute_share))
     # the LoRA layer's own casts, dropout, scaling and add around each adapted linear
     # (forward, backward, and the recompute's forward under full checkpointing)
     lora_fwd, lora_bwd = lora_elementwise_bytes(training, shape, stack, matmuls.lora_modules)
     moved += lora_fwd * (1.0 + shape.recompute_share) + lora_bwd
+    moved += megatron_module_bytes(training, model, shape, par.sequence_parallel)
     # PEFT's k-bit preparation: the fp32 residual stream's casts and fp32 elementwise chains
     kbit_fwd, kbit_bwd = kbit_prep_elementwise_bytes(training, model, shape, stack,
                                                      matmuls.lora_modules)
@@ -692,7 +739,8 @@ def model_parallel_comm(job, model, shape: StepShape, attention: AttentionTimes,
             head_dim=model.qk_head_dim or model.head_dim, act_bytes=shape.act_bytes,
             fwd_seconds=attention.forward / shape.stage_layers,
             bwd_seconds=attention.backward / shape.stage_layers,
-            recompute=shape.checkpointing in ("full", "selective"),
+            recompute=shape.checkpointing == "full"
+            or "core_attn" in shape.selective_modules,
             p2p_bytes_per_s=p_bw, p2p_inter_node=p_inter)
         cp_t = ring["exposed_seconds"] * shape.stage_layers
         cp_mem = F.memory_bound_seconds(ring["memory_bytes"] * shape.stage_layers,
@@ -706,7 +754,8 @@ def model_parallel_comm(job, model, shape: StepShape, attention: AttentionTimes,
             head_dim=model.qk_head_dim or model.head_dim, act_bytes=shape.act_bytes,
             fwd_seconds=attention.forward / shape.stage_layers,
             bwd_seconds=attention.backward / shape.stage_layers,
-            recompute=shape.checkpointing in ("full", "selective"),
+            recompute=shape.checkpointing == "full"
+            or "core_attn" in shape.selective_modules,
             gather_bytes_per_s=g_bw, p2p_bytes_per_s=p_bw, gather_inter_node=g_inter,
             p2p_inter_node=p_inter)
         cp_t = ring["exposed_seconds"] * shape.stage_layers
@@ -939,6 +988,11 @@ def _flops_figures(model, training, shape: StepShape, lora_mods, step: float, gp
     # full checkpointing of a share of the blocks recomputes that share
     recompute = flops["recompute"] * (shape.recompute_share if shape.checkpointing == "full"
                                       else 1.0)
+    if shape.checkpointing == "selective" and shape.selective_modules != {"core_attn"}:
+        # Megatron-Core recompute_modules: the attention core only when listed, plus the
+        # forward FLOPs of the recomputed linears
+        recompute = (recompute if "core_attn" in shape.selective_modules else 0.0) \
+            + F.selective_recompute_linear_flops_per_token(model, shape.selective_modules)
     hw_flops = (flops["model"] + recompute) * layer_tokens
     return {"tokens_per_step": samples * tokens_per_sample(model, training),
             "samples_per_step": samples,

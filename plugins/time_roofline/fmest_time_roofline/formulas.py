@@ -1139,6 +1139,118 @@ def moe_permute_bytes(tokens: float, experts_per_token: float, hidden: float,
     return elements * hidden * act_bytes
 
 
+#: Megatron-Core's unfused permute path (``--moe-permute-fusion`` off; NVIDIA/Megatron-LM @
+#: d98e8a64ddf34856e74b24714e3bedb2f5a39553 megatron/core/transformer/moe/moe_utils.py
+#: ``permute``/``unpermute``, the alltoall dispatcher applies the probs in the experts so
+#: ``unpermute`` runs without them): ``tokens.index_select(0, sorted_indices)`` reads the
+#: ``k`` routed rows of every token where TE's fused permute reads the token once (+ k - 1),
+#: and ``unpermute`` writes a ``torch.zeros`` output before ``scatter_add_`` (+ 1), so the
+#: forward moves ``k`` more hidden-sized elements per token than the fused kernels. Backward:
+#: ``index_select``'s backward is ``zeros`` + ``index_add_`` (a zero-fill and the
+#: read-modify-write of the output: + 2) and ``scatter_add_``'s is a gather of ``k`` rows
+#: reading them one by one (+ k - 1): ``k + 1`` more. Elements of ``hidden`` per token of the
+#: rank's sequence-parallel shard, as (x k, + constant): forward, backward.
+MOE_UNFUSED_PERMUTE_FWD_ELEMENTS = (1.0, 0.0)
+MOE_UNFUSED_PERMUTE_BWD_ELEMENTS = (1.0, 1.0)
+#: Megatron-Core's eager router (``--moe-router-fusion`` off; moe_utils.py
+#: ``topk_routing_with_score_function`` + router.py) against TE's
+#: ``fused_topk_with_score_function`` (reads the logits, writes the probs and the routing map:
+#: ~2.25 fp32 passes over the ``[tokens, experts]`` scores). The eager chain: score function
+#: (read + write), expert bias add (read + write), group scores + group top-k (read), the
+#: expanded group mask applied by ``masked_fill`` (read + write), ``torch.topk`` (read), dense
+#: probs and routing map by ``zeros`` + ``scatter`` (about 1.25): ~9.5 passes, 7 more.
+#: Backward: autograd through scatter/topk/masked_fill/score function (~6 passes) against the
+#: fused backward's ~3: 3 more. fp32 passes over ``experts`` scores per token (fwd, bwd).
+MOE_UNFUSED_ROUTER_EXTRA_FP32_PASSES = (7.0, 3.0)
+#: forward HBM elements of the pointwise ops a selective recompute reruns, per output
+#: element: a gated activation (SwiGLU: read gate and up, write) 3, a plain one (GELU) 2; a norm
+#: (read, write) 2; RoPE on the q/k rotary slices (read, write) 2
+GATED_ACT_FORWARD_ELEMENTS = 3.0
+PLAIN_ACT_FORWARD_ELEMENTS = 2.0
+NORM_FORWARD_ELEMENTS = 2.0
+ROPE_FORWARD_ELEMENTS = 2.0
+
+
+def moe_unfused_permute_bytes(tokens: float, experts_per_token: float, hidden: float,
+                              act_bytes: float, tp: int = 1) -> tuple[float, float]:
+    """(forward, backward) HBM bytes Megatron-Core's unfused permute/unpermute moves beyond the
+    fused kernels', one MoE layer, for the rank's ``tokens / tp`` sequence-parallel shard
+    (``MOE_UNFUSED_PERMUTE_FWD_ELEMENTS``, ``MOE_UNFUSED_PERMUTE_BWD_ELEMENTS``)."""
+    k = float(experts_per_token)
+    if k <= 0 or tokens <= 0:
+        return 0.0, 0.0
+    per = tokens / max(1, tp) * hidden * act_bytes
+    (fk, fc), (bk, bc) = MOE_UNFUSED_PERMUTE_FWD_ELEMENTS, MOE_UNFUSED_PERMUTE_BWD_ELEMENTS
+    return (fk * k + fc) * per, (bk * k + bc) * per
+
+
+def moe_unfused_router_bytes(tokens: float, num_experts: float,
+                             tp: int = 1) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of Megatron-Core's eager router chain beyond TE's fused
+    top-k, one MoE layer, over the rank's ``tokens / tp`` shard
+    (``MOE_UNFUSED_ROUTER_EXTRA_FP32_PASSES``, fp32 scores)."""
+    if num_experts <= 0 or tokens <= 0:
+        return 0.0, 0.0
+    per = tokens / max(1, tp) * num_experts * 4.0
+    fwd, bwd = MOE_UNFUSED_ROUTER_EXTRA_FP32_PASSES
+    return fwd * per, bwd * per
+
+
+def selective_recomputes_linear(name: str, kind: str, modules) -> bool:
+    """Whether Megatron-Core's selective ``recompute_modules`` rerun this linear's forward:
+    ``mla_up_proj`` the MLA q/kv up projections (fmest's ``q_b_proj`` / ``kv_b_proj``,
+    Megatron's linear_q_up_proj / linear_kv_up_proj), ``mlp`` the dense MLP, ``moe`` the whole
+    MoE layer (router, experts, shared experts), ``shared_experts`` the shared experts."""
+    if not modules:
+        return False
+    if "mla_up_proj" in modules and name in ("q_b_proj", "kv_b_proj"):
+        return True
+    if "mlp" in modules and kind == "mlp":
+        return True
+    if "moe" in modules and kind in ("expert", "router", "shared_expert"):
+        return True
+    return "shared_experts" in modules and kind == "shared_expert"
+
+
+def selective_recompute_linear_flops_per_token(model, modules) -> float:
+    """Forward FLOPs per token of the linears ``modules`` recompute (whole model)."""
+    return sum(2.0 * lin.in_features * lin.out_features * lin.layers * lin.active_copies
+               for lin in model.linears
+               if selective_recomputes_linear(lin.name, lin.kind, modules))
+
+
+def selective_recompute_elementwise_elements_per_token(model, modules, *, tp: int = 1,
+                                                       expert_tp: int = 1,
+                                                       norm_divisor: float = 1.0) -> float:
+    """Forward pointwise elements per token (whole model, one rank) the selective recompute
+    reruns: the activation between the up and down projection of ``mlp`` (dense),
+    ``moe_act`` / ``moe`` (routed experts), ``shared_experts`` / ``moe`` (shared experts),
+    sized from each down projection's input (``GATED_ACT_FORWARD_ELEMENTS`` /
+    ``PLAIN_ACT_FORWARD_ELEMENTS``); ``layernorm`` the two
+    norms of every layer (``NORM_FORWARD_ELEMENTS``, over the sequence-parallel shard:
+    ``norm_divisor``); ``mla_up_proj`` RoPE on the q heads' and the shared k's rotary slice."""
+    if not modules:
+        return 0.0
+    gated = GATED_ACT_FORWARD_ELEMENTS if model.gated_mlp else PLAIN_ACT_FORWARD_ELEMENTS
+    total = 0.0
+    for lin in model.linears:
+        if lin.out_features != model.hidden_size or lin.in_features == model.hidden_size:
+            continue
+        if lin.kind == "mlp" and "mlp" in modules:
+            total += gated * lin.in_features / tp * lin.layers
+        elif lin.kind == "expert" and ("moe_act" in modules or "moe" in modules):
+            total += gated * lin.in_features / expert_tp * lin.layers * lin.active_copies
+        elif lin.kind == "shared_expert" and ("shared_experts" in modules or "moe" in modules):
+            total += gated * lin.in_features / tp * lin.layers * lin.active_copies
+    if "layernorm" in modules:
+        total += 2 * NORM_FORWARD_ELEMENTS * model.hidden_size / norm_divisor * model.num_layers
+    if "mla_up_proj" in modules and model.kv_lora_rank:
+        rope = (model.hf_config or {}).get("qk_rope_head_dim") or 0
+        total += ROPE_FORWARD_ELEMENTS * rope * (model.num_attention_heads / tp + 1) \
+            * model.num_layers
+    return total
+
+
 def p2p_seconds(bytes_sent: float, bytes_per_s: float, inter_node: bool = False) -> float:
     """One point-to-point transfer (pipeline stage boundary)."""
     if bytes_sent <= 0:
