@@ -69,6 +69,16 @@ CASES = {
                                     "training": {"stack": "megatron-core", "seq_len": 4096},
                                     "workload": {"dataset_tokens": 1e9}},
                                    dict(gpus="H100-SXM", max_gpus=32), 0.15, 0.05),
+    # Megatron-Core selective --recompute-modules on a MoE model (issue 21): the planner's
+    # selective candidates keep the job's modules, its none/full candidates drop them
+    "mixtral-8x7b-megatron-core-recompute-modules": (
+        {"model": "mistralai/Mixtral-8x7B-v0.1",
+         "training": {"stack": "megatron-core", "seq_len": 4096,
+                      "activation_checkpointing": "selective",
+                      "recompute_modules": ["moe_act", "layernorm", "core_attn"],
+                      "moe_permute_fusion": False},
+         "workload": {"dataset_tokens": 1e9}},
+        dict(gpus="H100-SXM", max_gpus=32), 0.15, 0.05),
     "llama3.1-8b-ckpt-half": ({"model": "meta-llama/Llama-3.1-8B",
                                "training": {"activation_checkpointing": "full",
                                             "checkpoint_fraction": 0.5},

@@ -209,3 +209,20 @@ def test_transforms_follow_the_job_they_are_asked_for():
     assert transforms_of(job.evolve(training={"micro_batch_size": 8}), ctx) is ctx.transforms
     pure = transforms_of(job.evolve(training={"precision": "pure"}), ctx)
     assert ctx.transforms.precision == "master" and pure.precision == "pure"
+
+
+def test_transforms_follow_main_grads_dtype():
+    """A job that differs from the context's only in training.main_grads_dtype gets its own
+    transforms (fp32 vs compute-dtype gradients), not the context's cached ones."""
+    from fmest import to_job
+    from fmest.transforms import transforms_of
+
+    engine = new_engine()
+    base = to_job({"model": "meta-llama/Llama-2-7b-hf",
+                   "training": {"stack": "megatron-core", "precision": "master"},
+                   "hardware": {"gpu": "H100-SXM", "gpus_per_node": 8}})
+    ctx = engine.context(base)
+    other = base.evolve(training={"main_grads_dtype": "compute"})
+    fp32 = transforms_of(base, ctx).optimizer.grad_bytes
+    compute = transforms_of(other, ctx).optimizer.grad_bytes
+    assert (fp32, compute) == (4, 2)

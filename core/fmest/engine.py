@@ -635,19 +635,27 @@ class Engine:
         """The memory part of :meth:`estimate`: ``(resolved job, context, memory decision,
         the answer the report shows)``, the decision's answer calibrated and paged
         (:func:`calibrated`, :func:`paged_to_host`) and the shown one with its interval."""
+        job, ctx, mem_d = self.memory_decision(job)
+        return job, ctx, mem_d, with_interval("memory", job, mem_d.chosen)
+
+    def memory_decision(self, job: Job) -> tuple[Job, EstimateContext, Decision]:
+        """``(resolved job, context, memory decision)`` of :meth:`_memory`: the decision's
+        answer calibrated and paged, without the interval the report's answer gets (the fit
+        advice judges each candidate on it, :func:`fmest.searches.judge` reading the same
+        interval, and adds the interval only to a candidate that fits)."""
         check_job(job)  # before resolving the model: bad input names its field first
         job = self.resolve_job(job)
         ctx = self._context(job)
         mem_d = self._decide("memory", job, ctx=ctx)
         if mem_d.chosen is not None:  # the calibration knobs apply to whichever plugin answered
-            mem_d = attrs.evolve(mem_d, chosen=paged_to_host(job, ctx,
-                                                             calibrated(job, mem_d.chosen)))
-        return job, ctx, mem_d, with_interval("memory", job, mem_d.chosen)
+            chosen = paged_to_host(job, ctx, calibrated(job, mem_d.chosen))
+            if chosen is not mem_d.chosen:     # the same answer without knobs or paging
+                mem_d = attrs.evolve(mem_d, chosen=chosen)
+        return job, ctx, mem_d
 
     def memory_answer(self, job: Job) -> tuple[Job, EstimateContext, Optional[MemoryEstimate]]:
         """``(resolved job, context, memory)``: the memory of ``estimate(job,
-        quantities=("memory",))`` without the report around it (no warnings gathered): the
-        fit advice asks it of each candidate (:mod:`fmest.fit_advice`)."""
+        quantities=("memory",))`` without the report around it (no warnings gathered)."""
         job, ctx, _, memory = self._memory(job)
         return job, ctx, memory
 

@@ -224,16 +224,18 @@ def _try(engine: "Engine", report: "Report", option: _Option) -> Optional[FitCha
 
     candidate = option.job
     try:
-        # the memory of engine.estimate(job, quantities=("memory",)), without its report
-        job, ctx, memory = engine.memory_answer(candidate)
+        # the memory of engine.estimate(job, quantities=("memory",)), without its report and
+        # (until it fits) without its interval: judge reads the same interval either way
+        job, ctx, decision = engine.memory_decision(candidate)
     except FmestError:
         return None
-    if memory is None:
+    if decision.chosen is None:
         return None
-    verdict = judge(job, memory, usable_memory_bytes(job, ctx),
+    verdict = judge(job, decision.chosen, usable_memory_bytes(job, ctx),
                     report.job.options.fit_confidence)
     if not verdict.fits:
         return None
+    memory = with_interval("memory", job, decision.chosen)
     try:
         time = with_interval("time", job, engine.decide("time", job, ctx=ctx,
                                                         memory=memory).chosen)

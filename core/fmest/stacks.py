@@ -138,6 +138,12 @@ class StackProfile:
     #: buffer (3 x gradient bytes on all but the first micro-batch). time_roofline
     #: ``memory_bound_seconds``
     hp_grad_accum_bytes: float = 0.0
+    #: when it keeps fp32 gradients (``fp32_grads``), the stack's optimizer wrapper leaves the
+    #: compute-dtype (bf16) ``param.grad`` of every parameter alive beside the fp32 accumulator
+    #: from each backward through the step (DeepSpeed BF16_Optimizer under the PipelineEngine:
+    #: ``update_hp_grads(clear_lp_grads=False)``): memory_theory counts one more unsharded
+    #: gradient of the compute dtype (``estimator.model_state_terms``)
+    lp_grads_kept: bool = False
     #: the model code's norms compute in the activations' dtype (no fp32 upcast copy): what
     #: a norm saves is its input in the compute dtype (Lit-GPT ``RMSNorm``, ``nn.LayerNorm``)
     norm_keeps_compute_dtype: bool = False
@@ -360,33 +366,61 @@ class ResolvedStack:
                 f" ({self.fitted.origin})")
 
 
+#: (id(profile), the job fields and fitted constants :func:`resolve_stack` reads) -> (that
+#: profile, the resolved stack): equal inputs give the same record, so the estimators' caches
+#: keyed on its identity (``fmest_memory_theory.memo``) hit across the jobs of one report (the
+#: fit advice's candidates, the searches' probes); the entry keeps the profile alive and
+#: checks identity, so an id cannot name another profile
+_RESOLVED: dict[tuple, tuple[StackProfile, ResolvedStack]] = {}
+
+
 def resolve_stack(profile: StackProfile, job, *, reason: str) -> ResolvedStack:
     """``profile`` with the job's feature flags: ``parallelism.tp_comm_overlap`` /
     ``async_tp`` switch on the TP overlap the profile can do (``overlap_needs_flag``; None
     = the profile's default), ``training.liger`` adds Liger's fused kernels,
     ``training.fused_kernels`` (where the job model has it) the job's own fused chains,
     ``parallelism.distributed_optimizer`` adds overlapped gradient reduce-scatter and
-    parameter all-gather (Megatron's distributed optimizer)."""
+    parameter all-gather (Megatron's distributed optimizer). A pure function of those
+    fields, the profile and its fitted constants: memoised (:data:`_RESOLVED`)."""
     training, par = job.training, job.parallelism
-    overlap = set(profile.overlap - profile.overlap_needs_flag)
     tp_flag = getattr(par, "tp_comm_overlap", None)
     async_tp = bool(getattr(par, "async_tp", False))
+    dist_opt = bool(getattr(par, "distributed_optimizer", False))
+    liger = bool(getattr(training, "liger", False))
+    kernels = tuple(getattr(training, "fused_kernels", None) or ())
+    fitted = fitted_constants(profile.name)
+    key = (id(profile), reason, tp_flag, type(tp_flag), async_tp, dist_opt, liger, kernels,
+           fitted)
+    hit = _RESOLVED.get(key)
+    if hit is not None and hit[0] is profile:
+        return hit[1]
+    resolved = _resolve_stack(profile, reason, tp_flag, async_tp, dist_opt, liger, kernels,
+                              fitted)
+    if len(_RESOLVED) >= 256:
+        _RESOLVED.clear()
+    _RESOLVED[key] = (profile, resolved)
+    return resolved
+
+
+def _resolve_stack(profile: StackProfile, reason: str, tp_flag: Optional[bool], async_tp: bool,
+                   dist_opt: bool, liger: bool, kernels: tuple, fitted: FittedConstants
+                   ) -> ResolvedStack:
+    """:func:`resolve_stack` of the fields it reads."""
+    overlap = set(profile.overlap - profile.overlap_needs_flag)
     if "tp" in profile.overlap_needs_flag:
         wanted = tp_flag if tp_flag is not None else profile.tp_comm_overlap_default
         if wanted or async_tp:
             overlap.add("tp")
     elif "tp" in profile.overlap and tp_flag is False:
         overlap.discard("tp")
-    dist_opt = bool(getattr(par, "distributed_optimizer", False))
     if dist_opt:
         overlap |= {"dp_reduce", "dp_gather"}
     fused, per_element = set(profile.fused), dict(profile.elementwise_bytes)
-    liger = bool(getattr(training, "liger", False))
     if liger:
         fused |= set(LIGER_FUSED)
         for op, value in LIGER_BYTES.items():
             per_element[op] = min(per_element.get(op, value), value)
-    for op in getattr(training, "fused_kernels", None) or ():
+    for op in kernels:
         if op in FUSIBLE:   # the job's own fused kernels (FUSED_KERNEL_BYTES)
             fused.add(op)
             if op in FUSED_KERNEL_BYTES:
@@ -394,8 +428,7 @@ def resolve_stack(profile: StackProfile, job, *, reason: str) -> ResolvedStack:
                 per_element[op] = min(per_element.get(op, value), value)
     return ResolvedStack(profile=profile, reason=reason, fused=frozenset(fused),
                          elementwise_bytes=per_element, overlap=frozenset(overlap),
-                         liger=liger, distributed_optimizer=dist_opt,
-                         fitted=fitted_constants(profile.name))
+                         liger=liger, distributed_optimizer=dist_opt, fitted=fitted)
 
 
 def stack_name(job) -> tuple[str, str]:

@@ -384,7 +384,7 @@ def _job_key(job) -> tuple:
     return (training.dtype, training.precision, training.technique, training.optimizer,
             training.optimizer_impl, tuple(training.lora_target_modules), training.lora_rank,
             job.parallelism, job.hardware, getattr(training, "stack", None),
-            getattr(training, "liger", False))
+            getattr(training, "liger", False), getattr(training, "main_grads_dtype", None))
 
 
 def expert_data_parallel_size(layout) -> int:
@@ -473,6 +473,13 @@ def data_parallel_collectives(sharding: ShardingStrategy, *, layout, parallelism
     return (*dense, *(attrs.evolve(coll, expert=True) for coll in expert))
 
 
+#: (the inputs :func:`resolve_transforms` reads, the records by id) -> (those records, the
+#: result): equal inputs give the same record, so the estimators' caches keyed on the identity
+#: of its parts (the time model's priced collectives) hit across the jobs of one report; the
+#: entry keeps the records alive and checks identity, so an id cannot name another record
+_RESOLVED: dict[tuple, tuple[tuple, Transforms]] = {}
+
+
 def resolve_transforms(job, *, model, layout, optimizer: OptimizerSpec,
                        sharding: ShardingStrategy, stack: Any = None) -> Transforms:
     """Apply the transforms in order: the stack (its default precision policy), optimizer
@@ -480,7 +487,37 @@ def resolve_transforms(job, *, model, layout, optimizer: OptimizerSpec,
     gradient buffer), then sharding, then communication (this module's doc; the stack's
     overlap of data-parallel collectives, :func:`fmest.stacks.apply_to_collectives`).
     ``stack``: the job's :class:`fmest.stacks.ResolvedStack` (``None``: eager PyTorch),
-    carried on the result."""
+    carried on the result. Memoised (:data:`_RESOLVED`) for the built-in optimizer and
+    sharding classes, whose methods read only the fields of the key (a subclass registered
+    by a plugin may read more: resolved every time)."""
+    from fmest.stacks import ResolvedStack
+
+    if type(optimizer) is not OptimizerSpec or type(sharding) is not ShardingStrategy or \
+            (stack is not None and type(stack) is not ResolvedStack):
+        return _resolve_transforms(job, model=model, layout=layout, optimizer=optimizer,
+                                   sharding=sharding, stack=stack)
+    # every job field read below and by the stack and precision rules it calls
+    # (fmest.physics.precision.resolve_precision, fmest.stacks.apply_to_sizing), with
+    # _job_key whole so the cached record's job_key equals this job's
+    key = (_job_key(job), layout, id(model),
+           id(optimizer), id(sharding), id(stack))
+    hit = _RESOLVED.get(key)
+    if hit is not None:
+        held, value = hit
+        if held[0] is model and held[1] is optimizer and held[2] is sharding and \
+                held[3] is stack:
+            return value
+    value = _resolve_transforms(job, model=model, layout=layout, optimizer=optimizer,
+                                sharding=sharding, stack=stack)
+    if len(_RESOLVED) >= 256:
+        _RESOLVED.clear()
+    _RESOLVED[key] = ((model, optimizer, sharding, stack), value)
+    return value
+
+
+def _resolve_transforms(job, *, model, layout, optimizer: OptimizerSpec,
+                        sharding: ShardingStrategy, stack: Any = None) -> Transforms:
+    """:func:`resolve_transforms`, computed."""
     from fmest.physics.precision import resolve_precision
     from fmest.stacks import apply_to_collectives, apply_to_sizing
 

@@ -305,6 +305,10 @@ class _Calibration:
         #: capability it lacks (:func:`hardware_refusal`); None when it accepts the job
         self.gpu_refusals: dict[str, Optional[str]] = {}
         self.job = self._probe_job(job.evolve(options={"method": self.PROBE_METHOD}), gpus)
+        #: the job without Megatron's ``recompute_modules``, which the job accepts only under
+        #: selective checkpointing: what the none/full candidates and the probes that run
+        #: full checkpointing (states, optimizer) start from
+        self.plain_job = without_recompute_modules(self.job)
         self.tp_probe = 2 if model.num_attention_heads % 2 == 0 and (
             model.num_kv_heads % 2 == 0 or 2 % model.num_kv_heads == 0) else 1
         self._states: dict = {}
@@ -342,6 +346,11 @@ class _Calibration:
             self.gpu_refusals[name] = reason
         return self.gpu_refusals[name]
 
+    def job_for(self, ckpt: str) -> Job:
+        """The probe job of checkpointing ``ckpt``: the job's ``recompute_modules`` only under
+        ``selective``."""
+        return self.job if ckpt == "selective" else self.plain_job
+
     def _guarded(self, key, table: dict, fn, refused_value):
         if key not in table:
             try:
@@ -355,21 +364,21 @@ class _Calibration:
         """State bytes, or None when the engine refuses the strategy with this offload (a
         conflict rule of the job input, e.g. offload on a strategy without ZeRO/FSDP)."""
         return self._guarded((sharding, offload), self._states, lambda: cal.state_bytes(
-            self.engine, self.job, sharding, offload), None)
+            self.engine, self.plain_job, sharding, offload), None)
 
     def slope(self, rep: str, ckpt: str, tp: int, sp: bool, pp: int,
               vstages: int, ep: int = 1) -> float:
         """Activation bytes per token of a layout, probed with strategy ``rep`` (infinite, so
         the layout cannot fit, when the engine refuses the probe)."""
         return self._guarded((rep, ckpt, tp, sp, pp, vstages, ep), self._slopes,
-                             lambda: cal.activation_slope(self.engine, self.job, rep, ckpt,
+                             lambda: cal.activation_slope(self.engine, self.job_for(ckpt), rep, ckpt,
                                                           tp=tp, sp=sp, pp=pp, vstages=vstages,
                                                           ep=ep), float("inf"))
 
     def cp_core(self, gpu: str, ckpt: str, tp: int, cp: int, gpus_per_node: int,
                 sp: bool) -> tuple[float, float]:
         return self._guarded((gpu, ckpt, tp, cp, gpus_per_node, sp), self._cp,
-                             lambda: cal.context_parallel_core(self.engine, self.job, gpu, ckpt,
+                             lambda: cal.context_parallel_core(self.engine, self.job_for(ckpt), gpu, ckpt,
                                                                tp, cp, gpus_per_node, sp),
                              (float("inf"), 0.0))
 
@@ -377,11 +386,11 @@ class _Calibration:
         """Time coefficients on ``gpu``, or None when it cannot be timed or the engine refuses
         the job on it (a dtype the GPU lacks)."""
         return self._guarded((gpu, ckpt), self._times, lambda: cal.time_coefficients(
-            self.engine, self.job, gpu, ckpt, self.tp_probe), None)
+            self.engine, self.job_for(ckpt), gpu, ckpt, self.tp_probe), None)
 
     def opt(self, gpu: str, sharding: str) -> float:
         return self._guarded((gpu, sharding), self._opt,
-                             lambda: cal.optimizer_seconds_per_param(self.engine, self.job, gpu,
+                             lambda: cal.optimizer_seconds_per_param(self.engine, self.plain_job, gpu,
                                                                      sharding), float("inf"))
 
 
@@ -910,6 +919,14 @@ def _order(res: dict, objective: str, want: int) -> np.ndarray:
     return pool[np.lexsort((secs[pool], cost[pool], layers))][:want]
 
 
+def without_recompute_modules(job: Job) -> Job:
+    """``job`` without Megatron's selective ``recompute_modules`` (valid under selective
+    checkpointing only), for the planner's none/full candidates."""
+    if job.training.recompute_modules is None:
+        return job
+    return job.evolve(training={"recompute_modules": None})
+
+
 def config_job(job: Job, res: dict, i: int, shardings, *, method: str) -> Job:
     """The job of configuration ``i`` of ``res``."""
     name, _ = shardings[int(res["hidx"][i])]
@@ -918,6 +935,8 @@ def config_job(job: Job, res: dict, i: int, shardings, *, method: str) -> Job:
     quote = res["quote"][i]
     count, gpn = int(res["count"][i]), int(res["gpn"][i])
     pricing = {"provider": quote.provider, "region": quote.region} if quote else {}
+    if sp.CHECKPOINTING[int(res["ckidx"][i])] != "selective":
+        job = without_recompute_modules(job)
     return job.evolve(
         training={"micro_batch_size": int(res["mb"][i]),
                   "grad_accum_steps": int(res["accum"][i]),

@@ -414,6 +414,9 @@ def model_state_terms(setup: JobSetup, params: StageParams) -> ModelState:
         adapters = 0.0
     master = trainable * sizing.master_bytes / optimizer_divisor
     grads_full = trainable * sizing.grad_bytes / grads_divisor
+    if _lp_grads_kept(setup):
+        # the compute-dtype grads beside the fp32 accumulator (stacks.toml lp_grads_kept)
+        grads_full += trainable * setup.act_bytes / grads_divisor
     states = _optimizer_state_bytes(setup, trainable) / optimizer_divisor
     temps = _step_temporaries(setup, trainable, optimizer_divisor) \
         + _zero_step_grad_copy(setup, trainable, optimizer_divisor)
@@ -431,6 +434,17 @@ def model_state_terms(setup: JobSetup, params: StageParams) -> ModelState:
                       trainable_params=trainable, master=master, grads_full=grads_full,
                       grads_peak=grads_peak, states=states, temps=temps,
                       temps_in_backward=temps_in_bwd, quantized=quant)
+
+
+def _lp_grads_kept(setup: JobSetup) -> bool:
+    """Whether the stack keeps each parameter's compute-dtype gradient beside its fp32
+    gradient accumulator (stacks.toml ``lp_grads_kept``: DeepSpeed BF16_Optimizer under the
+    PipelineEngine), i.e. fp32 gradients were chosen (``fmest.stacks.apply_to_sizing``) and
+    the compute dtype is narrower."""
+    stack, sizing = setup.stack, setup.sizing
+    return (stack is not None and stack.profile.lp_grads_kept
+            and sizing.precision == "master" and sizing.grad_bytes == F.FP32_BYTES
+            and setup.act_bytes < F.FP32_BYTES and not setup.offload_params)
 
 
 def _replicated_quant_constants(setup: JobSetup, params: StageParams, divisor: float) -> float:
@@ -647,7 +661,21 @@ def _layer_inputs(setup: JobSetup) -> LayerInputs:
         lora_dropout=lora_dropout_of(training, stack), lora_qkv_zero_pad=lora_qkv_zero_pad,
         stream_bytes=_stream_bytes(setup), saved_layer_share=share,
         adapter_extra_bytes=adapter_extra,
-        adapter_gated_attn_out=training.technique in ADAPTER_TECHNIQUES)
+        adapter_gated_attn_out=training.technique in ADAPTER_TECHNIQUES,
+        recompute_modules=_megatron_recompute_modules(setup))
+
+
+def _megatron_recompute_modules(setup: JobSetup) -> Optional[frozenset]:
+    """Megatron-Core's selective ``--recompute-modules`` (layer.megatron_selective_saved_bytes)
+    when the job sets them or runs selective checkpointing on a Megatron-Core stack (whose
+    default is ``core_attn``); None: the op-level selective rule."""
+    training = setup.training
+    if training.activation_checkpointing != "selective":
+        return None
+    name = getattr(setup.stack, "name", "") or ""
+    if training.recompute_modules is None and not name.startswith("megatron-core"):
+        return None
+    return training.selective_modules
 
 
 _LAYER_FLAGS: dict[tuple, tuple[object, tuple[bool, ...]]] = {}

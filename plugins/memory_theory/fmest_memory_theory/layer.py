@@ -85,6 +85,11 @@ class LayerInputs:
     saved_layer_share: float = 1.0
     adapter_extra_bytes: float = 0.0
     adapter_gated_attn_out: bool = False
+    #: Megatron-Core selective recomputation (``training.selective_modules`` on a Megatron-Core
+    #: stack or with ``recompute_modules`` set): the ``--recompute-modules`` names, each module
+    #: keeping only its checkpoint input (:func:`megatron_selective_saved_bytes`); None: the
+    #: op-level rule of :func:`selective_saved_bytes`
+    recompute_modules: Optional[frozenset] = None
 
     @property
     def gemm_bytes(self) -> float:
@@ -202,23 +207,30 @@ def mlp_block_bytes(model: ModelSpec, dims: ModelNumbers, inputs: LayerInputs,
     """(saved bytes averaged over dense and MoE layers, the widest intermediate a token
     passes): MoE layers keep top-k expert activations, dispatch copies (formulas
     .moe_dispatch_bytes), shared experts and fp32 router logits."""
-    tokens, act, tp = inputs.tokens, inputs.act_bytes, inputs.tp
     mlp_dense = dense_mlp_bytes(model, dims, model.intermediate_size, inputs, needs)
     if not dims.moe_layers:
         return mlp_dense, model.intermediate_size
     top_k = model.experts_per_token or 1
     moe_inter = model.moe_intermediate_size or model.intermediate_size
-    shared_inter = dims.shared_expert_intermediate
-    mlp_moe = (F.gated_mlp_saved_bytes(tokens * top_k, moe_inter / tp, act,
-                                       product_needed=needs.mlp_out)
-               + F.moe_dispatch_bytes(tokens, model.hidden_size / inputs.norm_divisor, top_k,
-                                      act)
-               + (dense_mlp_bytes(model, dims, shared_inter, inputs, needs) if shared_inter
-                  else 0.0)
-               + tokens * model.num_experts * F.FP32_BYTES)  # router logits
+    mlp_moe = sum(_moe_parts(model, dims, inputs, needs))
     mlp = (dims.dense_layers * mlp_dense + dims.moe_layers * mlp_moe) / model.num_layers
     widest = max(model.intermediate_size if dims.dense_layers else 0, moe_inter * top_k)
     return mlp, widest
+
+
+def _moe_parts(model: ModelSpec, dims: ModelNumbers, inputs: LayerInputs,
+               needs: _Needs) -> tuple[float, float, float, float]:
+    """One MoE layer's saved bytes by part: (routed experts' SwiGLU, dispatch copies, shared
+    experts, fp32 router logits)."""
+    tokens, act, tp = inputs.tokens, inputs.act_bytes, inputs.tp
+    top_k = model.experts_per_token or 1
+    moe_inter = model.moe_intermediate_size or model.intermediate_size
+    shared_inter = dims.shared_expert_intermediate
+    return (F.gated_mlp_saved_bytes(tokens * top_k, moe_inter / tp, act,
+                                    product_needed=needs.mlp_out),
+            F.moe_dispatch_bytes(tokens, model.hidden_size / inputs.norm_divisor, top_k, act),
+            dense_mlp_bytes(model, dims, shared_inter, inputs, needs) if shared_inter else 0.0,
+            tokens * model.num_experts * F.FP32_BYTES)
 
 
 def lora_input_bytes(lora: Optional[LoraNumbers], inputs: LayerInputs) -> float:
@@ -267,6 +279,69 @@ def selective_saved_bytes(model: ModelSpec, dims: ModelNumbers, inputs: LayerInp
             * act)
 
 
+def megatron_selective_saved_bytes(model: ModelSpec, dims: ModelNumbers, inputs: LayerInputs,
+                                   needs: _Needs, full: float) -> float:
+    """Megatron-Core selective recomputation (``--recompute-granularity selective
+    --recompute-modules``; NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553): each
+    listed module runs under a checkpoint that keeps only its input and frees what it saves
+    inside, the layer's ``full`` (``none``) count less those internals:
+
+    * ``core_attn`` (attention.py ``_checkpointed_attention_forward``,
+      ``tensor_parallel.checkpoint``): q, k, v stay (the checkpoint's inputs); the kernel's
+      saved tensors go (the s^2 probabilities, or flash's output and log-sum-exp) except the
+      output the output projection keeps as its own input (sbhd layout);
+    * ``mla_up_proj`` (multi_latent_attention.py ``qkv_up_checkpoint``,
+      ``CheckpointWithoutOutput``): the up-projected, roped q, k, v are discarded; the
+      compressed latents (q_lora_rank + kv_lora_rank per token, the checkpoint's inputs) stay;
+    * ``layernorm`` (transformer_layer.py ``input_layernorm_checkpoint`` /
+      ``pre_mlp_norm_checkpoint``, ``CheckpointWithoutOutput``): both norms' outputs (what
+      the next matmul saves) are discarded, their inputs stay;
+    * ``mlp`` (transformer_layer.py ``recompute_mlp``, dense layers only): the MLP keeps only
+      its input, the pre-MLP norm's output;
+    * ``moe`` (moe/moe_layer.py ``moe_layer_recompute``): the whole MoE layer (router,
+      dispatch, experts, shared experts) keeps only its input;
+    * ``moe_act`` (moe/experts.py ``activation_recompute``, ``CheckpointWithoutOutput``): the
+      routed experts keep fc1's output (gate and up) but not the activation's output (fc2's
+      input) nor the activation's own saved tensors;
+    * ``shared_experts`` (moe/moe_layer.py ``shared_experts_recompute``): the shared experts
+      keep only their input.
+    """
+    mods = inputs.recompute_modules or frozenset()
+    tokens, act, tp = inputs.tokens, inputs.act_bytes, inputs.tp
+    freed = 0.0
+    qkv, core, o_in = attention_block_bytes(model, dims, inputs, needs)
+    if "core_attn" in mods:
+        kernel_out = (tokens * dims.o_dim / tp * act
+                      if needs.o_in and inputs.fused_layout and inputs.attention != "eager"
+                      and inputs.gemm_bytes == act else 0.0)
+        freed += max(core - kernel_out, 0.0)
+    if "mla_up_proj" in mods and model.kv_lora_rank:
+        latents = tokens * (model.q_lora_rank + model.kv_lora_rank) * act
+        freed += max(qkv - latents, 0.0)
+    if "layernorm" in mods:
+        hidden = model.hidden_size
+        freed += (norm_block_bytes(hidden, inputs, needs.attn_in)
+                  - norm_block_bytes(hidden, inputs, False)
+                  + norm_block_bytes(hidden, inputs, needs.mlp_in)
+                  - norm_block_bytes(hidden, inputs, False))
+    if "mlp" in mods and dims.dense_layers:
+        freed += dims.dense_layers / model.num_layers * dense_mlp_bytes(
+            model, dims, model.intermediate_size, inputs, needs)
+    if dims.moe_layers:
+        experts, dispatch, shared, router = _moe_parts(model, dims, inputs, needs)
+        share = dims.moe_layers / model.num_layers
+        if "moe" in mods:
+            freed += share * (experts + dispatch + shared + router)
+        else:
+            if "moe_act" in mods:
+                top_k = model.experts_per_token or 1
+                moe_inter = model.moe_intermediate_size or model.intermediate_size
+                freed += share * max(experts - 2 * tokens * top_k * moe_inter / tp * act, 0.0)
+            if "shared_experts" in mods:
+                freed += share * shared
+    return max(full - freed * inputs.saved_layer_share, 0.0)
+
+
 def layer_activation_bytes(model: ModelSpec, dims: ModelNumbers, lora: Optional[LoraNumbers],
                            inputs: LayerInputs) -> tuple[float, float]:
     """(saved per layer, working set while that layer runs backward) for one micro-batch,
@@ -289,5 +364,8 @@ def layer_activation_bytes(model: ModelSpec, dims: ModelNumbers, lora: Optional[
         stream = act if inputs.stream_bytes is None else inputs.stream_bytes
         layer_input = tokens * hidden * stream / inputs.norm_divisor
         return layer_input, max(full - layer_input, 0.0) + grad_buffers
-    saved = min(selective_saved_bytes(model, dims, inputs, widest), full)
+    if inputs.recompute_modules is not None:
+        saved = megatron_selective_saved_bytes(model, dims, inputs, needs, full)
+    else:
+        saved = min(selective_saved_bytes(model, dims, inputs, widest), full)
     return saved, max(full - saved, 0.0) + grad_buffers
