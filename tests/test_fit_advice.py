@@ -232,3 +232,24 @@ def test_changes_are_combined_when_no_single_one_fits(engine, capsys):
     for i in range(len(pairs)):
         rest = [x for j, p in enumerate(pairs) if j != i for x in p]
         assert not _json(engine, [*argv, *rest], capsys)["memory"]["fits"]
+
+
+def test_reusing_the_fewest_gpu_search_changes_no_advice(monkeypatch):
+    """The "more GPUs" candidate reuses the fewest-GPU search's memory answer
+    (Engine.searched_memory); switched off, the advice and the search answer the same."""
+    import fmest
+
+    job = fmest.to_job({"model": "mistralai/Mixtral-8x7B-v0.1",
+                        "parallelism": {"fsdp": "full_shard"},
+                        "hardware": {"gpu": "H100-SXM", "gpus_per_node": 8, "nodes": 2}})
+
+    def answer(engine):
+        report = api.estimate_jobs([(job, None)], engine=engine)
+        memory = report.to_dict()["memory"]
+        return memory["to_make_it_fit"], memory["min_gpus"]
+
+    reused = answer(Engine())
+    assert any("gpus" in " ".join(c["flags"]).lower() or c["kind"] == "hardware"
+               for c in reused[0]), reused[0]
+    monkeypatch.setattr(Engine, "searched_memory", lambda self, job: None)
+    assert answer(Engine()) == reused

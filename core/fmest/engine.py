@@ -363,6 +363,9 @@ class Engine:
         #: (resolved job, its context) of the last :meth:`estimate`: the searches of its report
         #: ask :meth:`context` of that same job object again (fmest.searches.min_gpus)
         self._last_context: Optional[tuple[Job, EstimateContext]] = None
+        #: id(job) -> (job, its context, its calibrated memory answer) of the fewest-GPU
+        #: search's probes (:meth:`remember_searched`); the job is kept so its id is not reused
+        self._searched: dict[int, tuple[Job, EstimateContext, Optional[MemoryEstimate]]] = {}
 
     @property
     def plugin_timeout(self) -> Optional[float]:
@@ -652,6 +655,32 @@ class Engine:
             if chosen is not mem_d.chosen:     # the same answer without knobs or paging
                 mem_d = attrs.evolve(mem_d, chosen=chosen)
         return job, ctx, mem_d
+
+    def remember_searched(self, job: Job, ctx: EstimateContext,
+                          memory: Optional[MemoryEstimate]) -> None:
+        """Keep a search's probe of ``job`` (``memory``: its searched decision's answer with
+        the job's calibration knobs applied, :func:`fmest.searches._judge_at`): the fit
+        advice's "more GPUs" candidate is the fewest-GPU search's own job object
+        (:meth:`searched_memory`)."""
+        if len(self._searched) > 64:
+            self._searched.clear()
+        self._searched[id(job)] = (job, ctx, memory)
+
+    def searched_memory(self, job: Job
+                        ) -> Optional[tuple[Job, EstimateContext, Optional[MemoryEstimate]]]:
+        """``(resolved job, context, memory)`` as :meth:`memory_decision` gives them (its
+        decision's answer), taken from a search's probe of this same job object when that is
+        the same answer: the search asked the same plugins (:meth:`search_asks_the_same`) on
+        the same context and applied the same knobs, and no paged optimizer moves states to
+        host memory (:func:`paged_to_host`, which the search does not apply). ``None``
+        otherwise: decide it with :meth:`memory_decision`."""
+        hit = self._searched.get(id(job))
+        if hit is None or hit[0] is not job:
+            return None
+        ctx = hit[1]
+        if getattr(ctx.optimizer, "paged", False) or not self.search_asks_the_same(job):
+            return None
+        return self.resolve_job(job), ctx, hit[2]
 
     def memory_answer(self, job: Job) -> tuple[Job, EstimateContext, Optional[MemoryEstimate]]:
         """``(resolved job, context, memory)``: the memory of ``estimate(job,

@@ -223,19 +223,25 @@ def _try(engine: "Engine", report: "Report", option: _Option) -> Optional[FitCha
     from fmest.uncertainty import with_interval
 
     candidate = option.job
-    try:
-        # the memory of engine.estimate(job, quantities=("memory",)), without its report and
-        # (until it fits) without its interval: judge reads the same interval either way
-        job, ctx, decision = engine.memory_decision(candidate)
-    except FmestError:
+    # the fewest GPUs is the fewest-GPU search's own job: its probe's answer is this one
+    known = engine.searched_memory(candidate) if option.sections is None else None
+    if known is not None:
+        job, ctx, chosen = known
+    else:
+        try:
+            # the memory of engine.estimate(job, quantities=("memory",)), without its report
+            # and (until it fits) without its interval: judge reads the same interval either way
+            job, ctx, decision = engine.memory_decision(candidate)
+        except FmestError:
+            return None
+        chosen = decision.chosen
+    if chosen is None:
         return None
-    if decision.chosen is None:
-        return None
-    verdict = judge(job, decision.chosen, usable_memory_bytes(job, ctx),
+    verdict = judge(job, chosen, usable_memory_bytes(job, ctx),
                     report.job.options.fit_confidence)
     if not verdict.fits:
         return None
-    memory = with_interval("memory", job, decision.chosen)
+    memory = with_interval("memory", job, chosen)
     try:
         time = with_interval("time", job, engine.decide("time", job, ctx=ctx,
                                                         memory=memory).chosen)

@@ -545,10 +545,31 @@ class Job:
         changes: dict[str, Any] = {}
         for name, value in sections.items():
             if isinstance(value, dict):
-                changes[name] = attrs.evolve(getattr(self, name), **value)
+                changes[name] = _evolved(getattr(self, name), value)
             else:
                 changes[name] = value
-        return attrs.evolve(self, **changes)
+        return _evolved(self, changes)
+
+
+#: attrs class -> ``(attribute name, __init__ argument)`` of each field its ``__init__`` takes
+_INIT_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
+
+
+def _evolved(inst: Any, changes: dict[str, Any]) -> Any:
+    """``attrs.evolve(inst, **changes)``, the class's ``__init__`` fields read once per class
+    (the searches and the fit advice evolve jobs a few dozen times per report, and
+    ``attrs.evolve`` walks ``attrs.fields`` on every call): the same ``__init__`` call, so the
+    same validators and converters, and an unknown name raises the same ``TypeError``."""
+    cls = inst.__class__
+    names = _INIT_FIELDS.get(cls)
+    if names is None:
+        names = _INIT_FIELDS[cls] = tuple((a.name, a.alias) for a in attrs.fields(cls)
+                                          if a.init)
+    kwargs = dict(changes)
+    for name, alias in names:
+        if alias not in kwargs:
+            kwargs[alias] = getattr(inst, name)
+    return cls(**kwargs)
 
 
 @frozen(kw_only=True)

@@ -245,10 +245,14 @@ def _judge_at(engine: "Engine", job: Job, confidence: Optional[float] = None
         est = engine.decide("memory", job, ctx=ctx, searching=True).chosen
     except (InputError, InfeasibleError):
         return None
+    knobs = job.calibration
+    if est is not None:
+        est = apply_calibration(est, knobs)
+    remember = getattr(engine, "remember_searched", None)
+    if remember is not None:    # the fit advice's "more GPUs" candidate is one of these jobs
+        remember(job, ctx, est)
     if est is None:
         return None
-    knobs = job.calibration
-    est = apply_calibration(est, knobs)
     return judge(job, est, usable_bytes(ctx.gpu.memory_bytes, knobs.safety_margin), confidence)
 
 

@@ -222,6 +222,23 @@ CPU_ADAM_PARAMS_PER_S_PER_NODE = 1.0e9
 #: the two (``host_dispatch_seconds``). Check, not fit: the Qwen README's 256-token LoRA rows
 #: (A100, 1.8B/7B/14B) imply 9.6-10.7 us per op with the counts below.
 HOST_SECONDS_PER_EAGER_OP = 10e-6
+#: Host time per op on a GPU whose host CPU is NVIDIA Grace (Arm Neoverse V2), relative to the
+#: x86 hosts ``HOST_SECONDS_PER_EAGER_OP`` stands for: the same ``torch.nn.Linear`` forward (BF16,
+#: hidden 2048, 8192 tokens) took 37.08 us of CPU time per call on GB200 and 33.17 us on GH200
+#: against 13.48 us on an H100 DGX (Intel Xeon Platinum 8480C) (NVIDIA/TransformerEngine issue
+#: #2053, "[PyTorch] High CPU overhead on Grace systems", 2025-08-11, table of CPU runtime per
+#: Linear forward; TE's own Linear: 99.66 us GB200, 90.53 us GH200): 37.08 / 13.48 = 2.75 and
+#: 33.17 / 13.48 = 2.46. Keyed by a prefix of ``GpuSpec.name`` (:func:`host_seconds_per_op`).
+HOST_OP_TIME_FACTOR_BY_GPU = {"GB200": 37.08 / 13.48, "GH200": 33.17 / 13.48}
+
+
+def host_seconds_per_op(gpu_name: str) -> float:
+    """Host seconds per dispatched op on ``gpu_name``'s host: ``HOST_SECONDS_PER_EAGER_OP``,
+    times ``HOST_OP_TIME_FACTOR_BY_GPU`` on Grace-hosted GPUs."""
+    return HOST_SECONDS_PER_EAGER_OP * value_by_gpu_prefix(HOST_OP_TIME_FACTOR_BY_GPU,
+                                                           gpu_name, 1.0)
+
+
 #: DeepSpeed ZeRO-3's per-module host work per decoder layer and micro-batch, in eager-op
 #: equivalents (x ``HOST_SECONDS_PER_EAGER_OP``). ZeRO-3 hooks every submodule: a forward
 #: pre-hook fetches its parameters (``PartitionedParameterCoordinator.fetch_sub_module``:

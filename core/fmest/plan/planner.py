@@ -833,6 +833,9 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
         # GPUs of one NVLink domain (time_roofline formulas.nvlink_domain_gpus): the EP
         # all-to-all's NVLink reach
         nvlink_domain=float(max(gpn, value_by_gpu_prefix(tc.NVLINK_DOMAIN_GPUS, gpu.name, 0))),
+        # host seconds per op of the GPU's host CPU (Grace hosts slower: time_constants
+        # host_seconds_per_op), for the MoE dispatcher syncs' host time
+        host_op_s=tc.host_seconds_per_op(gpu.name),
         trainable=float(trainable_params(model, job.training)) or params,
         intra_bw=_intra_bw(gpu),
         nic_bw=float(gpu.inter_node_bytes_per_s or tc.DEFAULT_INTER_NODE_BYTES_PER_S),

@@ -500,7 +500,8 @@ def moe_sync_wait_seconds(cfg: dict, gpu_mb):
     the micro-batch's GPU seconds on the stage less its pipeline hops, ``fwd_share`` of it
     forward (the compute's forward share of the probes, 1/3 or 1/4 with full recompute)."""
     stage_layers = cfg["layers"] / cfg["pp"]
-    op = HOST_SECONDS_PER_EAGER_OP
+    # host seconds per op: Grace hosts are slower (time_constants.host_seconds_per_op)
+    op = cfg.get("host_op_s", HOST_SECONDS_PER_EAGER_OP)
     host_f = MEGATRON_MOE_LAYER_HOST_OPS["forward"] * op
     host_b = MEGATRON_MOE_LAYER_HOST_OPS["backward"] * op
     per_layer = gpu_mb / stage_layers

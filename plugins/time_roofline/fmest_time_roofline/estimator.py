@@ -37,6 +37,7 @@ from fmest.physics.counting import (
     total_params,
     trainable_params,
 )
+from fmest.physics.time_constants import host_seconds_per_op
 from fmest.stacks import fp32_main_grads
 from fmest.transforms import CommunicationPlan, Transforms, transforms_of
 from fmest_time_roofline import formulas as F
@@ -1045,7 +1046,8 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     # the GPU's waits on the host after each MoE layer's dispatcher sync lengthen every
     # micro-batch, in the pipeline's fill and drain too
     sync_wait = moe_sync_wait_seconds(job, model, shape, stack,
-                                      gpu_mb=per_mb - mp.pp, fwd_share=fwd_share)
+                                      gpu_mb=per_mb - mp.pp, fwd_share=fwd_share,
+                                      gpu_name=gpu.name)
     scheduled_mb += sync_wait
     bubble = F.pipeline_bubble_fraction(shape.pp, accum, schedule=par.pp_schedule,
                                         virtual_stages=par.pp_virtual_stages) \
@@ -1142,7 +1144,7 @@ def _blend_recompute(shape: StepShape, seconds) -> float:
 
 
 def moe_sync_wait_seconds(job, model, shape: StepShape, stack, *, gpu_mb: float,
-                          fwd_share: float) -> float:
+                          fwd_share: float, gpu_name: str = "") -> float:
     """Seconds per micro-batch the GPU waits for the host at Megatron-Core's MoE dispatcher
     syncs (one per MoE layer forward, every dispatcher: formulas.moe_sync_exposed_seconds,
     ``MEGATRON_MOE_LAYER_HOST_OPS``), 0 for other stacks and dense models. ``gpu_mb``: the
@@ -1158,7 +1160,8 @@ def moe_sync_wait_seconds(job, model, shape: StepShape, stack, *, gpu_mb: float,
         moe_layers=shape.stage_layers * moe_share,
         gpu_forward_per_layer=per_layer * fwd_share,
         gpu_backward_per_layer=per_layer * (1.0 - fwd_share),
-        recompute_share=shape.recompute_share)
+        recompute_share=shape.recompute_share,
+        op_seconds=host_seconds_per_op(gpu_name))
 
 
 def deepspeed_pipeline_seconds(job, model, shape: StepShape, gpu, layout) -> float:

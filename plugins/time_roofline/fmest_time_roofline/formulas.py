@@ -47,6 +47,9 @@ from fmest.physics.time_constants import (
     intra_node_collective_efficiency,
 )
 from fmest.physics.time_constants import (
+    HOST_OP_TIME_FACTOR_BY_GPU as HOST_OP_TIME_FACTOR_BY_GPU,
+)
+from fmest.physics.time_constants import (
     HOST_STAGED_TO_P2P_BUSBW_RATIO as HOST_STAGED_TO_P2P_BUSBW_RATIO,
 )
 from fmest.physics.time_constants import (
@@ -194,7 +197,8 @@ def zero3_hook_seconds(*, layers: float, checkpointing: str, micro_batches: int)
 
 def moe_sync_exposed_seconds(*, moe_layers: float, gpu_forward_per_layer: float,
                              gpu_backward_per_layer: float, recompute_share: float = 0.0,
-                             host_ops: Optional[dict] = None) -> float:
+                             host_ops: Optional[dict] = None,
+                             op_seconds: Optional[float] = None) -> float:
     """Seconds per micro-batch the GPU waits for the host in a Megatron-Core MoE stage whose
     token dispatcher syncs host and GPU once per MoE layer forward
     (``MEGATRON_MOE_LAYER_HOST_OPS``). After each sync the GPU's queue is empty: a layer's
@@ -205,9 +209,10 @@ def moe_sync_exposed_seconds(*, moe_layers: float, gpu_forward_per_layer: float,
     a recomputed layer (``recompute_share`` of them, full recompute) re-runs its forward, sync
     included, inside the backward: that layer's backward segment is its forward and backward
     host ops against its backward GPU time. Returns the time above ``moe_layers x (forward +
-    backward GPU time per layer)``."""
+    backward GPU time per layer)``. ``op_seconds``: host seconds per op (default
+    ``HOST_SECONDS_PER_EAGER_OP``; Grace hosts: ``host_seconds_per_op``)."""
     ops = MEGATRON_MOE_LAYER_HOST_OPS if host_ops is None else host_ops
-    op = HOST_SECONDS_PER_EAGER_OP
+    op = HOST_SECONDS_PER_EAGER_OP if op_seconds is None else op_seconds
     host_f, host_b = ops["forward"] * op, ops["backward"] * op
     fwd = max(host_f, op + gpu_forward_per_layer) - gpu_forward_per_layer
     plain_bwd = max(0.0, host_b - gpu_backward_per_layer)

@@ -65,6 +65,22 @@ def _disabled_vlm_checks() -> Iterator[None]:
         llava.torch_compilable_check = orig
 
 
+def largest_freed_block(events) -> int:
+    """The largest allocation of ``events`` (``("m", handle, nbytes)`` / ``("f", handle)``,
+    :attr:`fmest_torch_runner.tracker.StorageTracker.events`) that is freed again within them:
+    the step's largest transient block (0 when nothing is freed)."""
+    sizes: dict[int, int] = {}
+    best = 0
+    for ev in events:
+        if ev[0] == "m":
+            sizes[ev[1]] = int(ev[2])
+        elif ev[0] == "f":
+            n = sizes.pop(ev[1], 0)
+            if n > best:
+                best = n
+    return best
+
+
 def replay_into(res: RunResult, tracker: Any, alloc_conf: str = "") -> None:
     """Replay the trace's allocation events once through the caching-allocator simulator
     (:mod:`fmest.allocator`, with ``alloc_conf`` as ``PYTORCH_CUDA_ALLOC_CONF``; "" =
@@ -76,6 +92,7 @@ def replay_into(res: RunResult, tracker: Any, alloc_conf: str = "") -> None:
 
     base = replay_allocator(tracker, parse_alloc_conf(alloc_conf) if alloc_conf else None)
     res.reserved_peak_bytes = base.max_memory_reserved
+    res.transient_block_bytes = largest_freed_block(tracker.events)
     res.notes.append(
         f"caching-allocator replay of {len(tracker.events)} events (fmest.allocator, rules of "
         f"c10/cuda/CUDACachingAllocator.cpp; PYTORCH_CUDA_ALLOC_CONF "

@@ -82,6 +82,10 @@ class RunResult:
     peak_bytes: Optional[int] = None
     tracker_peak_bytes: Optional[int] = None
     reserved_peak_bytes: Optional[int] = None
+    #: the largest storage the trace allocated and freed again (bytes, exact): the step's
+    #: largest transient block, the caching-allocator reserve's abscissa
+    #: (fmest.physics.device_terms.allocator_reserve_bytes); None in traces cached before it
+    transient_block_bytes: Optional[int] = None
     peak_window: str = ""
     phase_peaks_bytes: dict[str, int] = field(factory=dict)
     breakdown_bytes: dict[str, int] = field(factory=dict)

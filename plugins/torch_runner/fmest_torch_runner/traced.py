@@ -24,20 +24,23 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from attrs import frozen
+
+from fmest.allocator import irreducible_reserve_bytes
 from fmest.estimates import MemoryEstimate, Provenance
 from fmest.transforms import transforms_of
 
 MIB = 1 << 20
-#: GPU-side terms: the same constants as the analytic plugin, from core (fmest.physics.device_terms),
-#: plus extra NCCL buffers across nodes (typical value, not yet measured on a GPU).
+#: GPU-side terms: the same constants and rules as the analytic plugin, from core
+#: (fmest.physics.device_terms, fmest.allocator).
 from fmest.physics.device_terms import (  # noqa: E402
     CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
     NCCL_BUFFER_BYTES,
     allocator_reserve_bytes,
+    transient_block_bytes,
 )
 
-NCCL_INTERNODE_EXTRA_BYTES = 256 * MIB
 #: the CUDA caching allocator hands out blocks in multiples of 512 bytes
 ROUND_BYTES = 512
 #: version of the allocator replay stored in a cached trace (``reserved_peak_bytes``); part of
@@ -154,38 +157,127 @@ def reserve_ratio(res) -> Optional[float]:
     return max(1.0, reserved / allocated)
 
 
+@frozen(kw_only=True)
+class ReserveInputs:
+    """What the caching-allocator reserve of a traced window depends on besides its bytes --
+    the inputs memory_theory's ``assemble`` gives ``fmest.physics.device_terms`` for its
+    analytic peak, here taken from the trace (:func:`reserve_inputs`)."""
+
+    #: simulated max_memory_reserved / max_memory_allocated of the trace's own events
+    #: (:func:`reserve_ratio`); None when the trace carries no replay or its bytes were scaled
+    #: (the replay is of the unscaled single-process step, not of the per-rank one)
+    ratio: Optional[float] = None
+    #: the step's largest transient block per rank (bytes): the transient rule's abscissa
+    transient: Optional[float] = None
+    #: ``expandable_segments:True`` in the stack's ``PYTORCH_CUDA_ALLOC_CONF``
+    expandable: bool = False
+    #: pad-to-longest reserve growth, a fraction of the window's activations + temporaries
+    #: (fmest.allocator.padded_growth_fraction; 0 for fixed shapes)
+    padded_growth: float = 0.0
+    #: device memory (bytes; 0: unknown): the reserve is capped at the room left
+    capacity: float = 0.0
+    #: the stack's fitted reserve fraction (stacks_fitted.json), replacing the physics reserve
+    fitted: Optional[float] = None
+
+
 def gpu_side_terms(peak_bytes: int, *, world_size: int, nodes: int,
-                   ratio: Optional[float] = None) -> dict[str, int]:
-    """Memory a GPU run holds beyond the tensors the trace sees (defaults from
-    :mod:`fmest.physics.device_terms`, shared with the analytic plugin; overridable by environment
-    variables):
+                   ratio: Optional[float] = None, allocated: Optional[float] = None,
+                   inputs: Optional[ReserveInputs] = None,
+                   transient: float = 0.0) -> dict[str, int]:
+    """Memory a GPU run holds beyond the tensors the trace sees: the same terms as the analytic
+    plugin's (memory_theory ``assemble``, from :mod:`fmest.physics.device_terms` and
+    :mod:`fmest.allocator`), overridable by environment variables:
 
     * ``cuda_context``: CUDA context + cuBLAS workspaces (``FMEST_CUDA_CONTEXT_BYTES``,
       default 512 MiB + 2 x 32 MiB);
-    * ``allocator_reserve``: caching-allocator reserve over the allocated peak: ``peak x
-      (ratio - 1)`` with ``ratio`` the trace's simulated reserved/allocated peaks
-      (:func:`reserve_ratio`), else ``fmest.physics.device_terms.allocator_reserve_bytes`` (the
-      rule of the traced table core/fmest/data/allocator_reserve.json);
-      ``FMEST_ALLOCATOR_RESERVE_FRACTION`` (a fraction of the peak), when set, overrides both;
     * ``nccl_buffers``: NCCL buffers when world size > 1 (``FMEST_NCCL_BUFFER_BYTES``, default
-      256 MiB, +256 MiB across nodes).
+      256 MiB: ``device_terms.cuda_context_bytes``' term);
+    * ``allocator_reserve``: caching-allocator reserve over the allocated peak. ``peak_bytes``
+      are the bytes the replay covers (the traced tensors), ``allocated`` the window's whole
+      allocated bytes (default ``peak_bytes``), ``transient`` the window's transient bytes
+      (activations + temporaries, for the pad-to-longest growth). In order:
+      ``FMEST_ALLOCATOR_RESERVE_FRACTION`` (a fraction of ``peak_bytes``) when set; the stack's
+      fitted fraction x allocated; else ``peak x (ratio - 1)`` with the trace's own replayed
+      ratio, or ``allocator_reserve_bytes(allocated, expandable, transient block)`` (the
+      transient rule) where the bytes are scaled; plus the pad-to-longest growth; capped, as
+      theory caps it, at the room the device leaves, never below the irreducible floor
+      (``fmest.allocator.irreducible_reserve_bytes``).
     """
+    inp = inputs if inputs is not None else ReserveInputs(ratio=ratio)
     ctx = int(float(os.environ.get("FMEST_CUDA_CONTEXT_BYTES",
                                    CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES)))
-    env = os.environ.get("FMEST_ALLOCATOR_RESERVE_FRACTION")
-    if env is not None:
-        reserve = peak_bytes * float(env)
-    elif ratio is not None:
-        reserve = peak_bytes * (ratio - 1.0)
-    else:
-        reserve = allocator_reserve_bytes(peak_bytes)
     nccl = 0
     if world_size > 1:
         nccl = int(float(os.environ.get("FMEST_NCCL_BUFFER_BYTES", NCCL_BUFFER_BYTES)))
-        if nodes > 1:
-            nccl += NCCL_INTERNODE_EXTRA_BYTES
+    alloc = float(peak_bytes if allocated is None else allocated)
+    env = os.environ.get("FMEST_ALLOCATOR_RESERVE_FRACTION")
+    if env is not None:
+        reserve = peak_bytes * float(env)
+    else:
+        if inp.fitted is not None:
+            held = inp.fitted * alloc
+        else:
+            if inp.ratio is not None:
+                held = peak_bytes * (inp.ratio - 1.0)
+            else:
+                held = allocator_reserve_bytes(alloc, inp.expandable, inp.transient)
+            held += inp.padded_growth * transient
+        reserve = held
+        if inp.capacity:
+            room = inp.capacity - ctx - nccl - alloc
+            if room >= 0:
+                reserve = min(held, max(room, irreducible_reserve_bytes(alloc, inp.expandable)))
     return {"cuda_context": ctx, "allocator_reserve": int(round(reserve)),
             "nccl_buffers": nccl}
+
+
+def padded_growth_of(job, stack) -> float:
+    """The reserve growth of pad-to-longest batches of varying length (cached blocks of the
+    other shapes stay: docs/allocator.md "Variable-length batches"), as a fraction of one
+    micro-batch's transient bytes at ``seq_len``: ``fmest.allocator.padded_growth_fraction`` on
+    the job's stated mean length (``workload.avg_seq_len``, spread ``seq_len_std``) when the
+    batches are padded to the longest (``training.padding``, else the stack's stacks.toml
+    ``padding``); 0 for fixed shapes or no stated length distribution. The rule of
+    memory_theory's ``padded_growth_of``, which the trace (run at ``seq_len``) lacks."""
+    training, w = job.training, job.workload
+    padding = training.padding if training.padding is not None else (
+        stack.profile.padding if stack is not None else None)
+    if w.avg_seq_len is None or padding != "longest":
+        return 0.0
+    from fmest.allocator import padded_growth_fraction
+
+    cv = w.seq_len_std / w.avg_seq_len if w.seq_len_std is not None else None
+    return padded_growth_fraction(w.avg_seq_len / training.seq_len, cv,
+                                  truncation=training.truncation or "truncate",
+                                  micro_batch=training.micro_batch_size,
+                                  checkpointing=training.activation_checkpointing)
+
+
+def reserve_inputs(job, ctx, res, *, scaled: bool) -> ReserveInputs:
+    """The allocator inputs of ``job``'s traced windows: the trace's own replay when its bytes
+    are the per-rank ones (one GPU, DDP replicas, FSDP traced); where parallelism is scaled,
+    the transient rule on the trace's largest freed block divided like the activations
+    (``1/(tp*cp)``; a trace cached without the block: the analytic one,
+    ``fmest.physics.device_terms.transient_block_bytes`` of the fp32 logits); plus the
+    stack's expandable segments, pad-to-longest growth, fitted fraction and the device's
+    capacity."""
+    stack = transforms_of(job, ctx).stack
+    lay = ctx.layout
+    ratio = None if scaled else reserve_ratio(res)
+    transient: Optional[float] = None
+    if ratio is None:
+        block = getattr(res, "transient_block_bytes", None)
+        if block:
+            transient = float(block) / (lay.tp * lay.cp)
+        else:
+            tokens = job.training.micro_batch_size * job.training.seq_len / lay.cp
+            transient = transient_block_bytes(tokens, ctx.model.vocab_size / lay.tp)
+    return ReserveInputs(
+        ratio=ratio, transient=transient,
+        expandable=bool(stack is not None and stack.profile.expandable_segments),
+        padded_growth=padded_growth_of(job, stack),
+        capacity=float(getattr(ctx.gpu, "memory_bytes", 0) or 0),
+        fitted=stack.fitted.reserve_fraction if stack is not None else None)
 
 
 def fsdp_world_size(job, ctx) -> int:
@@ -330,19 +422,31 @@ def _replayed(cats: dict[str, int]) -> int:
     return sum(v for c, v in cats.items() if c != "framework_buffers")
 
 
-def _phase_peaks(windows: dict, layout, ratio: Optional[float] = None) -> dict[str, int]:
+def _window_terms(window: str, cats: dict[str, int], layout,
+                  inputs: ReserveInputs) -> dict[str, int]:
+    """The GPU-side terms of one traced window (:func:`gpu_side_terms`). The micro-batch's
+    transient bytes (what the pad-to-longest growth scales) are the window's activations and
+    temporaries -- in an optimizer window its temporaries are the optimizer's, which do not
+    depend on the batch's shape (memory_theory: activations + logits_and_loss of the phase)."""
+    transient = cats.get("activations", 0)
+    if not window.endswith("optimizer"):
+        transient += cats.get("temporaries", 0)
+    return gpu_side_terms(_replayed(cats), world_size=layout.world_size, nodes=layout.nodes,
+                          allocated=sum(cats.values()), inputs=inputs, transient=transient)
+
+
+def _phase_peaks(windows: dict, layout, inputs: ReserveInputs) -> dict[str, int]:
     """Per phase kind, the largest window plus its GPU-side terms."""
     peaks: dict[str, int] = {}
     for window, cats in windows.items():
         kind = window.split("_", 1)[1]
-        peak = sum(cats.values())
-        peak += sum(gpu_side_terms(_replayed(cats), world_size=layout.world_size,
-                                   nodes=layout.nodes, ratio=ratio).values())
+        peak = sum(cats.values()) + sum(_window_terms(window, cats, layout, inputs).values())
         peaks[kind] = max(peaks.get(kind, 0), peak)
     return peaks
 
 
-def _trace_notes(job, run, res, hit: bool, window: str, fsdp_traced: bool) -> list[str]:
+def _trace_notes(job, run, res, hit: bool, window: str, fsdp_traced: bool,
+                 inputs: ReserveInputs) -> list[str]:
     autocast = ""
     if run.autocast_dtype:
         autocast = (f", MixedPrecisionPolicy {run.autocast_dtype} (no autocast)" if fsdp_traced
@@ -353,14 +457,25 @@ def _trace_notes(job, run, res, hit: bool, window: str, fsdp_traced: bool) -> li
              + ("from cache" if hit else f"{res.wall_seconds:.1f} s") + ")",
              "GPU-side terms cuda_context, nccl_buffers are uncalibrated defaults "
              "(docs/torch_runner.md)"]
-    ratio = reserve_ratio(res)
-    if ratio is not None:
+    if os.environ.get("FMEST_ALLOCATOR_RESERVE_FRACTION") is not None:
+        notes.append("allocator_reserve: FMEST_ALLOCATOR_RESERVE_FRACTION x the traced peak")
+    elif inputs.fitted is not None:
+        notes.append(f"allocator_reserve: the stack's fitted fraction {inputs.fitted:.3f} x "
+                     "allocated (core/fmest/data/stacks_fitted.json)")
+    elif inputs.ratio is not None:
         notes.append(f"allocator_reserve: the trace's allocation events replayed through the "
                      f"CUDA caching-allocator rules (fmest.allocator, docs/allocator.md): "
-                     f"max_memory_reserved = {ratio:.3f} x max_memory_allocated")
+                     f"max_memory_reserved = {inputs.ratio:.3f} x max_memory_allocated")
     else:
-        notes.append("allocator_reserve: no allocator replay in this trace; the traced-table "
-                     "rule (core/fmest/data/allocator_reserve.json)")
+        src = ("the trace's largest freed block" if getattr(res, "transient_block_bytes", None)
+               else "the analytic fp32 logits block")
+        notes.append(f"allocator_reserve: parallelism scaled, so the transient rule "
+                     f"(fmest.physics.device_terms.allocator_reserve_bytes) on {src}, "
+                     f"{(inputs.transient or 0) / MIB:.0f} MiB per rank")
+    if inputs.padded_growth and inputs.fitted is None:
+        notes.append(f"allocator_reserve: + {inputs.padded_growth:.3f} x the micro-batch's "
+                     "activations and temporaries for pad-to-longest batches of varying length "
+                     "(fmest.allocator.padded_growth_fraction; the trace runs at seq_len)")
     if run.attention != job.training.attention:
         notes.append(f"attention {job.training.attention!r} traced as {run.attention!r}")
     if job.training.attention == "flash":
@@ -432,19 +547,19 @@ def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimat
 
         windows.pop(FSDP_IGNORED_WINDOW, None)
     window, comps = max(windows.items(), key=lambda kv: sum(kv[1].values()))
-    components = dict(comps)
-    ratio = reserve_ratio(res)
-    components.update(gpu_side_terms(_replayed(comps), world_size=ctx.layout.world_size,
-                                     nodes=ctx.layout.nodes, ratio=ratio))
-    notes = _trace_notes(job, run, res, hit, window, fsdp_traced) + scale_notes + cache_notes
-    unfused = stack_fusion_note(job, ctx)
-    if unfused is not None:
-        notes.append(unfused[1])
     lay = ctx.layout
     # scaled, not executed: parallelism applied by dividing the trace's categories
     scaled = (lay.tp * lay.pp * lay.cp * lay.ep > 1
               or (not fsdp_traced and transforms_of(job, ctx).sharding.group_size > 1
                   and bool(ctx.sharding.shards)))
+    inputs = reserve_inputs(job, ctx, res, scaled=scaled)
+    components = dict(comps)
+    components.update(_window_terms(window, comps, lay, inputs))
+    notes = (_trace_notes(job, run, res, hit, window, fsdp_traced, inputs) + scale_notes
+             + cache_notes)
+    unfused = stack_fusion_note(job, ctx)
+    if unfused is not None:
+        notes.append(unfused[1])
     return MemoryEstimate(
         total_bytes=int(sum(components.values())),
         components={k: int(v) for k, v in components.items()},
@@ -456,5 +571,5 @@ def traced_memory(job, ctx, *, use_cache: bool = True) -> Optional[MemoryEstimat
                               scaled=scaled,
                               unfused_stack=unfused[0] if unfused is not None else None),
         phase=window.split("_", 1)[1],
-        phase_peaks_bytes=_phase_peaks(windows, ctx.layout, ratio),
+        phase_peaks_bytes=_phase_peaks(windows, ctx.layout, inputs),
         notes=tuple(notes))
