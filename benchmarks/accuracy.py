@@ -427,10 +427,10 @@ def evaluate(rows: list[dict], engine=None, progress: bool = True) -> list[dict]
                 res["status"], res["reason"] = "failed", "no memory estimate"
                 continue
             # the analytic total against the device, for the fit-probability scores
-            # (benchmarks/uncertainty.py)
-            res["total_bytes"], res["capacity_bytes"] = est.total_bytes, gpu.memory_bytes
+            # (benchmarks/uncertainty.py); the capacity is the total CUDA reports (GpuSpec)
+            res["total_bytes"], res["capacity_bytes"] = est.total_bytes, gpu.capacity_bytes
             if oom or boundary:
-                cap = gpu.memory_bytes
+                cap = gpu.capacity_bytes
                 res["status"] = "oom-check" if oom else "boundary-check"
                 res["predicted"] = est.total_bytes / GIB
                 res["measured"] = cap / GIB

@@ -70,6 +70,29 @@ TRANSIENT_GRID: list[tuple[str, str, int, int, str]] = [
     ("llama-3.2-1b", "full", 1, 4096, "none"),
     ("qwen2.5-0.5b", "full", 1, 8192, "full"),
 ]
+#: fmest issue 21 (re-derived): the per-layer blocks grow with batch x length x model width;
+#: 7B-70B settings that span them (the 70B LoRA and Qwen2-7B batch-48 replays that showed
+#: the growth, and mid-size steps between), traced into the table with GRID + TRANSIENT_GRID
+LAYER_GRID: list[tuple[str, str, int, int, str]] = [
+    ("llama-2-70b", "lora", 1, 4096, "full"),
+    ("llama-2-70b", "lora", 2, 4096, "full"),
+    ("llama-2-70b", "lora", 4, 4096, "full"),
+    ("qwen2-7b", "full", 4, 512, "full"),
+    ("qwen2-7b", "full", 16, 512, "full"),
+    ("qwen2-7b", "full", 32, 512, "full"),
+    ("qwen2-7b", "full", 48, 512, "full"),
+    ("mistral-7b", "full", 4, 2048, "full"),
+    ("mistral-7b", "full", 8, 2048, "full"),
+    ("mistral-7b", "lora", 8, 1024, "none"),
+    ("llama-2-13b", "lora", 4, 2048, "full"),
+    ("llama-2-13b", "full", 4, 2048, "full"),
+    ("llama-2-7b", "full", 8, 1024, "full"),
+    ("llama-2-7b", "lora", 16, 512, "full"),
+    ("llama-3.1-8b", "lora", 4, 4096, "full"),
+    ("llama-3.1-8b", "full", 8, 1024, "full"),
+    ("qwen2.5-14b", "lora", 4, 2048, "full"),
+    ("qwen2.5-7b", "full", 8, 1024, "full"),
+]
 
 
 def _run_spec(job_dict: dict[str, Any]) -> Any:
@@ -128,13 +151,33 @@ def transient_block_of(preset: str, batch: int, seq: int) -> float:
     return transient_block_bytes(batch * seq, job.model.vocab_size)
 
 
+def layer_block_of(preset: str, technique: str, batch: int, seq: int, ac: str) -> float:
+    """The analytic per-layer block of a traced setting: the bytes one layer frees in
+    backward, its saved tensors plus its backward working set (memory_theory
+    ``Activations.saved_layer + work_layer``, ``StagePeak.layer_block``: under recomputation
+    the layer's re-allocated activations), the two-term rule's second abscissa."""
+    import fmest
+    from fmest.convert import job_from_dict
+    from fmest_memory_theory import estimator as E
+
+    engine = fmest._engine(None)  # type: ignore[attr-defined]
+    job = job_from_dict(_setting_job(preset, technique, batch, seq, ac))
+    setup = E.job_setup(job, engine.context(job))
+    stages = E.pipeline_stages(setup.model.num_layers, setup.layout.pp,
+                               setup.parallelism.pp_schedule, setup.training.grad_accum_steps,
+                               setup.parallelism.pp_virtual_stages)
+    peak = max((E.stage_peak(setup, st) for st in stages), key=lambda pk: pk.allocated)
+    return float(peak.layer_block)
+
+
 def _setting_fields(preset: str, technique: str, batch: int, seq: int, ac: str, spec: Any,
                     conf: str, events: list) -> dict[str, Any]:
     """The columns every table row of a traced setting starts with."""
     return {"model": preset, "technique": technique, "micro_batch_size": batch, "seq_len": seq,
             "activation_checkpointing": ac, "precision": spec.precision,
             "alloc_conf": conf or "default", "events": len(events),
-            "transient_block_bytes": transient_block_of(preset, batch, seq)}
+            "transient_block_bytes": transient_block_of(preset, batch, seq),
+            "layer_block_bytes": layer_block_of(preset, technique, batch, seq, ac)}
 
 
 def row_for(preset: str, technique: str, batch: int, seq: int, ac: str) -> list[dict]:
@@ -521,6 +564,28 @@ def theil_sen(rows: list[dict], y_key: str = "", x_key: str = "tracker_peak_byte
     return max(0.0, statistics.median([y - slope * x for x, y in pts])), slope
 
 
+#: the two-term rule's abscissas (fmest issue 21): the logits block and one layer's working set
+LAYER_RULE_KEYS = ("transient_block_bytes", "layer_block_bytes")
+
+
+def lad_fit(rows: list[dict], keys: tuple[str, ...] = LAYER_RULE_KEYS) -> list[float]:
+    """(constant, slope per key) of the reserve (reserved peak - tensor peak) over the rows'
+    ``keys``: least absolute deviations with every coefficient >= 0 (a linear program; the
+    median regression, robust to the few fragmentation-heavy rows like Theil-Sen above, which
+    has no unique two-variable form). Negative coefficients have no physical reading."""
+    import numpy as np
+    from scipy.optimize import linprog  # type: ignore[import-untyped]
+
+    n, k = len(rows), len(keys) + 1
+    x = np.array([[1.0] + [float(r[key]) for key in keys] for r in rows])
+    y = np.array([float(r["max_memory_reserved"] - r["tracker_peak_bytes"]) for r in rows])
+    scale = np.maximum(np.abs(x).max(axis=0), 1.0)   # conditioning: fit in units of each max
+    cost = np.r_[np.zeros(k), np.ones(2 * n)]
+    a_eq = np.c_[x / scale, np.eye(n), -np.eye(n)]
+    res = linprog(cost, A_eq=a_eq, b_eq=y, bounds=[(0, None)] * (k + 2 * n), method="highs")
+    return [float(v) for v in res.x[:k] / scale]
+
+
 def loo_error(rows: list[dict], rule: str) -> tuple[float, float]:
     """Median and max |predicted / replayed reserved - 1| leaving each row out of the fit."""
     errs = []
@@ -532,6 +597,9 @@ def loo_error(rows: list[dict], rule: str) -> tuple[float, float]:
         elif rule == "transient":
             c, f = theil_sen(rest, x_key="transient_block_bytes")
             pred = a + c + f * r["transient_block_bytes"]
+        elif rule == "layer":
+            coef = lad_fit(rest)
+            pred = a + coef[0] + sum(s * r[k] for s, k in zip(coef[1:], LAYER_RULE_KEYS, strict=True))
         else:
             c, f = theil_sen(rest)
             pred = a * (1 + f) + c
@@ -560,6 +628,22 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
                 "constant_bytes": int(round(c)), "slope": round(f, 5),
                 "loo_transient": loo_error(picked, "transient"),
                 "loo_tensor_peak_rule": loo_error(picked, "constant+fraction")}
+            if all("layer_block_bytes" in r for r in picked):
+                c, st, sl = lad_fit(picked)
+                out[name.replace("rule", "rule_layer")] = {
+                    "what": "reserve = constant + transient_slope x transient_block_bytes + "
+                            "layer_slope x layer_block_bytes (the bytes one layer frees in "
+                            "backward: memory_theory Activations.saved_layer + work_layer), "
+                            "least absolute "
+                            f"deviations, coefficients >= 0, over the {conf} rows (fmest issue "
+                            "21); loo_*: median and max |predicted / replayed reserved - 1| "
+                            "leaving each trace out",
+                    "constant_bytes": int(round(c)), "transient_slope": round(st, 5),
+                    "layer_slope": round(sl, 5),
+                    "loo_layer": loo_error(picked, "layer"),
+                    "loo_transient": loo_error(picked, "transient"),
+                    "loo_tensor_peak_rule": loo_error(picked, "constant+fraction"),
+                    "rows": len(picked)}
     for conf in ("default", "expandable_segments:True"):
         ratios = [r["reserved_over_tensor_peak"] for r in rows if r["alloc_conf"] == conf]
         if ratios:
@@ -776,6 +860,10 @@ def main(argv: list[str] | None = None) -> int:
             if "transient_block_bytes" not in r:
                 r["transient_block_bytes"] = transient_block_of(
                     r["model"], r["micro_batch_size"], r["seq_len"])
+            # the memory model's per-layer block (recomputed: it follows the analytic model)
+            r["layer_block_bytes"] = layer_block_of(
+                r["model"], r["technique"], r["micro_batch_size"], r["seq_len"],
+                r["activation_checkpointing"])
         table["summary"] = summarize(table["rows"])
         if "floor" in table:
             table["floor"]["summary"] = summarize_floor(table["floor"]["rows"])
@@ -783,7 +871,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(table["summary"], indent=1))
         return 0
     grid = ([(args.only, args.technique, args.batch, args.seq, args.ac)] if args.only
-            else GRID + TRANSIENT_GRID)
+            else GRID + TRANSIENT_GRID + LAYER_GRID)
     rows: list[dict] = []
     for setting in grid:
         try:

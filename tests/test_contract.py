@@ -162,8 +162,9 @@ def test_the_policy_decides_whom_to_ask_by_declared_basis():
     assert r.memory.provenance.plugin == "tracer"
     # the batch search asked only the searchable plugin: one trace, not one per candidate
     assert calls == [1]
-    # theory's point estimate (10 GiB a sample) at fit confidence 0.5
-    assert r.max_micro_batch == eng.context(JOB).gpu.memory_bytes // (10 * GIB)
+    # theory's point estimate (10 GiB a sample) at fit confidence 0.5, against the capacity CUDA
+    # reports (gpus.csv cuda_total_gib)
+    assert r.max_micro_batch == eng.context(JOB).gpu.capacity_bytes // (10 * GIB)
     assert any("cheap enough to search" in w for w in r.warnings)
 
 

@@ -19,7 +19,7 @@ EXPECTED_COLUMNS = (
     "name,vendor,form_factor,aliases,memory_gib,hbm_tb_per_s,fp32_tflops,tf32_tflops,fp16_tflops,"
     "bf16_tflops,fp8_tflops,int8_tops,intra_node_gb_per_s_unidir,inter_node_gbit_per_s,"
     "pcie_gb_per_s_unidir,tdp_w,architecture,compute_capability,bf16_units,fp8_units,flash_attention_2,"
-    "capability_source,checked,source_url,notes"
+    "capability_source,checked,source_url,notes,cuda_total_gib,cuda_total_source"
 ).split(",")
 
 # alias -> canonical row name it must resolve to

@@ -32,7 +32,7 @@ def test_inference_llama70b_fp8_tp4(capsys):
     assert inf["usd_per_million_tokens"] == pytest.approx(data["cost"]["usd"])
     assert data["cost"]["usd"] > 0
     # the fits verdict keeps 1 - gpu_memory_utilization (10 %) free
-    assert mem["headroom_bytes"] == pytest.approx(0.9 * mem["gpu_memory_bytes"]
+    assert mem["headroom_bytes"] == pytest.approx(0.9 * mem["gpu_capacity_bytes"]
                                                   - mem["total_bytes"], abs=1)
 
 

@@ -151,3 +151,28 @@ def test_nemo_yaml_modules(tmp_path):
     tr = load_configs([str(f)]).data["training"]
     assert tuple(tr["recompute_modules"]) == ("moe_act", "layernorm")
     assert tr["moe_router_fusion"] is False
+
+
+def test_a_hydra_style_module_list_and_the_advice_to_checkpoint_fully(tmp_path):
+    """Megatron-Bridge overrides write the list as ``[a,b]``: every name is read; and the fit
+    advice's "--grad-checkpoint full" drops the modules (Megatron reads them only under
+    selective) instead of building a job the input door refuses."""
+    from fmest import api, to_job
+    from fmest.configs import load_configs
+
+    f = tmp_path / "run.sh"
+    f.write_text("python run_recipe.py model.recompute_granularity=selective \\\n"
+                 "    model.recompute_modules=[core_attn,mlp,layernorm,moe_act,moe]\n")
+    t = load_configs([str(f)]).data["training"]
+    assert t["recompute_modules"] == ["core_attn", "mlp", "layernorm", "moe_act", "moe"]
+    job = to_job({"model": "mistralai/Mixtral-8x7B-v0.1",
+                  "training": {"stack": "megatron-core", "activation_checkpointing": "selective",
+                               "recompute_modules": ["mlp"], "seq_len": 8192,
+                               "micro_batch_size": 2},
+                  "hardware": {"gpu": "H100-SXM"}})
+    report = api.estimate_jobs([(job, None)])
+    changes = report.to_dict()["memory"]["to_make_it_fit"]
+    assert changes, "a Mixtral on one H100 does not fit"
+    for change in changes:
+        if "--grad-checkpoint" in change["flags"]:
+            assert change["flags"][change["flags"].index("--grad-checkpoint") + 1] == "full"

@@ -112,9 +112,9 @@ def test_budget_and_deadline_prune_with_a_reason(engine):
     assert res.plans == ()
     assert res.rejected["over budget"] > 0
     res = plan(job, Constraints(gpus="H100-SXM", max_gpus=16, objective="cost",
-                                deadline_hours=2.0), engine=engine)
+                                deadline_hours=2.5), engine=engine)
     assert res.rejected["over deadline"] > 0
-    assert res.plans and all(p.total_seconds <= 2 * 3600 for p in res.plans)
+    assert res.plans and all(p.total_seconds <= 2.5 * 3600 for p in res.plans)
 
 
 def test_heads_rule_is_counted(engine):

@@ -17,6 +17,9 @@ from fmest.testing import new_engine
 GIB = 1024**3
 JOB = to_job({"model": "gpt2", "training": {"seq_len": 512},
            "hardware": {"gpu": "A100-80GB"}})
+#: what a job must fit in: the total CUDA reports for the A100 80GB (gpus.csv cuda_total_gib,
+#: 79.25 GiB), not its 80 GB label
+CAP_GIB = new_engine().registries.gpus.get("A100-80GB").capacity_bytes / GIB
 
 
 def _plugin(peak_gib, calls):
@@ -34,7 +37,7 @@ def _plugin(peak_gib, calls):
     return Mem()
 
 
-def _fits(peak_gib_value, confidence, cap_gib=80):
+def _fits(peak_gib_value, confidence, cap_gib=CAP_GIB):
     """P(fit) >= confidence for an analytic answer of the job's stack (none: the "all" row)."""
     from fmest.uncertainty import group
 
@@ -44,7 +47,7 @@ def _fits(peak_gib_value, confidence, cap_gib=80):
     return p >= confidence
 
 
-def _exhaustive(peak_gib, cap_gib=80, limit=4096, confidence=0.9):
+def _exhaustive(peak_gib, cap_gib=CAP_GIB, limit=4096, confidence=0.9):
     fitting = [b for b in range(1, limit + 1) if _fits(peak_gib(b, 1), confidence, cap_gib)]
     return max(fitting) if fitting else 0
 
@@ -68,9 +71,9 @@ def test_max_micro_batch_is_the_exhaustive_answer(peak_gib, confidence):
 
 @pytest.mark.parametrize("confidence,answer", [
     (0.5, 23),      # the point estimate's search: 10 + 3 x 23 = 79 <= 80 GiB
-    # P90 = 1.374 x the point (the "counter:peak" row of core/fmest/data/uncertainty.json,
-    # refitted 2026-11-27): 1.374 x 58 = 79.7 <= 80 GiB at 16; 1.374 x 61 = 83.8 at 17
-    (0.9, 16),
+    # P90 = 1.452 x the point (the "counter:peak" row of core/fmest/data/uncertainty.json,
+    # refitted 2026-11-27): 1.452 x 52 = 75.5 <= 79.25 GiB at 14; 1.452 x 55 = 79.9 at 15
+    (0.9, 14),
 ])
 def test_an_affine_memory_costs_four_decisions(confidence, answer):
     calls: list[int] = []
@@ -81,10 +84,10 @@ def test_an_affine_memory_costs_four_decisions(confidence, answer):
 
 
 @pytest.mark.parametrize("confidence,answer", [
-    (0.5, 5),       # the point: 20 + 300/5 = 80 <= 80; 4 GPUs: 95
-    # P90 = 1.374 x the point: 1.374 x 57.5 = 79.0 <= 80 at 8 (one node); 7: 1.374 x 62.9
-    # = 86.4
-    (0.9, 8),
+    (0.5, 6),       # the point: 20 + 300/6 = 70 <= 79.25 GiB; 5 GPUs: 80 > 79.25
+    # P90 = 1.452 x the point: 1.452 x 50 = 72.6 <= 79.25 at 10 (2 nodes of 5); 9 GPUs
+    # (1.452 x 53.3 = 77.4) fit but do not split evenly over 2 nodes; 8: 1.452 x 57.5 = 83.5
+    (0.9, 10),
 ])
 def test_min_gpus_matches_a_scan_and_probes_few_counts(confidence, answer):
     calls: list[int] = []

@@ -40,7 +40,14 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from fmest.errors import InputError
-from fmest.physics.device_terms import ALLOCATOR_RESERVE_MIN_TRACED_BYTES
+from fmest.physics.device_terms import (  # noqa: F401  (re-exported: the floor rule)
+    ALLOCATOR_FLOOR_CONSTANT_BYTES,
+    ALLOCATOR_FLOOR_EXPANDABLE_CONSTANT_BYTES,
+    ALLOCATOR_FLOOR_EXPANDABLE_FRACTION,
+    ALLOCATOR_FLOOR_FRACTION,
+    ALLOCATOR_RESERVE_MIN_TRACED_BYTES,
+    irreducible_reserve_bytes,
+)
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -801,33 +808,9 @@ def replay(events: Iterable[Sequence[object]], config: AllocatorConfig | str | N
                         segments_peak=st.segment.peak)
 
 
-#: The reserve the allocator cannot give back at the peak (fmest issue 22), the rule of
-#: core/fmest/data/allocator_reserve.json ``floor.summary`` (``python
-#: scripts/derive_allocator_reserve.py --floor``, 2026-11-27, torch 2.13.0, the 14 traces of the
-#: reserve table): Theil-Sen line (median pairwise slope, then median intercept: the method of
-#: the reserve's own rule) of the smallest no-OOM capacity of each replayed step minus its
-#: tensor peak. ``release_cached_blocks`` (ALLOC) frees only segments without a live block, so
-#: fragmentation inside live segments and the rounding of live blocks stay: median 0.67 GiB,
-#: 0.25 .. 2.51 GiB, 71 % of the replay's whole reserve (22 .. 100 %).
-ALLOCATOR_FLOOR_CONSTANT_BYTES = 647_101_320
-ALLOCATOR_FLOOR_FRACTION = 0.00396
-#: The same under ``expandable_segments:True`` (``floor.summary.rule_expandable``): a full
-#: release unmaps every whole free page (``unmap_block``), so only the partial 2 MiB / 20 MiB
-#: pages around live blocks stay: median 0.09 GiB, 0.02 .. 0.25 GiB (14 % of the reserve).
-ALLOCATOR_FLOOR_EXPANDABLE_CONSTANT_BYTES = 88_392_028
-ALLOCATOR_FLOOR_EXPANDABLE_FRACTION = 0.00087
-
-
-def irreducible_reserve_bytes(allocated_bytes: float, expandable: bool = False) -> float:
-    """The reserve no release can return at a peak of ``allocated_bytes`` tensors: the floor
-    rule above (``C + f x allocated``), scaled like ``fmest.physics.device_terms.
-    allocator_reserve_bytes`` by ``allocated / A_min`` below the table's smallest tensor peak.
-    A peak fits a device only if tensors + this floor (+ memory outside the allocator) do."""
-    m = ALLOCATOR_RESERVE_MIN_TRACED_BYTES
-    a = max(0.0, float(allocated_bytes))
-    c, f = ((ALLOCATOR_FLOOR_EXPANDABLE_CONSTANT_BYTES, ALLOCATOR_FLOOR_EXPANDABLE_FRACTION)
-            if expandable else (ALLOCATOR_FLOOR_CONSTANT_BYTES, ALLOCATOR_FLOOR_FRACTION))
-    return (c + f * max(a, m)) * min(1.0, a / m)
+#: The irreducible-reserve (floor) rule and its constants live in
+#: :mod:`fmest.physics.device_terms` beside the reserve rules that use them (one import
+#: direction: this module imports device_terms); re-exported here under their old names.
 
 
 @dataclass(frozen=True)

@@ -312,13 +312,23 @@ def paged_to_host(job: Job, ctx: "EstimateContext", memory: MemoryEstimate) -> M
 
 def usable_memory_bytes(job: Job, ctx: "EstimateContext") -> float:
     """GPU memory the fits verdict may use: capacity less the safety margin (inference with no
-    margin given: ``1 - gpu_memory_utilization``, what the serving runtime leaves free)."""
+    margin given: ``1 - gpu_memory_utilization``, what the serving runtime leaves free).
+
+    The capacity is the total CUDA reports for the device (``GpuSpec.capacity_bytes``: an
+    A100 80GB reports about 79.25 GiB, the driver keeps the rest), not the vendor label;
+    GPUs with no published figure fall back to the label (issues 21/22)."""
     from fmest.physics.calibration import usable_bytes
 
     margin = job.calibration.safety_margin
     if not margin and job.mode == "inference":
         margin = 1.0 - job.inference.gpu_memory_utilization
-    return usable_bytes(ctx.gpu.memory_bytes, margin)
+    return usable_bytes(_capacity_bytes(ctx.gpu), margin)
+
+
+def _capacity_bytes(gpu) -> int:
+    """``gpu.capacity_bytes`` (GpuSpec), else ``memory_bytes`` for a spec-like object without it."""
+    cap = getattr(gpu, "capacity_bytes", None)
+    return int(cap) if cap else int(gpu.memory_bytes)
 
 
 class Engine:

@@ -175,8 +175,8 @@ VERDICTS = ((0.95, "FITS"), (0.75, "LIKELY FITS"), (0.25, "UNCERTAIN"), (0.05, "
 #: ``--fit-confidence``'s default (issue 22): the P(fit) at which the searches (largest
 #: micro-batch, fewest GPUs, ``fmest plan``) count a candidate as fitting and below which
 #: ``--fail-if-no-fit`` exits 3. Measured out of source (``benchmarks/uncertainty.py``, open
-#: sources, 2026-11-27): at 0.9, 84 % of the runs that ran count as fitting and 98 % of the
-#: recorded OOMs do not (at 0.5: 100 % and 83 %). ``--fit-confidence 0.5`` asks for the
+#: sources, 2026-11-27): at 0.9, 78 % of the runs that ran count as fitting and 98 % of the
+#: recorded OOMs do not (at 0.5: 100 % and 88 %). ``--fit-confidence 0.5`` asks for the
 #: point estimate's own verdict.
 DEFAULT_FIT_CONFIDENCE = 0.9
 

@@ -287,8 +287,13 @@ def _groups(engine: "Engine", report: "Report") -> list[Sequence[_Option]]:
     stack_name = getattr(stack, "name", None) or tr.stack or "pytorch"
     levels = {"none": ["selective", "full"] if stack_name in SELECTIVE_STACKS else ["full"],
               "selective": ["full"]}.get(tr.activation_checkpointing, [])
+    # Megatron's --recompute-modules apply to selective granularity only: a full level drops
+    # them (as Megatron ignores them there)
+    drop = {"recompute_modules": None} if getattr(tr, "recompute_modules", None) else {}
     groups.append([option("setting", ("--grad-checkpoint", level),
-                          training={"activation_checkpointing": level}) for level in levels])
+                          training={"activation_checkpointing": level,
+                                    **(drop if level != "selective" else {})})
+                   for level in levels])
     # a smaller micro-batch, the global batch kept
     largest = _largest_micro_batch(engine, report)
     if largest is not None and 1 <= largest < tr.micro_batch_size:

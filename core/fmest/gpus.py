@@ -25,14 +25,22 @@ def _opt_float(v: str | None) -> Optional[float]:
 class GpuSpec:
     """One accelerator. Peak FLOP/s are dense (not 2:4 sparse) tensor-core figures.
 
-    ``memory_bytes`` is the usable device memory as the vendor labels it (80 GB HBM3 on an
-    H100 SXM is 80 GiB of device memory as CUDA reports it, minus driver-reserved bytes, see
-    docs/formulas.md). Link bandwidths are per GPU, one direction.
+    ``memory_bytes`` is the device memory as the vendor labels it, read as GiB (an 80 GB A100
+    is 80 GiB): the number shown as "GPU memory". ``cuda_total_bytes`` is the total capacity
+    CUDA reports for it (``torch.cuda.get_device_properties().total_memory``, the "total
+    capacity" of a PyTorch OOM message), which is less than the label by what the driver
+    reserves (an A100 80GB reports 79.14-79.35 GiB); ``None`` where no figure is published.
+    ``capacity_bytes`` is what a job must fit in: that total where known, else the label.
+    Link bandwidths are per GPU, one direction.
     """
 
     name: str
     vendor: str
     memory_bytes: int
+    #: total capacity CUDA reports (bytes); ``None`` = not published, the label is used
+    cuda_total_bytes: Optional[int] = None
+    #: the published figures behind ``cuda_total_bytes`` ("79.25 GiB https://..." | ...)
+    cuda_total_source: str = ""
     hbm_bytes_per_s: Optional[float] = None
     fp32_flops_per_s: Optional[float] = None
     tf32_flops_per_s: Optional[float] = None
@@ -58,6 +66,12 @@ class GpuSpec:
     source: str = ""
     checked: str = ""
     notes: str = ""
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Bytes a job must fit in: the total CUDA reports where a figure is published,
+        else the vendor label (``memory_bytes``)."""
+        return self.cuda_total_bytes if self.cuda_total_bytes else self.memory_bytes
 
     def peak_flops_per_s(self, dtype: str) -> Optional[float]:
         """Dense peak for a compute dtype. ``fp32`` is plain fp32 (PyTorch's default matmul
@@ -101,10 +115,13 @@ def gpu_from_row(row: dict[str, str]) -> GpuSpec:
         v = _opt_float(row.get(col))
         kwargs[attr] = v * scale if v is not None else None
     mem_gib = float(row["memory_gib"])
+    cuda_gib = _opt_float(row.get("cuda_total_gib"))
     return GpuSpec(
         name=row["name"].strip(),
         vendor=row.get("vendor", "").strip(),
         memory_bytes=int(mem_gib * GIB),
+        cuda_total_bytes=int(cuda_gib * GIB) if cuda_gib is not None else None,
+        cuda_total_source=(row.get("cuda_total_source") or "").strip(),
         form_factor=row.get("form_factor", "").strip(),
         architecture=(row.get("architecture") or "").strip(),
         compute_capability=(row.get("compute_capability") or "").strip() or None,

@@ -253,7 +253,7 @@ def _judge_at(engine: "Engine", job: Job, confidence: Optional[float] = None
         remember(job, ctx, est)
     if est is None:
         return None
-    return judge(job, est, usable_bytes(ctx.gpu.memory_bytes, knobs.safety_margin), confidence)
+    return judge(job, est, usable_bytes(ctx.gpu.capacity_bytes, knobs.safety_margin), confidence)
 
 
 def node_split(world: int, gpus_per_node: int, tp: int = 1) -> tuple[int, int]:
@@ -382,7 +382,8 @@ def min_gpus(engine: "Engine", job: Job, *,
     its answer is used instead of probing it again (the report's verdict is the search's own
     rule: same policy, knobs and usable memory)."""
     par = job.parallelism
-    cap = engine.registries.gpus.get(job.hardware.gpu).memory_bytes
+    spec = engine.registries.gpus.get(job.hardware.gpu)
+    cap = spec.capacity_bytes    # what CUDA reports (gpus.csv cuda_total_gib), else the label
     if job.mode != "training":
         return MinGpus(None, "min_gpus is searched for training jobs", 1, None)
     level = job.options.fit_confidence if confidence is None else confidence
@@ -446,7 +447,7 @@ def min_gpus(engine: "Engine", job: Job, *,
         point = search.points.get(last, peak)
         floor = "" if point is None else f"; per-GPU memory stays at {point / GIB:.1f} GiB"
         n = jobs.worlds[last]
-        return MinGpus(None, f"does not fit {judged} on {cap / GIB:.0f} GiB GPUs at any count "
+        return MinGpus(None, f"does not fit {judged} on {spec.memory_bytes / GIB:.0f} GiB GPUs at any count "
                        f"up to {n} growing {what}{floor} (activations, unsharded layers and "
                        "buffers do not shrink with more GPUs)", step, None,
                        confidence=level if search.interval else None, gpus_per_node=gpn)

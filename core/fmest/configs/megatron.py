@@ -270,8 +270,11 @@ def _apply(name: str, value: Any, key: str, sink: Sink, state: _State) -> None:
     elif name in ("recompute_method", "recompute_num_layers") and value is not None:
         state.recompute[name] = (value, key)
     elif name == "recompute_modules" and value is not None:
-        items = value if isinstance(value, (list, tuple)) else str(value).replace(",", " ").split()
-        state.modules = (tuple(str(v).strip() for v in items if str(v).strip()), key)
+        # a list, or a string: "a b", "a,b" or a Hydra-style override "[a,b]" (Megatron-Bridge)
+        items = value if isinstance(value, (list, tuple)) else \
+            str(value).strip().strip("[]").replace(",", " ").split()
+        names = (str(v).strip().strip("'\"") for v in items)
+        state.modules = (tuple(n for n in names if n), key)
     elif name == "moe_layer_recompute":
         if sink.bool_(key, value):
             state.moe_layer_recompute = key

@@ -145,6 +145,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             **memory_counters(m),
             "gpu": ctx.gpu.name,
             "gpu_memory_bytes": ctx.gpu.memory_bytes,
+            # what the job must fit in: the total CUDA reports (gpus.csv cuda_total_gib), else
+            # the label; headroom_bytes is measured against it
+            "gpu_capacity_bytes": getattr(ctx.gpu, "capacity_bytes", ctx.gpu.memory_bytes),
             "fits": report.fits,
             "headroom_bytes": report.headroom_bytes,
             **_confidence(report),
@@ -407,7 +410,7 @@ def report_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
                      f"reserved (max_memory_reserved), {counters['device_bytes'] / GIB:.2f} GiB "
                      "on the device (nvidia-smi)")
         verdict = verdict_text(report.fits, _confidence(report)["fits_probability"])
-        kept_free = ctx.gpu.memory_bytes - report.headroom_bytes - m.total_bytes
+        kept_free = ctx.gpu.capacity_bytes - report.headroom_bytes - m.total_bytes
         margin = f" keeping {kept_free / GIB:.2f} GiB free" if kept_free > (1 << 20) else ""
         level = report.max_micro_batch_confidence
         at = f" (P(fit) >= {level * 100:g} %)" if level is not None and \

@@ -24,6 +24,7 @@ from fmest.errors import InputError
 from fmest.flags import OBJECTIVES
 from fmest.job import PRICE_TYPES, Job, _tuple_of_str, resolve_layout
 from fmest.physics import time_constants as tc
+from fmest.physics.device_terms import FSDP_STREAM_POOL_STACKS, STREAM_POOL_KIND_CODES
 from fmest.physics.gpu_prefix import value_by_gpu_prefix
 from fmest.plan import calibrate as cal
 from fmest.plan import space as sp
@@ -375,6 +376,26 @@ class _Calibration:
                                                           tp=tp, sp=sp, pp=pp, vstages=vstages,
                                                           ep=ep), float("inf"))
 
+    def layer_slope(self, rep: str, ckpt: str, tp: int, sp: bool, pp: int,
+                    vstages: int, ep: int = 1) -> float:
+        """The reserve's per-layer block per token of a layout (memory_theory's
+        ``allocator_layer_block_bytes`` at the activation probe's larger micro-batch; 0 where
+        the estimate gives none or the engine refuses the probe)."""
+        def probe() -> float:
+            par = dict(cal._single(**cal._sharding_fields(rep)), tp=tp, sequence_parallel=sp,
+                       pp=pp, pp_virtual_stages=vstages, ep=ep, dp=ep,
+                       pp_schedule="interleaved" if vstages > 1 else "1f1b")
+            mb, job = 16, self.job_for(ckpt)
+            est, _ = cal._mem_probe(self.engine, job, parallelism=par,
+                                    hardware={"gpus_per_node": None, "nodes": 1},
+                                    training={"micro_batch_size": mb,
+                                              "grad_accum_steps": max(2, pp * vstages),
+                                              "activation_checkpointing": ckpt})
+            block = (est.metrics or {}).get("allocator_layer_block_bytes", 0.0)
+            return float(block) / (mb * job.training.seq_len / par.get("cp", 1))
+        return self._guarded(("layer", rep, ckpt, tp, sp, pp, vstages, ep), self._slopes,
+                             probe, 0.0)
+
     def cp_core(self, gpu: str, ckpt: str, tp: int, cp: int, gpus_per_node: int,
                 sp: bool) -> tuple[float, float]:
         return self._guarded((gpu, ckpt, tp, cp, gpus_per_node, sp), self._cp,
@@ -571,13 +592,14 @@ def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
     # for the analytic answers the plans are re-estimated with)
     cfg["act_per_token"] = np.zeros(cfg["tp"].size)
     cfg = pruner.apply(cfg, sp.RULE["fit"],
-                       vec.memory_bytes(cfg) * ctx["fit_factor"] > opt.spec.memory_bytes)
+                       vec.memory_bytes(cfg) * ctx["fit_factor"] > opt.spec.capacity_bytes)
     if cfg["tp"].size == 0:
         return None, total
     cfg["act_per_token"] = _activation_slopes(cfg, ctx)
+    cfg["layer_per_token"] = _layer_slopes(cfg, ctx)
     cfg["memory"] = vec.memory_bytes(cfg)
     cfg = pruner.apply(cfg, sp.RULE["fit"],
-                       cfg["memory"] * ctx["fit_factor"] > opt.spec.memory_bytes)
+                       cfg["memory"] * ctx["fit_factor"] > opt.spec.capacity_bytes)
     cfg = pruner.apply(cfg, sp.RULE["nodes"], cons.max_nodes is not None
                        and count / gpn > cons.max_nodes)
     usd_per_hour, quote = _bill(opt.quotes, count, gpn)
@@ -689,6 +711,23 @@ def _activation_slopes(sel: dict, ctx: dict) -> np.ndarray:
     return slopes[inverse.ravel()]
 
 
+def _layer_slopes(sel: dict, ctx: dict) -> np.ndarray:
+    """The allocator reserve's per-layer block per token for each configuration's layout
+    (memory_theory's ``allocator_layer_block_bytes`` metric, one layer's backward working set:
+    fmest.physics.device_terms.allocator_reserve_bytes' second term), probed like
+    :func:`_activation_slopes` (one probe per distinct layout key)."""
+    calib, shardings, ckpts = ctx["calib"], ctx["shardings"], sp.CHECKPOINTING
+    reps = [probe_strategy(shardings, strategy) for _, strategy in shardings]
+    rep_index = np.array([sorted(set(reps)).index(r) for r in reps])[sel["hidx"]]
+    shape_key = np.stack([rep_index, sel["ckidx"], sel["tp"], sel["sp"], sel["pp"],
+                          sel["vstages"], sel["ep"]], axis=1).astype(np.int64)
+    keys, inverse = np.unique(shape_key, axis=0, return_inverse=True)
+    slopes = np.array([calib.layer_slope(sorted(set(reps))[r], ckpts[ck], int(tp),
+                                         bool(seq_par), int(pp), int(vst), int(ep))
+                       for r, ck, tp, seq_par, pp, vst, ep in keys])
+    return slopes[inverse.ravel()]
+
+
 def _context_parallel_arrays(sel: dict, gpu, ctx: dict, sel_gpn: int):
     """Probed per-micro-batch core seconds ``a + b mb`` for the context-parallel rows."""
     a_arr, b_arr = np.zeros(sel["tp"].size), np.zeros(sel["tp"].size)
@@ -738,6 +777,9 @@ def _sharding_arrays(sel: dict, gpn: int, ctx: dict) -> dict:
         "pp_unsharded", "fp32_acc", "ddp_bucket", "amp", "param_gather", "params_sharded",
         "grads_sharded", "opt_sharded")})
     out["bucket_elements"] = np.zeros(size)
+    out["stream_pools"] = np.zeros(size)
+    pools = STREAM_POOL_KIND_CODES.get(FSDP_STREAM_POOL_STACKS.get(ctx["stack"].name, "")
+                                       if ctx["stack"] is not None else "", 0.0)
     group = sel["dp"] * sel["cp"]
     contiguous = ctx["stack"] is not None and ctx["stack"].profile.contiguous_grad_buffer
     for h_idx, (_, strategy) in enumerate(ctx["shardings"]):
@@ -765,6 +807,10 @@ def _sharding_arrays(sel: dict, gpn: int, ctx: dict) -> dict:
                 out[divisor][rows] = shard_n
                 out[flag][rows] = True
         out["param_gather"][rows] = strategy.param_gather
+        # FSDP's side-stream pools (memory_theory ``_stream_pool_bytes``): per-unit gathers
+        # without DeepSpeed's buckets, under a stack whose FSDP implementation is known
+        if strategy.param_gather and not strategy.reduce_bucket_elements:
+            out["stream_pools"][rows] = pools
     return out
 
 
@@ -815,12 +861,14 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
         ds_pipe=bool(ctx["stack"] is not None
                      and ctx["stack"].profile.pipeline_engine == "deepspeed"),
         **_stack_time_flags(ctx),
-        capacity=float(gpu.memory_bytes or 0),
+        # the total CUDA reports, else the label (GpuSpec.capacity_bytes)
+        capacity=float(gpu.capacity_bytes or 0),
         hidden=float(model.hidden_size), kv_dim=float(model.num_kv_heads * model.head_dim),
         # the allocator reserve's transient block per token: the fp32 logits of each TP
         # rank's vocabulary shard (fmest.physics.device_terms.transient_block_bytes)
         logits_per_token=float(model.vocab_size) * 4.0 / sel["tp"],
         params=params, root_params=root,
+        **_stage_arrays(sel["pp"], model, counts),
         head_params=float(counts.head or counts.embedding),
         layer_params=(params - root) / model.num_layers,
         expert_fraction=float(counts.experts) / params if params else 0.0,
@@ -841,6 +889,27 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
         nic_bw=float(gpu.inter_node_bytes_per_s or tc.DEFAULT_INTER_NODE_BYTES_PER_S),
         pcie_bw=float(gpu.pcie_bytes_per_s or tc.DEFAULT_PCIE_BYTES_PER_S))
     return arr
+
+
+def _stage_arrays(pp: np.ndarray, model, counts) -> dict:
+    """The busiest pipeline stage's parameters per configuration, as memory_theory stages them
+    (``pipeline_stages``, ``stage_params``): ``ceil(layers / pp)`` layers on every stage, the
+    embedding on the first, the output head and final norm on the last; the arrays take the
+    larger of the two (its state and buffers; the activation probes take the busiest stage's
+    too). ``stage_dense``: share of the dense (non-expert) parameters, ``stage_expert``: of
+    the routed experts', ``stage_root``: the root unit (embedding + head) that stage holds."""
+    emb, head = float(counts.embedding), float(counts.head)
+    final_norm = float(sum(g.params for g in model.groups
+                           if g.kind == "norm" and "final" in g.name))
+    dense = float(counts.total - counts.experts)
+    blocks = max(0.0, dense - emb - head - final_norm)
+    staged = pp > 1
+    layers = np.ceil(model.num_layers / pp) / model.num_layers
+    ends = max(emb, head + final_norm)
+    return dict(
+        stage_dense=np.where(staged, (layers * blocks + ends) / max(dense, 1.0), 1.0),
+        stage_expert=np.where(staged, layers, 1.0),
+        stage_root=np.where(staged, ends, emb + head))
 
 
 def _stack_time_flags(ctx: dict) -> dict:

@@ -24,6 +24,12 @@ from fmest.physics.device_terms import (
     ALLOCATOR_RESERVE_EXPANDABLE_CONSTANT_BYTES,
     ALLOCATOR_RESERVE_EXPANDABLE_FRACTION,
     ALLOCATOR_RESERVE_FRACTION,
+    ALLOCATOR_RESERVE_LAYER_CONSTANT_BYTES,
+    ALLOCATOR_RESERVE_LAYER_EXPANDABLE_CONSTANT_BYTES,
+    ALLOCATOR_RESERVE_LAYER_EXPANDABLE_SLOPE,
+    ALLOCATOR_RESERVE_LAYER_EXPANDABLE_TRANSIENT_SLOPE,
+    ALLOCATOR_RESERVE_LAYER_SLOPE,
+    ALLOCATOR_RESERVE_LAYER_TRANSIENT_SLOPE,
     ALLOCATOR_RESERVE_MIN_TRACED_BYTES,
     ALLOCATOR_RESERVE_TRANSIENT_CONSTANT_BYTES,
     ALLOCATOR_RESERVE_TRANSIENT_EXPANDABLE_CONSTANT_BYTES,
@@ -31,7 +37,9 @@ from fmest.physics.device_terms import (
     ALLOCATOR_RESERVE_TRANSIENT_SLOPE,
     CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
+    FSDP2_ALL_GATHER_OUTPUT_UNITS,
     NCCL_BUFFER_BYTES,
+    STREAM_POOL_KIND_CODES,
 )
 from fmest.physics.time_constants import (
     CPU_ADAM_PARAMS_PER_S_PER_NODE,
@@ -145,8 +153,27 @@ def state_divisor(cfg: dict, shard, sharded=None):
     fraction = cfg["expert_fraction"]
     # expert weights are 1/(ep x expert_tp) per rank where dense ones are 1/tp
     per_expert = cfg["tp"] / (expert_tp(cfg) * cfg["ep"])
-    return cfg["tp"] * cfg["pp"] / ((1.0 - fraction) / shard
-                                    + fraction * per_expert / expert_shard)
+    dense_stage, expert_stage = stage_shares(cfg)
+    return cfg["tp"] / ((1.0 - fraction) * dense_stage / shard
+                        + fraction * expert_stage * per_expert / expert_shard)
+
+
+def stage_shares(cfg: dict):
+    """(dense, expert) shares of the model's parameters on the busiest pipeline stage: the
+    planner's ``stage_dense`` / ``stage_expert`` (memory_theory ``pipeline_stages`` and
+    ``stage_params``: ``ceil(layers / pp)`` layers, the first stage with the embedding, the
+    last with the output head and final norm), else an even ``1/pp``."""
+    even = 1.0 / cfg["pp"]
+    return cfg.get("stage_dense", even), cfg.get("stage_expert", even)
+
+
+def stage_param_count(cfg: dict):
+    """Parameters of the busiest stage on one rank (dense over tp, experts over ep x
+    expert_tp), the ``StageParams.total`` of memory_theory."""
+    dense_stage, expert_stage = stage_shares(cfg)
+    fraction = cfg["expert_fraction"]
+    return cfg["params"] / cfg["tp"] * ((1.0 - fraction) * dense_stage + fraction
+                                        * expert_stage * cfg["tp"] / (expert_tp(cfg) * cfg["ep"]))
 
 
 def local_trainable(cfg: dict):
@@ -170,7 +197,6 @@ def framework_buffer_bytes(cfg: dict):
     stage kept unsharded (no per-layer gather, or ``pp_unsharded_params`` under pipeline
     parallelism) with its unsharded gradient accumulators (fp32 under amp with
     ``fp32_grad_accum``), and torch.autocast's weight copies when parameters are not sharded."""
-    mp = cfg["tp"] * cfg["pp"] / expert_share(cfg)
     act_b = cfg["act_bytes"]
     grads = cfg["grad_bytes"] / state_divisor(cfg, cfg["s_grads"], cfg.get("grads_sharded"))
     no_shards = ~cfg["params_sharded"] & ~cfg["grads_sharded"] & ~cfg["opt_sharded"]
@@ -181,14 +207,17 @@ def framework_buffer_bytes(cfg: dict):
     # (filled per row by the planner's _zero_buffer_elements, as the memory plugin's
     # fmest.default_plugins.parallelism.zero_reduce_buffer_elements)
     layer = cfg["layer_params"] / cfg["tp"] * act_b   # a whole layer: ep does not split it
-    gathered = FSDP_UNSHARDED_LAYERS * layer + cfg["root_params"] / cfg["tp"] * act_b \
+    # the stage's root unit: embedding and head at pp = 1, the busiest stage's one under PP
+    root = cfg.get("stage_root", cfg["root_params"])
+    gathered = FSDP_UNSHARDED_LAYERS * layer + root / cfg["tp"] * act_b \
         + np.where(cfg["lora"], 0.0, layer / act_b * (act_b + np.where(cfg["amp"], 4.0, 0.0)))
-    stage_params = cfg["params"] / mp
+    stage_params = stage_param_count(cfg)
     whole_stage = ~cfg["param_gather"] | ((cfg["pp"] > 1) & cfg["pp_unsharded"])
     accumulating = (cfg["accum"] > 1) | (cfg["pp"] > 1)
     acc_b = np.where((cfg["pp"] > 1) & cfg["fp32_acc"] & cfg["amp"], 4.0, act_b)
     acc = np.where(whole_stage & accumulating & ~cfg["lora"], stage_params * acc_b, 0.0)
-    unsharded = np.where(cfg["lora"], cfg["w_bytes"] / mp, stage_params * act_b) + acc
+    unsharded = np.where(cfg["lora"], cfg["w_bytes"] * stage_params / cfg["params"],
+                         stage_params * act_b) + acc
     gathering = cfg["params_sharded"] & (cfg["s_params"] > 1)
     sharded = np.where(gathering, np.where(whole_stage, unsharded, gathered), 0.0)
     autocast = np.where(cfg["amp"] & ~cfg["lora"] & (act_b < 4.0) & ~gathering,
@@ -237,12 +266,49 @@ def memory_bytes(cfg: dict) -> np.ndarray:
     # the step's largest transient block: one logits-sized tensor of the micro-batch
     # (memory_theory ``StagePeak.transient_block``; fp32 logits per TP rank's vocabulary)
     transient = cfg["logits_per_token"] * tokens if "logits_per_token" in cfg else None
+    # and one layer's backward working set (memory_theory ``StagePeak.layer_block``; the
+    # planner's ``_layer_slopes`` probe), the reserve's second term
+    layer = cfg["layer_per_token"] * tokens if "layer_per_token" in cfg else None
+    pools = stream_pool_bytes(cfg, static, buffers + acts + held_grads,
+                              buffers - unsharded_acc + grads + acts / stage_layers,
+                              optimizer, grads, held_grads, alloc)
     return device_total(alloc, context_bytes(cfg["world"]), cfg.get("capacity", 0.0),
-                        cfg.get("expandable", False), cfg.get("reserve_fraction"), transient)
+                        cfg.get("expandable", False), cfg.get("reserve_fraction"), transient,
+                        pools, layer)
+
+
+def stream_pool_bytes(cfg: dict, static, start, end, optimizer, grads, held_grads, alloc):
+    """FSDP's side-stream pools over the allocated peak (memory_theory ``_stream_pool_bytes``,
+    fmest.physics.device_terms.fsdp_stream_pool_bytes, vectorised): the moments are the start
+    and the end of backward (``static`` + ``start`` / ``end``) and the optimizer step; the
+    gathered units and root sit in FSDP1's unshard-stream pool, the sharded gradients in the
+    post-backward (FSDP1) or reduce-scatter (FSDP2) stream's pool; FSDP1 keeps one unit's
+    unsharded gradient reserved under ``record_stream`` through backward, FSDP2 two units'
+    all-gather outputs in its copy-in stream's pool. ``cfg["stream_pools"]``:
+    device_terms.STREAM_POOL_KIND_CODES (0: none)."""
+    kind = cfg.get("stream_pools")
+    if kind is None or not np.any(kind):
+        return 0.0
+    act_b = cfg["act_bytes"]
+    layer = cfg["layer_params"] / cfg["tp"] * act_b
+    fsdp1 = kind == STREAM_POOL_KIND_CODES["fsdp1"]
+    gathered = np.where(fsdp1, FSDP_UNSHARDED_LAYERS * layer
+                        + cfg["root_params"] / cfg["tp"] * act_b, 0.0)
+    unit_grad = np.where(fsdp1 & ~cfg["lora"], layer, 0.0)
+    default_high = np.maximum(np.maximum(static + start - gathered - held_grads + unit_grad,
+                                         static + end - gathered - grads + unit_grad),
+                              optimizer - grads)
+    outside = np.where(kind == STREAM_POOL_KIND_CODES["fsdp2"],
+                       FSDP2_ALL_GATHER_OUTPUT_UNITS * layer, 0.0)
+    held = default_high + gathered + np.maximum(grads, held_grads) + outside
+    on = (kind > 0) & cfg["params_sharded"] & (cfg["s_params"] > 1) & cfg["param_gather"] \
+        & (cfg["pp"] <= 1)
+    return np.where(on, np.maximum(0.0, held - alloc), 0.0)
 
 
 def device_total(alloc, context, capacity=0.0, expandable=False,
-                 fitted: Optional[float] = None, transient=None) -> np.ndarray:
+                 fitted: Optional[float] = None, transient=None, pools=0.0,
+                 layer=None) -> np.ndarray:
     """Allocated bytes + the allocator reserve + the context, the reserve capped at the room
     left on the device but never below the floor no release returns (memory_theory's
     ``assemble``: ``min(held, max(room, floor))``; ``capacity`` 0: no device). ``transient``:
@@ -264,6 +330,18 @@ def device_total(alloc, context, capacity=0.0, expandable=False,
                             * np.maximum(alloc, floor)) * below,
                            (ALLOCATOR_RESERVE_CONSTANT_BYTES
                             + ALLOCATOR_RESERVE_FRACTION * np.maximum(alloc, floor)) * below)
+    elif layer is not None:
+        # the two-term rule: logits block + one layer's working set
+        block = np.maximum(np.asarray(transient, dtype=float), 0.0)
+        lay = np.maximum(np.asarray(layer, dtype=float), 0.0)
+        reserve = np.maximum(irreducible, np.where(
+            expandable,
+            ALLOCATOR_RESERVE_LAYER_EXPANDABLE_CONSTANT_BYTES
+            + ALLOCATOR_RESERVE_LAYER_EXPANDABLE_TRANSIENT_SLOPE * block
+            + ALLOCATOR_RESERVE_LAYER_EXPANDABLE_SLOPE * lay,
+            ALLOCATOR_RESERVE_LAYER_CONSTANT_BYTES
+            + ALLOCATOR_RESERVE_LAYER_TRANSIENT_SLOPE * block
+            + ALLOCATOR_RESERVE_LAYER_SLOPE * lay) * below)
     else:
         block = np.maximum(np.asarray(transient, dtype=float), 0.0)
         reserve = np.maximum(irreducible, np.where(
@@ -272,6 +350,8 @@ def device_total(alloc, context, capacity=0.0, expandable=False,
             + ALLOCATOR_RESERVE_TRANSIENT_EXPANDABLE_SLOPE * block,
             ALLOCATOR_RESERVE_TRANSIENT_CONSTANT_BYTES
             + ALLOCATOR_RESERVE_TRANSIENT_SLOPE * block) * below)
+    # FSDP's side-stream pools (``pools``: stream_pool_bytes) sit beside the default pool's
+    reserve = reserve + pools
     if fitted is not None:
         # a stack's fitted reserve over allocated bytes replaces the physics reserve
         # (stacks_fitted.json ``reserve_fraction``; memory_theory ``assemble``)

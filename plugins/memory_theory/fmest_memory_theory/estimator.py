@@ -41,6 +41,7 @@ from fmest.physics.counting import (
     adapter_layers,
     quantized_base,
 )
+from fmest.physics.device_terms import FSDP_STREAM_POOL_STACKS, fsdp_stream_pool_bytes
 from fmest.transforms import (
     OptimizerSizing,
     ShardingPlan,
@@ -181,7 +182,9 @@ def job_setup(job: Job, ctx: EstimateContext) -> JobSetup:
         offload_optimizer=par.cpu_offload in ("optimizer", "params"),
         offload_params=par.cpu_offload == "params", loss=effective_loss(training.loss, stack),
         stack=stack, expert_plan=transforms.expert_sharding or plan,
-        capacity_bytes=float(getattr(ctx.gpu, "memory_bytes", 0) or 0),
+        # what the job must fit in: the total CUDA reports, else the label (GpuSpec)
+        capacity_bytes=float(getattr(ctx.gpu, "capacity_bytes", None)
+                             or getattr(ctx.gpu, "memory_bytes", 0) or 0),
         padded_growth=padded_growth_of(job, stack))
 
 
@@ -1021,8 +1024,10 @@ def _backward_candidates(setup: JobSetup, static: dict[str, float], state: Model
 
 
 def phase_components(setup: JobSetup, state: ModelState, buffers: Buffers, acts: Activations,
-                     stage: Stage) -> dict[str, dict[str, float]]:
-    """Components alive at the peak of each phase of step 2 (module doc)."""
+                     stage: Stage, every_moment: bool = False) -> dict[str, dict[str, float]]:
+    """Components alive at the peak of each phase of step 2 (module doc); ``every_moment``:
+    every backward moment that can peak as its own entry (``backward``, ``backward:1``, ...:
+    the side-stream pools' high-water marks, ``_stream_pool_bytes``)."""
     # accumulated grads between micro-batches; when they accumulate unsharded (framework
     # buffers) the sharded grads only appear as the last backward reduce-scatters them
     acc_grads = state.grads_peak if setup.accumulating and not buffers.unsharded_accumulation \
@@ -1042,6 +1047,10 @@ def phase_components(setup: JobSetup, state: ModelState, buffers: Buffers, acts:
     optimizer = dict(static, gradients=state.grads_peak if not in_backward else 0.0,
                      activations=0.0, logits_and_loss=acts.output_logits,
                      framework_buffers=buffers.static, optimizer_temporaries=state.temps)
+    if every_moment:
+        moments = {f"backward:{n}" if n else "backward": comps
+                   for n, comps in enumerate(candidates)}
+        return {"forward": forward, **moments, "optimizer": optimizer}
     return {"forward": forward,
             "backward": max(candidates, key=lambda comps: sum(comps.values())),
             "optimizer": optimizer}
@@ -1076,6 +1085,14 @@ class StagePeak:
     #: upcast, the compute-dtype logits, a fused loss's chunk): the allocator reserve's
     #: abscissa (fmest.physics.device_terms.allocator_reserve_bytes, issue 21)
     transient_block: float = 0.0
+    #: the bytes one layer frees in backward: its saved tensors and its backward working set
+    #: (``Activations.saved_layer + work_layer``; under recomputation the re-allocated
+    #: activations): the allocator reserve's per-layer term
+    #: (fmest.physics.device_terms.allocator_reserve_bytes, issue 21)
+    layer_block: float = 0.0
+    #: reserved bytes beyond the allocated peak that FSDP's side-stream pools hold
+    #: (fmest.physics.device_terms.fsdp_stream_pool_bytes, issue 21)
+    stream_pools: float = 0.0
 
 
 def stage_peak(setup: JobSetup, stage: Stage) -> StagePeak:
@@ -1090,7 +1107,33 @@ def stage_peak(setup: JobSetup, stage: Stage) -> StagePeak:
     block = max(acts.logits_held, acts.logits_fwd_extra, acts.logits_bwd_extra / 2,
                 acts.output_logits)
     return StagePeak(allocated=totals[best], phase=best, components=phases[best],
-                     phase_allocated=totals, stage=stage.name, transient_block=block)
+                     phase_allocated=totals, stage=stage.name, transient_block=block,
+                     layer_block=acts.saved_layer + acts.work_layer,
+                     stream_pools=_stream_pool_bytes(setup, params, state, buffers, acts, stage))
+
+
+def _stream_pool_bytes(setup: JobSetup, params: StageParams, state: ModelState,
+                       buffers: Buffers, acts: Activations, stage: Stage) -> float:
+    """The reserve FSDP's side-stream pools add (docs/allocator.md "Per-stream pools under
+    FSDP"): the gathered units and root this plugin counts in forward and backward
+    (``_gathered_param_buffers``), each phase's sharded gradients, by the stack's FSDP
+    implementation (FSDP_STREAM_POOL_STACKS); 0 for other stacks and strategies."""
+    stack, strategy = setup.stack, setup.strategy
+    kind = FSDP_STREAM_POOL_STACKS.get(stack.name) if stack is not None else None
+    # per-unit gathers over more than one rank (one rank: FSDP1 runs NO_SHARD, torchtitan
+    # applies no fully_shard) without DeepSpeed's buckets (ZeRO-3 under the same stack runs
+    # DeepSpeed's engine and its streams, not derived here); one stage only
+    if (kind is None or not strategy.param_gather or strategy.reduce_bucket_elements
+            or setup.plan.params_divisor <= 1 or setup.layout.pp > 1):
+        return 0.0
+    unit = _gathered_layer_bytes(setup, state)
+    gathered = F.FSDP_UNSHARDED_LAYERS * unit + (params.embedding + params.head) * setup.act_bytes
+    unit_grad = 0.0 if setup.lora is not None else unit
+    moments = phase_components(setup, state, buffers, acts, stage, every_moment=True)
+    return fsdp_stream_pool_bytes(
+        kind, {name: sum(comps.values()) for name, comps in moments.items()},
+        {name: gathered for name in moments if name != "optimizer"},
+        {name: comps.get("gradients", 0.0) for name, comps in moments.items()}, unit, unit_grad)
 
 
 def _split_vision(setup: JobSetup, peak: StagePeak, components: dict[str, int]) -> None:
@@ -1148,8 +1191,9 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
                                     + peak.components.get("logits_and_loss", 0.0))
 
     def reserve(allocated: float) -> float:
-        held = F.allocator_reserve_bytes(allocated, expandable, peak.transient_block) + growth \
-            if fitted is None \
+        held = F.allocator_reserve_bytes(allocated, expandable, peak.transient_block,
+                                         peak.layer_block) + growth \
+            + peak.stream_pools if fitted is None \
             else fitted * allocated
         if not setup.capacity_bytes:
             return held
@@ -1175,6 +1219,9 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
     # its cap: what the planner's probes invert (fmest.plan.calibrate)
     metrics = {_ALLOCATED_METRIC[name]: float(value)
                for name, value in peak.phase_allocated.items()}
+    # the reserve's per-layer abscissa (one layer's backward working set): what the planner's
+    # probe reads to mirror the two-term reserve (fmest.plan.planner ``_layer_slopes``)
+    metrics["allocator_layer_block_bytes"] = float(peak.layer_block)
     return MemoryEstimate(
         total_bytes=total, components=components, phase=peak.phase, metrics=metrics,
         phase_peaks_bytes=phase_peaks, host_bytes=int(_host_bytes(setup)),
