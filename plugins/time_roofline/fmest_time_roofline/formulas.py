@@ -1374,14 +1374,9 @@ def ring_attention_costs(*, cp: int, tokens: float, q_heads: float, head_dim: fl
     if cp <= 1:
         return {"memory_bytes": 0.0, "exposed_seconds": 0.0, "comm_seconds": 0.0}
     steps = cp - 1
-    out_el = tokens * q_heads * head_dim
     kv_el = 2.0 * tokens * q_heads * head_dim
-    fwd_bytes = steps * (RING_MERGE_FWD_BYTES_PER_OUT_ELEMENT * out_el
-                         + RING_KV_PACK_BYTES_PER_KV_ELEMENT * kv_el)
-    bwd_bytes = steps * (RING_BWD_BYTES_PER_KV_ELEMENT * kv_el
-                         + RING_BWD_BYTES_PER_Q_ELEMENT * out_el)
     n_fwd = 2 if recompute else 1
-    memory_bytes = n_fwd * fwd_bytes + bwd_bytes
+    memory_bytes = _ring_merge_bytes(steps, tokens * q_heads * head_dim, kv_el, n_fwd)
     kv_bytes = kv_el * act_bytes
     gather = all_gather_seconds(kv_bytes * cp, cp, gather_bytes_per_s, gather_inter_node)
     step_fwd = fwd_seconds / cp
@@ -1409,6 +1404,16 @@ def ring_attention_costs(*, cp: int, tokens: float, q_heads: float, head_dim: fl
 #     with the eager merge constants above (an upper bound: no fused-kernel trace yet).
 
 
+def _ring_merge_bytes(steps: int, out_el: float, kv_el: float, n_fwd: int) -> float:
+    """HBM bytes of a ring's per-step merges: the output/LSE correction and K,V packing of
+    each forward step (``n_fwd`` forwards: 2 with recompute), the dK,dV accumulation and the
+    dQ correction of each backward step (the eager constants above)."""
+    fwd = steps * (RING_MERGE_FWD_BYTES_PER_OUT_ELEMENT * out_el
+                   + RING_KV_PACK_BYTES_PER_KV_ELEMENT * kv_el)
+    bwd = steps * (RING_BWD_BYTES_PER_KV_ELEMENT * kv_el + RING_BWD_BYTES_PER_Q_ELEMENT * out_el)
+    return n_fwd * fwd + bwd
+
+
 def te_p2p_ring_attention_costs(*, cp: int, tokens: float, q_heads: float, kv_heads: float,
                                 head_dim: float, act_bytes: float, fwd_seconds: float,
                                 bwd_seconds: float, recompute: bool, p2p_bytes_per_s: float,
@@ -1420,14 +1425,9 @@ def te_p2p_ring_attention_costs(*, cp: int, tokens: float, q_heads: float, kv_he
     if cp <= 1:
         return {"memory_bytes": 0.0, "exposed_seconds": 0.0, "comm_seconds": 0.0}
     steps = cp - 1
-    out_el = tokens * q_heads * head_dim
     kv_el = 2.0 * tokens * kv_heads * head_dim
-    fwd_bytes = steps * (RING_MERGE_FWD_BYTES_PER_OUT_ELEMENT * out_el
-                         + RING_KV_PACK_BYTES_PER_KV_ELEMENT * kv_el)
-    bwd_bytes = steps * (RING_BWD_BYTES_PER_KV_ELEMENT * kv_el
-                         + RING_BWD_BYTES_PER_Q_ELEMENT * out_el)
     n_fwd = 2 if recompute else 1
-    memory_bytes = n_fwd * fwd_bytes + bwd_bytes
+    memory_bytes = _ring_merge_bytes(steps, tokens * q_heads * head_dim, kv_el, n_fwd)
     kv_send = p2p_seconds(kv_el * act_bytes, p2p_bytes_per_s, p2p_inter_node)
     kv_dkv_send = p2p_seconds(2.0 * kv_el * act_bytes, p2p_bytes_per_s, p2p_inter_node)
     step_fwd = fwd_seconds / cp
