@@ -975,3 +975,22 @@ def padded_growth_fraction(mean_over_cap: float, cv: Optional[float], *,
     y = math.log(max(1e-3, cv) if cv is not None else PADDED_DEFAULT_CV)
     best = min(rows[(ac, b, truncation)], key=lambda r: (r[0] - x) ** 2 + (r[1] - y) ** 2)
     return best[2]
+
+
+def padded_growth_of(job, stack) -> float:
+    """The reserve growth of pad-to-longest batches (a fraction of one micro-batch's transient
+    bytes at ``seq_len``, :func:`padded_growth_fraction`) when the job states its mean sample
+    length below ``seq_len`` (``workload.avg_seq_len``; ``seq_len_std`` its spread) and its
+    batches are padded to the longest (:func:`fmest.stacks.padding_of`); 0 for fixed shapes
+    (``max_length``, ``packed``) or no stated length distribution. Shared by memory_theory and
+    the traced method."""
+    from fmest.stacks import padding_of
+
+    training, w = job.training, job.workload
+    if w.avg_seq_len is None or padding_of(training, stack) != "longest":
+        return 0.0
+    cv = w.seq_len_std / w.avg_seq_len if w.seq_len_std is not None else None
+    return padded_growth_fraction(w.avg_seq_len / training.seq_len, cv,
+                                  truncation=training.truncation or "truncate",
+                                  micro_batch=training.micro_batch_size,
+                                  checkpointing=training.activation_checkpointing)

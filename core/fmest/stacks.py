@@ -514,3 +514,12 @@ def resolve_builtin_stack(job) -> Optional[ResolvedStack]:
     name, reason = stack_name(job)
     profile = _builtin_by_key().get(name.strip().lower())
     return None if profile is None else resolve_stack(profile, job, reason=reason)
+
+
+def padding_of(training, stack: Optional["ResolvedStack"]) -> Optional[str]:
+    """How batches are formed: ``training.padding``, else the stack's default (stacks.toml
+    ``padding``); None: not stated (fixed shapes, every sample counted at ``seq_len``). The one
+    rule the memory, time and traced estimates read."""
+    if training.padding is not None:
+        return training.padding
+    return stack.profile.padding if stack is not None else None

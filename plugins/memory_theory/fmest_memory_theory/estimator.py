@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Optional
 import attrs
 from attrs import frozen
 
-from fmest.allocator import padded_growth_fraction
+from fmest.allocator import padded_growth_of  # noqa: F401  (also this plugin's name for it)
 from fmest.default_plugins.parallelism import zero_reduce_buffer_elements, zero_step_grad_copy_rule
 from fmest.estimates import MemoryEstimate, Provenance
 from fmest.job import expert_tp_of
@@ -186,29 +186,6 @@ def job_setup(job: Job, ctx: EstimateContext) -> JobSetup:
         capacity_bytes=float(getattr(ctx.gpu, "capacity_bytes", None)
                              or getattr(ctx.gpu, "memory_bytes", 0) or 0),
         padded_growth=padded_growth_of(job, stack))
-
-
-def padding_of(training: Training, stack: Optional[ResolvedStack]) -> Optional[str]:
-    """How batches are formed: ``training.padding``, else the stack's default (stacks.toml
-    ``padding``); None: not stated (fixed shapes)."""
-    if training.padding is not None:
-        return training.padding
-    return stack.profile.padding if stack is not None else None
-
-
-def padded_growth_of(job: Job, stack: Optional[ResolvedStack]) -> float:
-    """The reserve growth of pad-to-longest batches (fraction of one micro-batch's transient
-    bytes at ``seq_len``) when the job states its mean sample length below ``seq_len``
-    (``workload.avg_seq_len``; ``seq_len_std`` its spread): fixed shapes (``max_length``,
-    ``packed``) or no stated length distribution: 0."""
-    training, w = job.training, job.workload
-    if w.avg_seq_len is None or padding_of(training, stack) != "longest":
-        return 0.0
-    cv = w.seq_len_std / w.avg_seq_len if w.seq_len_std is not None else None
-    return padded_growth_fraction(w.avg_seq_len / training.seq_len, cv,
-                                  truncation=training.truncation or "truncate",
-                                  micro_batch=training.micro_batch_size,
-                                  checkpointing=training.activation_checkpointing)
 
 
 @frozen(kw_only=True)

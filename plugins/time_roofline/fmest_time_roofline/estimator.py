@@ -39,6 +39,7 @@ from fmest.physics.counting import (
 )
 from fmest.physics.time_constants import host_seconds_per_op
 from fmest.stacks import fp32_main_grads
+from fmest.stacks import padding_of as stacks_padding_of
 from fmest.transforms import CommunicationPlan, Transforms, transforms_of
 from fmest_time_roofline import formulas as F
 
@@ -190,11 +191,8 @@ _NORMAL_MAX_MEAN = {1: 0.0, 2: 0.5642, 4: 1.0294, 8: 1.4236, 16: 1.7660}
 
 
 def padding_of(job, stack=None) -> Optional[str]:
-    """``training.padding``, else the stack's default (stacks.toml ``padding``); None: not
-    stated (every sample counted at ``seq_len``)."""
-    if job.training.padding is not None:
-        return job.training.padding
-    return stack.profile.padding if stack is not None else None
+    """:func:`fmest.stacks.padding_of` of the job's training section."""
+    return stacks_padding_of(job.training, stack)
 
 
 def padded_seq_len(job, stack=None) -> Optional[float]:

@@ -232,25 +232,11 @@ def gpu_side_terms(peak_bytes: int, *, world_size: int, nodes: int,
 
 
 def padded_growth_of(job, stack) -> float:
-    """The reserve growth of pad-to-longest batches of varying length (cached blocks of the
-    other shapes stay: docs/allocator.md "Variable-length batches"), as a fraction of one
-    micro-batch's transient bytes at ``seq_len``: ``fmest.allocator.padded_growth_fraction`` on
-    the job's stated mean length (``workload.avg_seq_len``, spread ``seq_len_std``) when the
-    batches are padded to the longest (``training.padding``, else the stack's stacks.toml
-    ``padding``); 0 for fixed shapes or no stated length distribution. The rule of
-    memory_theory's ``padded_growth_of``, which the trace (run at ``seq_len``) lacks."""
-    training, w = job.training, job.workload
-    padding = training.padding if training.padding is not None else (
-        stack.profile.padding if stack is not None else None)
-    if w.avg_seq_len is None or padding != "longest":
-        return 0.0
-    from fmest.allocator import padded_growth_fraction
+    """:func:`fmest.allocator.padded_growth_of`: the pad-to-longest reserve growth that
+    memory_theory adds and the trace (run at ``seq_len``) lacks."""
+    from fmest.allocator import padded_growth_of as growth
 
-    cv = w.seq_len_std / w.avg_seq_len if w.seq_len_std is not None else None
-    return padded_growth_fraction(w.avg_seq_len / training.seq_len, cv,
-                                  truncation=training.truncation or "truncate",
-                                  micro_batch=training.micro_batch_size,
-                                  checkpointing=training.activation_checkpointing)
+    return growth(job, stack)
 
 
 def reserve_inputs(job, ctx, res, *, scaled: bool) -> ReserveInputs:
