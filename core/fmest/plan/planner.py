@@ -696,36 +696,32 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
     return arr
 
 
-def _activation_slopes(sel: dict, ctx: dict) -> np.ndarray:
-    """Probed activation bytes per token for each configuration's layout (one probe per
-    distinct probe strategy x checkpointing x tp x sp x pp x virtual stages x ep)."""
-    calib, shardings, ckpts = ctx["calib"], ctx["shardings"], sp.CHECKPOINTING
+def _per_layout(sel: dict, ctx: dict, probe) -> np.ndarray:
+    """``probe(strategy, checkpointing, tp, sp, pp, virtual stages, ep)`` for each
+    configuration, asked once per distinct layout key (probe strategy x checkpointing x tp x
+    sp x pp x virtual stages x ep)."""
+    shardings, ckpts = ctx["shardings"], sp.CHECKPOINTING
     reps = [probe_strategy(shardings, strategy) for _, strategy in shardings]
     rep_index = np.array([sorted(set(reps)).index(r) for r in reps])[sel["hidx"]]
     shape_key = np.stack([rep_index, sel["ckidx"], sel["tp"], sel["sp"], sel["pp"],
                           sel["vstages"], sel["ep"]], axis=1).astype(np.int64)
     keys, inverse = np.unique(shape_key, axis=0, return_inverse=True)
-    slopes = np.array([calib.slope(sorted(set(reps))[r], ckpts[ck], int(tp), bool(seq_par),
-                                   int(pp), int(vst), int(ep))
+    values = np.array([probe(sorted(set(reps))[r], ckpts[ck], int(tp), bool(seq_par), int(pp),
+                             int(vst), int(ep))
                        for r, ck, tp, seq_par, pp, vst, ep in keys])
-    return slopes[inverse.ravel()]
+    return values[inverse.ravel()]
+
+
+def _activation_slopes(sel: dict, ctx: dict) -> np.ndarray:
+    """Probed activation bytes per token for each configuration's layout."""
+    return _per_layout(sel, ctx, ctx["calib"].slope)
 
 
 def _layer_slopes(sel: dict, ctx: dict) -> np.ndarray:
     """The allocator reserve's per-layer block per token for each configuration's layout
     (memory_theory's ``allocator_layer_block_bytes`` metric, one layer's backward working set:
-    fmest.physics.device_terms.allocator_reserve_bytes' second term), probed like
-    :func:`_activation_slopes` (one probe per distinct layout key)."""
-    calib, shardings, ckpts = ctx["calib"], ctx["shardings"], sp.CHECKPOINTING
-    reps = [probe_strategy(shardings, strategy) for _, strategy in shardings]
-    rep_index = np.array([sorted(set(reps)).index(r) for r in reps])[sel["hidx"]]
-    shape_key = np.stack([rep_index, sel["ckidx"], sel["tp"], sel["sp"], sel["pp"],
-                          sel["vstages"], sel["ep"]], axis=1).astype(np.int64)
-    keys, inverse = np.unique(shape_key, axis=0, return_inverse=True)
-    slopes = np.array([calib.layer_slope(sorted(set(reps))[r], ckpts[ck], int(tp),
-                                         bool(seq_par), int(pp), int(vst), int(ep))
-                       for r, ck, tp, seq_par, pp, vst, ep in keys])
-    return slopes[inverse.ravel()]
+    fmest.physics.device_terms.allocator_reserve_bytes' second term)."""
+    return _per_layout(sel, ctx, ctx["calib"].layer_slope)
 
 
 def _context_parallel_arrays(sel: dict, gpu, ctx: dict, sel_gpn: int):
