@@ -701,11 +701,12 @@ def print_sealed(agg: dict, tag: str = "SEALED", header: Optional[str] = None) -
               f"{e['checks']:7d} {e['unanswered']:6d} {e['other']:6d}")
     if agg.get("per_stack_median"):
         print("\n  per stack median |error| (stacks with >= "
-              f"{EXTRA_MIN_STACK_ROWS} scored rows; fmest / best baseline)")
+              f"{EXTRA_MIN_STACK_ROWS} scored rows; fmest / best baseline; bias = fmest's "
+              "median signed error, + = fmest above the measurement)")
         for quantity, table in agg["per_stack_median"].items():
-            for st, (n, med, base) in table.items():
+            for st, (n, med, base, bias) in table.items():
                 print(f"    {quantity:10s} {st[:20]:20s} {n:5d} rows  fmest {_fmt(med, '5.1f')}"
-                      f"  baseline {_fmt(base, '5.1f')}")
+                      f"  baseline {_fmt(base, '5.1f')}  bias {bias:+6.1f}%")
 
 
 # -- an evidence file kept outside the repository (--extra) -----------------------------------
@@ -749,14 +750,15 @@ def extra_aggregate(open_results: list[dict], extra_results: list[dict], fitters
             mine = [r for r in scored if r["stack"] == st]
             if len(mine) < EXTRA_MIN_STACK_ROWS:
                 continue
-            med = statistics.median(abs(pct_error(r["row"], preds[r["id"]], r["measured"]))
-                                    for r in mine)
+            signed = [pct_error(r["row"], preds[r["id"]], r["measured"]) for r in mine]
+            med = statistics.median(abs(e) for e in signed)
             base_meds = [statistics.median(abs(pct_error(r["row"], r["baselines"][b],
                                                          r["measured"]))
                                            for r in mine if r["baselines"].get(b))
                          for b in bases if any(r["baselines"].get(b) for r in mine)]
             table[st] = (len(mine), round(med, 1),
-                         round(min(base_meds), 1) if base_meds else None)
+                         round(min(base_meds), 1) if base_meds else None,
+                         round(statistics.median(signed), 1))
         per[quantity] = table
     agg["per_stack_median"] = per
     return agg

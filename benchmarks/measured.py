@@ -60,7 +60,8 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    ``qadapter_v2`` (``LITGPT_ADAPTERS``; ``bnb.nf4`` without double quantization, as for qlora).
    Anything else is unsupported ("technique X"). LoRA rank from ``lora_rank`` (16 if empty). LoRA targets:
    ``targets=a+b+c`` in ``other`` (Lit-GPT's ``query``/``key``/ ``value``/``projection`` ->
-   ``q_proj``/``k_proj``/``v_proj``/``o_proj``); else stack ``torchtune`` -> torchtune's default
+   ``q_proj``/``k_proj``/``v_proj``/``o_proj``, ``mlp`` -> every MLP linear of the preset
+   (``_MLP_LINEARS``); ``head`` is dropped: fmest's LoRA targets exclude the output head); else stack ``torchtune`` -> torchtune's default
    (q, v, o, gate, up, down), stack ``unsloth`` or "all linear" in ``other`` -> all seven linears;
    else fmest's default (q, v: PEFT's default for Llama-family models). On models with one fused
    attention projection (Falcon, GPT-NeoX) q/k/v name ``query_key_value`` and o names ``dense``
@@ -160,7 +161,9 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
     (SDPA became ``from_pretrained``'s default in transformers v4.36.0, 2023-12-11:
     ``_autoset_attn_implementation``; ``SDPA_DEFAULT_TRANSFORMERS``); else ``sdpa``.
 11. **Kernels and loss**: ``compile`` stated on (``compile=true``, "compile on", "torch.compile",
-    torchtune ladder wording) -> ``compile``; "chunked CE" -> ``loss=chunked``; ``liger=true``
+    torchtune ladder wording) -> ``compile``; on a torchtitan row naming a commit from a window in
+    which ``--compile`` left the loss eager (``TORCHTITAN_EAGER_LOSS_WINDOWS``) also
+    ``compile_loss`` false (torchtitan's default compiles it); "chunked CE" -> ``loss=chunked``; ``liger=true``
     (Liger fused linear cross-entropy) or a fused cross-entropy named in ``other`` ->
     ``loss=fused``; "activation offloading" -> ``activation_offload``. ``litgpt`` LoRA/QLoRA
     rows -> ``loss=chunked``: Lit-GPT's finetune/lora.py always computes the head and the
@@ -635,6 +638,23 @@ def _present(model: str, names: list) -> list:
     return kept or names
 
 
+#: MLP linears by their module names across the presets' architectures (Llama gate/up/down,
+#: Falcon/GPT-NeoX dense_h_to_4h/dense_4h_to_h, GPT-2 c_fc, Phi fc1/fc2, Phi-3 gate_up_proj)
+_MLP_LINEARS = ("gate_proj", "up_proj", "down_proj", "gate_up_proj", "dense_h_to_4h",
+                "dense_4h_to_h", "c_fc", "fc1", "fc2", "w1", "w2", "w3")
+
+
+def _mlp_names(model: str) -> list:
+    """Rule 4: Lit-GPT's ``mlp`` target (``lora_mlp``: every linear of the MLP) -> the preset's
+    MLP linears."""
+    from fmest.models.presets import find_preset, load_preset
+
+    if not find_preset(model):
+        return ["gate_proj", "up_proj", "down_proj"]
+    known = set(load_preset(model).linear_names())
+    return [n for n in _MLP_LINEARS if n in known]
+
+
 def _upstream_names(model: str) -> dict:
     """Rule 4: a restated remote-code preset's module names -> the preset's names."""
     from fmest.models.presets import find_preset, preset_data
@@ -762,6 +782,25 @@ def map_row(row: dict) -> Mapped:
     return Mapped(job=job, reason=why, stack=stack or "(empty)", features=tags)
 
 
+#: torchtitan commits the evidence rows name, with their commit dates (the mirror
+#: pytorch/torchtitan, ``git log -1 --format=%cd``), for rule 11's compiled loss
+TORCHTITAN_COMMIT_DATES = {"9dec370": "2024-12-26", "6a6f755d": "2024-12-03"}
+#: when torchtitan's ``--compile`` left the loss eager: before e10cb9494 (2024-10-22, "compile
+#: it if compiling") and from e8977b007 (2024-12-18, "turning off compile on loss function")
+#: until bbb1b616e (2025-04-02, ``build_cross_entropy_loss`` compiles it again)
+TORCHTITAN_EAGER_LOSS_WINDOWS = (("0000-00-00", "2024-10-22"), ("2024-12-18", "2025-04-02"))
+
+
+def _torchtitan_eager_loss(low: str) -> bool:
+    """Rule 11: a torchtitan row naming a commit of a window in which ``--compile`` did not
+    compile the loss (``TORCHTITAN_EAGER_LOSS_WINDOWS``) -> ``compile_loss`` false; a row
+    without a dated commit keeps the stack's default (compiled)."""
+    for commit, date in TORCHTITAN_COMMIT_DATES.items():
+        if re.search(rf"torchtitan\s*@?\s*{commit}", low):
+            return any(lo <= date < hi for lo, hi in TORCHTITAN_EAGER_LOSS_WINDOWS)
+    return False
+
+
 def _fraction_of(text: str) -> float:
     """A stated checkpoint fraction: ``0.5`` or ``1/3`` (fms-fsdp's ``selective_checkpointing``
     takes either, fms_fsdp/policies/ac_handler.py)."""
@@ -842,6 +881,8 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
             names = list(dict.fromkeys(n for t in names for n in upstream.get(t, (t,))))
             fused = _fused_names(model, model_config)
             names = sorted({fused.get(n, n) for n in names}) if fused else names
+            if "mlp" in names:
+                names = [n for n in names if n != "mlp"] + _mlp_names(model)
             training["lora_target_modules"] = _present(model, names)
         elif stack == "unsloth" or "all linear" in low or "all-linear" in low \
                 or row["id"].startswith("dev-unsloth") or "all" in targets.lower():
@@ -978,6 +1019,8 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
                                                r"compile (true|on)|, compile,", low)) \
             and "compile off" not in low and "compile false" not in low:
         training["compile"] = True
+        if stack == "torchtitan" and _torchtitan_eager_loss(low):
+            training["compile_loss"] = False
     if "chunked ce" in low or "cewithchunkedoutputloss" in low:
         training["loss"] = "chunked"
     elif _true(kv.get("liger")) or re.search(r"fused[- ]linear[- ]cross|flce=true", low):

@@ -196,6 +196,8 @@ ODDITY_CASES = {
     "lora dropout without lora": ({"training": {"lora_dropout": 0.1}}, "training.lora_dropout"),
     "checkpoint fraction without full checkpointing": (
         {"training": {"checkpoint_fraction": 0.5}}, "training.checkpoint_fraction"),
+    "compiled loss without compile": ({"training": {"compile_loss": True}},
+                                      "training.compile_loss"),
     "k-bit preparation without a quantized base": (
         {"training": {"technique": "lora", "kbit_prep": "peft"}}, "training.kbit_prep"),
 }

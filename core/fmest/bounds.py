@@ -450,6 +450,13 @@ ODDITIES: tuple[Oddity, ...] = (
            reason="PEFT prepare_model_for_kbit_training casts and freezes a k-bit loaded "
                   "model (peft src/peft/utils/other.py); a bf16/fp32 base has nothing to "
                   "prepare"),
+    Oddity(name="compiled loss without compile", fields=("training.compile_loss",),
+           applies=lambda job, given, model: job.training.compile_loss is not None
+           and (not job.training.compile or job.training.loss != "standard"),
+           message="ignored: it needs training.compile true and training.loss standard",
+           reason="torch.compile of the loss function fuses the standard cross-entropy's fp32 "
+                  "upcast and log-softmax (torchtitan torchtitan/components/loss.py); an eager "
+                  "step, and the chunked/fused losses, have their own kernels"),
     Oddity(name="checkpoint fraction without full checkpointing",
            fields=("training.checkpoint_fraction", "training.activation_checkpointing"),
            applies=lambda job, given, model: job.training.checkpoint_fraction is not None

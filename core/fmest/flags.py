@@ -314,6 +314,10 @@ JOB_FLAGS: tuple[Flag, ...] = (
     _bool("--activation-offload", group=_TRAIN, path="training.activation_offload",
           help="offload saved activations to CPU"),
     _bool("--compile", group=_TRAIN, path="training.compile", help="torch.compile the model"),
+    _bool("--compile-loss", group=_TRAIN, path="training.compile_loss",
+          help="with --compile: the loss function is compiled too (fused upcast and "
+               "log-softmax: no fp32 [tokens, vocab] copies); default: the stack's (torchtitan "
+               "compiles its loss, others do not)"),
     Flag(names=("--stack",), group=_TRAIN, path="training.stack", metavar="NAME",
          help="training stack (fmest stacks): pytorch, hf-trainer, deepspeed, megatron-core, "
               "megatron-deepspeed, torchtitan, torchtune, llm-foundry, unsloth; aliases such "

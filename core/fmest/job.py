@@ -252,6 +252,12 @@ class Training:
     activation_offload: bool = False
     optimizer_in_backward: bool = False
     compile: bool = False
+    #: whether ``compile`` also compiles the loss function (Inductor fuses the fp32 upcast, the
+    #: log-softmax and its gradient: the compute-dtype logits and one compute-dtype gradient
+    #: instead of three fp32 [tokens, vocab] tensors); None = the training stack's default
+    #: (stacks.toml ``compiles_loss``: torchtitan compiles its loss under ``--compile``);
+    #: only with ``compile`` and the ``standard`` loss (fmest.stacks.loss_compiled)
+    compile_loss: Optional[bool] = None
     #: ``PADDINGS``; None = the training stack's default (stacks.toml ``padding``; without
     #: one: not stated, every sample counted at ``seq_len``). With ``workload.avg_seq_len``:
     #: ``longest`` runs shorter batches and the caching allocator's reserve grows with the

@@ -114,6 +114,9 @@ class StackProfile:
     #: caching allocator's reserve follows the expandable-segments rule
     #: (fmest.physics.device_terms.allocator_reserve_bytes)
     expandable_segments: bool = False
+    #: under ``training.compile`` the stack compiles its cross-entropy too: the ``standard``
+    #: loss runs as Inductor's fused kernels (fmest.stacks.loss_compiled)
+    compiles_loss: bool = False
     #: how the stack's default collator forms batches (fmest.job.PADDINGS): a job's
     #: ``training.padding`` of None takes it; None: not stated (fixed shapes, every sample
     #: counted at ``seq_len``: what fmest did before the field)
@@ -523,3 +526,14 @@ def padding_of(training, stack: Optional["ResolvedStack"]) -> Optional[str]:
     if training.padding is not None:
         return training.padding
     return stack.profile.padding if stack is not None else None
+
+
+def loss_compiled(training, stack: Optional["ResolvedStack"]) -> bool:
+    """Whether torch.compile compiles the step's ``standard`` cross-entropy: only under
+    ``training.compile``; ``training.compile_loss`` when given, else the stack's default
+    (stacks.toml ``compiles_loss``). The one rule the memory estimate and the planner read."""
+    if not training.compile or training.loss != "standard":
+        return False
+    if training.compile_loss is not None:
+        return bool(training.compile_loss)
+    return bool(stack is not None and stack.profile.compiles_loss)

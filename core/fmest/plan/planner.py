@@ -29,6 +29,7 @@ from fmest.physics.gpu_prefix import value_by_gpu_prefix
 from fmest.plan import calibrate as cal
 from fmest.plan import space as sp
 from fmest.plan import vector as vec
+from fmest.stacks import loss_compiled
 
 #: Global batch used when neither ``--global-batch-tokens`` nor the job fixes one (the job is
 #: one sample per step): 2^20 tokens, inside the 0.5M-4M token batches of published LLM
@@ -861,8 +862,10 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
         capacity=float(gpu.capacity_bytes or 0),
         hidden=float(model.hidden_size), kv_dim=float(model.num_kv_heads * model.head_dim),
         # the allocator reserve's transient block per token: the fp32 logits of each TP
-        # rank's vocabulary shard (fmest.physics.device_terms.transient_block_bytes)
-        logits_per_token=float(model.vocab_size) * 4.0 / sel["tp"],
+        # rank's vocabulary shard (fmest.physics.device_terms.transient_block_bytes); the
+        # compute-dtype logits under a compiled loss (fmest.stacks.loss_compiled)
+        logits_per_token=float(model.vocab_size) / sel["tp"] * (
+            (4.0 if tr.dtype == "fp32" else 2.0) if loss_compiled(tr, ctx["stack"]) else 4.0),
         params=params, root_params=root,
         **_stage_arrays(sel["pp"], model, counts),
         head_params=float(counts.head or counts.embedding),

@@ -42,6 +42,7 @@ from fmest.physics.counting import (
     quantized_base,
 )
 from fmest.physics.device_terms import FSDP_STREAM_POOL_STACKS, fsdp_stream_pool_bytes
+from fmest.stacks import loss_compiled
 from fmest.transforms import (
     OptimizerSizing,
     ShardingPlan,
@@ -125,6 +126,8 @@ class JobSetup:
     #: cross-entropy (read this, not ``training.loss``)
     loss: str
     stack: Optional[ResolvedStack] = None   # None: eager PyTorch
+    #: torch.compile compiles the ``standard`` loss (fmest.stacks.loss_compiled)
+    loss_compiled: bool = False
     expert_plan: Optional[ShardingPlan] = None  # divisors of expert weights (expert-DP group)
     #: the resolved reference model of a DPO/KTO objective (fmest.objectives.resolved_reference)
     reference: str = "none"
@@ -181,6 +184,8 @@ def job_setup(job: Job, ctx: EstimateContext) -> JobSetup:
         dtensor_sp=dtensor_tp and par.sequence_parallel,
         offload_optimizer=par.cpu_offload in ("optimizer", "params"),
         offload_params=par.cpu_offload == "params", loss=effective_loss(training.loss, stack),
+        loss_compiled=effective_loss(training.loss, stack) == "standard"
+        and loss_compiled(training, stack),
         stack=stack, expert_plan=transforms.expert_sharding or plan,
         # what the job must fit in: the total CUDA reports, else the label (GpuSpec)
         capacity_bytes=float(getattr(ctx.gpu, "capacity_bytes", None)
@@ -888,6 +893,13 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
                                        vocab_parallel=setup.dtensor_tp)
         compute_dtype_loss = setup.loss == "standard" \
             and stack_says(setup.stack, "loss_in_compute_dtype")
+        if setup.loss_compiled:
+            # a compiled cross-entropy (fmest.stacks.loss_compiled): Inductor fuses the fp32
+            # upcast, log-softmax and nll into reductions that save only the compute-dtype
+            # logits (the graph's input) and per-token statistics, and its backward kernel
+            # writes the logits' gradient straight in the compute dtype: one compute-dtype
+            # [tokens, vocab] tensor held, one more at the start of backward
+            held, fwd_tr, bwd_tr = tokens * vocab * act, 0.0, tokens * vocab * act
         if compute_dtype_loss:
             # F.cross_entropy on compute-dtype logits (no .float()): log_softmax saves its
             # compute-dtype output; backward writes the gradient of that output

@@ -325,8 +325,9 @@ def logits_bytes(tokens: float, vocab: float, act_bytes: int, *, loss: str,
     ``standard``: the fp32 log-softmax output is saved; backward adds its gradient and the
     logits' gradient (``LOGITS_FP32_COPIES_BACKWARD`` fp32 copies in all;
     ``LOSS_PARALLEL_FP32_COPIES_BACKWARD`` with ``vocab_parallel``, PyTorch ``loss_parallel``).
-    ``compiled`` does not change it: torchtitan's ``apply_compile`` compiles the transformer
-    blocks, not the loss (its Llama-3.1-8B CP rows need three fp32 copies).
+    ``compiled`` does not change it: ``apply_compile`` compiles the transformer blocks; a
+    compiled loss function (torchtitan's, fmest.stacks.loss_compiled) is the estimator's
+    ``loss_compiled`` branch (the evidence's torchtitan @9dec370 rows ran an eager loss).
     ``chunked`` (torchtune ``CEWithChunkedOutputLoss``): compute-dtype logits are kept and one
     chunk gradient exists at a time (compute dtype when the loss is compiled, fp32 eager).
     ``fused`` (Liger, cut-cross-entropy): only a chunk exists.

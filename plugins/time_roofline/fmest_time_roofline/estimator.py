@@ -622,8 +622,11 @@ def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: Ma
     moved = (fwd_tok + bwd_tok) * shape.tokens * shape.stage_layers
     # the recompute runs the forward kernels once more, in the recomputed blocks
     moved += fwd_tok * shape.tokens * shape.stage_layers * shape.recompute_share
+    # a compiled model compiles its loss too unless the job says not (training.compile_loss
+    # false: the loss runs eager beside the compiled blocks)
     moved += F.loss_bytes_per_token(model.vocab_size, stack_loss(training, stack),
-                                    compiled=compiled) * shape.tokens / shape.tp
+                                    compiled=compiled and training.compile_loss is not False) \
+        * shape.tokens / shape.tp
     if training.attention == "eager":
         # a stack whose eager attention runs its own fused scale-mask-softmax gives the
         # chain's (forward, backward) bytes per score (stacks.toml elementwise_bytes
