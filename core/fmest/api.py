@@ -119,7 +119,8 @@ def with_searches(report: "Report", engine: "Engine",
 
             known = (report.context.layout, search.judge(
                 report.job, report.memory, usable_memory_bytes(report.job, report.context)))
-        found["min_gpus"] = search.min_gpus(engine, report.job, known=known)
+        found["min_gpus"] = search.min_gpus(engine, report.job, known=known,
+                                            ctx=report.context)
     warnings = tuple(dict.fromkeys((*report.warnings, *notes)))
     report = attrs.evolve(report, warnings=warnings, **found)
     if "to_make_it_fit" in searches:

@@ -52,6 +52,7 @@ from fmest.errors import FmestError
 if TYPE_CHECKING:
     from fmest.engine import Engine, Report
     from fmest.job import Job
+    from fmest.searches import Judged
 
 #: Most estimates one report's advice makes (each candidate is one; a group stops at its first
 #: that fits).
@@ -117,15 +118,22 @@ def rank_key(item: FitChange) -> tuple:
             item.change)
 
 
-def _does_not_fit(report: "Report") -> Optional[bool]:
-    """Whether the report's answer fails at its fit confidence (None: nothing to judge)."""
+def _report_judged(report: "Report") -> Optional["Judged"]:
+    """The report's answer judged at its fit confidence (:func:`fmest.searches.judge`, against
+    :func:`fmest.engine.usable_memory_bytes`); None: nothing to judge. Made once per advice:
+    whether it fits, and the peak a larger GPU must hold (:func:`_larger_gpus`)."""
     from fmest.engine import usable_memory_bytes
     from fmest.searches import judge
 
     if report.memory is None or report.fits is None:
         return None
-    return not judge(report.job, report.memory,
-                     usable_memory_bytes(report.job, report.context)).fits
+    return judge(report.job, report.memory, usable_memory_bytes(report.job, report.context))
+
+
+def _does_not_fit(report: "Report") -> Optional[bool]:
+    """Whether the report's answer fails at its fit confidence (None: nothing to judge)."""
+    judged = _report_judged(report)
+    return None if judged is None else not judged.fits
 
 
 def to_make_it_fit(engine: "Engine", report: "Report") -> Optional[list[FitChange]]:
@@ -133,13 +141,13 @@ def to_make_it_fit(engine: "Engine", report: "Report") -> Optional[list[FitChang
     ``None`` when it is not judged (no memory answer, an inference job)."""
     if report.job.mode != "training":
         return None
-    failing = _does_not_fit(report)
-    if failing is None:
+    judged = _report_judged(report)
+    if judged is None:
         return None
-    if not failing:
+    if judged.fits:
         return []
     found: list[FitChange] = []
-    groups = _groups(engine, report)
+    groups = _groups(engine, report, judged)
     open_groups = list(range(len(groups)))
     budget = MAX_ESTIMATES
     rank = 0
@@ -273,8 +281,10 @@ def _ratio(before: "Report", job: "Job", ctx: Any, time: Any) -> Optional[float]
     return new / old
 
 
-def _groups(engine: "Engine", report: "Report") -> list[Sequence[_Option]]:
-    """The candidates, each group tried in order until one fits (module doc)."""
+def _groups(engine: "Engine", report: "Report",
+            judged: Optional["Judged"] = None) -> list[Sequence[_Option]]:
+    """The candidates, each group tried in order until one fits (module doc); ``judged``: the
+    report's answer judged (:func:`_report_judged`), made here when not given."""
     job, ctx = report.job, report.context
     tr, par, lay = job.training, job.parallelism, ctx.layout
     groups: list[Sequence[_Option]] = []
@@ -340,7 +350,7 @@ def _groups(engine: "Engine", report: "Report") -> list[Sequence[_Option]]:
     if more is not None:
         groups.append([more])
     # a GPU with more memory, same vendor
-    groups.append(_larger_gpus(report, option))
+    groups.append(_larger_gpus(report, option, judged))
     # what is trained
     techniques = {"full": ["lora", "qlora"], "lora": ["qlora"]}.get(tr.technique, [])
     groups.append([option("training", ("--technique", t), training={"technique": t})
@@ -408,18 +418,22 @@ def _more_gpus(engine: "Engine", report: "Report") -> Optional[_Option]:
     return _Option(flags=tuple(flags), kind="hardware", base=new)
 
 
-def _larger_gpus(report: "Report", option) -> list[_Option]:
+def _larger_gpus(report: "Report", option,
+                 judged: Optional["Judged"] = None) -> list[_Option]:
     """A GPU of the same vendor with more memory and a FLOP figure for the job's dtype, whose
     usable memory is at least 90 % of the job's peak: smallest memory first, the fastest among
-    equals (at most two tried)."""
+    equals (at most two tried). ``judged``: the report's answer judged
+    (:func:`_report_judged`), made here when not given."""
     from fmest.engine import usable_memory_bytes
-    from fmest.searches import judge
 
     job, gpu, dtype = report.job, report.context.gpu, report.job.training.dtype
     # the peak hardly moves with the GPU (its CUDA context, the allocator's reserve): a GPU
     # whose usable memory is well below today's peak is not tried
     assert report.memory is not None
-    need = judge(job, report.memory, usable_memory_bytes(job, report.context)).peak
+    if judged is None:
+        judged = _report_judged(report)
+        assert judged is not None
+    need = judged.peak
     share = usable_memory_bytes(job, report.context) / gpu.memory_bytes
     seen, larger = set(), []
     for spec in report.context.registries.gpus.values():

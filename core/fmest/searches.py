@@ -358,7 +358,8 @@ def _sharded_candidates(mp: int, gpus_per_node: int, tp: int, cp: int, ep: int, 
 
 def min_gpus(engine: "Engine", job: Job, *,
              known: Optional[tuple["Layout", Judged]] = None,
-             confidence: Optional[float] = None) -> MinGpus:
+             confidence: Optional[float] = None,
+             ctx: Optional["EstimateContext"] = None) -> MinGpus:
     """The fewest GPUs of the job's type at which ``job`` fits, keeping its strategy, judged
     at ``confidence`` (default: the job's ``options.fit_confidence``; :func:`judge`).
 
@@ -380,7 +381,11 @@ def min_gpus(engine: "Engine", job: Job, *,
     ``known``: ``(layout, judged)`` of the job as the report already estimated it, its answer
     judged at the same confidence (:func:`judge`); when that layout is one of the candidates,
     its answer is used instead of probing it again (the report's verdict is the search's own
-    rule: same policy, knobs and usable memory)."""
+    rule: same policy, knobs and usable memory).
+
+    ``ctx``: ``job``'s own context when the caller has it (a report's ``context`` for its
+    ``job``), so the strategy is read from it instead of checking and resolving the job again
+    (:meth:`fmest.engine.Engine.context` of that job returns that context)."""
     par = job.parallelism
     spec = engine.registries.gpus.get(job.hardware.gpu)
     cap = spec.capacity_bytes    # what CUDA reports (gpus.csv cuda_total_gib), else the label
@@ -388,7 +393,8 @@ def min_gpus(engine: "Engine", job: Job, *,
         return MinGpus(None, "min_gpus is searched for training jobs", 1, None)
     level = job.options.fit_confidence if confidence is None else confidence
     gpn = job.hardware.gpus_per_node or DEFAULT_GPUS_PER_NODE
-    strategy = engine.context(job).sharding     # raises InputError naming a bad field
+    # raises InputError naming a bad field (a given context was built from the checked job)
+    strategy = (ctx if ctx is not None else engine.context(job)).sharding
     mp = par.tp * par.pp * par.cp
     make: Callable[[int], Job]
     candidates: Sequence[int]
