@@ -167,12 +167,21 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
     (Liger fused linear cross-entropy) or a fused cross-entropy named in ``other`` ->
     ``loss=fused``; "activation offloading" -> ``activation_offload``. ``litgpt`` LoRA/QLoRA
     rows -> ``loss=chunked``: Lit-GPT's finetune/lora.py always computes the head and the
-    cross-entropy in 128-token chunks (``lm_head_chunk_size=128``, ``chunked_cross_entropy``).
+    cross-entropy in 128-token chunks (``lm_head_chunk_size=128``, ``chunked_cross_entropy``),
+    at 8641822 and in the 2024 package alike (litgpt/finetune/lora.py, adapter.py,
+    adapter_v2.py at 00af8b0d9b43eaa3f8c812e3e8bd53ef38cbb49d). Full fine-tunes stay
+    ``standard``: finetune/full.py runs the head unchunked (8641822: ``chunk_size=0``;
+    00af8b0d: the default 128-row chunks of the cross-entropy only, over the whole logits).
 12. **Stack**: the ``stack`` column is kept on the mapping (``Mapped.stack``, the breakdown's key)
     and passed as ``training.stack`` when fmest's job has that field (issue 12), detected at run
     time. Stacks outside issue 12's profiles pass as the profile they run on (``STACK_PROFILES``:
     ms-swift -> hf-trainer, its trainer is transformers'; litgpt -> lit-gpt, the 2023 Lit-GPT
-    profile of stacks.toml (the resource tables name Lit-GPT commit 8641822); xtuner ->
+    profile of stacks.toml (the resource tables name Lit-GPT commit 8641822), or -> litgpt, the
+    2024+ ``litgpt`` package's profile, when the row states that package
+    (``litgpt_package_2024``: a Lit-GPT/LitGPT commit its ``stack_version`` or ``other`` names
+    and ``LITGPT_COMMIT_DATES`` dates 2024 or later decides; else ``config_hub``, a
+    ``litgpt/<package dir>`` source path, ``litgpt finetune`` or a ``litgpt`` package version
+    in ``stack_version``/``other``/``source_url``); xtuner ->
     deepspeed, mmengine on DeepSpeed). A ``litgpt`` row runs Lit-GPT's own model code, not
     transformers': where the preset's ``hidden_act`` names an activation Lit-GPT computes
     as one fused op, the row's ``model_config`` says so (``LITGPT_ACTIVATIONS``). A row whose
@@ -321,6 +330,34 @@ MS_SWIFT_DEFAULT_TRUNCATION = re.compile(r"ms-swift default truncation strategy"
 #: calls ``gelu_pytorch_tanh``; transformers' ``gelu_new`` (phi) is the same function written
 #: as several eager ops.
 LITGPT_ACTIVATIONS = {"gelu_new": "gelu_pytorch_tanh"}
+#: Lit-GPT/LitGPT commits the evidence rows name, with their commit dates (the mirror
+#: Lightning-AI/litgpt, ``git log -1 --format=%cd``), for rule 12's profile choice
+LITGPT_COMMIT_DATES = {"8641822": "2023-10-16", "00af8b0d": "2024-09-27"}
+#: a stated Lit-GPT/LitGPT commit (rule 12): "Lit-GPT commit 8641822", "litgpt@00af8b0d"
+LITGPT_COMMIT = re.compile(r"lit[-_ ]?gpt\s*(?:commit\s*|@\s*)([0-9a-f]{7,40})\b", re.I)
+#: wording of the 2024+ ``litgpt`` package (rule 12): its config_hub, a path inside the
+#: package (``litgpt/finetune/lora.py``; not the repository URL's ``litgpt/blob/``), its CLI,
+#: a pip version (the 2023 ``lit_gpt`` package had none)
+LITGPT_2024_WORDING = re.compile(
+    r"config_hub|litgpt finetune|(?<![\w-])litgpt/(?:finetune|model|lora|adapter|adapter_v2|"
+    r"utils|config|data|pretrain|generate|scripts|api|tokenizer|args|prompts)\b|"
+    r"\blitgpt\s*(?:==|v)?\s*0\.\d+\.\d+", re.I)
+
+
+def litgpt_package_2024(row: dict) -> bool:
+    """Rule 12: the ``litgpt`` row ran the 2024+ ``litgpt`` package (stacks.toml ``litgpt``),
+    not the 2023 ``lit_gpt`` one (``lit-gpt``). A dated commit stated in ``stack_version`` or
+    ``other`` decides (the URL's blob commit may be a later copy of an older table: the 2023
+    resource tables are read at 4839345a, 2024-03, and ran 8641822); else the package's
+    wording in ``stack_version``, ``other`` or ``source_url`` (``LITGPT_2024_WORDING``)."""
+    stated = f"{row.get('stack_version') or ''} {row.get('other') or ''}"
+    for commit in LITGPT_COMMIT.findall(stated):
+        for known, date in LITGPT_COMMIT_DATES.items():
+            if commit.lower().startswith(known) or known.startswith(commit.lower()):
+                return date >= "2024"
+    return bool(LITGPT_2024_WORDING.search(f"{stated} {row.get('source_url') or ''}"))
+
+
 #: Stacks outside issue 12's profile names -> the profile they run on (rule 12).
 STACK_PROFILES = {"ms-swift": "hf-trainer", "litgpt": "lit-gpt", "xtuner": "deepspeed",
                   "llama-factory": "hf-trainer", "axolotl": "hf-trainer",
@@ -1035,6 +1072,8 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     # rule 12
     if stack and "stack" in _training_fields():
         training["stack"] = STACK_PROFILES.get(stack, stack)
+        if stack == "litgpt" and litgpt_package_2024(row):
+            training["stack"] = "litgpt"
     if KEMPNERFORGE_FRAMEWORK.search(other) and "stack" in _training_fields():
         training["stack"] = "kempnerforge"
     if FSDP_QLORA_HARNESS.search(other) and "stack" in _training_fields():
