@@ -310,10 +310,15 @@ def main(argv=None) -> int:
     ap.add_argument("--write", action="store_true", help=f"write {OUT.relative_to(ROOT)}")
     ap.add_argument("--sealed", action="store_true",
                     help="score the sealed sources (aggregate only; once per model change)")
+    ap.add_argument("--extra", metavar="CSV", type=Path,
+                    help="also score the rows of CSV (measured.csv's format, kept outside the "
+                         "repo): coverage and P(fit) in aggregate only")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--list-oom", action="store_true",
                     help="list the recorded OOM rows still given P(fit) >= 0.5")
     args = ap.parse_args(argv)
+    if args.extra is not None and (args.list_oom or args.write):
+        ap.error("--extra prints aggregate lines only: not with --list-oom or --write")
 
     rows = measured.load_rows()
     sealed = set(sealed_sources(sorted({r["source"] for r in rows})))
@@ -339,6 +344,23 @@ def main(argv=None) -> int:
                 r["id"]: accuracy.pct_error(r["row"], preds[r["id"]], r["measured"])
                 for r in scored}}
         sealed_res = residuals(sealed_results, errors)
+    extra_res: dict = {"memory": [], "time": []}
+    extra_results: list = []
+    if args.extra is not None:   # scored like the sealed part, with the open sources' fitters
+        extra_rows = accuracy.load_extra(args.extra)
+        extra_results = accuracy.evaluate(extra_rows, progress=False)
+        errors = {}
+        for quantity in ("memory", "throughput"):
+            train = [accuracy.to_scored(r, quantity) for r in open_results
+                     if r["kind"] == quantity and r["status"] == "scored"]
+            scored = [r for r in extra_results
+                      if r["kind"] == quantity and r["status"] == "scored"]
+            preds = accuracy.fit_and_apply(train, [accuracy.to_scored(r, quantity)
+                                                   for r in scored], fitters)
+            errors[quantity] = {"errors_loso": {
+                r["id"]: accuracy.pct_error(r["row"], preds[r["id"]], r["measured"])
+                for r in scored}}
+        extra_res = residuals(extra_results, errors)
     tails = {q: choose_tail(v) for q, v in open_res.items()}
     tables = {q: table(v, tail=tails[q], min_sources=SHIPPED_MIN_SOURCES)
               for q, v in open_res.items()}
@@ -354,6 +376,14 @@ def main(argv=None) -> int:
             f"coverage_{q}": coverage(sealed_res[q], functools.partial(_fixed, tables[q]))["all"]
             for q in ("memory", "time") if sealed_res[q]}
         report["sealed"]["fit"] = fit_scores(results, lambda s: tables["memory"], sealed)
+    if args.extra is not None:
+        extra_sources = {r["source"] for r in extra_results}
+        report["extra"] = {
+            f"coverage_{q}": coverage(extra_res[q], functools.partial(_fixed, tables[q]))["all"]
+            for q in ("memory", "time") if extra_res[q]}
+        report["extra"]["sources"] = len(extra_sources)
+        report["extra"]["fit"] = fit_scores(extra_results, lambda s: tables["memory"],
+                                            extra_sources)
     if args.write:
         OUT.write_text(json.dumps({
             "about": "P10/P50/P90 of true / predicted for fmest's analytic memory and step-time "
@@ -421,9 +451,13 @@ def _print(report: dict, list_oom: bool = False) -> None:
         print("  recorded OOMs given P(fit) >= 0.5 (analytic total / device, P(fit)):")
         for m in f["oom_judged_to_fit"]:
             print(f"    {m['id']:<66} {m['total_over_capacity']:6.3f} {m['p_fit']:5.2f}")
-    if "sealed" in report:
-        s = report["sealed"]
-        print(f"\n== SEALED ({report['sealed_sources']} sources, aggregate only) ==")
+    for key, title in (("sealed", f"SEALED ({report['sealed_sources']} sources"),
+                       ("extra", f"EXTRA ({report.get('extra', {}).get('sources')} sources "
+                                 "kept outside the repo")):
+        if key not in report:
+            continue
+        s = report[key]
+        print(f"\n== {title}, aggregate only) ==")
         for q in ("memory", "time"):
             c = s.get(f"coverage_{q}")
             if c:
