@@ -1082,6 +1082,9 @@ class StagePeak:
     #: reserved bytes beyond the allocated peak that FSDP's side-stream pools hold
     #: (fmest.physics.device_terms.fsdp_stream_pool_bytes, issue 21)
     stream_pools: float = 0.0
+    #: the peak is the end of backward with FSDP1's kept block inputs and gradients alive
+    #: (``Activations.kept_input_grads``): every reserved segment holds a live block
+    pinned: bool = False
 
 
 def stage_peak(setup: JobSetup, stage: Stage) -> StagePeak:
@@ -1095,10 +1098,14 @@ def stage_peak(setup: JobSetup, stage: Stage) -> StagePeak:
     best = max(totals, key=totals.__getitem__)
     block = max(acts.logits_held, acts.logits_fwd_extra, acts.logits_bwd_extra / 2,
                 acts.output_logits)
+    # the end-of-backward moment (the last of _backward_candidates) holds the kept inputs
+    pinned = acts.kept_input_grads > 0 and best == "backward" \
+        and phases[best]["activations"] > acts.saved_all + acts.work_layer
     return StagePeak(allocated=totals[best], phase=best, components=phases[best],
                      phase_allocated=totals, stage=stage.name, transient_block=block,
                      layer_block=acts.saved_layer + acts.work_layer,
-                     stream_pools=_stream_pool_bytes(setup, params, state, buffers, acts, stage))
+                     stream_pools=_stream_pool_bytes(setup, params, state, buffers, acts, stage),
+                     pinned=pinned)
 
 
 def _stream_pool_bytes(setup: JobSetup, params: StageParams, state: ModelState,
@@ -1179,7 +1186,7 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
     growth = setup.padded_growth * (peak.components.get("activations", 0.0)
                                     + peak.components.get("logits_and_loss", 0.0))
 
-    def reserve(allocated: float) -> float:
+    def reserve(allocated: float, pinned: bool = False) -> float:
         held = F.allocator_reserve_bytes(allocated, expandable, peak.transient_block,
                                          peak.layer_block) + growth \
             + peak.stream_pools if fitted is None \
@@ -1196,9 +1203,16 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
         room = setup.capacity_bytes - ctx_bytes - allocated
         if room < 0:
             return held
-        return min(held, max(room, F.irreducible_reserve_bytes(allocated, expandable)))
+        # FSDP1's frozen units keep every checkpointed block's input and its gradient to the
+        # end of backward (fsdp1_keeps_checkpoint_inputs): each kept gradient is carved out of
+        # the segments the block's backward working set had just used, so at that peak every
+        # segment holds a live block and no release gives the reserve back (replays:
+        # plugins/memory_theory/scripts/replay_fsdp1_kept_floor.py, floor / reserve 0.97-0.99)
+        floor = held if pinned else F.irreducible_reserve_bytes(allocated, expandable)
+        return min(held, max(room, floor))
 
-    components["allocator_reserve"] = int(round(reserve(peak.allocated)))
+    components["allocator_reserve"] = int(round(reserve(peak.allocated,
+                                                        peak.pinned and not expandable)))
     total = sum(components.values())
     # the peak phase's entry is the total (its reserve is the one computed just above)
     phase_peaks = {name: total if name == peak.phase else int(round(value + reserve(value)
