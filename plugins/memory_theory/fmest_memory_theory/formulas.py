@@ -40,6 +40,21 @@ NORM_UPCAST_BYTES = FP32_BYTES
 #: ...and ``weight * normed.to(dtype)`` keeps the pre-scale compute-dtype tensor for the
 #: weight gradient: one more compute-dtype copy per eager norm (see ``norm_saved_bytes``).
 NORM_EAGER_PRESCALE_COPIES = 1
+#: Model types whose transformers code normalises with ``torch.nn.LayerNorm`` (one
+#: ``native_layer_norm`` kernel that saves its input, and fp32 mean and rstd per row, and
+#: applies the weight inside: no pre-scale copy), by how the input reaches it: ``native`` in
+#: the activations' dtype, fp32 when torch.autocast casts it (``layer_norm`` is on autocast's
+#: fp32 list, torch/csrc/autograd/autocast_mode / aten/src/ATen/autocast_mode.cpp); ``low``:
+#: MPT's ``LPLayerNorm`` runs ``F.layer_norm`` on the downcast input with autocast off.
+#: transformers 5.24.0 modeling files: gpt2 (``GPT2Block.ln_1 = nn.LayerNorm``), gpt_neox,
+#: falcon, phi, bloom, opt, gpt_bigcode, gptj, gpt_neo, starcoder2, stablelm, codegen, bart
+#: (``nn.LayerNorm``); mpt ``LPLayerNorm`` (mosaicml llm-foundry ``layers/norm.py``).
+#: RMSNorm models (llama, mistral, qwen2, gemma, phi3 ...) upcast explicitly (above).
+LAYER_NORM_MODEL_TYPES = {
+    **{t: "native" for t in ("gpt2", "gpt_neox", "falcon", "RefinedWeb", "RefinedWebModel",
+                             "phi", "bloom", "opt", "gpt_bigcode", "gptj", "gpt_neo",
+                             "starcoder2", "stablelm", "codegen", "bart")},
+    "mpt": "low"}
 #: Eager attention modules (transformers ``attn_output.transpose(1, 2).contiguous()``,
 #: torchtune ``output.transpose(1, 2).contiguous().view(...)``) feed the output projection a
 #: contiguous copy of the attention output, which that matmul saves beside the copy the

@@ -67,6 +67,9 @@ class LayerInputs:
     #: dropout in front of every adapter (``lora_dropout``) and the fused qkv LoRA's zero pad
     #: (``lora_qkv_zero_pad``)
     norm_no_upcast: bool = False
+    #: the model's norms are ``torch.nn.LayerNorm`` (formulas.LAYER_NORM_MODEL_TYPES:
+    #: ``native`` or ``low``; ``""``: RMSNorm with its explicit fp32 upcast)
+    layer_norm: str = ""
     fused_qkv_views: bool = False
     lora_dropout: float = 0.0
     lora_qkv_zero_pad: bool = False
@@ -137,15 +140,19 @@ def norm_block_bytes(hidden: float, inputs: LayerInputs, output_needed: bool) ->
     """One norm's saved bytes (formulas.norm_saved_bytes); under DTensor SP its sharded input
     plus the full-sequence gathered output the matmuls keep."""
     upcast = not (inputs.compiled or inputs.fused_norm or inputs.norm_no_upcast)
+    prescale = inputs.trainable_all
+    if upcast and inputs.layer_norm:
+        # torch.nn.LayerNorm (formulas.LAYER_NORM_MODEL_TYPES): the kernel keeps its input,
+        # fp32 only when autocast cast it; the weight is applied inside, no pre-scale copy
+        upcast, prescale = inputs.autocast and inputs.layer_norm == "native", False
     if not inputs.dtensor_sp:
         output = inputs.tokens * hidden * inputs.gemm_bytes if output_needed else 0.0
         return (F.norm_saved_bytes(inputs.tokens, hidden, inputs.act_bytes, upcast=upcast,
-                                   output_needed=False,
-                                   weight_trainable=inputs.trainable_all)
+                                   output_needed=False, weight_trainable=prescale)
                 + output) / inputs.norm_divisor
     return (F.norm_saved_bytes(inputs.tokens, hidden, inputs.act_bytes, upcast=upcast,
                                output_needed=False,
-                               weight_trainable=inputs.trainable_all) / inputs.norm_divisor
+                               weight_trainable=prescale) / inputs.norm_divisor
             + (inputs.tokens * hidden * inputs.act_bytes if output_needed else 0.0))
 
 
