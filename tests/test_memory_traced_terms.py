@@ -81,6 +81,24 @@ def test_fused_qkv_elements_mha_and_gqa(engine):
     assert LY.fused_qkv_saved_elements(gqa.model, gqa.dims) == 3 * gqa.dims.q_dim
 
 
+def test_fused_qkv_mqa_expanded_by_litgpt_2024(engine):
+    """falcon-7b (one key/value head): Lit-GPT 2023 keeps the fused output as a view, LitGPT
+    2024+ expands k and v to every query head in training (stacks.toml fused_qkv_expands_mqa)."""
+    def falcon(stack):
+        job = _job(stack)
+        job["training"]["lora_target_modules"] = ["query_key_value"]
+        return _setup(engine, {**job, "model": "tiiuae/falcon-7b"})
+
+    mqa = falcon("lit-gpt")
+    q, k = mqa.dims.q_dim, mqa.dims.k_dim
+    assert mqa.model.num_kv_heads == 1
+    assert LY.fused_qkv_saved_elements(mqa.model, mqa.dims) == q + k + (q + 2 * k)
+    assert LY.fused_qkv_saved_elements(mqa.model, mqa.dims, expands_mqa=True) == 3 * q
+    new = falcon("litgpt")
+    assert E._layer_inputs(new).fused_qkv_expands_mqa
+    assert not E._layer_inputs(mqa).fused_qkv_expands_mqa
+
+
 def test_litgpt_growth_per_micro_batch(engine):
     """The mb1 -> mb2 growth follows the traced per-token bytes (32 blocks), the log-probs of
     the chunked loss and the step's working set: more than before the traced terms."""

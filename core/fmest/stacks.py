@@ -117,6 +117,12 @@ class StackProfile:
     #: under ``training.compile`` the stack compiles its cross-entropy too: the ``standard``
     #: loss runs as Inductor's fused kernels (fmest.stacks.loss_compiled)
     compiles_loss: bool = False
+    #: the weight-gradient GEMM accumulates into the fp32 main gradient in place (Megatron-Core
+    #: gradient_accumulation_fusion): no read-add-write pass per accumulated micro-batch
+    wgrad_accumulation_fused: bool = False
+    #: fp8 weights (and their transposes) are cast once per step and reused by the other
+    #: micro-batches (Transformer Engine ``is_first_microbatch``)
+    fp8_weight_cast_per_step: bool = False
     #: how the stack's default collator forms batches (fmest.job.PADDINGS): a job's
     #: ``training.padding`` of None takes it; None: not stated (fixed shapes, every sample
     #: counted at ``seq_len``: what fmest did before the field)
@@ -154,6 +160,9 @@ class StackProfile:
     #: and k are new tensors and, where v stays a view (MHA, MQA), attention keeps the whole
     #: fused qkv output alive; with grouped queries k and v are expanded copies
     fused_qkv_views: bool = False
+    #: with ``fused_qkv_views``: a single key/value head (MQA) is expanded to every query head
+    #: in training too, as grouped queries are (LitGPT 2024+)
+    fused_qkv_expands_mqa: bool = False
     #: dropout the stack's LoRA applies to each adapter input (0: none): its output and mask
     #: are saved for backward
     lora_dropout: float = 0.0

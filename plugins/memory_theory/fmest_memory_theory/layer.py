@@ -71,6 +71,7 @@ class LayerInputs:
     #: ``native`` or ``low``; ``""``: RMSNorm with its explicit fp32 upcast)
     layer_norm: str = ""
     fused_qkv_views: bool = False
+    fused_qkv_expands_mqa: bool = False
     lora_dropout: float = 0.0
     lora_qkv_zero_pad: bool = False
     #: bytes per element of the residual stream between layers (None: ``act_bytes``). PEFT's
@@ -163,7 +164,8 @@ def attention_block_bytes(model: ModelSpec, dims: ModelNumbers, inputs: LayerInp
     kv_split = min(tp, max(1, model.num_kv_heads))
     qkv = tokens * (dims.q_dim / tp + (dims.k_dim + dims.v_dim) / kv_split) * act
     if inputs.fused_qkv_views:
-        qkv = tokens * fused_qkv_saved_elements(model, dims) / tp * act
+        qkv = tokens * fused_qkv_saved_elements(model, dims, inputs.fused_qkv_expands_mqa) \
+            / tp * act
     core = F.attention_core_bytes(tokens=tokens, batch=inputs.batch, seq=inputs.seq,
                                   heads=model.num_attention_heads / tp, q_dim=dims.o_dim / tp,
                                   act_bytes=act, attention=inputs.attention,
@@ -179,15 +181,19 @@ def attention_block_bytes(model: ModelSpec, dims: ModelNumbers, inputs: LayerInp
     return qkv, core, o_in
 
 
-def fused_qkv_saved_elements(model: ModelSpec, dims: ModelNumbers) -> float:
+def fused_qkv_saved_elements(model: ModelSpec, dims: ModelNumbers,
+                             expands_mqa: bool = False) -> float:
     """Elements per token that attention keeps from a fused qkv projection split by views
     (Lit-GPT ``CausalSelfAttention.forward``, Lightning-AI/litgpt 8641822 lit_gpt/model.py):
     the roped q and k are new tensors (``torch.cat`` of the roped and the pass-through part);
     with one key/value head per query (MHA) or a single one (MQA) v is a view of the fused
     output, which stays alive whole; with grouped queries (GQA) k and v are expanded to every
-    query head first, v by a reshape copy, and the fused output is freed."""
+    query head first, v by a reshape copy, and the fused output is freed. ``expands_mqa``: the
+    2024+ LitGPT code expands a single key/value head too when training (stacks.toml
+    ``fused_qkv_expands_mqa``: ``input_pos is None or n_query_groups != 1``, litgpt/model.py at
+    00af8b0d9b43eaa3f8c812e3e8bd53ef38cbb49d), so MQA takes the GQA count."""
     groups, heads = max(1, model.num_kv_heads), model.num_attention_heads
-    if groups in (heads, 1):
+    if groups == heads or (groups == 1 and not expands_mqa):
         return dims.q_dim + dims.k_dim + (dims.q_dim + dims.k_dim + dims.v_dim)
     return 3.0 * dims.q_dim
 
