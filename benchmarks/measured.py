@@ -121,7 +121,8 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    except the Megatron 2021 rows (fp16 on ``megatron-core``, as in rule 3): the PTD-P runs
    (Narayanan et al. 2021) predate sequence parallelism (Korthikanti et al. 2022) and
    Transformer Engine's TP communication overlap (``--tp-comm-overlap``, 2023), so their TP is
-   plain all-reduce, not overlapped (``tp_comm_overlap`` false). Expert TP: ``ETP=N`` (or
+   plain all-reduce, not overlapped (``tp_comm_overlap`` false), and they predate gradient
+   accumulation fusion (Megatron-LM 83b1e42f, 2022-02: ``grad_accumulation_fusion`` false). Expert TP: ``ETP=N`` (or
    ``expert_tp=N``, ``expert_tensor_parallel_size=N``) in ``other``, or
    ``expert_tensor_parallel_size=N`` / ``--expert-tensor-parallel-size N`` in
    ``source_quote`` -> ``expert_tp`` (Megatron-Core's default when unstated: = tp).
@@ -978,6 +979,10 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     if ep > 1:  # rule 7: the MoE dispatcher and EP overlap the row states
         par.update(_moe_settings(kv, low))
     megatron_2021 = stack == "megatron-core" and (row["dtype"] or "").lower().startswith("fp16")
+    if megatron_2021 and "grad_accumulation_fusion" in _training_fields():
+        # rule 7: the PTD-P runs predate gradient accumulation fusion (Megatron-LM 83b1e42f,
+        # 2022-02-16, "gradient accumulation fusion")
+        training["grad_accumulation_fusion"] = False
     if tp > 1 and megatron_2021:  # rule 7: before sequence parallelism and TP overlap
         par["tp_comm_overlap"] = False
     elif tp > 1 and (stack in ("torchtitan", "megatron-core")

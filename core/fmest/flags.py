@@ -314,6 +314,10 @@ JOB_FLAGS: tuple[Flag, ...] = (
     _bool("--activation-offload", group=_TRAIN, path="training.activation_offload",
           help="offload saved activations to CPU"),
     _bool("--compile", group=_TRAIN, path="training.compile", help="torch.compile the model"),
+    _bool("--grad-accumulation-fusion", group=_TRAIN, path="training.grad_accumulation_fusion",
+          help="Megatron-Core gradient_accumulation_fusion (the weight-gradient GEMM "
+               "accumulates into the fp32 main gradient; default: the stack's, on for "
+               "megatron-core); false = --no-gradient-accumulation-fusion"),
     _bool("--compile-loss", group=_TRAIN, path="training.compile_loss",
           help="with --compile: the loss function is compiled too (fused upcast and "
                "log-softmax: no fp32 [tokens, vocab] copies); default: the stack's (torchtitan "

@@ -258,6 +258,12 @@ class Training:
     #: (stacks.toml ``compiles_loss``: torchtitan compiles its loss under ``--compile``);
     #: only with ``compile`` and the ``standard`` loss (fmest.stacks.loss_compiled)
     compile_loss: Optional[bool] = None
+    #: Megatron-Core ``gradient_accumulation_fusion``: the weight-gradient GEMM accumulates into
+    #: the fp32 main gradient in place, so accumulated micro-batches need no read-add-write of
+    #: the gradient buffer; None = the training stack's default (stacks.toml
+    #: ``wgrad_accumulation_fused``: megatron-core on, since Megatron-LM 83b1e42f, 2022-02);
+    #: False = ``--no-gradient-accumulation-fusion``
+    grad_accumulation_fusion: Optional[bool] = None
     #: ``PADDINGS``; None = the training stack's default (stacks.toml ``padding``; without
     #: one: not stated, every sample counted at ``seq_len``). With ``workload.avg_seq_len``:
     #: ``longest`` runs shorter batches and the caching allocator's reserve grows with the

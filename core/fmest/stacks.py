@@ -546,3 +546,13 @@ def loss_compiled(training, stack: Optional["ResolvedStack"]) -> bool:
     if training.compile_loss is not None:
         return bool(training.compile_loss)
     return bool(stack is not None and stack.profile.compiles_loss)
+
+
+def wgrad_accumulation_fused(training, stack: Optional["ResolvedStack"]) -> bool:
+    """Whether the weight-gradient GEMM accumulates into the main gradient in place
+    (``training.grad_accumulation_fusion``, else the stack's ``wgrad_accumulation_fused``):
+    the time model and the planner then price no read-add-write per accumulated
+    micro-batch."""
+    if training.grad_accumulation_fusion is not None:
+        return bool(training.grad_accumulation_fusion)
+    return bool(stack is not None and stack.profile.wgrad_accumulation_fused)

@@ -251,6 +251,13 @@ def _apply(name: str, value: Any, key: str, sink: Sink, state: _State) -> None:
     elif name in ("overlap_grad_reduce", "overlap_param_gather"):
         sink.ignore(key, "the megatron-core stack overlaps gradient reduce (and, with the "
                     "distributed optimizer, parameter gather) with compute (stacks.toml)")
+    elif name == "gradient_accumulation_fusion":
+        sink.set("training.grad_accumulation_fusion", sink.bool_(key, value), key)
+    elif name == "no_gradient_accumulation_fusion":
+        if sink.bool_(key, value):
+            sink.set("training.grad_accumulation_fusion", False, key)
+        else:
+            sink.ignore(key, "false")
     elif name == "cross_entropy_loss_fusion":
         if sink.bool_(key, value):
             sink.set("training.loss", "fused", key)

@@ -29,7 +29,7 @@ from fmest.physics.gpu_prefix import value_by_gpu_prefix
 from fmest.plan import calibrate as cal
 from fmest.plan import space as sp
 from fmest.plan import vector as vec
-from fmest.stacks import loss_compiled
+from fmest.stacks import loss_compiled, wgrad_accumulation_fused
 
 #: Global batch used when neither ``--global-batch-tokens`` nor the job fixes one (the job is
 #: one sample per step): 2^20 tokens, inside the 0.5M-4M token batches of published LLM
@@ -925,7 +925,8 @@ def _stack_time_flags(ctx: dict) -> dict:
     stack, training, model = ctx["stack"], ctx["job"].training, ctx["model"]
     if stack is None:
         return dict(tp_overlap=False, pp_overlap=False, dp_reduce_overlap=True,
-                    dp_gather_overlap=False, hp_accum_bytes=0.0, moe_sync=False)
+                    dp_gather_overlap=False, hp_accum_bytes=0.0, moe_sync=False,
+                    wgrad_fused=wgrad_accumulation_fused(training, None))
     hp = float(stack.profile.hp_grad_accum_bytes or 0.0)
     if not hp or training.technique != "full" or not fp32_main_grads(
             stack.profile, training, dtype_info(training.dtype).storage_dtype):
@@ -933,7 +934,10 @@ def _stack_time_flags(ctx: dict) -> dict:
     return dict(tp_overlap=stack.overlaps("tp"), pp_overlap=stack.overlaps("pp_p2p"),
                 dp_reduce_overlap=stack.overlaps("dp_reduce"),
                 dp_gather_overlap=stack.overlaps("dp_gather"), hp_accum_bytes=hp,
-                moe_sync=stack.name == "megatron-core" and bool(model.is_moe))
+                moe_sync=stack.name == "megatron-core" and bool(model.is_moe),
+                # the weight-gradient GEMM accumulates in place (time_roofline
+                # memory_bound_seconds: no read-add-write per micro-batch)
+                wgrad_fused=wgrad_accumulation_fused(training, stack))
 
 
 def _intra_bw(gpu) -> float:

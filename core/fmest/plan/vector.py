@@ -487,10 +487,11 @@ def step_seconds(cfg: dict, parts: Optional[dict] = None) -> np.ndarray:
         # memory-bound seconds per token, split over tp and pp: taken out here
         probed = hp_bytes * cfg["trainable"] / mp / hbm * tokens / cfg["seq"]
         membound = membound - probed + hp_bytes * grad_local / hbm
-    else:
+    elif not cfg.get("wgrad_fused", False):
         # gradient accumulation reads, adds and writes the gradient buffer per micro-batch
         # (time_roofline: 3 x grad bytes x local params x (m-1)/m at HBM efficiency; autograd's
-        # AccumulateGrad runs outside a torch.compile graph, so compile does not change it)
+        # AccumulateGrad runs outside a torch.compile graph, so compile does not change it);
+        # none where the weight-gradient GEMM accumulates in place (Megatron-Core)
         membound = membound + 3 * cfg["grad_wire_bytes"] * grad_local * (accum - 1) / accum \
             / hbm
     stage_layers = cfg["layers"] / cfg["pp"]

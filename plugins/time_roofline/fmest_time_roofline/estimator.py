@@ -38,7 +38,7 @@ from fmest.physics.counting import (
     trainable_params,
 )
 from fmest.physics.time_constants import host_seconds_per_op
-from fmest.stacks import fp32_main_grads
+from fmest.stacks import fp32_main_grads, wgrad_accumulation_fused
 from fmest.stacks import padding_of as stacks_padding_of
 from fmest.transforms import CommunicationPlan, Transforms, transforms_of
 from fmest_time_roofline import formulas as F
@@ -657,7 +657,10 @@ def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: Ma
         # fp32 copy (DeepSpeed BF16_Optimizer.update_hp_grads), the first micro-batch included
         moved += hp_grad_accum_bytes(training, stack) \
             * local_trainable_params(model, training, shape)
-    elif accum > 1:  # gradient accumulation: read-add-write the gradient buffer per micro-batch
+    elif accum > 1 and not wgrad_accumulation_fused(training, stack):
+        # gradient accumulation: read-add-write the gradient buffer per micro-batch; a stack
+        # whose weight-gradient GEMM accumulates into the main gradient in place (stacks.toml
+        # wgrad_accumulation_fused: Megatron-Core gradient_accumulation_fusion) has no such pass
         grad_local = local_trainable_params(model, training, shape)
         moved += 3 * comm.grad_bytes_per_element * grad_local * (accum - 1) / accum
     hbm = rates.hbm_bytes_per_s
