@@ -3,7 +3,8 @@
 The time model's memory-bound term (``fmest_time_roofline.formulas``: ``*_BYTES_PER_ELEMENT``,
 ``ELEMENTWISE_BACKWARD_FACTOR``, ``COMPILED_BYTES_PER_ELEMENT``) multiplies bytes per element
 by the elements of each op family. This script measures them on CPU, in bf16, on the code that
-runs in training (transformers' ``LlamaRMSNorm``, ``apply_rotary_pos_emb``, the SwiGLU MLP
+runs in training (transformers' ``LlamaRMSNorm``, ``torch.nn.LayerNorm`` (``reslayernorm``: the
+norm of gpt2, gpt_neox, falcon, phi, ...), ``apply_rotary_pos_emb``, the SwiGLU MLP
 activation, ``ForCausalLMLoss``, ``eager_attention_forward``'s scores; torchao's tensorwise
 float8 cast written out as in ``torchao/float8/float8_utils.py``):
 
@@ -17,7 +18,7 @@ float8 cast written out as in ``torchao/float8/float8_utils.py``):
   (what ``torch/_inductor/graph.py`` ``count_bytes`` reports as ``num_bytes_accessed``),
   extern kernels (matmul, SDPA) left out.
 
-Bytes are printed per element of the family's tensor (tokens x hidden for ``resnorm``, tokens x
+Bytes are printed per element of the family's tensor (tokens x hidden for ``resnorm`` and ``reslayernorm``, tokens x
 (q+kv) dims for ``rope``, tokens x intermediate for ``swiglu`` and ``gelu``, tokens x q dims for ``layout``, tokens x vocab for ``ce``,
 scores for ``scores``, GEMM operand elements for ``fp8_cast``). Needs torch and transformers.
 
@@ -128,6 +129,22 @@ def families(tokens: int = 256, hidden: int = 512, q_heads: int = 8, kv_heads: i
         x = x * torch.rsqrt(variance + 1e-6)
         return h, weight * x.to(h.dtype)
 
+    def reslayernorm(res, branch, weight, bias):   # h = res + branch; torch.nn.LayerNorm(h)
+        h = res + branch
+        return h, torch.nn.functional.layer_norm(h, (hidden,), weight, bias, 1e-5)
+
+    def resnorm_amp(res, branch, weight):     # under torch.autocast: the fp32 stream (HF amp),
+        with torch.autocast("cpu", dtype=bf):  # LlamaRMSNorm, the next Linear's input cast
+            h = res + branch
+            x = h.to(torch.float32)
+            x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+            return h, (weight * x.to(h.dtype)).to(bf)
+
+    def reslayernorm_amp(res, branch, weight, bias):  # nn.LayerNorm on autocast's fp32 list
+        with torch.autocast("cpu", dtype=bf):
+            h = res + branch
+            return h, torch.nn.functional.layer_norm(h, (hidden,), weight, bias, 1e-5).to(bf)
+
     def rope(q_lin, k_lin, cos, sin):     # HF: view + transpose, then apply_rotary_pos_emb
         q = q_lin.view(1, tokens, q_heads, head_dim).transpose(1, 2)
         k = k_lin.view(1, tokens, kv_heads, head_dim).transpose(1, 2)
@@ -165,6 +182,14 @@ def families(tokens: int = 256, hidden: int = 512, q_heads: int = 8, kv_heads: i
     return [
         ("resnorm", resnorm, [leaf(tokens, hidden), leaf(tokens, hidden),
                                        leaf(hidden)], tokens * hidden),
+        ("reslayernorm", reslayernorm, [leaf(tokens, hidden), leaf(tokens, hidden),
+                                        leaf(hidden), leaf(hidden)], tokens * hidden),
+        ("resnorm_amp", resnorm_amp, [leaf(tokens, hidden, dtype=torch.float32),
+                                      leaf(tokens, hidden), leaf(hidden, dtype=torch.float32)],
+         tokens * hidden),
+        ("reslayernorm_amp", reslayernorm_amp,
+         [leaf(tokens, hidden, dtype=torch.float32), leaf(tokens, hidden),
+          leaf(hidden, dtype=torch.float32), leaf(hidden, dtype=torch.float32)], tokens * hidden),
         ("rope", rope, [leaf(1, tokens, q_heads * head_dim), leaf(1, tokens, kv_heads * head_dim),
                         cos, sin], tokens * (q_heads + kv_heads) * head_dim),
         ("swiglu", swiglu, [leaf(tokens, inter), leaf(tokens, inter)], tokens * inter),

@@ -118,6 +118,23 @@ class ParamCounts:
                                               "head", "other", "vision", "total", "active")}
 
 
+
+#: Model types whose transformers code normalises with ``torch.nn.LayerNorm`` (one
+#: ``native_layer_norm`` kernel that saves its input and fp32 mean and rstd per row and applies
+#: the weight inside: no pre-scale copy), by how the input reaches it: ``native`` in the
+#: activations' dtype, fp32 when torch.autocast casts it (``layer_norm`` is on autocast's fp32
+#: list, aten/src/ATen/autocast_mode.cpp); ``low``: MPT's ``LPLayerNorm`` runs ``F.layer_norm``
+#: on the downcast input with autocast off (mosaicml llm-foundry ``layers/norm.py``).
+#: transformers 5.24.0 modeling files: gpt2 (``GPT2Block.ln_1 = nn.LayerNorm``), gpt_neox,
+#: falcon, phi, bloom, opt, gpt_bigcode, gptj, gpt_neo, starcoder2, stablelm, codegen, bart.
+#: RMSNorm models (llama, mistral, qwen2, gemma, phi3 ...) upcast explicitly. Read by the memory
+#: and time plugins (saved norm inputs; norm kernel bytes).
+LAYER_NORM_MODEL_TYPES = {
+    **{t: "native" for t in ("gpt2", "gpt_neox", "falcon", "RefinedWeb", "RefinedWebModel",
+                             "phi", "bloom", "opt", "gpt_bigcode", "gptj", "gpt_neo",
+                             "starcoder2", "stablelm", "codegen", "bart")},
+    "mpt": "low"}
+
 @frozen(kw_only=True, cache_hash=True)
 class ModelSpec:
     """A transformer's shape and parameter inventory.
@@ -169,6 +186,13 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def layer_norm(self) -> str:
+        """How the model's transformers code normalises when it is ``torch.nn.LayerNorm``
+        (:data:`LAYER_NORM_MODEL_TYPES`: ``native`` or ``low``); ``""``: RMSNorm, which
+        upcasts explicitly (``hidden_states.to(torch.float32)``)."""
+        return LAYER_NORM_MODEL_TYPES.get(self.model_type, "")
 
     @property
     def num_decoder_layers(self) -> int:

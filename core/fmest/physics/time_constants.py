@@ -311,3 +311,23 @@ DEEPSPEED_PIPE_BLOCKING_TRANSFERS = {"middle": 4, "end": 2}
 #: ``_exec_backward_pass`` (same commit, deepspeed/runtime/pipe/engine.py,
 #: deepspeed/runtime/utils.py ``PartitionedTensor``).
 DEEPSPEED_PIPE_PARTITION_GATHERS = 3
+
+
+# ---------------------------------------------------------------------------------------------
+# The norm family's elementwise bytes (issue 20; fmest_time_roofline.formulas, the planner)
+# ---------------------------------------------------------------------------------------------
+#: The norm family under torch.autocast (fp32 master weights, HF Trainer ``bf16=True``): the
+#: residual stream is fp32 (the fp32 embedding and fp32 norm outputs feed it), the add reads the
+#: fp32 stream and the bf16 branch, ``layer_norm`` runs in fp32 (autocast's fp32 list) and the
+#: next Linear casts its fp32 output to bf16; RMSNorm upcasts anyway. Residual add + norm +
+#: that cast, forward / backward bytes per hidden element, traced by ``python
+#: benchmarks/count_elementwise_bytes.py`` (``resnorm_amp``, ``reslayernorm_amp``: TorchDispatchMode
+#: byte count under ``torch.autocast("cpu", torch.bfloat16)``, torch 2.13, 2026-11-27):
+#: LayerNorm 24.05 / 42.08, RMSNorm 44.06 / 126.10.
+#: The norm's share is the family less the bf16 residual add's 6 / 15.12 (its eager figures).
+AUTOCAST_NORM_FAMILY_BYTES = {"layer_norm": (24.05, 42.08), "rms_norm": (44.06, 126.10)}
+#: The same families without autocast (bf16 stream), forward / backward bytes per hidden
+#: element, same script (``resnorm``, ``reslayernorm``): RMSNorm (transformers ``LlamaRMSNorm``) 42.05 / 106.09, LayerNorm
+#: 10.02 / 16.04 (time_roofline's ``NORM_BYTES_PER_ELEMENT`` / ``LAYER_NORM_BYTES_PER_ELEMENT``
+#: plus the residual add, at their backward factors): what the planner's one-GPU probes price.
+PURE_NORM_FAMILY_BYTES = {"layer_norm": (10.02, 16.04), "rms_norm": (42.05, 106.09)}

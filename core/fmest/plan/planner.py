@@ -423,6 +423,29 @@ def _inner_axes(shardings, ckpts, mbs):
     return h.ravel(), o.ravel(), c.ravel(), m.ravel()
 
 
+def _autocast(job: Job, strategy, stack) -> bool:
+    """Whether the step runs under torch.autocast (core's precision rule: ``amp``)."""
+    from fmest.physics.precision import resolve_precision
+
+    return strategy is not None and resolve_precision(job.training, strategy, stack) == "amp"
+
+
+def _norm_autocast_bytes(ctx: dict, recompute_share: float) -> float:
+    """Bytes per token per layer the two eager norm families of a layer move under autocast
+    beyond the bf16 stream's (time_roofline ``formulas.elementwise_bytes_fwd_bwd`` with
+    ``autocast``: ``fmest.physics.time_constants.AUTOCAST_NORM_FAMILY_BYTES`` less
+    ``PURE_NORM_FAMILY_BYTES``; the forward once more in the recomputed share); 0 where the
+    stack fuses the norm or the blocks are compiled (their own kernels)."""
+    stack, job, model = ctx["stack"], ctx["job"], ctx["model"]
+    if job.training.compile or (stack is not None and stack.fuses("norm")):
+        return 0.0
+    kind = "layer_norm" if model.layer_norm else "rms_norm"
+    amp_f, amp_b = tc.AUTOCAST_NORM_FAMILY_BYTES[kind]
+    pure_f, pure_b = tc.PURE_NORM_FAMILY_BYTES[kind]
+    return 2.0 * model.hidden_size * ((amp_f - pure_f) * (1.0 + recompute_share)
+                                      + (amp_b - pure_b))
+
+
 def _precision_bytes(job: Job, strategy, stack) -> tuple[float, float, float]:
     """(gradient bytes on the wire, gradient bytes per trainable param, activation bytes):
     fp32 reductions under amp/master, the compute dtype under pure (core's precision rule)."""
@@ -659,6 +682,9 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
     keys = sorted(set(zip(sel["hidx"].tolist(), sel["off"].tolist(), sel["ckidx"].tolist(), strict=True)))
     # the share of blocks full checkpointing recomputes (training.checkpoint_fraction)
     share = float(job.training.checkpoint_fraction or 1.0)
+    # the one-GPU time probes run unsharded (zero0, calibrate._time_probe): their precision,
+    # against which each sharding's norm family is corrected (_norm_autocast_bytes)
+    probe_amp = _autocast(job, dict(shardings).get("zero0"), ctx["stack"])
     for h_idx, offload, ck_idx in keys:
         name, strategy = shardings[h_idx]
         states = calib.states(name, "optimizer" if offload else "none")
@@ -691,7 +717,11 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
             # forward share of a micro-batch's compute: 1 of 3 matmul passes, 1 of 3 + share
             # when full checkpointing recomputes the forward of that share of the blocks
             # (Narayanan et al. 2021, section 3.5; time_roofline matmul_times)
-            fwd_share=1.0 / (3.0 + (share if ckpts[ck_idx] == "full" else 0.0)))
+            fwd_share=1.0 / (3.0 + (share if ckpts[ck_idx] == "full" else 0.0)),
+            # bytes per token per layer the norm family adds (or saves) under this
+            # sharding's precision over the probes' (time_roofline: the autocast family)
+            norm_amp_bytes=(float(_autocast(job, strategy, ctx["stack"])) - float(probe_amp))
+            * _norm_autocast_bytes(ctx, share if ckpts[ck_idx] == "full" else 0.0))
         for field_name, value in values.items():
             arr.setdefault(field_name, np.zeros(size))[rows] = value
     return arr

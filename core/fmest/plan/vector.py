@@ -474,6 +474,11 @@ def step_seconds(cfg: dict, parts: Optional[dict] = None) -> np.ndarray:
     membound = (np.where(cfg["sp"], cfg["membound_sp"] / cfg["tp"],
                          cfg["membound_repl"] + cfg["membound_split"] / cfg["tp"]) - head_m) \
         / cfg["pp"] * tokens + head_m * tokens
+    # the norm family under a sharding whose precision differs from the probes' (autocast's
+    # fp32 stream: planner._norm_autocast_bytes), replicated over TP unless sequence-parallel
+    if "norm_amp_bytes" in cfg:
+        membound = membound + cfg["norm_amp_bytes"] * tokens * (cfg["layers"] / cfg["pp"]) \
+            / np.where(cfg["sp"], cfg["tp"], 1.0) / (cfg["hbm_bw"] * HBM_EFFICIENCY)
     accum = cfg["accum"]
     grad_local = local_trainable(cfg) / mp
     hbm = cfg["hbm_bw"] * HBM_EFFICIENCY

@@ -644,7 +644,7 @@ def _layer_inputs(setup: JobSetup) -> LayerInputs:
         frozen_gemm_inputs_saved=quantized_base(training) and quant_saves_inputs,
         norm_no_upcast=norm_no_upcast, fused_qkv_views=fused_qkv_views,
         fused_qkv_expands_mqa=stack_says(stack, "fused_qkv_expands_mqa"),
-        layer_norm=F.LAYER_NORM_MODEL_TYPES.get(setup.model.model_type, ""),
+        layer_norm=setup.model.layer_norm,
         lora_dropout=lora_dropout_of(training, stack), lora_qkv_zero_pad=lora_qkv_zero_pad,
         stream_bytes=_stream_bytes(setup), saved_layer_share=share,
         adapter_extra_bytes=adapter_extra,

@@ -8,6 +8,8 @@ Models", arXiv:2205.05198, section 4): ``T`` tokens of one micro-batch on one GP
 
 from __future__ import annotations
 
+from fmest.models.spec import LAYER_NORM_MODEL_TYPES as _LAYER_NORM_MODEL_TYPES  # noqa: E402
+
 # -- element sizes --------------------------------------------------------------------------
 #: Bytes per element of each training dtype, and the fp8 storage rule, are core's single table
 #: :data:`fmest.transforms.DTYPES` (resolved per job into ``ctx.transforms.optimizer``).
@@ -40,21 +42,8 @@ NORM_UPCAST_BYTES = FP32_BYTES
 #: ...and ``weight * normed.to(dtype)`` keeps the pre-scale compute-dtype tensor for the
 #: weight gradient: one more compute-dtype copy per eager norm (see ``norm_saved_bytes``).
 NORM_EAGER_PRESCALE_COPIES = 1
-#: Model types whose transformers code normalises with ``torch.nn.LayerNorm`` (one
-#: ``native_layer_norm`` kernel that saves its input, and fp32 mean and rstd per row, and
-#: applies the weight inside: no pre-scale copy), by how the input reaches it: ``native`` in
-#: the activations' dtype, fp32 when torch.autocast casts it (``layer_norm`` is on autocast's
-#: fp32 list, torch/csrc/autograd/autocast_mode / aten/src/ATen/autocast_mode.cpp); ``low``:
-#: MPT's ``LPLayerNorm`` runs ``F.layer_norm`` on the downcast input with autocast off.
-#: transformers 5.24.0 modeling files: gpt2 (``GPT2Block.ln_1 = nn.LayerNorm``), gpt_neox,
-#: falcon, phi, bloom, opt, gpt_bigcode, gptj, gpt_neo, starcoder2, stablelm, codegen, bart
-#: (``nn.LayerNorm``); mpt ``LPLayerNorm`` (mosaicml llm-foundry ``layers/norm.py``).
-#: RMSNorm models (llama, mistral, qwen2, gemma, phi3 ...) upcast explicitly (above).
-LAYER_NORM_MODEL_TYPES = {
-    **{t: "native" for t in ("gpt2", "gpt_neox", "falcon", "RefinedWeb", "RefinedWebModel",
-                             "phi", "bloom", "opt", "gpt_bigcode", "gptj", "gpt_neo",
-                             "starcoder2", "stablelm", "codegen", "bart")},
-    "mpt": "low"}
+#: torch.nn.LayerNorm model types (core ``fmest.models.spec.LAYER_NORM_MODEL_TYPES``)
+LAYER_NORM_MODEL_TYPES = _LAYER_NORM_MODEL_TYPES
 #: Eager attention modules (transformers ``attn_output.transpose(1, 2).contiguous()``,
 #: torchtune ``output.transpose(1, 2).contiguous().view(...)``) feed the output projection a
 #: contiguous copy of the attention output, which that matmul saves beside the copy the

@@ -608,7 +608,7 @@ def megatron_module_bytes(training, model, shape: StepShape, sequence_parallel: 
 
 
 def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: MatmulTimes,
-                         comm: CommunicationPlan, stack=None) -> float:
+                         comm: CommunicationPlan, stack=None, autocast: bool = False) -> float:
     """Phase 4: elementwise traffic (norms, activations, RoPE, layouts; recomputed under full
     checkpointing), the loss, eager attention scores, gradient accumulation read-add-write,
     the LoRA layer's and PEFT k-bit preparation's casts (:func:`lora_elementwise_bytes`,
@@ -618,7 +618,8 @@ def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: Ma
     compiled = bool(training.compile)
     fwd_tok, bwd_tok = F.elementwise_bytes_fwd_bwd(
         model, act_bytes=shape.act_bytes, tp=shape.tp, sequence_parallel=par.sequence_parallel,
-        per_element=None if stack is None else stack.bytes_per_element, compiled=compiled)
+        per_element=None if stack is None else stack.bytes_per_element, compiled=compiled,
+        autocast=autocast)
     moved = (fwd_tok + bwd_tok) * shape.tokens * shape.stage_layers
     # the recompute runs the forward kernels once more, in the recomputed blocks
     moved += fwd_tok * shape.tokens * shape.stage_layers * shape.recompute_share
@@ -1021,7 +1022,7 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     matmuls = matmul_times(job, model, shape, rates, stack)
     attention = attention_times(job, model, shape, rates, gpu)
     mem_t = memory_bound_seconds(job, model, shape, rates, matmuls, transforms.communication,
-                                 stack)
+                                 stack, autocast=transforms.optimizer.precision == "amp")
     compute_mb = matmuls.forward + matmuls.backward + matmuls.recompute + attention.forward \
         + attention.backward + attention.recompute
     fwd_share = (matmuls.forward + attention.forward) / max(compute_mb, 1e-30)
@@ -1295,7 +1296,8 @@ def apply_stack_time(job, model, shape: StepShape, rates: Rates, matmuls: Matmul
     if fused:
         eager_mm = matmul_times(job, model, shape, eager_rates)
         eager_mem = memory_bound_seconds(job, model, shape, eager_rates, eager_mm,
-                                         transforms.communication)
+                                         transforms.communication,
+                                         autocast=transforms.optimizer.precision == "amp")
         notes.append(f"{stack.name} fused {', '.join(fused)}: memory_bound "
                      f"{parts['memory_bound'] * 1e3:.1f} ms (eager kernels: "
                      f"{accum * eager_mem * 1e3:.1f} ms)")

@@ -233,6 +233,19 @@ def moe_sync_exposed_seconds(*, moe_layers: float, gpu_forward_per_layer: float,
 #: count, transformers 5.24, torch 2.13, 2026-11): residual add + norm 42.05 bytes per hidden
 #: element forward, less the 6 of the add.
 NORM_BYTES_PER_ELEMENT = 36.0
+#: Bytes per element of one ``torch.nn.LayerNorm`` forward (one ``native_layer_norm`` kernel:
+#: read x, write y in bf16, mean/rstd per row), the norm of the model types of
+#: ``fmest.models.spec.LAYER_NORM_MODEL_TYPES`` (gpt2, gpt_neox, falcon, phi, ...): the same
+#: trace, residual add + ``F.layer_norm`` 10.02 bytes per hidden element forward, less the add's
+#: 6 (``reslayernorm`` in ``benchmarks/count_elementwise_bytes.py``, torch 2.13 CPU, 2026-11-27).
+LAYER_NORM_BYTES_PER_ELEMENT = 4.02
+#: The norm family under torch.autocast: core ``fmest.physics.time_constants`` (the planner
+#: mirrors it).
+from fmest.physics.time_constants import (  # noqa: E402,F401
+    AUTOCAST_NORM_FAMILY_BYTES,
+    PURE_NORM_FAMILY_BYTES,
+)
+
 #: Residual add: read two bf16 tensors, write one.
 RESIDUAL_BYTES_PER_ELEMENT = 6.0
 #: Rotary embedding on q and k, HF apply_rotary_pos_emb (q*cos, neg of half, cat, *sin, add):
@@ -251,8 +264,10 @@ ACT_BYTES_PER_ELEMENT = 4.0
 #: 38.8 / 20.8 = 1.87, silu(gate)*up 20.0 / 10.0 = 2.00 (GELU tanh 8.0 / 4.0 = 2.00), the
 #: attention-output layout copy 2.0 / 4.0 = 0.50 (its backward is a view). ``scores`` is the eager-attention softmax chain (matmul output, mask
 #: add, fp32 softmax, downcast): 30.0 / 32.1 = 0.93.
+#: ``layer_norm``: residual add + ``F.layer_norm`` backward 16.04 bytes per element, less the
+#: residual's share at its factor (6 x 2.52), over the 4.02 forward: (16.04 - 15.12) / 4.02.
 ELEMENTWISE_BACKWARD_FACTOR = {"norm": 2.52, "residual": 2.52, "rope": 1.87, "layout": 0.5,
-                               "activation": 2.0, "scores": 0.93}
+                               "activation": 2.0, "scores": 0.93, "layer_norm": 0.23}
 #: Bytes per element of the kernels Inductor generates for each family under torch.compile,
 #: forward and backward: each fused chain reads its inputs once and writes its outputs once.
 #: Counted by ``python benchmarks/count_elementwise_bytes.py`` (torch.compile of the same
@@ -732,7 +747,8 @@ def elementwise_bytes_per_token_per_layer(model, *, act_bytes: float = 2.0,
 
 def elementwise_bytes_fwd_bwd(model, *, act_bytes: float = 2.0, gated: Optional[bool] = None,
                               tp: int = 1, sequence_parallel: bool = False, per_element=None,
-                              compiled: bool = False) -> tuple[float, float]:
+                              compiled: bool = False,
+                              autocast: bool = False) -> tuple[float, float]:
     """(forward, backward) HBM bytes per token of the elementwise ops of one transformer
     layer: two norms, two residual adds, RoPE on q/k, head layout copies and the MLP
     activation. Eager: the op-by-op forward constants above, backward =
@@ -744,17 +760,33 @@ def elementwise_bytes_fwd_bwd(model, *, act_bytes: float = 2.0, gated: Optional[
     eager_bytes)`` gives a training stack's forward bytes per element of ``op`` (``norm``,
     ``residual``, ``rope``, ``layout``, ``activation``) when it fuses the chain
     (fmest.stacks.ResolvedStack.bytes_per_element); its backward takes the eager factor; under
-    compile the smaller of the stack's and Inductor's bytes is used."""
+    compile the smaller of the stack's and Inductor's bytes is used. The eager norm is the
+    model's (``ModelSpec.layer_norm``: one native LayerNorm kernel, else the RMSNorm chain) and,
+    under ``autocast``, its fp32 family (``AUTOCAST_NORM_FAMILY_BYTES``)."""
     gated = model.gated_mlp if gated is None else gated
-    eager_bytes = {"norm": NORM_BYTES_PER_ELEMENT, "residual": RESIDUAL_BYTES_PER_ELEMENT,
+    # torch.nn.LayerNorm models: one native_layer_norm kernel (LAYER_NORM_BYTES_PER_ELEMENT);
+    # under autocast the fp32 family less the bf16 residual add (AUTOCAST_NORM_FAMILY_BYTES)
+    layer_norm = bool(getattr(model, "layer_norm", ""))
+    norm_fwd = LAYER_NORM_BYTES_PER_ELEMENT if layer_norm else NORM_BYTES_PER_ELEMENT
+    norm_factor = ELEMENTWISE_BACKWARD_FACTOR["layer_norm" if layer_norm else "norm"]
+    if autocast:
+        fam_fwd, fam_bwd = AUTOCAST_NORM_FAMILY_BYTES["layer_norm" if layer_norm else "rms_norm"]
+        norm_fwd = fam_fwd - RESIDUAL_BYTES_PER_ELEMENT
+        norm_factor = (fam_bwd - RESIDUAL_BYTES_PER_ELEMENT
+                       * ELEMENTWISE_BACKWARD_FACTOR["residual"]) / norm_fwd
+    eager_bytes = {"norm": norm_fwd, "residual": RESIDUAL_BYTES_PER_ELEMENT,
                    "rope": ROPE_BYTES_PER_ELEMENT, "layout": LAYOUT_BYTES_PER_ELEMENT,
                    "activation": GATED_ACT_BYTES_PER_ELEMENT if gated
                    else ACT_BYTES_PER_ELEMENT}
 
     def each(op) -> tuple[float, float]:
         eager = eager_bytes[op]
+        fused = per_element is not None and per_element(op, eager) != eager
         fwd = eager if per_element is None else per_element(op, eager)
-        pair = (fwd, fwd * ELEMENTWISE_BACKWARD_FACTOR[op])
+        # the model's own eager norm takes its measured backward; a stack's fused kernel the
+        # eager RMSNorm chain's factor, as before
+        factor = norm_factor if op == "norm" and not fused else ELEMENTWISE_BACKWARD_FACTOR[op]
+        pair = (fwd, fwd * factor)
         if compiled:
             key = "gelu" if op == "activation" and not gated else op
             # Inductor's layout copy is the attention output only (q/k/v come out of the fused

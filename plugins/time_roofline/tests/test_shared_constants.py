@@ -57,3 +57,18 @@ def test_planner_intra_node_rate_is_the_plugins_rule_for_every_registered_gpu():
             physics.DEFAULT_PCIE_BYTES_PER_S
         assert _intra_bw(gpu) == float(link) * physics.intra_node_collective_efficiency(
             gpu.name), gpu.name
+
+
+def test_pure_norm_families_are_the_plugins_eager_norm_constants():
+    """The planner's probe-side norm families equal the plugin's eager norm figures plus the
+    residual add, at their backward factors (formulas.elementwise_bytes_fwd_bwd)."""
+    res_f = formulas.RESIDUAL_BYTES_PER_ELEMENT
+    res_b = res_f * formulas.ELEMENTWISE_BACKWARD_FACTOR["residual"]
+    for kind, norm_f, factor in (
+            ("rms_norm", formulas.NORM_BYTES_PER_ELEMENT,
+             formulas.ELEMENTWISE_BACKWARD_FACTOR["norm"]),
+            ("layer_norm", formulas.LAYER_NORM_BYTES_PER_ELEMENT,
+             formulas.ELEMENTWISE_BACKWARD_FACTOR["layer_norm"])):
+        fwd, bwd = physics.PURE_NORM_FAMILY_BYTES[kind]
+        assert norm_f + res_f == pytest.approx(fwd, abs=0.1)
+        assert norm_f * factor + res_b == pytest.approx(bwd, rel=0.01)
