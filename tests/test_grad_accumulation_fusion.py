@@ -79,3 +79,28 @@ def test_megatron_2021_rows_are_unfused():
     assert rows
     job, _ = measured.row_to_job(rows[0])
     assert job["training"]["grad_accumulation_fusion"] is False
+
+
+def test_fp8_weights_cast_once_per_step_under_megatron_core(engine):
+    """Transformer Engine caches each fp8 weight and its transpose from the first micro-batch
+    (stacks.toml fp8_weight_cast_per_step): with m micro-batches the weight casts of m - 1
+    go; the activations' casts stay."""
+    import fmest_time_roofline.estimator as E  # type: ignore[import-not-found]
+    from fmest.transforms import transforms_of
+
+    def cast_bytes(accum: int, stack: str = "megatron-core") -> float:
+        job = _job(dtype="fp8", grad_accum_steps=accum, stack=stack)
+        ctx = engine.context(job)
+        stack_r = transforms_of(job, ctx).stack
+        shape = E.step_shape(job, ctx.model, ctx.layout, stack_r)
+        rates = E.device_rates(job, ctx.gpu, stack_r, ctx.model, E.kernel_seq_len(shape))
+        return E.matmul_times(job, ctx.model, shape, rates, stack_r).fp8_cast_bytes
+
+    one, four = cast_bytes(1), cast_bytes(4)
+    model = engine.context(_job()).model
+    weights = sum(lin.in_features * lin.out_features * lin.layers for lin in model.linears
+                  if lin.kind != "head")
+    # 1 byte per element (TE writes only the fp8 copy), three casts per weight
+    assert one - four == pytest.approx(3 * weights * (1 - 1 / 4), rel=1e-6)
+    # a stack without the cache casts every micro-batch
+    assert cast_bytes(1, "torchtitan") == pytest.approx(cast_bytes(4, "torchtitan"))

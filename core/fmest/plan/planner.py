@@ -956,7 +956,8 @@ def _stack_time_flags(ctx: dict) -> dict:
     if stack is None:
         return dict(tp_overlap=False, pp_overlap=False, dp_reduce_overlap=True,
                     dp_gather_overlap=False, hp_accum_bytes=0.0, moe_sync=False,
-                    wgrad_fused=wgrad_accumulation_fused(training, None))
+                    wgrad_fused=wgrad_accumulation_fused(training, None),
+                    fp8_weight_cast_bytes=0.0)
     hp = float(stack.profile.hp_grad_accum_bytes or 0.0)
     if not hp or training.technique != "full" or not fp32_main_grads(
             stack.profile, training, dtype_info(training.dtype).storage_dtype):
@@ -967,7 +968,14 @@ def _stack_time_flags(ctx: dict) -> dict:
                 moe_sync=stack.name == "megatron-core" and bool(model.is_moe),
                 # the weight-gradient GEMM accumulates in place (time_roofline
                 # memory_bound_seconds: no read-add-write per micro-batch)
-                wgrad_fused=wgrad_accumulation_fused(training, stack))
+                wgrad_fused=wgrad_accumulation_fused(training, stack),
+                # fp8 weights cast once per step (time_roofline matmul_times: TE
+                # is_first_microbatch): bytes per weight element the probes' single
+                # micro-batch casts three times (cast, transpose, backward)
+                fp8_weight_cast_bytes=3.0 * float(stack.profile.fp8_cast_bytes_per_element or 0.0)
+                if training.dtype == "fp8" and training.technique == "full"
+                and stack.profile.fp8_weight_cast_per_step and stack.fuses("fp8_cast")
+                else 0.0)
 
 
 def _intra_bw(gpu) -> float:

@@ -482,6 +482,13 @@ def step_seconds(cfg: dict, parts: Optional[dict] = None) -> np.ndarray:
     accum = cfg["accum"]
     grad_local = local_trainable(cfg) / mp
     hbm = cfg["hbm_bw"] * HBM_EFFICIENCY
+    # fp8 weights cast once per step (planner._stack_time_flags fp8_weight_cast_bytes): the
+    # probes' one micro-batch casts every block weight; the other m - 1 reuse the cached copies
+    cast_b = cfg.get("fp8_weight_cast_bytes", 0.0)
+    if np.any(cast_b):
+        blocks = (stage_param_count(cfg) - cfg["head_params"] / cfg["tp"]) \
+            * np.where(cfg["lora"], 0.0, 1.0)
+        membound = membound - cast_b * blocks * (accum - 1) / accum / hbm
     hp_bytes = cfg.get("hp_accum_bytes", 0.0)
     if np.any(hp_bytes):
         # a stack whose optimizer folds every micro-batch's low-precision gradients into fp32

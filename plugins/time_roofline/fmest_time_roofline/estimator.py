@@ -397,6 +397,8 @@ def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> Matm
     # read once, not per linear (the loop's arithmetic is unchanged)
     etp, tp, pp, ep, tokens = shape.etp, shape.tp, shape.pp, shape.ep, shape.tokens
     recomputing, fp8 = shape.checkpointing == "full", shape.linear_dtype == "fp8"
+    weight_cast_share = 1.0 / max(1, shape.grad_accum) \
+        if stack is not None and stack.profile.fp8_weight_cast_per_step else 1.0
     selective = shape.selective_modules
     quantized = quantized_base(training)
     for lin in model.linears:
@@ -431,7 +433,11 @@ def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> Matm
             # (the checkpointed function), its last matmul included
             rec += seconds
         if fp8:
-            elements = (rows * inner + inner * cols + rows * cols) * count
+            # the weight's casts: every micro-batch, or once per step where the stack caches
+            # the fp8 weight and its transpose (stacks.toml fp8_weight_cast_per_step: TE
+            # is_first_microbatch under Megatron-Core)
+            weight = inner * cols * count * (weight_cast_share if shape.full else 1.0)
+            elements = (rows * inner + rows * cols) * count + weight
             fp8_cast += cast_bytes * elements * (3 if shape.full else 2) \
                 + (cast_bytes * elements if reselected else 0.0)
         if quantized and gptq:
