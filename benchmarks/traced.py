@@ -11,7 +11,8 @@ the runner cannot execute (fp8, compile, chunked loss, optimizer-in-backward, QL
 ``-`` and why. Then: wall time of a cold traced estimate (empty trace cache, in-process, torch
 already imported) for Llama-2-7B LoRA (the hf-trainer stack), Qwen2.5-0.5B, and the
 Llama-2-7B and Llama-2-70B full presets, its CPU seconds (what it costs on an idle core), and
-of a warm (cached) one. ``--only-rows A,B`` restricts the comparison to rows whose id starts
+of a warm (cached) one, with the decoder layers the trace ran (``1..4 of 32`` when
+fmest_torch_runner.layer_replication replicated the rest, else ``all``). ``--only-rows A,B`` restricts the comparison to rows whose id starts
 with one of the given prefixes.
 """
 
@@ -205,7 +206,7 @@ def timing() -> None:
 
     engine = Engine()
     print(f"\n{'case':<18} {'seq':>5} {'batch':>5}  {'cold s':>7}  {'cold cpu s':>10}  "
-          f"{'warm s':>7}  {'GiB':>7}")
+          f"{'warm s':>7}  {'GiB':>7}  traced layers")
     for name, model, training in TIMING_CASES:
         job = job_from_dict({"model": model, "training": training,
                              "options": {"method": "traced"}})
@@ -216,8 +217,12 @@ def timing() -> None:
         t0 = time.perf_counter()
         engine.estimate_memory(job, ctx)
         warm = time.perf_counter() - t0
+        # layer replication (fmest_torch_runner.layer_replication) traces a few layers only
+        rep = [n for n in est.notes if n.startswith("layer replication:")]
+        layers = rep[0].split("traced ", 1)[1].split(" identical", 1)[0] if rep else "all"
         print(f"{name:<18} {job.training.seq_len:>5} {job.training.micro_batch_size:>5}  "
-              f"{cold:7.1f}  {cold_cpu:10.1f}  {warm:7.3f}  {est.total_bytes / GIB:7.1f}")
+              f"{cold:7.1f}  {cold_cpu:10.1f}  {warm:7.3f}  {est.total_bytes / GIB:7.1f}  "
+              f"{layers}")
 
 
 def main() -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, Iterator
 
-from fmest_torch_runner.model_builder import build_model
+from fmest_torch_runner.model_builder import build_model, decoder_layers
 from fmest_torch_runner.records import RunResult, RunSpec, Unsupported, torch_dtype
 from fmest_torch_runner.steps import count_params, fill_from_tracker, train_steps
 
@@ -107,16 +107,20 @@ def run_fake(run: RunSpec, res: RunResult, round_bytes: int) -> None:
         return
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from fmest_torch_runner.layer_replication import run_replicated
     from fmest_torch_runner.tracker import StorageTracker
 
     with patched_mask_helper():
-        fake_mode = FakeTensorMode()
-        model = build_model(run, "fake", fake_mode)
-        count_params(model, res)
-        with fake_mode:
-            tracker = StorageTracker(round_bytes=round_bytes)
-            with tracker:
-                res.step_seconds = train_steps(model, run, "fake", tracker)
+        # identical decoder layers: a few traced, the rest replicated (same results)
+        tracker = run_replicated(run, res, round_bytes)
+        if tracker is None:
+            fake_mode = FakeTensorMode()
+            model = build_model(run, "fake", fake_mode)
+            count_params(model, res)
+            with fake_mode:
+                tracker = StorageTracker(round_bytes=round_bytes)
+                with tracker:
+                    res.step_seconds = train_steps(model, run, "fake", tracker)
     fill_from_tracker(res, tracker)
     res.peak_bytes = res.tracker_peak_bytes
     replay_into(res, tracker, run.alloc_conf)
@@ -146,16 +150,6 @@ def _fake_process_group(world_size: int) -> Iterator[DeviceMesh]:
         dist.destroy_process_group()
 
 
-def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The modules FSDP wraps one by one: instances of the model's ``_no_split_modules``
-    classes (the decoder layers of a transformers model)."""
-    names = set(getattr(model, "_no_split_modules", None) or ())
-    layers = [m for m in model.modules() if type(m).__name__ in names]
-    if not layers:
-        raise Unsupported(f"cannot find the decoder layers of {type(model).__name__} to shard")
-    return layers
-
-
 def _fully_shard(model: torch.nn.Module, run: RunSpec, mesh: DeviceMesh) -> None:
     """``fully_shard`` each decoder layer, then the root (FSDP2's recommended wrapping); amp =
     fp32 sharded weights + ``MixedPrecisionPolicy(param_dtype=autocast dtype, reduce fp32)``."""
@@ -166,7 +160,7 @@ def _fully_shard(model: torch.nn.Module, run: RunSpec, mesh: DeviceMesh) -> None
     if run.precision == "amp" and run.autocast_dtype:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch_dtype(run.autocast_dtype),
                                                reduce_dtype=torch.float32)
-    for layer in _decoder_layers(model):
+    for layer in decoder_layers(model):
         fully_shard(layer, **kw)
     fully_shard(model, **kw)
 

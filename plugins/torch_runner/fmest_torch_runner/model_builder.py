@@ -89,6 +89,16 @@ def _meta_to_fake(model: torch.nn.Module, fake_mode: FakeTensorMode) -> None:
                 object.__setattr__(mod, name, memo[id(v)])
 
 
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The decoder layers of a transformers model: instances of its ``_no_split_modules``
+    classes (what FSDP wraps one by one, what layer replication compares)."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise Unsupported(f"cannot find the decoder layers of {type(model).__name__}")
+    return layers
+
+
 def _enable_gc(model: PreTrainedModel, gc_kwargs: dict[str, Any]) -> None:
     # transformers 5 renamed gradient_checkpointing_enable (deprecated alias kept)
     if hasattr(model, "activation_checkpointing_enable"):

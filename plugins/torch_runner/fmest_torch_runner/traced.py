@@ -443,6 +443,7 @@ def _trace_notes(job, run, res, hit: bool, window: str, fsdp_traced: bool,
              + ("from cache" if hit else f"{res.wall_seconds:.1f} s") + ")",
              "GPU-side terms cuda_context, nccl_buffers are uncalibrated defaults "
              "(docs/torch_runner.md)"]
+    notes += [n for n in res.notes if n.startswith("layer replication:")]
     if os.environ.get("FMEST_ALLOCATOR_RESERVE_FRACTION") is not None:
         notes.append("allocator_reserve: FMEST_ALLOCATOR_RESERVE_FRACTION x the traced peak")
     elif inputs.fitted is not None:

@@ -86,7 +86,7 @@ class StorageTracker(TorchDispatchMode):
     """
 
     def __init__(self, *, round_bytes: int = 1, track_resize: bool = False,
-                 resize_category: str = "params") -> None:
+                 resize_category: str = "params", record: bool = False) -> None:
         super().__init__()
         self.round_bytes = max(1, int(round_bytes))
         self.track_resize = bool(track_resize)
@@ -109,6 +109,12 @@ class StorageTracker(TorchDispatchMode):
         #: allocation events in program order for :mod:`fmest.allocator` (exact nbytes)
         self.events: list[tuple] = []
         self._handles = 0
+        #: with ``record=True``: every state change in order, for :meth:`replay_log` (layer
+        #: replication, :mod:`fmest_torch_runner.layer_replication`): ``("a", nbytes,
+        #: category)`` an allocation (its ordinal = its handle - 1), ``("f", ordinal)`` a free,
+        #: ``("r", ordinal, category)`` a relabel, ``("p", window, kind)`` / ``("e",)`` a
+        #: phase opened / closed. None when not recording or after a resize (not logged).
+        self.log: Optional[list[tuple]] = [] if record else None
 
     # -- bookkeeping ----------------------------------------------------------------------
     def _size(self, n: int) -> int:
@@ -119,20 +125,34 @@ class StorageTracker(TorchDispatchMode):
         key = storage._cdata
         if key in self._records or storage.nbytes() == 0:
             return
+        self._add_key(key, storage.nbytes(), category)
+        log = self.log
+        mark = -1 if log is None else len(log)
+        weakref.finalize(storage, self._free, key)
+        self._check_peak()
+        if log is not None and len(log) != mark:
+            # a storage died (garbage collection) between this allocation and its peak check:
+            # replay_log, which checks right after the allocation, could differ -- give it up
+            self.log = None
+
+    def _add_key(self, key: int, nbytes: int, category: str) -> None:
+        """Record a new storage of ``nbytes`` (exact) under ``key`` (no peak check)."""
         self._seq += 1
         self._handles += 1
-        rec = _Record(self._size(storage.nbytes()), category, self._seq, self._handles)
-        self.events.append(("m", self._handles, storage.nbytes()))
+        rec = _Record(self._size(nbytes), category, self._seq, self._handles)
+        self.events.append(("m", self._handles, nbytes))
+        if self.log is not None:
+            self.log.append(("a", nbytes, category))
         self._records[key] = rec
         self._by_category[category] += rec.nbytes
         self.total += rec.nbytes
-        weakref.finalize(storage, self._free, key)
-        self._check_peak()
 
     def _free(self, key: int) -> None:
         rec = self._records.pop(key, None)
         if rec is None:
             return
+        if self.log is not None:
+            self.log.append(("f", rec.handle - 1))
         rec.alive = False
         self._seq += 1
         self.events.append(("f", rec.handle))
@@ -144,6 +164,7 @@ class StorageTracker(TorchDispatchMode):
         if new == old_nbytes:
             return
         self.resizes[0 if new > old_nbytes else 1] += 1
+        self.log = None  # resizes are not logged: the log cannot be replayed
         rec = self._records.get(storage._cdata)
         if rec is None:
             if new > 0:
@@ -211,21 +232,28 @@ class StorageTracker(TorchDispatchMode):
         """Move live storages to ``category`` (also in peak snapshots taken after they were
         allocated)."""
         for st in (st for t in tensors if isinstance(t, torch.Tensor) for st in storages_of(t)):
-            rec = self._records.get(st._cdata)
-            if rec is None or rec.category == category:
-                continue
-            old = rec.category
-            self._by_category[old] -= rec.nbytes
-            self._by_category[category] += rec.nbytes
-            for peak in [*self.windows.values(), self.overall]:
-                if peak.seq >= rec.seq and peak.by_category:
-                    peak.by_category[old] -= rec.nbytes
-                    peak.by_category[category] = peak.by_category.get(category, 0) + rec.nbytes
-            rec.category = category
+            self._relabel_key(st._cdata, category)
+
+    def _relabel_key(self, key: int, category: str) -> None:
+        rec = self._records.get(key)
+        if rec is None or rec.category == category:
+            return
+        if self.log is not None:
+            self.log.append(("r", rec.handle - 1, category))
+        old = rec.category
+        self._by_category[old] -= rec.nbytes
+        self._by_category[category] += rec.nbytes
+        for peak in [*self.windows.values(), self.overall]:
+            if peak.seq >= rec.seq and peak.by_category:
+                peak.by_category[old] -= rec.nbytes
+                peak.by_category[category] = peak.by_category.get(category, 0) + rec.nbytes
+        rec.category = category
 
     def phase(self, window: str, kind: str) -> None:
         """Start window ``window`` (``s1_forward`` ...) of kind ``forward``/``backward``/
         ``optimizer``; its peak starts at the bytes alive now (re-opening keeps the old peak)."""
+        if self.log is not None:
+            self.log.append(("p", window, kind))
         self.current_window = window
         self.current_phase = kind
         peak = self.windows.get(window)  # a window re-opened (next micro-batch) keeps its peak
@@ -235,6 +263,8 @@ class StorageTracker(TorchDispatchMode):
             peak.total, peak.seq, peak.by_category = self.total, self._seq, dict(self._by_category)
 
     def end_phase(self) -> None:
+        if self.log is not None:
+            self.log.append(("e",))
         if self.current_window is not None:
             self.window_end[self.current_window] = dict(self._by_category)
         self.current_window = None
@@ -242,6 +272,27 @@ class StorageTracker(TorchDispatchMode):
 
     def live_bytes(self) -> dict[str, int]:
         return dict(self._by_category)
+
+    def replay_log(self, log: Iterable[tuple]) -> None:
+        """Drive this (fresh, not entered) tracker through a recorded :attr:`log`: the same
+        bookkeeping, in the same order, as the run that recorded it, so every result (windows,
+        peaks and breakdowns, window ends, allocation ``events``) comes out identical. The
+        storages are named by their handles."""
+        for op in log:
+            kind = op[0]
+            if kind == "a":
+                self._add_key(self._handles + 1, op[1], op[2])
+                self._check_peak()
+            elif kind == "f":
+                self._free(op[1] + 1)
+            elif kind == "r":
+                self._relabel_key(op[1] + 1, op[2])
+            elif kind == "p":
+                self.phase(op[1], op[2])
+            elif kind == "e":
+                self.end_phase()
+            else:
+                raise ValueError(f"unknown tracker log entry {op!r}")
 
     # -- dispatch -------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
