@@ -195,6 +195,16 @@ class StackProfile:
     #: unsharded gradient to ``MixedPrecisionPolicy.reduce_dtype`` (``FSDPParam.
     #: to_accumulated_grad_if_needed``): 4 under a bf16 compute / fp32 reduce policy
     no_sync_grad_bytes: float = 0.0
+    #: the stack's own model code runs every MLP activation as one torch op (``F.gelu``,
+    #: ``F.silu``), whatever name the HF config's ``hidden_act`` gives it: the eager
+    #: multi-op versions' extra saved tensors (``gelu_new``: memory_theory
+    #: ``formulas.ACTIVATION_EXTRA_SAVED``) do not apply (LitGPT ``GptNeoxMLP``)
+    mlp_activation_one_op: bool = False
+    #: the model code builds its output head as its own parameter even when the HF config
+    #: ties it to the embedding (LitGPT ``GPT.lm_head``; the converter copies the embedding
+    #: into ``lm_head.weight``): one more vocabulary x hidden weight, trained in full
+    #: fine-tuning
+    unties_embeddings: bool = False
     #: the pipeline runtime: ``""`` (the model code's own schedule, two activation transfers
     #: per micro-batch) or ``"deepspeed"`` (DeepSpeed ``PipelineEngine``: blocking p2p,
     #: TP-partitioned stage outputs; time_roofline ``estimator.deepspeed_pipeline_seconds``)

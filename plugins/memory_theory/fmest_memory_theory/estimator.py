@@ -252,8 +252,18 @@ def stage_params(setup: JobSetup, stage: Stage) -> StageParams:
         fraction=frac, dense=dims.layer_dense_params * frac / tp,
         expert=dims.layer_expert_params * frac / (expert_tp_of(setup.layout) * setup.layout.ep),
         embedding=dims.embedding_params / tp if stage.has_embedding else 0.0,
-        head=(dims.head_params / tp if stage.has_head else 0.0),
+        head=(head_params_of(setup) / tp if stage.has_head else 0.0),
         final_norm=dims.final_norm_params if stage.has_head else 0.0)
+
+
+def head_params_of(setup: JobSetup) -> float:
+    """The output head's parameters: the model's (0 when tied to the embedding), or the
+    embedding's when the stack's model code builds its own head regardless (stacks.toml
+    ``unties_embeddings``)."""
+    dims = setup.dims
+    if dims.head_params or not stack_says(setup.stack, "unties_embeddings"):
+        return dims.head_params
+    return dims.embedding_params
 
 
 @frozen(kw_only=True)
@@ -646,6 +656,7 @@ def _layer_inputs(setup: JobSetup) -> LayerInputs:
         fused_qkv_expands_mqa=stack_says(stack, "fused_qkv_expands_mqa"),
         layer_norm=setup.model.layer_norm,
         lora_dropout=lora_dropout_of(training, stack), lora_qkv_zero_pad=lora_qkv_zero_pad,
+        mlp_activation_one_op=stack_says(stack, "mlp_activation_one_op"),
         stream_bytes=_stream_bytes(setup), saved_layer_share=share,
         adapter_extra_bytes=adapter_extra,
         adapter_gated_attn_out=training.technique in ADAPTER_TECHNIQUES,

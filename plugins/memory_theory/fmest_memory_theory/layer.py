@@ -74,6 +74,9 @@ class LayerInputs:
     fused_qkv_expands_mqa: bool = False
     lora_dropout: float = 0.0
     lora_qkv_zero_pad: bool = False
+    #: the MLP activation is one torch op whatever the HF ``hidden_act`` says (stacks.toml
+    #: ``mlp_activation_one_op``): no eager multi-op extras
+    mlp_activation_one_op: bool = False
     #: bytes per element of the residual stream between layers (None: ``act_bytes``). PEFT's
     #: k-bit preparation leaves fp32 norms, whose outputs are fp32, and a bitsandbytes
     #: ``Linear4bit`` returns its input's dtype (``out.to(inp_dtype)``), so the MLP output and
@@ -203,7 +206,8 @@ def dense_mlp_bytes(model: ModelSpec, dims: ModelNumbers, intermediate: float,
     """A dense MLP's saved tensors; an unfused activation (GPT-2 ``gelu_new``,
     ``ModelNumbers.mlp_activation``) saves more."""
     tokens, act, tp = inputs.tokens, inputs.act_bytes, inputs.tp
-    extra = F.activation_extra_saved_bytes(tokens, intermediate / tp, act, dims.mlp_activation)
+    extra = 0.0 if inputs.mlp_activation_one_op else F.activation_extra_saved_bytes(
+        tokens, intermediate / tp, act, dims.mlp_activation)
     if model.gated_mlp and inputs.fused_activation:
         # fused SwiGLU: gate and up in the compute dtype, the product as the down GEMM input
         return tokens * intermediate / tp * (
