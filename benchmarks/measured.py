@@ -125,7 +125,12 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    accumulation fusion (Megatron-LM 83b1e42f, 2022-02: ``grad_accumulation_fusion`` false). Expert TP: ``ETP=N`` (or
    ``expert_tp=N``, ``expert_tensor_parallel_size=N``) in ``other``, or
    ``expert_tensor_parallel_size=N`` / ``--expert-tensor-parallel-size N`` in
-   ``source_quote`` -> ``expert_tp`` (Megatron-Core's default when unstated: = tp).
+   ``source_quote`` -> ``expert_tp`` (Megatron-Core's default when unstated: = tp). Unstated
+   where the stated layout rules the default out (``ep x tp`` does not divide the ``tp x dp x
+   cp`` ranks of a stage, Megatron-Core's expert rank grid, parallel_state
+   ``initialize_model_parallel``): the one divisor of tp that fits, when the row's own EP/TP/DP
+   admit exactly one (Qwen3-235B on 256 H100: TP 2, DP 16, EP 32 -> expert TP 1); otherwise the
+   row stays unanswered.
 8. **Batch**: ``micro_batch`` and ``grad_accum`` as given; ``grad_accum`` empty with
    ``global_batch`` stated -> ``global_batch / (micro_batch * dp)``; else 1. ``micro_batch``
    empty: (a) ``local bs N`` in ``other`` (torchtitan PP tables) -> as many micro-batches as
@@ -974,6 +979,11 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     if ep > 1:
         par["ep"] = ep
     etp = _expert_tp(row, kv)
+    if etp is None and ep > 1 and (tp * dp * cp) % (ep * tp):
+        # rule 7: the stated layout rules out the default expert TP (= tp); the largest
+        # expert TP that divides tp and fits the stage's tp x dp x cp expert rank grid
+        fits = [e for e in range(tp, 0, -1) if tp % e == 0 and (tp * dp * cp) % (ep * e) == 0]
+        etp = fits[0] if len(fits) == 1 else None   # only when the layout leaves one size
     if etp is not None:
         par["expert_tp"] = etp
     if ep > 1:  # rule 7: the MoE dispatcher and EP overlap the row states

@@ -284,6 +284,28 @@ ZERO3_HOOK_OPS_PER_LAYER = {"none": 440.0, "selective": 440.0, "full": 660.0}
 #: Python per call: the count is the code's op count, not a TE measurement.
 MEGATRON_MOE_LAYER_HOST_OPS = {"forward": 137.0, "backward": 145.0}
 
+#: Expert GEMMs per local expert of a Megatron-Core MoE layer and micro-batch: ``TEGroupedMLP``
+#: runs ``linear_fc1`` and ``linear_fc2`` as TE ``GroupedLinear`` over ``num_local_experts``
+#: GEMMs (NVIDIA/Megatron-LM @d98e8a64ddf34856e74b24714e3bedb2f5a39553
+#: megatron/core/transformer/moe/experts.py ``TEGroupedMLP.__init__``), forward one GEMM per
+#: expert each, backward a dgrad and a wgrad ``general_grouped_gemm`` each (TE
+#: transformer_engine/pytorch/module/grouped_linear.py ``_GroupedLinear.backward``).
+MOE_EXPERT_GEMMS_PER_LOCAL_EXPERT = {"forward": 2.0, "backward": 4.0}
+#: Seconds per expert GEMM of TE's grouped GEMM (``general_grouped_gemm`` ->
+#: ``nvte_multi_stream_cublas_gemm``: a loop over the experts' cuBLASLt calls on 4 streams,
+#: NVIDIA/TransformerEngine PR #853; each call builds its matmul/layout descriptors and runs
+#: ``cublasLtMatmulAlgoGetHeuristic`` before ``cublasLtMatmul``, TE
+#: transformer_engine/common/gemm/cublaslt_gemm.cu ``cublas_gemm`` @0143a5e0 and
+#: @5c62f7283a651b682648ee44d46831d232eef04a, no cache of either): measured
+#: 0.267 ms for 8 experts x 128 tokens, N = K = 2048 (fprop, SM100, NVFP4, "pure" kernel
+#: timing without the per-call scale swizzle) against 0.069 ms for one CUTLASS grouped launch
+#: of the same work (NVIDIA/TransformerEngine PR #3134, 2026-06-17, benchmarks/linear/
+#: benchmark_grouped_linear.py): 0.267 ms / 8 per GEMM, whose FLOPs take ~0.1 us, i.e. the
+#: per-GEMM cost of the multi-stream path. The host issues them one after another, so they
+#: add to the host time of the MoE layer (``MEGATRON_MOE_LAYER_HOST_OPS``, which traced one
+#: local expert): ``formulas.moe_sync_exposed_seconds`` charges each further local expert.
+TE_GROUPED_GEMM_SECONDS_PER_GEMM = 0.267e-3 / 8
+
 
 # ---------------------------------------------------------------------------------------------
 # DeepSpeed runtime (read from its code; time_roofline ``estimator.deepspeed_*`` and the

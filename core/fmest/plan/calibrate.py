@@ -175,6 +175,11 @@ def _time_probe(engine, job, gpu: str, ckpt: str, tp: int, sp: bool, pp: int = 1
     if t is None or not t.step_seconds:
         return None
     parts = dict(t.breakdown)
+    # Megatron-Core MoE dispatcher syncs: the time_roofline estimator reports their wait inside
+    # framework_overhead (metrics["moe_sync_wait"]); the arrays compute it per configuration
+    # (vector.moe_sync_wait_seconds), so it is not part of the overhead share the probe reads
+    parts["framework_overhead"] = parts.get("framework_overhead", 0.0) \
+        - t.metrics.get("moe_sync_wait", 0.0)
     # a preference step's no-grad passes (fmest.objectives): their GEMM/attention and
     # memory-bound shares scale with the tokens like the trained passes' (time_roofline's
     # metrics); on one GPU they have no gathers of their own

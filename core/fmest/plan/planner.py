@@ -685,6 +685,12 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
     # the one-GPU time probes run unsharded (zero0, calibrate._time_probe): their precision,
     # against which each sharding's norm family is corrected (_norm_autocast_bytes)
     probe_amp = _autocast(job, dict(shardings).get("zero0"), ctx["stack"])
+    # Megatron-Core MoE: a fused stack has no eager host floor (time_roofline
+    # eager_host_seconds), so a host-bound probe there is the MoE dispatcher syncs' wait, which
+    # the arrays compute per configuration (vector.moe_sync_wait_seconds, the local experts'
+    # grouped-GEMM host time included): not a floor for every configuration
+    sync_probe = ctx["stack"] is not None and ctx["stack"].name == "megatron-core" \
+        and bool(ctx["model"].is_moe)
     for h_idx, offload, ck_idx in keys:
         name, strategy = shardings[h_idx]
         states = calib.states(name, "optimizer" if offload else "none")
@@ -706,13 +712,13 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
             compute_mb_share=times.compute_mb_share,
             optimizer_s_per_param=calib.opt(gpu.name, name),
             overhead_fraction=times.overhead_fraction,
-            host_layers=times.host_layers + zero3_hook_seconds(
+            host_layers=0.0 if sync_probe else times.host_layers + zero3_hook_seconds(
                 name, ctx["model"].num_layers, ckpts[ck_idx], times.host_layers, share),
             # the part a stack's DeepSpeed runtime serializes at world size > 1, host floor
             # or not (time_roofline estimator.apply_deepspeed_runtime runs with an eager stack)
             zero3_hooks=zero3_hook_seconds(name, ctx["model"].num_layers, ckpts[ck_idx],
                                            1.0 if _eager_stack(ctx) else 0.0, share),
-            host_outside=times.host_outside, grad_wire_bytes=wire,
+            host_outside=0.0 if sync_probe else times.host_outside, grad_wire_bytes=wire,
             grad_bytes_per_param=per_param, act_bytes=act_b,
             # forward share of a micro-batch's compute: 1 of 3 matmul passes, 1 of 3 + share
             # when full checkpointing recomputes the forward of that share of the blocks

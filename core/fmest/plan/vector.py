@@ -51,8 +51,10 @@ from fmest.physics.time_constants import (
     INTER_NODE_LATENCY_S,
     INTRA_NODE_LATENCY_S,
     MEGATRON_MOE_LAYER_HOST_OPS,
+    MOE_EXPERT_GEMMS_PER_LOCAL_EXPERT,
     OVERLAP_INTERFERENCE_FRACTION,
     PCIE_EFFICIENCY,
+    TE_GROUPED_GEMM_SECONDS_PER_GEMM,
 )
 
 
@@ -595,8 +597,15 @@ def moe_sync_wait_seconds(cfg: dict, gpu_mb):
     stage_layers = cfg["layers"] / cfg["pp"]
     # host seconds per op: Grace hosts are slower (time_constants.host_seconds_per_op)
     op = cfg.get("host_op_s", HOST_SECONDS_PER_EAGER_OP)
-    host_f = MEGATRON_MOE_LAYER_HOST_OPS["forward"] * op
-    host_b = MEGATRON_MOE_LAYER_HOST_OPS["backward"] * op
+    # the local experts beyond the traced one: one TE grouped-GEMM call each per expert GEMM
+    # (formulas.moe_expert_gemm_host_seconds)
+    local = np.asarray(cfg.get("num_experts", 0.0), dtype=float) \
+        / np.maximum(1, np.asarray(cfg.get("ep", 1), dtype=float))
+    extra = np.maximum(0.0, np.maximum(local, 1.0) - 1.0) * TE_GROUPED_GEMM_SECONDS_PER_GEMM
+    host_f = MEGATRON_MOE_LAYER_HOST_OPS["forward"] * op \
+        + MOE_EXPERT_GEMMS_PER_LOCAL_EXPERT["forward"] * extra
+    host_b = MEGATRON_MOE_LAYER_HOST_OPS["backward"] * op \
+        + MOE_EXPERT_GEMMS_PER_LOCAL_EXPERT["backward"] * extra
     per_layer = gpu_mb / stage_layers
     gpu_f = per_layer * cfg["fwd_share"]
     gpu_b = per_layer - gpu_f

@@ -1060,6 +1060,10 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
                                       gpu_mb=per_mb - mp.pp, fwd_share=fwd_share,
                                       gpu_name=gpu.name)
     scheduled_mb += sync_wait
+    if sync_wait > 0.0:
+        # the syncs' wait per step (in framework_overhead), for the planner's probes: its
+        # arrays compute the wait per configuration (fmest.plan.vector.moe_sync_wait_seconds)
+        reference_metrics = {**reference_metrics, "moe_sync_wait": accum * sync_wait}
     bubble = F.pipeline_bubble_fraction(shape.pp, accum, schedule=par.pp_schedule,
                                         virtual_stages=par.pp_virtual_stages) \
         * accum * scheduled_mb
@@ -1172,7 +1176,10 @@ def moe_sync_wait_seconds(job, model, shape: StepShape, stack, *, gpu_mb: float,
         gpu_forward_per_layer=per_layer * fwd_share,
         gpu_backward_per_layer=per_layer * (1.0 - fwd_share),
         recompute_share=shape.recompute_share,
-        op_seconds=host_seconds_per_op(gpu_name))
+        op_seconds=host_seconds_per_op(gpu_name),
+        # TE GroupedLinear issues one cuBLASLt GEMM per local expert (formulas
+        # .moe_expert_gemm_host_seconds)
+        local_experts=(model.num_experts or 1) / max(1, shape.ep))
 
 
 def deepspeed_pipeline_seconds(job, model, shape: StepShape, gpu, layout) -> float:

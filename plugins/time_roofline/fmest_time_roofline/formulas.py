@@ -40,9 +40,11 @@ from fmest.physics.time_constants import (
     KBIT_PREP_LORA_FP32_INPUT_SAVED_BYTES_PER_IN_FEATURE,
     KBIT_PREP_TRACED_BYTES_PER_ELEMENT,
     MEGATRON_MOE_LAYER_HOST_OPS,
+    MOE_EXPERT_GEMMS_PER_LOCAL_EXPERT,
     NVLINK_DOMAIN_GPUS,
     OVERLAP_INTERFERENCE_FRACTION,
     PCIE_EFFICIENCY,
+    TE_GROUPED_GEMM_SECONDS_PER_GEMM,
     ZERO3_HOOK_OPS_PER_LAYER,
     intra_node_collective_efficiency,
 )
@@ -198,7 +200,8 @@ def zero3_hook_seconds(*, layers: float, checkpointing: str, micro_batches: int)
 def moe_sync_exposed_seconds(*, moe_layers: float, gpu_forward_per_layer: float,
                              gpu_backward_per_layer: float, recompute_share: float = 0.0,
                              host_ops: Optional[dict] = None,
-                             op_seconds: Optional[float] = None) -> float:
+                             op_seconds: Optional[float] = None,
+                             local_experts: float = 1.0) -> float:
     """Seconds per micro-batch the GPU waits for the host in a Megatron-Core MoE stage whose
     token dispatcher syncs host and GPU once per MoE layer forward
     (``MEGATRON_MOE_LAYER_HOST_OPS``). After each sync the GPU's queue is empty: a layer's
@@ -210,15 +213,28 @@ def moe_sync_exposed_seconds(*, moe_layers: float, gpu_forward_per_layer: float,
     included, inside the backward: that layer's backward segment is its forward and backward
     host ops against its backward GPU time. Returns the time above ``moe_layers x (forward +
     backward GPU time per layer)``. ``op_seconds``: host seconds per op (default
-    ``HOST_SECONDS_PER_EAGER_OP``; Grace hosts: ``host_seconds_per_op``)."""
+    ``HOST_SECONDS_PER_EAGER_OP``; Grace hosts: ``host_seconds_per_op``). ``local_experts``:
+    the rank's ``experts / ep`` experts; each beyond the one the op counts traced adds its
+    expert GEMMs' host time (:func:`moe_expert_gemm_host_seconds`)."""
     ops = MEGATRON_MOE_LAYER_HOST_OPS if host_ops is None else host_ops
     op = HOST_SECONDS_PER_EAGER_OP if op_seconds is None else op_seconds
-    host_f, host_b = ops["forward"] * op, ops["backward"] * op
+    gemm_f, gemm_b = moe_expert_gemm_host_seconds(local_experts)
+    host_f, host_b = ops["forward"] * op + gemm_f, ops["backward"] * op + gemm_b
     fwd = max(host_f, op + gpu_forward_per_layer) - gpu_forward_per_layer
     plain_bwd = max(0.0, host_b - gpu_backward_per_layer)
     recomputed_bwd = max(host_f + host_b, op + gpu_backward_per_layer) - gpu_backward_per_layer
     share = min(max(recompute_share, 0.0), 1.0)
     return moe_layers * (fwd + (1.0 - share) * plain_bwd + share * recomputed_bwd)
+
+def moe_expert_gemm_host_seconds(local_experts: float) -> tuple[float, float]:
+    """(forward, backward) host seconds per MoE layer and micro-batch that a rank's local
+    experts beyond the first add in TE's grouped GEMM: ``MOE_EXPERT_GEMMS_PER_LOCAL_EXPERT``
+    GEMMs each (fc1 and fc2; dgrad and wgrad in backward), ``TE_GROUPED_GEMM_SECONDS_PER_GEMM``
+    apiece (the multi-stream cuBLASLt loop issues one call per expert). The first expert's
+    GEMMs are in ``MEGATRON_MOE_LAYER_HOST_OPS`` (traced with one local expert)."""
+    extra = max(0.0, local_experts - 1.0) * TE_GROUPED_GEMM_SECONDS_PER_GEMM
+    return (MOE_EXPERT_GEMMS_PER_LOCAL_EXPERT["forward"] * extra,
+            MOE_EXPERT_GEMMS_PER_LOCAL_EXPERT["backward"] * extra)
 
 # Collective efficiencies and latencies, the overlap interference, the PCIe link and the CPU-Adam
 # rate: fmest.physics.time_constants (imported above), shared with fmest.plan.vector.
