@@ -305,6 +305,22 @@ def fit_scores(results: list[dict], mem_table_without: Callable[[str], dict[str,
             "oom_judged_to_fit": sorted(missed, key=lambda m: m["total_over_capacity"])}
 
 
+def held_out_residuals(held: list[dict], open_results: list[dict], fitters) -> dict:
+    """:func:`residuals` of rows no table saw (the sealed part, a file kept outside the repo),
+    each scored with the fitters fitted on the open sources only."""
+    errors: dict = {}
+    for quantity in ("memory", "throughput"):
+        train = [accuracy.to_scored(r, quantity) for r in open_results
+                 if r["kind"] == quantity and r["status"] == "scored"]
+        scored = [r for r in held if r["kind"] == quantity and r["status"] == "scored"]
+        preds = accuracy.fit_and_apply(train, [accuracy.to_scored(r, quantity)
+                                               for r in scored], fitters)
+        errors[quantity] = {"errors_loso": {
+            r["id"]: accuracy.pct_error(r["row"], preds[r["id"]], r["measured"])
+            for r in scored}}
+    return residuals(held, errors)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help=f"write {OUT.relative_to(ROOT)}")
@@ -331,36 +347,13 @@ def main(argv=None) -> int:
     open_res = residuals(open_results, analysis)
     sealed_res: dict = {"memory": [], "time": []}
     if args.sealed:   # scored with the fitters fitted on the open sources only
-        sealed_results = [r for r in results if r["source"] in sealed]
-        errors: dict = {}
-        for quantity in ("memory", "throughput"):
-            train = [accuracy.to_scored(r, quantity) for r in open_results
-                     if r["kind"] == quantity and r["status"] == "scored"]
-            scored = [r for r in sealed_results
-                      if r["kind"] == quantity and r["status"] == "scored"]
-            preds = accuracy.fit_and_apply(train, [accuracy.to_scored(r, quantity)
-                                                   for r in scored], fitters)
-            errors[quantity] = {"errors_loso": {
-                r["id"]: accuracy.pct_error(r["row"], preds[r["id"]], r["measured"])
-                for r in scored}}
-        sealed_res = residuals(sealed_results, errors)
+        sealed_res = held_out_residuals([r for r in results if r["source"] in sealed],
+                                        open_results, fitters)
     extra_res: dict = {"memory": [], "time": []}
     extra_results: list = []
     if args.extra is not None:   # scored like the sealed part, with the open sources' fitters
-        extra_rows = accuracy.load_extra(args.extra)
-        extra_results = accuracy.evaluate(extra_rows, progress=False)
-        errors = {}
-        for quantity in ("memory", "throughput"):
-            train = [accuracy.to_scored(r, quantity) for r in open_results
-                     if r["kind"] == quantity and r["status"] == "scored"]
-            scored = [r for r in extra_results
-                      if r["kind"] == quantity and r["status"] == "scored"]
-            preds = accuracy.fit_and_apply(train, [accuracy.to_scored(r, quantity)
-                                                   for r in scored], fitters)
-            errors[quantity] = {"errors_loso": {
-                r["id"]: accuracy.pct_error(r["row"], preds[r["id"]], r["measured"])
-                for r in scored}}
-        extra_res = residuals(extra_results, errors)
+        extra_results = accuracy.evaluate(accuracy.load_extra(args.extra), progress=False)
+        extra_res = held_out_residuals(extra_results, open_results, fitters)
     tails = {q: choose_tail(v) for q, v in open_res.items()}
     tables = {q: table(v, tail=tails[q], min_sources=SHIPPED_MIN_SOURCES)
               for q, v in open_res.items()}
