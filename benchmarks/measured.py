@@ -524,6 +524,39 @@ def _megatron_modules(source: str, low: str) -> dict:
     return out
 
 
+#: a row's partial-graph wording -> Megatron-Core ``CudaGraphModule`` names (rows of
+#: megatron-moe-modelzoo-qwen3: "cuda graphs partial (attn, router, preprocess) per command",
+#: i.e. ``--cuda-graph-scope attn moe_router moe_preprocess``)
+_GRAPH_WORDS = {"attn": "attn", "attention": "attn", "router": "moe_router",
+                "moe_router": "moe_router", "preprocess": "moe_preprocess",
+                "moe_preprocess": "moe_preprocess", "mlp": "mlp", "moe": "moe"}
+_GRAPH_PARTIAL = re.compile(r"cuda graphs partial \(([a-z_, ]+)\)")
+#: a Megatron-Bridge performance table's "(tokendrop)" model label (rows' "token-drop MoE run
+#: (table label)"): its scripts/performance ``--use_tokendrop`` applies
+#: ``apply_moe_token_drop`` with its defaults, capacity factor 1.0 and padding to capacity
+#: (NVIDIA-NeMo/Megatron-Bridge @067f987df03b8355b03192d88d70f1709fedf51a
+#: src/megatron/bridge/training/utils/moe_token_drop.py, scripts/performance/utils/overrides.py)
+_TOKENDROP_LABEL = re.compile(r"\(tokendrop\)|token-drop moe run \(table label\)")
+
+
+def _megatron_graphs_and_drop(source: str, low: str) -> dict:
+    """CUDA-graph scope and token drop a Megatron-Core row states (rule 9): the partial graph
+    list it names (``_GRAPH_PARTIAL``), a Megatron-Bridge "(tokendrop)" label
+    (``_TOKENDROP_LABEL``). A row saying only "CUDA Graphs" (a ladder step) names no scope and
+    is left without graphs."""
+    out: dict = {}
+    m = _GRAPH_PARTIAL.search(low)
+    if m:
+        names = tuple(dict.fromkeys(_GRAPH_WORDS[w.strip()] for w in m.group(1).split(",")
+                                    if w.strip() in _GRAPH_WORDS))
+        if names:
+            out["cuda_graph_scope"] = names
+    if source.startswith("megatron-bridge-perf") and _TOKENDROP_LABEL.search(low):
+        out["moe_expert_capacity_factor"] = 1.0
+        out["moe_pad_to_capacity"] = True
+    return out
+
+
 #: transformers release whose ``from_pretrained`` picks SDPA by default
 #: (``PreTrainedModel._autoset_attn_implementation`` / ``_check_and_enable_sdpa``, added in
 #: huggingface/transformers v4.36.0, released 2023-12-11; before it, Llama-family modeling code
@@ -1062,6 +1095,8 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
                      or row["source"].startswith("unsloth")
                      or _true(kv.get("gradient_checkpointing"))):
         training["activation_checkpointing"] = "full"
+    if stack == "megatron-core" and "cuda_graph_scope" in _training_fields():
+        training.update(_megatron_graphs_and_drop(row["source"], low))
     # rule 10
     fa = (row["flash_attention"] or "").strip().lower()
     training["attention"] = {"true": "flash", "false": "eager"}.get(

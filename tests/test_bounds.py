@@ -194,6 +194,10 @@ ODDITY_CASES = {
     "learned model without a learned method": ({"options": {"learned_model": "x"}},
                                                "options.learned_model"),
     "lora dropout without lora": ({"training": {"lora_dropout": 0.1}}, "training.lora_dropout"),
+    "MoE capacity on a dense model": ({"training": {"moe_expert_capacity_factor": 1.0}},
+                                      "training.moe_expert_capacity_factor"),
+    "CUDA graph scope outside Megatron-Core": ({"training": {"cuda_graph_scope": ["attn"]}},
+                                               "training.cuda_graph_scope"),
     "checkpoint fraction without full checkpointing": (
         {"training": {"checkpoint_fraction": 0.5}}, "training.checkpoint_fraction"),
     "compiled loss without compile": ({"training": {"compile_loss": True}},

@@ -17,6 +17,7 @@ HEADING = "## 9. Every constant and where it comes from"
 FILES = {
     "time_constants.py": ("fmest.physics.time_constants",
                           "core/fmest/physics/time_constants.py"),
+    "moe_host.py": ("fmest.physics.moe_host", "core/fmest/physics/moe_host.py"),
     "formulas.py": ("fmest_time_roofline.formulas",
                     "plugins/time_roofline/fmest_time_roofline/formulas.py"),
     "inference.py": ("fmest_time_roofline.inference",

@@ -391,6 +391,9 @@ class Oddity:
     applies: Callable[[Any, Callable[[str], bool], Any], bool]
     message: str
     reason: str
+    #: ``applies`` reads the job's resolved training-stack name (``""``: none) in place of the
+    #: model (the engine resolves the stack; :func:`check_oddities` ``stack_name``)
+    by_stack: bool = False
 
 
 def _inference_given(job, given: Callable[[str], bool]) -> bool:
@@ -533,6 +536,20 @@ ODDITIES: tuple[Oddity, ...] = (
            message="ignored: it applies under precision master only",
            reason="pure keeps gradients in training.dtype and amp in fp32 (docs/memory_model.md "
                   "'Precision rule')"),
+    Oddity(name="MoE capacity on a dense model",
+           fields=("training.moe_expert_capacity_factor", "training.moe_pad_to_capacity"),
+           applies=lambda job, given, model: not getattr(model, "is_moe", False)
+           and (given("training.moe_expert_capacity_factor")
+                or given("training.moe_pad_to_capacity")),
+           message="ignored: the model has no routed experts",
+           reason="Megatron-Core's capacity factor and drop-and-pad apply to MoE layers only "
+                  "(Megatron-Bridge moe_token_drop.py skips dense models)"),
+    Oddity(name="CUDA graph scope outside Megatron-Core", fields=("training.cuda_graph_scope",),
+           applies=lambda job, given, stack_name: given("training.cuda_graph_scope")
+           and stack_name != "megatron-core", by_stack=True,
+           message="ignored: only the megatron-core stack prices Megatron-Core's CUDA graphs",
+           reason="--cuda-graph-scope names Megatron-Core capture regions "
+                  "(megatron/core/transformer/enums.py CudaGraphModule)"),
     Oddity(name="learned model without a learned method", fields=("options.learned_model",),
            applies=lambda job, given, model: job.options.learned_model is not None
            and job.options.method == "theory",
@@ -542,12 +559,14 @@ ODDITIES: tuple[Oddity, ...] = (
 )
 
 
-def check_oddities(job, model) -> tuple[str, ...]:
-    """The warnings of :data:`ODDITIES` the job breaks, each naming the field the user set."""
+def check_oddities(job, model, stack_name: str = "") -> tuple[str, ...]:
+    """The warnings of :data:`ODDITIES` the job breaks, each naming the field the user set;
+    ``stack_name``: the job's resolved training stack (``""``: none), for the rules that read
+    it (``Oddity.by_stack``)."""
     is_given = _given_fn(job)
     out = []
     for rule in ODDITIES:
-        if rule.applies(job, is_given, model):
+        if rule.applies(job, is_given, stack_name if rule.by_stack else model):
             named = next((p for p in rule.fields if is_given(p)), rule.fields[0])
             out.append(f"{named}: {rule.message} ({rule.reason})")
     return tuple(out)
@@ -797,15 +816,17 @@ def check_model_job(job, model, layout) -> tuple[str, ...]:
     return warnings
 
 
-def check_context(job, *, model, gpu, layout) -> tuple[str, ...]:
-    """Every check that needs the resolved model, GPU and layout; returns the warnings of the
-    rules answered with a warning instead of a refusal."""
+def check_context(job, *, model, gpu, layout, stack_name: str = "") -> tuple[str, ...]:
+    """Every check that needs the resolved model, GPU and layout (and the resolved stack's
+    name, for the oddities that read it); returns the warnings of the rules answered with a
+    warning instead of a refusal."""
     check_model(model)
     warnings = check_hardware(job, gpu)
     if layout.world_size > 2**20:
         raise InputError("hardware", f"{layout.world_size} GPUs is above the bound 2^20 "
                          f"({_GPUS})", value=layout.world_size)
-    return warnings + check_model_job(job, model, layout) + check_oddities(job, model)
+    return warnings + check_model_job(job, model, layout) + check_oddities(job, model,
+                                                                          stack_name)
 
 
 # -- plugin answers -----------------------------------------------------------------------------

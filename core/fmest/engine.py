@@ -588,8 +588,9 @@ class Engine:
             pass  # allowed (QLoRA + ZeRO-3 is supported by DeepSpeed with bnb >= 0.43)
         if job.options.method not in self.registries.policies:
             self.registries.policies.get(job.options.method)  # raises with the accepted names
-        answered = check_context(job, model=model, gpu=gpu, layout=layout)
         stack = resolve_job_stack(job, self.registries.stacks)
+        answered = check_context(job, model=model, gpu=gpu, layout=layout,
+                                 stack_name=getattr(stack, "name", "") or "")
         transforms = resolve_transforms(job, model=model, layout=layout, optimizer=optimizer,
                                         sharding=sharding, stack=stack)
         return EstimateContext(model=model, gpu=gpu, layout=layout, optimizer=optimizer,

@@ -287,6 +287,20 @@ JOB_FLAGS: tuple[Flag, ...] = (
     _bool("--moe-router-fusion", group=_TRAIN, path="training.moe_router_fusion",
           help="Megatron-Core --moe-router-fusion (TE fused top-k and score function; "
                "default: fused); false = the eager router chain"),
+    Flag(names=("--cuda-graph-scope",), group=_TRAIN, path="training.cuda_graph_scope",
+         nargs="+", metavar="SCOPE",
+         to_job=lambda v: [m for item in v for m in item.split(",") if m],
+         help="Megatron-Core CUDA graphs: the captured regions (attn mlp moe moe_router "
+              "moe_preprocess mamba; full = the whole layer, full_iteration = the whole step; "
+              "commas also accepted); default none"),
+    Flag(names=("--moe-expert-capacity-factor",), group=_TRAIN,
+         path="training.moe_expert_capacity_factor", parse=parse_count, metavar="F",
+         help="Megatron-Core token drop: each expert takes at most F x tokens x k / experts "
+              "tokens; default dropless"),
+    _bool("--moe-pad-expert-input-to-capacity", group=_TRAIN,
+          path="training.moe_pad_to_capacity",
+          help="Megatron-Core drop-and-pad (with --moe-expert-capacity-factor): every expert "
+               "runs its full capacity, static shapes, no dispatcher host sync"),
     _bool("--flashattn", group=_TRAIN, help="same as --attn flash"),
     Flag(names=("--attn",), group=_TRAIN, path="training.attention",
          choices=("eager", "sdpa", "flash"),

@@ -73,6 +73,16 @@ TRUNCATIONS = ("truncate", "delete")
 #: ``shared_experts`` the shared experts (moe/shared_experts.py)
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "moe_act", "layernorm", "mlp", "moe",
                      "shared_experts")
+#: Megatron-Core CUDA-graph capture regions (``--cuda-graph-scope`` / ``--cuda-graph-modules``,
+#: Megatron-Bridge ``cuda_graph_scope``), NVIDIA/Megatron-LM @
+#: d98e8a64ddf34856e74b24714e3bedb2f5a39553 megatron/core/transformer/enums.py
+#: ``CudaGraphModule`` (``attn``, ``mlp`` dense layers only, ``moe`` drop-and-pad MoE layers
+#: only, ``moe_router``, ``moe_preprocess`` with ``moe_router``, ``mamba``) and the deprecated
+#: spellings megatron/training/arguments.py ``_parse_cuda_graph_modules_arg`` still takes:
+#: ``full`` (the whole layer, Megatron's empty list) and ``full_iteration``
+#: (``--cuda-graph-impl full_iteration``: the whole forward-backward)
+CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full",
+                     "full_iteration")
 
 
 def _choice(values):
@@ -167,6 +177,27 @@ def _recompute_modules(inst, attribute, value):
                          accepted=RECOMPUTE_MODULES)
 
 
+def _cuda_graph_scope(inst, attribute, value):
+    if value is None:
+        return
+    bad = [m for m in value if m not in CUDA_GRAPH_SCOPES]
+    if bad:
+        raise InputError(attribute.name, "not a Megatron-Core CUDA-graph scope", value=bad[0],
+                         accepted=CUDA_GRAPH_SCOPES)
+    if "moe" in value and "moe_router" in value:
+        # megatron/core/transformer/transformer_config.py __post_init__ asserts it
+        raise InputError(attribute.name, "'moe' and 'moe_router' cannot be captured together "
+                         "(Megatron-Core refuses it)", value=value)
+
+
+def _optional_capacity(inst, attribute, value):
+    if value is None:
+        return
+    _finite(attribute, value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise InputError(attribute.name, "must be a capacity factor > 0", value=value)
+
+
 def _optional_tuple_of_str(value: Any) -> Optional[tuple[str, ...]]:
     return None if value is None else _tuple_of_str(value)
 
@@ -247,6 +278,21 @@ class Training:
     #: fused; False = the router's eager score/top-k chain (moe/moe_utils.py
     #: ``topk_routing_with_score_function``, formulas.moe_unfused_router_bytes)
     moe_router_fusion: Optional[bool] = None
+    #: Megatron-Core CUDA graphs (issue 20): the captured regions (``CUDA_GRAPH_SCOPES``;
+    #: ``--cuda-graph-impl local|transformer_engine`` with ``--cuda-graph-scope`` /
+    #: ``--cuda-graph-modules``, ``full`` = the whole layer, ``full_iteration`` = the whole
+    #: step); None = no CUDA graphs. A captured region replays its kernels without the host's
+    #: per-op dispatch (time_roofline formulas.moe_layer_host_profile)
+    cuda_graph_scope: Optional[tuple[str, ...]] = field(
+        default=None, converter=_optional_tuple_of_str, validator=_cuda_graph_scope)
+    #: Megatron-Core ``--moe-expert-capacity-factor F`` (token drop): each expert takes at most
+    #: ``ceil(F x tokens x k / experts)`` routed tokens per rank; None = dropless
+    moe_expert_capacity_factor: Optional[float] = field(default=None,
+                                                        validator=_optional_capacity)
+    #: ``--moe-pad-expert-input-to-capacity`` (drop-and-pad): every expert runs exactly its
+    #: capacity (padded), static shapes, no host sync in the dispatcher; needs
+    #: ``moe_expert_capacity_factor``. None = not padded
+    moe_pad_to_capacity: Optional[bool] = None
     attention: str = field(default="sdpa", validator=_choice(ATTENTIONS))
     loss: str = field(default="standard", validator=_choice(LOSSES))
     activation_offload: bool = False
@@ -304,6 +350,11 @@ class Training:
         return 1.0 if self.checkpoint_fraction is None else float(self.checkpoint_fraction)
 
     @property
+    def moe_drop_and_pad(self) -> bool:
+        """Megatron-Core drop-and-pad: a capacity factor with ``moe_pad_to_capacity``."""
+        return self.moe_expert_capacity_factor is not None and bool(self.moe_pad_to_capacity)
+
+    @property
     def selective_modules(self) -> frozenset:
         """The modules recomputed under ``selective`` checkpointing (``recompute_modules``,
         ``core_attn`` when None); empty otherwise."""
@@ -317,6 +368,11 @@ class Training:
             raise InputError("recompute_modules", "only with activation_checkpointing "
                              "'selective' (Megatron reads --recompute-modules only there)",
                              value=self.recompute_modules)
+        if self.moe_pad_to_capacity and self.moe_expert_capacity_factor is None:
+            # megatron/core/transformer/transformer_config.py __post_init__ raises the same
+            raise InputError("moe_pad_to_capacity", "needs moe_expert_capacity_factor "
+                             "(Megatron-Core pads each expert to its capacity)",
+                             value=self.moe_pad_to_capacity)
         why = _check_objective(self.objective, self.reference_model, self.technique)
         if why is not None:
             raise InputError("reference_model", why, value=self.reference_model,

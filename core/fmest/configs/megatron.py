@@ -175,6 +175,9 @@ class _State:
         #: --recompute-modules (names, key) and --moe-layer-recompute's key
         self.modules: tuple[tuple[str, ...], str] | None = None
         self.moe_layer_recompute: str | None = None
+        #: CUDA graphs: --cuda-graph-impl (or the deprecated switches) and the scope list
+        self.cg_impl: tuple[str, str] | None = None
+        self.cg_scope: tuple[tuple[str, ...], str] | None = None
 
 
 def _reason(name: str) -> str:
@@ -287,6 +290,32 @@ def _apply(name: str, value: Any, key: str, sink: Sink, state: _State) -> None:
             state.moe_layer_recompute = key
         else:
             sink.ignore(key, "false")
+    elif name == "cuda_graph_impl" and value is not None:
+        state.cg_impl = (str(value).strip().lower(), key)
+    elif name in ("enable_cuda_graph", "external_cuda_graph"):
+        # deprecated: megatron/training/arguments.py maps them to --cuda-graph-impl local /
+        # transformer_engine
+        if sink.bool_(key, value):
+            state.cg_impl = ("local" if name == "enable_cuda_graph" else "transformer_engine",
+                             key)
+        else:
+            sink.ignore(key, "false")
+    elif name in ("cuda_graph_scope", "cuda_graph_modules") and value is not None:
+        items = value if isinstance(value, (list, tuple)) else \
+            str(value).strip().strip("[]").replace(",", " ").split()
+        names = (str(v).strip().strip("'\"").split(".")[-1] for v in items)
+        state.cg_scope = (tuple(n for n in names if n), key)
+    elif name == "moe_expert_capacity_factor":
+        cap_text = "" if value is None else str(value).strip().lower()
+        if cap_text in ("", "none", "null") or cap_text.startswith("-"):
+            # transformer_config.py __post_init__: a negative factor is None (dropless)
+            sink.ignore(key, f"{value!r}: dropless")
+        else:
+            sink.set("training.moe_expert_capacity_factor", sink.num(key, value), key)
+    elif name == "moe_pad_expert_input_to_capacity":
+        sink.set("training.moe_pad_to_capacity", sink.bool_(key, value), key)
+    elif name == "moe_token_drop_policy":
+        sink.ignore(key, f"{value!r}: which tokens drop, not how many (same shapes)")
     elif name in ("moe_permute_fusion", "moe_router_fusion"):
         sink.set(f"training.{name}", sink.bool_(key, value), key)
     elif name == "moe_grouped_gemm":
@@ -683,6 +712,31 @@ def _vp_and_recompute(sink: Sink, state: _State) -> None:
             sink.ignore(key, "needs num_layers divisible by pp x this; give --pp-virtual-stages")
     _recompute_share(sink, state)
     _recompute_modules(sink, state)
+    _cuda_graphs(sink, state)
+
+
+def _cuda_graphs(sink: Sink, state: _State) -> None:
+    """``--cuda-graph-impl`` with ``--cuda-graph-scope`` / ``--cuda-graph-modules``
+    (``training.cuda_graph_scope``), as NVIDIA/Megatron-LM @
+    d98e8a64ddf34856e74b24714e3bedb2f5a39553 megatron/training/arguments.py reads them: the
+    scope has no effect with ``none`` (the default), an empty list (or ``full``) captures the
+    whole layer, ``full_iteration`` is the whole step."""
+    from fmest.job import CUDA_GRAPH_SCOPES
+
+    impl, impl_key = state.cg_impl if state.cg_impl is not None else ("none", "")
+    scope, key = state.cg_scope if state.cg_scope is not None else ((), "")
+    if impl == "none":
+        if state.cg_scope is not None:
+            sink.ignore(key, "no effect with --cuda-graph-impl none")
+        return
+    if impl == "full_iteration":
+        sink.set("training.cuda_graph_scope", ("full_iteration",), impl_key)
+        return
+    known = tuple(m for m in scope if m in CUDA_GRAPH_SCOPES)
+    for m in scope:
+        if m not in CUDA_GRAPH_SCOPES:
+            sink.unmodelled(key, f"{m!r}: not a CUDA-graph scope fmest knows")
+    sink.set("training.cuda_graph_scope", known or ("full",), key or impl_key)
 
 
 def _recompute_modules(sink: Sink, state: _State) -> None:

@@ -972,6 +972,10 @@ def _stack_time_flags(ctx: dict) -> dict:
                 dp_reduce_overlap=stack.overlaps("dp_reduce"),
                 dp_gather_overlap=stack.overlaps("dp_gather"), hp_accum_bytes=hp,
                 moe_sync=stack.name == "megatron-core" and bool(model.is_moe),
+                # CUDA graphs and drop-and-pad (vector.moe_layer_host_profile)
+                cuda_graph_scope=tuple(training.cuda_graph_scope or ()),
+                moe_drop_and_pad=training.moe_drop_and_pad,
+                moe_dispatcher=ctx["job"].parallelism.moe_dispatcher,
                 # the weight-gradient GEMM accumulates in place (time_roofline
                 # memory_bound_seconds: no read-add-write per micro-batch)
                 wgrad_fused=wgrad_accumulation_fused(training, stack),

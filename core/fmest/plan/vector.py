@@ -41,6 +41,7 @@ from fmest.physics.device_terms import (
     NCCL_BUFFER_BYTES,
     STREAM_POOL_KIND_CODES,
 )
+from fmest.physics.moe_host import moe_layer_host_profile
 from fmest.physics.time_constants import (
     CPU_ADAM_PARAMS_PER_S_PER_NODE,
     DEEPSPEED_PIPE_BLOCKING_TRANSFERS,
@@ -50,7 +51,6 @@ from fmest.physics.time_constants import (
     INTER_NODE_COLLECTIVE_EFFICIENCY,
     INTER_NODE_LATENCY_S,
     INTRA_NODE_LATENCY_S,
-    MEGATRON_MOE_LAYER_HOST_OPS,
     MOE_EXPERT_GEMMS_PER_LOCAL_EXPERT,
     OVERLAP_INTERFERENCE_FRACTION,
     PCIE_EFFICIENCY,
@@ -601,14 +601,22 @@ def moe_sync_wait_seconds(cfg: dict, gpu_mb):
     # (formulas.moe_expert_gemm_host_seconds)
     local = np.asarray(cfg.get("num_experts", 0.0), dtype=float) \
         / np.maximum(1, np.asarray(cfg.get("ep", 1), dtype=float))
+    ops, sync, experts_eager = moe_layer_host_profile(
+        cfg.get("cuda_graph_scope", ()), drop_and_pad=bool(cfg.get("moe_drop_and_pad", False)),
+        dispatcher=cfg.get("moe_dispatcher"))
+    if not experts_eager:
+        local = np.ones_like(local)
     extra = np.maximum(0.0, np.maximum(local, 1.0) - 1.0) * TE_GROUPED_GEMM_SECONDS_PER_GEMM
-    host_f = MEGATRON_MOE_LAYER_HOST_OPS["forward"] * op \
+    host_f = ops["forward"] * op \
         + MOE_EXPERT_GEMMS_PER_LOCAL_EXPERT["forward"] * extra
-    host_b = MEGATRON_MOE_LAYER_HOST_OPS["backward"] * op \
+    host_b = ops["backward"] * op \
         + MOE_EXPERT_GEMMS_PER_LOCAL_EXPERT["backward"] * extra
     per_layer = gpu_mb / stage_layers
     gpu_f = per_layer * cfg["fwd_share"]
     gpu_b = per_layer - gpu_f
+    if not sync:
+        moe_layers = stage_layers * cfg["moe_layers"] / cfg["layers"]
+        return moe_layers * (np.maximum(0.0, host_f - gpu_f) + np.maximum(0.0, host_b - gpu_b))
     fwd = np.maximum(host_f, op + gpu_f) - gpu_f
     plain_bwd = np.maximum(0.0, host_b - gpu_b)
     recomputed_bwd = np.maximum(host_f + host_b, op + gpu_b) - gpu_b

@@ -172,6 +172,9 @@ class StepShape:
     #: the modules selective checkpointing recomputes (``Training.selective_modules``,
     #: Megatron-Core's names: ``core_attn`` by default); empty unless ``selective``
     selective_modules: frozenset = frozenset()
+    #: routed rows per expert relative to balanced dropless routing under Megatron-Core's
+    #: capacity factor (formulas.moe_capacity_row_factor: drop-and-pad > 1 at F > 1)
+    expert_row_factor: float = 1.0
 
     @property
     def moe_recomputed(self) -> float:
@@ -248,7 +251,11 @@ def step_shape(job, model, layout, stack=None) -> StepShape:
         linear_dtype=training.dtype, full=training.technique == "full",
         checkpointing=training.activation_checkpointing,
         stage_layers=model.num_layers / layout.pp, recompute_share=training.recompute_share,
-        selective_modules=training.selective_modules)
+        selective_modules=training.selective_modules,
+        expert_row_factor=F.moe_capacity_row_factor(
+            batch * seq_len / layout.cp / max(layout.tp, 1), model.experts_per_token or 0, model.num_experts or 0,
+            training.moe_expert_capacity_factor, training.moe_drop_and_pad)
+        if model.is_moe else 1.0)
 
 
 def kernel_seq_len(shape: StepShape) -> float:
@@ -352,7 +359,9 @@ def moe_dispatch_seconds(model, shape: StepShape, gpu, gpus_per_node: int, *,
     moe_layers = (model.num_moe_layers or model.num_layers) / shape.pp
     passes = 2 + shape.moe_recomputed
     shard = shape.tokens / shape.tp * model.hidden_size * shape.act_bytes
-    routed = shard * model.experts_per_token
+    # drop-and-pad sends each expert's full capacity (token_dispatcher.py num_out_tokens =
+    # capacity x experts)
+    routed = shard * model.experts_per_token * shape.expert_row_factor
     etp = shape.etp
     domain = F.nvlink_domain_gpus(getattr(gpu, "name", "") or "", gpus_per_node)
     bus = F.link_bytes_per_s(gpu, inter_node=False)
@@ -416,7 +425,8 @@ def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> Matm
             # each rank's local experts see the routed copies of the expert_tp x ep ranks'
             # sequence-parallel shards: (tokens / tp) x k x ep x expert_tp / experts rows each
             # (= tokens x k x ep / experts with expert TP = TP)
-            rows = tokens * lin.active_copies * ep * (etp / tp) / lin.copies
+            rows = tokens * lin.active_copies * ep * (etp / tp) / lin.copies \
+                * shape.expert_row_factor
             count = lin.layers / pp * lin.copies / ep
         else:
             rows = tokens * lin.active_copies
@@ -1171,7 +1181,13 @@ def moe_sync_wait_seconds(job, model, shape: StepShape, stack, *, gpu_mb: float,
         return 0.0
     moe_share = (model.num_moe_layers or model.num_layers) / max(model.num_layers, 1)
     per_layer = gpu_mb / shape.stage_layers
+    # CUDA graphs and drop-and-pad (training.cuda_graph_scope, moe_drop_and_pad): the captured
+    # regions' host ops and the sync (formulas.moe_layer_host_profile)
+    ops, sync, experts_eager = F.moe_layer_host_profile(
+        job.training.cuda_graph_scope, drop_and_pad=job.training.moe_drop_and_pad,
+        dispatcher=job.parallelism.moe_dispatcher)
     return F.moe_sync_exposed_seconds(
+        host_ops=ops, sync=sync,
         moe_layers=shape.stage_layers * moe_share,
         gpu_forward_per_layer=per_layer * fwd_share,
         gpu_backward_per_layer=per_layer * (1.0 - fwd_share),
@@ -1179,7 +1195,7 @@ def moe_sync_wait_seconds(job, model, shape: StepShape, stack, *, gpu_mb: float,
         op_seconds=host_seconds_per_op(gpu_name),
         # TE GroupedLinear issues one cuBLASLt GEMM per local expert (formulas
         # .moe_expert_gemm_host_seconds)
-        local_experts=(model.num_experts or 1) / max(1, shape.ep))
+        local_experts=(model.num_experts or 1) / max(1, shape.ep) if experts_eager else 1.0)
 
 
 def deepspeed_pipeline_seconds(job, model, shape: StepShape, gpu, layout) -> float:

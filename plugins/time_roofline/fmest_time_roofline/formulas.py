@@ -201,7 +201,7 @@ def moe_sync_exposed_seconds(*, moe_layers: float, gpu_forward_per_layer: float,
                              gpu_backward_per_layer: float, recompute_share: float = 0.0,
                              host_ops: Optional[dict] = None,
                              op_seconds: Optional[float] = None,
-                             local_experts: float = 1.0) -> float:
+                             local_experts: float = 1.0, sync: bool = True) -> float:
     """Seconds per micro-batch the GPU waits for the host in a Megatron-Core MoE stage whose
     token dispatcher syncs host and GPU once per MoE layer forward
     (``MEGATRON_MOE_LAYER_HOST_OPS``). After each sync the GPU's queue is empty: a layer's
@@ -215,16 +215,46 @@ def moe_sync_exposed_seconds(*, moe_layers: float, gpu_forward_per_layer: float,
     backward GPU time per layer)``. ``op_seconds``: host seconds per op (default
     ``HOST_SECONDS_PER_EAGER_OP``; Grace hosts: ``host_seconds_per_op``). ``local_experts``:
     the rank's ``experts / ep`` experts; each beyond the one the op counts traced adds its
-    expert GEMMs' host time (:func:`moe_expert_gemm_host_seconds`)."""
+    expert GEMMs' host time (:func:`moe_expert_gemm_host_seconds`). ``sync`` False
+    (drop-and-pad, :func:`moe_layer_host_profile`): no sync, each pass shows only its host time
+    above its GPU time."""
     ops = MEGATRON_MOE_LAYER_HOST_OPS if host_ops is None else host_ops
     op = HOST_SECONDS_PER_EAGER_OP if op_seconds is None else op_seconds
     gemm_f, gemm_b = moe_expert_gemm_host_seconds(local_experts)
     host_f, host_b = ops["forward"] * op + gemm_f, ops["backward"] * op + gemm_b
+    if not sync:
+        # drop-and-pad: no sync, the host runs ahead; only host time above GPU time shows
+        return moe_layers * (max(0.0, host_f - gpu_forward_per_layer)
+                             + max(0.0, host_b - gpu_backward_per_layer))
     fwd = max(host_f, op + gpu_forward_per_layer) - gpu_forward_per_layer
     plain_bwd = max(0.0, host_b - gpu_backward_per_layer)
     recomputed_bwd = max(host_f + host_b, op + gpu_backward_per_layer) - gpu_backward_per_layer
     share = min(max(recompute_share, 0.0), 1.0)
     return moe_layers * (fwd + (1.0 - share) * plain_bwd + share * recomputed_bwd)
+
+# Megatron-Core MoE host profile under CUDA graphs and drop-and-pad: core
+# ``fmest.physics.moe_host`` (the planner's arrays read the same function).
+from fmest.physics.moe_host import (  # noqa: E402,F401
+    CUDA_GRAPH_REPLAY_OPS,
+    MEGATRON_MOE_PRESYNC_HOST_OPS,
+    moe_layer_host_profile,
+)
+
+
+def moe_capacity_row_factor(tokens_per_rank: float, top_k: float, experts: float,
+                            capacity_factor: Optional[float], pad: bool) -> float:
+    """Routed rows an expert runs under Megatron-Core's capacity factor, relative to the
+    balanced dropless ``tokens x k / experts``: ``get_capacity`` = ``ceil(tokens x k / experts x
+    F)`` per source rank (megatron/core/transformer/moe/moe_utils.py @d98e8a64); drop-and-pad
+    runs exactly that (padded), dropping without pad runs at most that (balanced routing:
+    ``min(1, F)``)."""
+    if capacity_factor is None or tokens_per_rank <= 0 or experts <= 0 or top_k <= 0:
+        return 1.0
+    balanced = tokens_per_rank * top_k / experts
+    if pad:
+        return math.ceil(balanced * capacity_factor) / balanced
+    return min(1.0, float(capacity_factor))
+
 
 def moe_expert_gemm_host_seconds(local_experts: float) -> tuple[float, float]:
     """(forward, backward) host seconds per MoE layer and micro-batch that a rank's local
