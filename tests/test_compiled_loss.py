@@ -70,25 +70,18 @@ def test_compile_loss_without_compile_is_warned_as_ignored(engine):
 
 
 def test_planner_mirrors_the_compiled_transient_block(engine):
-    from fmest.plan.planner import Constraints, config_job, evaluate_space
+    from fmest.plan.planner import Constraints
+    from fmest.testing import fsdp_full_shard_rows, planner_engine_errors
 
     job = to_job({"model": "meta-llama/Llama-3.1-8B",
                   "training": {"stack": "torchtitan", "seq_len": 8192, "compile": True},
                   "workload": {"dataset_tokens": 1e8},
                   "options": {"fit_confidence": 0.5}})
-    res, _, _, _, ctx = evaluate_space(job, Constraints(gpus="H100-SXM", max_gpus=8,
-                                                        objective="time"), engine=engine)
-    names = [name for name, _ in ctx["shardings"]]
-    picked = [i for i in range(len(res["mb"]))
-              if names[int(res["hidx"][i])] == "fsdp_full_shard" and res["pp"][i] == 1]
-    assert picked
-    errors = []
-    for i in np.random.default_rng(0).choice(picked, size=min(12, len(picked)),
-                                             replace=False):
-        j = config_job(job, res, int(i), ctx["shardings"], method="theory")
-        report = engine.estimate(j, quantities=("memory",))
-        errors.append(res["memory"][i] / report.memory.total_bytes - 1)
-    assert float(np.median(np.abs(errors))) <= 0.01
+    drawn = planner_engine_errors(engine, job, Constraints(gpus="H100-SXM", max_gpus=8,
+                                                           objective="time"),
+                                  select=fsdp_full_shard_rows, n=12)
+    assert drawn
+    assert float(np.median([abs(mem) for _, mem, _ in drawn])) <= 0.01
 
 
 def test_mapper_reads_torchtitan_commit_windows():

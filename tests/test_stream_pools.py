@@ -170,23 +170,17 @@ def test_planner_mirrors_the_pools(engine, stack):
     # 2026-11-27: median |error| 0.06 % (hf-trainer) / 0.2 % (torchtitan) with the mirror,
     # 1.0 % / 1.5 % without it
     from fmest import to_job
-    from fmest.plan.planner import Constraints, config_job, evaluate_space
+    from fmest.plan.planner import Constraints
+    from fmest.testing import fsdp_full_shard_rows, planner_engine_errors
 
     job = to_job({"model": "mistralai/Mistral-7B-v0.1",
                   "training": {"stack": stack, "seq_len": 4096},
                   "workload": {"dataset_tokens": 1e8},
                   "options": {"fit_confidence": 0.5}})
-    res, _, _, _, ctx = evaluate_space(job, Constraints(gpus="A100-80GB", max_gpus=8,
-                                                        objective="time"), engine=engine)
-    names = [name for name, _ in ctx["shardings"]]
-    picked = [i for i in range(len(res["mb"]))
-              if names[int(res["hidx"][i])] == "fsdp_full_shard" and res["pp"][i] == 1]
-    assert picked
-    errors = []
-    for i in np.random.default_rng(0).choice(picked, size=min(15, len(picked)),
-                                             replace=False):
-        j = config_job(job, res, int(i), ctx["shardings"], method="theory")
-        report = engine.estimate(j, quantities=("memory",))
-        errors.append(res["memory"][i] / report.memory.total_bytes - 1)
+    drawn = planner_engine_errors(engine, job, Constraints(gpus="A100-80GB", max_gpus=8,
+                                                           objective="time"),
+                                  select=fsdp_full_shard_rows, n=15)
+    assert drawn
+    errors = [mem for _, mem, _ in drawn]
     assert float(np.median(np.abs(errors))) <= 0.005
     assert max(abs(e) for e in errors) <= 0.05

@@ -62,3 +62,35 @@ def run_cli(engine, argv, capsys) -> tuple[int, str, str]:
         rc = exc.code if isinstance(exc.code, int) else 2
     out = capsys.readouterr()
     return rc, out.out, out.err
+
+
+def planner_engine_errors(engine, job, constraints, *, select=None, n: int = 40,
+                          seed: int = 0) -> list:
+    """How the planner's array mirror agrees with the engine: evaluate ``constraints`` on
+    ``job`` (:func:`fmest.plan.planner.evaluate_space`), draw up to ``n`` configurations
+    (seeded; ``select(res, ctx)`` -> a boolean mask restricts the draw) and re-estimate each
+    with the engine's theory; returns ``(config job, memory error, step-time error)`` per draw,
+    errors as planner / engine - 1."""
+    import numpy as np
+
+    from fmest.plan.planner import config_job, evaluate_space
+
+    res, _, _, _, ctx = evaluate_space(job, constraints, engine=engine)
+    rows = np.arange(len(res["mb"])) if select is None else np.flatnonzero(select(res, ctx))
+    out = []
+    for i in np.random.default_rng(seed).choice(rows, size=min(n, rows.size), replace=False):
+        j = config_job(job, res, int(i), ctx["shardings"], method="theory")
+        report = engine.estimate(j, quantities=("memory", "time"))
+        out.append((j, res["memory"][i] / report.memory.total_bytes - 1,
+                    res["step"][i] / report.time.step_seconds - 1))
+    return out
+
+
+def fsdp_full_shard_rows(res, ctx):
+    """A :func:`planner_engine_errors` selection: FSDP full-shard configurations without a
+    pipeline."""
+    import numpy as np
+
+    names = [name for name, _ in ctx["shardings"]]
+    return (np.asarray([names[int(h)] == "fsdp_full_shard" for h in res["hidx"]])
+            & (np.asarray(res["pp"]) == 1))
