@@ -865,6 +865,12 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
     pair = sequences_per_sample(tr.objective)
     calls = no_grad_calls(tr)
     counts = model.param_counts()
+    # a stack whose model code builds its own output head for a tied checkpoint (stacks.toml
+    # unties_embeddings, LitGPT: memory_theory head_params_of): one more embedding-sized weight
+    if not counts.head and ctx["stack"] is not None \
+            and ctx["stack"].profile.unties_embeddings:
+        counts = attrs.evolve(counts, head=counts.embedding,
+                              total=counts.total + counts.embedding)
     params = float(counts.total)
     root = float(counts.embedding + counts.head)
     arr = dict(sel)
