@@ -33,7 +33,6 @@ and an fp32 logsumexp as the CUDA flash kernel does).
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 import types
@@ -49,15 +48,11 @@ TARGETS = {"qv": dict(lora_query=True, lora_key=False, lora_value=True, lora_pro
 
 
 def extract(mirror: str, commit: str, dest: Path) -> None:
-    pkg = dest / "litgpt"
-    pkg.mkdir(parents=True, exist_ok=True)
-    for name in FILES:
-        text = subprocess.run(["git", "-C", mirror, "show", f"{commit}:litgpt/{name}"],
-                              check=True, capture_output=True, text=True).stdout
-        (pkg / name).write_text(text)
-    # the package __init__ imports the API, prompts and tokenizer: not needed by the step
-    (pkg / "__init__.py").write_text("from litgpt.model import GPT\n"
-                                     "from litgpt.config import Config\n")
+    """The 2024 ``litgpt`` package's step files (scripts/trace_litgpt_lora.py ``extract``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from trace_litgpt_lora import extract as extract_package
+
+    extract_package(mirror, commit, dest, package="litgpt", files=FILES)
 
 
 def stub_lightning() -> None:

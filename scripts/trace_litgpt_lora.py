@@ -28,16 +28,19 @@ COMMIT = "8641822b3249bb94f068c254aa5d13decbc9f0a0"
 FILES = ("model.py", "config.py", "lora.py", "utils.py", "rmsnorm.py")
 
 
-def extract(mirror: str, commit: str, dest: Path) -> None:
-    pkg = dest / "lit_gpt"
+def extract(mirror: str, commit: str, dest: Path, package: str = "lit_gpt",
+            files: tuple = FILES) -> None:
+    """Write ``package``'s ``files`` at ``commit`` of the Lit-GPT/LitGPT mirror under ``dest``
+    with a bare ``__init__`` (the real one imports the tokenizer, the API and checks the
+    lightning version: not needed by the step). scripts/trace_litgpt2024.py reuses it."""
+    pkg = dest / package
     pkg.mkdir(parents=True, exist_ok=True)
-    for name in FILES:
-        text = subprocess.run(["git", "-C", mirror, "show", f"{commit}:lit_gpt/{name}"],
+    for name in files:
+        text = subprocess.run(["git", "-C", mirror, "show", f"{commit}:{package}/{name}"],
                               check=True, capture_output=True, text=True).stdout
         (pkg / name).write_text(text)
-    # the package __init__ imports the tokenizer and checks the lightning version: not needed
-    (pkg / "__init__.py").write_text("from lit_gpt.model import GPT\n"
-                                     "from lit_gpt.config import Config\n")
+    (pkg / "__init__.py").write_text(f"from {package}.model import GPT\n"
+                                     f"from {package}.config import Config\n")
 
 
 def stub_lightning() -> None:
