@@ -26,7 +26,9 @@ What is compared with what (the estimate is made comparable to the counter the s
   (``fmest.estimates.allocated_bytes``: less ``reserve`` and ``outside`` components).
 * ``nvidia-smi`` -> the whole estimate.
 * Units: ``GiB`` = 2^30 bytes; ``GB`` is read as 2^30 bytes too (tools print GiB labelled "GB";
-  the sources note the +-7.4 % ambiguity) unless ``other`` states 10^9 bytes.
+  the sources note the +-7.4 % ambiguity) unless ``other`` states 10^9 bytes or the row's
+  counter is the one its stack's own log line prints in 10^9-byte GB (stacks.toml
+  ``memory_log_counter`` / ``memory_log_unit``: LitGPT).
 * Throughput in the row's unit: tokens/s per GPU or for the job, samples/s, MFU % and TFLOP/s
   per GPU from fmest's MFU times the dtype's dense peak (Megatron 2021 rows: Narayanan et al.
   2021 eq. 3 FLOPs, recompute included, as the source counts; other ``megatron-core`` rows:
@@ -165,9 +167,20 @@ def _engine():
 
 
 def _memory_bytes_per_unit(row: dict) -> float:
+    """Bytes per unit of a memory row: ``GB`` is 10^9 when ``other`` says so or when the row
+    quotes its stack's own log line and that line divides by 10^9 (the row's counter is the
+    one the stack's profile logs, ``memory_log_unit = "GB"`` in stacks.toml: LitGPT prints
+    ``max_memory_allocated() / 1e9`` as "GB"); else 2^30 (module doc)."""
     other = (row.get("other") or "").lower()
     if row["unit"] == "GB" and re.search(r"10\^9|1e9|decimal gb", other):
         return 1e9
+    if row["unit"] == "GB":
+        from fmest.stacks import MEMORY_LOG_UNITS, _builtin_by_key
+
+        profile = _builtin_by_key().get((row.get("stack") or "").strip().lower())
+        if profile is not None and profile.memory_log_unit == "GB" and \
+                profile.memory_log_counter == (row.get("measure_type") or "").strip():
+            return float(MEMORY_LOG_UNITS["GB"])
     return float(GIB)
 
 

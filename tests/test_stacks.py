@@ -158,3 +158,37 @@ def test_cli_stack_flag_and_explain(capsys):
                  "--tp", "8", "--gpus-per-node", "8", "--stack", "NeMo", "--explain"]) == 0
     out = capsys.readouterr().out
     assert "Training stack: stack megatron-core" in out and "alias of megatron-core" in out
+
+
+def test_memory_log_line_reads_the_counter_in_the_stacks_unit():
+    """A stack whose log prints its peak (LitGPT: max_memory_allocated / 1e9 "GB";
+    torchtitan: reserved / 2^30 "GiB") gets the estimate as that line would read it, in the
+    report's JSON and text; a stack with no such line gets None."""
+    from fmest.estimates import memory_counters
+    from fmest.output.report import report_table, report_to_dict
+    from fmest.stacks import MEMORY_LOG_UNITS, memory_log_line
+
+    for stack, counter, unit in (("litgpt", "allocated_bytes", 10**9),
+                                 ("torchtitan", "reserved_bytes", 2**30)):
+        report = _estimate(_job({"stack": stack, "technique": "lora"}))
+        counters = memory_counters(report.memory)
+        log = report_to_dict(report)["memory"]["stack_log"]
+        assert log["stack"] == stack
+        assert log["value"] == pytest.approx(counters[counter] / unit)
+        assert MEMORY_LOG_UNITS[log["unit"]] == unit
+        assert f"{stack}'s own log would print {log['value']:.2f} {log['unit']}" \
+            in report_table(report, tty=False)
+    report = _estimate(_job({"stack": "hf-trainer"}))
+    assert report_to_dict(report)["memory"]["stack_log"] is None
+    assert memory_log_line(None, {}) is None
+    assert "own log would print" not in report_table(report, tty=False)
+
+
+def test_memory_log_fields_are_checked_and_sourced():
+    for profile in load_profiles():
+        if profile.memory_log_counter:
+            assert "memory_log_counter" in profile.sources, profile.name
+    with pytest.raises(ValueError, match="memory_log_unit"):
+        StackProfile(name="x", memory_log_counter="max_memory_allocated", memory_log_unit="MB")
+    with pytest.raises(ValueError, match="give both"):
+        StackProfile(name="x", memory_log_unit="GB")

@@ -75,6 +75,12 @@ FUSED_KERNEL_BYTES = dict(LIGER_BYTES)
 PIPELINE_ENGINES = ("", "deepspeed")
 #: LoRA layer implementations a stack can name (``StackProfile.lora_impl``)
 LORA_IMPLS = ("", "peft")
+#: The counters a stack's own log line can print its peak memory from
+#: (``StackProfile.memory_log_counter``): torch.cuda.max_memory_allocated / max_memory_reserved
+MEMORY_LOG_COUNTERS = ("", "max_memory_allocated", "max_memory_reserved")
+#: ... and the units it prints them in (``StackProfile.memory_log_unit``), bytes per unit:
+#: ``GB`` is 10^9 bytes (``x / 1e9``), ``GiB`` 2^30 (``x / 1024**3``)
+MEMORY_LOG_UNITS = {"": 0, "GB": 10**9, "GiB": 2**30}
 
 
 def _subset(allowed):
@@ -214,6 +220,12 @@ class StackProfile:
     #: cast to fp32 and back, dropout, scaling and the add per adapted module; time_roofline
     #: ``estimator.lora_elementwise_bytes``)
     lora_impl: str = field(default="")
+    #: the peak-memory line the stack's own training loop logs: the counter it reads
+    #: (:data:`MEMORY_LOG_COUNTERS`, ``""``: none, or several) and the unit it divides by
+    #: (:data:`MEMORY_LOG_UNITS`): the report prints the estimate as that line would read it
+    #: (:func:`memory_log_line`), and a measurement quoted from that line is read in that unit
+    memory_log_counter: str = field(default="")
+    memory_log_unit: str = field(default="")
     sources: Mapping[str, str] = field(factory=dict)
     plugin: str = ""
 
@@ -238,6 +250,21 @@ class StackProfile:
     def _check_lora_impl(self, attribute, value):
         if value not in LORA_IMPLS:
             raise ValueError(f"StackProfile.lora_impl: {value!r} not in {LORA_IMPLS}")
+
+    @memory_log_counter.validator
+    def _check_memory_log_counter(self, attribute, value):
+        if value not in MEMORY_LOG_COUNTERS:
+            raise ValueError(f"StackProfile.memory_log_counter: {value!r} not in "
+                             f"{MEMORY_LOG_COUNTERS}")
+
+    @memory_log_unit.validator
+    def _check_memory_log_unit(self, attribute, value):
+        if value not in MEMORY_LOG_UNITS:
+            raise ValueError(f"StackProfile.memory_log_unit: {value!r} not in "
+                             f"{tuple(MEMORY_LOG_UNITS)}")
+        if bool(value) != bool(self.memory_log_counter):
+            raise ValueError("StackProfile.memory_log_unit and memory_log_counter: give both "
+                             "or neither")
 
     @classmethod
     def from_table(cls, name: str, table: Mapping[str, Any]) -> "StackProfile":
@@ -536,6 +563,20 @@ def resolve_builtin_stack(job) -> Optional[ResolvedStack]:
     name, reason = stack_name(job)
     profile = _builtin_by_key().get(name.strip().lower())
     return None if profile is None else resolve_stack(profile, job, reason=reason)
+
+
+def memory_log_line(profile: Optional[StackProfile], counters: Mapping[str, int]
+                    ) -> Optional[dict[str, Any]]:
+    """The estimate as the stack's own peak-memory log line prints it: ``{"stack", "counter",
+    "unit", "value"}`` (``value`` in ``unit``), from :func:`fmest.estimates.memory_counters`;
+    None when the profile names no such line."""
+    if profile is None or not profile.memory_log_counter:
+        return None
+    key = {"max_memory_allocated": "allocated_bytes",
+           "max_memory_reserved": "reserved_bytes"}[profile.memory_log_counter]
+    return {"stack": profile.name, "counter": profile.memory_log_counter,
+            "unit": profile.memory_log_unit,
+            "value": counters[key] / MEMORY_LOG_UNITS[profile.memory_log_unit]}
 
 
 def padding_of(training, stack: Optional["ResolvedStack"]) -> Optional[str]:

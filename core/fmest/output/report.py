@@ -41,6 +41,14 @@ def fit_probability(report: Report) -> Optional[float]:
     return _confidence(report)["fits_probability"]
 
 
+def _stack_log(report: Report, m) -> dict[str, Any] | None:
+    """The peak as the job's training stack logs it (:func:`fmest.stacks.memory_log_line`)."""
+    from fmest.stacks import memory_log_line
+
+    stack = getattr(getattr(report.context, "transforms", None), "stack", None)
+    return memory_log_line(getattr(stack, "profile", None), memory_counters(m))
+
+
 def _confidence(report: Report) -> dict[str, Any]:
     """``fits_probability`` (P(peak <= usable memory) from the answer's P10-P90 interval, see
     :func:`fmest.estimates.fits_probability`) and ``headroom_p90_bytes`` (usable memory less the
@@ -143,6 +151,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             # class (fmest.estimates.MEMORY_COMPONENTS): torch.cuda.max_memory_allocated,
             # max_memory_reserved, and the whole device as nvidia-smi shows it (the total)
             **memory_counters(m),
+            # the same peak as the stack's own log line prints it (stacks.toml
+            # memory_log_counter / memory_log_unit); None when the stack names none
+            "stack_log": _stack_log(report, m),
             "gpu": ctx.gpu.name,
             "gpu_memory_bytes": ctx.gpu.memory_bytes,
             # what the job must fit in: the total CUDA reports (gpus.csv cuda_total_gib), else
@@ -409,6 +420,11 @@ def report_table(report: Report, *, explain: bool = False, tty: Optional[bool] =
                      f"(max_memory_allocated), {counters['reserved_bytes'] / GIB:.2f} GiB "
                      f"reserved (max_memory_reserved), {counters['device_bytes'] / GIB:.2f} GiB "
                      "on the device (nvidia-smi)")
+        log = _stack_log(report, m)
+        if log is not None:
+            lines.append(f"  {log['stack']}'s own log would print {log['value']:.2f} "
+                         f"{log['unit']} ({log['counter']} / "
+                         f"{'10^9' if log['unit'] == 'GB' else '2^30'} bytes)")
         verdict = verdict_text(report.fits, _confidence(report)["fits_probability"])
         kept_free = ctx.gpu.capacity_bytes - report.headroom_bytes - m.total_bytes
         margin = f" keeping {kept_free / GIB:.2f} GiB free" if kept_free > (1 << 20) else ""
