@@ -247,14 +247,8 @@ def is_bigscience_megatron_deepspeed(row: dict) -> bool:
     return row.get("stack") == "megatron-deepspeed" and "bigscience" in text
 
 
-def bigscience_run_date(row: dict) -> Optional[tuple[int, int, int]]:
-    """(year, month, day) of the run: the year in ``stack_version`` and a trailing ``| MM-DD |``
-    table note in ``source_quote`` (the BigScience chronicles date every benchmark row so)."""
-    year = re.search(r"\b(20\d\d)\b", row.get("stack_version") or "")
-    md = re.search(r"\|\s*(\d\d)-(\d\d)\s*\|\s*$", (row.get("source_quote") or "").strip())
-    if not year or not md:
-        return None
-    return int(year.group(1)), int(md.group(1)), int(md.group(2))
+#: the run date of a BigScience chronicles row (benchmarks/measured.py, rule 11)
+bigscience_run_date = measured.bigscience_run_date
 
 
 def bigscience_uses_pr251(row: dict) -> bool:

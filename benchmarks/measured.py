@@ -169,7 +169,13 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
 11. **Kernels and loss**: ``compile`` stated on (``compile=true``, "compile on", "torch.compile",
     torchtune ladder wording) -> ``compile``; on a torchtitan row naming a commit from a window in
     which ``--compile`` left the loss eager (``TORCHTITAN_EAGER_LOSS_WINDOWS``) also
-    ``compile_loss`` false (torchtitan's default compiles it); "chunked CE" -> ``loss=chunked``; ``liger=true``
+    ``compile_loss`` false (torchtitan's default compiles it); a BigScience Megatron-DeepSpeed
+    fork row run before the fork's 2022-03-06 sync of Megatron-LM's fused kernels (1cb76a64;
+    the run date from ``bigscience_run_date``) -> ``masked_softmax_fusion`` false where that
+    fork's ``is_kernel_available`` refused the fused kernel (``bigscience_fused_softmax_before_sync``:
+    keys up to 2048, and its ``get_batch_per_block(b, np, sq, sk)`` staticmethod received
+    ``(sq, sk, b, np)``, so the kernel's batches per block came from the heads per rank instead
+    of the key length: 541b967f megatron/model/fused_softmax.py lines 146 and 189); "chunked CE" -> ``loss=chunked``; ``liger=true``
     (Liger fused linear cross-entropy) or a fused cross-entropy named in ``other`` ->
     ``loss=fused``; "activation offloading" -> ``activation_offload``. ``litgpt`` LoRA/QLoRA
     rows -> ``loss=chunked``: Lit-GPT's finetune/lora.py always computes the head and the
@@ -867,6 +873,47 @@ TORCHTITAN_COMMIT_DATES = {"9dec370": "2024-12-26", "6a6f755d": "2024-12-03"}
 TORCHTITAN_EAGER_LOSS_WINDOWS = (("0000-00-00", "2024-10-22"), ("2024-12-18", "2025-04-02"))
 
 
+def bigscience_run_date(row: dict) -> Optional[tuple[int, int, int]]:
+    """(year, month, day) of the run: the year in ``stack_version`` and a trailing ``| MM-DD |``
+    table note in ``source_quote`` (the BigScience chronicles date every benchmark row so)."""
+    year = re.search(r"\b(20\d\d)\b", row.get("stack_version") or "")
+    md = re.search(r"\|\s*(\d\d)-(\d\d)\s*\|\s*$", (row.get("source_quote") or "").strip())
+    if not year or not md:
+        return None
+    return int(year.group(1)), int(md.group(1)), int(md.group(2))
+
+
+#: bigscience-workshop/Megatron-DeepSpeed 1cb76a64 (2022-03-06), "sync the whole Meg-LM
+#: fused_kernels sub-tree": fixed the argument order of FusedScaleMaskSoftmax.get_batch_per_block
+#: and raised the key-length limit of the fused softmax from 2048 to 4096 (later)
+BIGSCIENCE_FUSED_KERNEL_SYNC = (2022, 3, 6)
+
+
+def bigscience_fused_softmax_before_sync(row: dict, training: dict, par: dict,
+                                         model_config: Optional[dict]) -> bool:
+    """Rule 11: whether the BigScience fork ran its fused causal softmax kernel for the row.
+    From 1cb76a64 on (or with no run date, or not that fork): True (fmest's own rule,
+    fmest.physics.megatron_softmax, applies). Before it, the fork's ``is_kernel_available``
+    (541b967f megatron/model/fused_softmax.py) required ``16 < sq <= 2048``, ``sk % 4 == 0``,
+    ``b * np % 4 == 0`` and, causal, ``b * np`` a multiple of ``get_batch_per_block(sq, sk,
+    b, np)``, whose staticmethod took ``(b, np, sq, sk)`` and passed ``(sq, sk, b, np)`` to
+    the CUDA helper: the helper's key length was the heads per rank ``np``."""
+    text = f"{row.get('stack_version') or ''} {row.get('other') or ''}".lower()
+    date = bigscience_run_date(row)
+    if "bigscience" not in text or date is None or date >= BIGSCIENCE_FUSED_KERNEL_SYNC:
+        return True
+    from fmest.physics.megatron_softmax import batches_per_block
+
+    heads = int((model_config or {}).get("num_attention_heads") or 0)
+    tp = int(par.get("tp", 1))
+    if not heads or heads % tp:
+        return True
+    b, np_, s = int(training["micro_batch_size"]), heads // tp, int(training["seq_len"])
+    if not (16 < s <= 2048 and s % 4 == 0 and (b * np_) % 4 == 0):
+        return False
+    return (b * np_) % batches_per_block(np_) == 0
+
+
 def _torchtitan_eager_loss(low: str) -> bool:
     """Rule 11: a torchtitan row naming a commit of a window in which ``--compile`` did not
     compile the loss (``TORCHTITAN_EAGER_LOSS_WINDOWS``) -> ``compile_loss`` false; a row
@@ -1108,6 +1155,10 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         training["compile"] = True
         if stack == "torchtitan" and _torchtitan_eager_loss(low):
             training["compile_loss"] = False
+    if stack == "megatron-deepspeed" and training["attention"] == "eager" \
+            and "masked_softmax_fusion" in _training_fields() \
+            and not bigscience_fused_softmax_before_sync(row, training, par, model_config):
+        training["masked_softmax_fusion"] = False
     if "chunked ce" in low or "cewithchunkedoutputloss" in low:
         training["loss"] = "chunked"
     elif _true(kv.get("liger")) or re.search(r"fused[- ]linear[- ]cross|flce=true", low):

@@ -460,6 +460,16 @@ ODDITIES: tuple[Oddity, ...] = (
            reason="torch.compile of the loss function fuses the standard cross-entropy's fp32 "
                   "upcast and log-softmax (torchtitan torchtitan/components/loss.py); an eager "
                   "step, and the chunked/fused losses, have their own kernels"),
+    Oddity(name="masked softmax fusion without Megatron eager attention",
+           fields=("training.masked_softmax_fusion",),
+           applies=lambda job, given, stack_name: job.training.masked_softmax_fusion is not None
+           and (job.training.attention != "eager" or not _fused_softmax_stack(stack_name)),
+           message="ignored: it needs training.attention eager under a stack that runs "
+                   "Megatron's FusedScaleMaskSoftmax (megatron-deepspeed)",
+           reason="--no-masked-softmax-fusion switches Megatron's fused scale-mask-softmax "
+                  "kernel off (megatron/model/fused_softmax.py); flash, SDPA and TE attention "
+                  "kernels, and other stacks' eager attention, have no such kernel",
+           by_stack=True),
     Oddity(name="checkpoint fraction without full checkpointing",
            fields=("training.checkpoint_fraction", "training.activation_checkpointing"),
            applies=lambda job, given, model: job.training.checkpoint_fraction is not None
@@ -557,6 +567,15 @@ ODDITIES: tuple[Oddity, ...] = (
            reason="only the learned and hybrid policies read a learned-model bundle "
                   "(docs/learned.md)"),
 )
+
+
+def _fused_softmax_stack(stack_name: str) -> bool:
+    """Whether the built-in profile ``stack_name`` runs Megatron's FusedScaleMaskSoftmax
+    (stacks.toml ``fused_softmax_max_seq``)."""
+    from fmest.stacks import _builtin_by_key
+
+    profile = _builtin_by_key().get((stack_name or "").lower())
+    return bool(profile is not None and profile.fused_softmax_max_seq)
 
 
 def check_oddities(job, model, stack_name: str = "") -> tuple[str, ...]:

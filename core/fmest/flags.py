@@ -332,6 +332,10 @@ JOB_FLAGS: tuple[Flag, ...] = (
           help="Megatron-Core gradient_accumulation_fusion (the weight-gradient GEMM "
                "accumulates into the fp32 main gradient; default: the stack's, on for "
                "megatron-core); false = --no-gradient-accumulation-fusion"),
+    _bool("--masked-softmax-fusion", group=_TRAIN, path="training.masked_softmax_fusion",
+          help="Megatron masked_softmax_fusion for eager attention (default on: the fused "
+               "softmax kernel where its shape constraints hold, the fp32 eager chain "
+               "elsewhere); false = --no-masked-softmax-fusion"),
     _bool("--compile-loss", group=_TRAIN, path="training.compile_loss",
           help="with --compile: the loss function is compiled too (fused upcast and "
                "log-softmax: no fp32 [tokens, vocab] copies); default: the stack's (torchtitan "

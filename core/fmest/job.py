@@ -310,6 +310,12 @@ class Training:
     #: ``wgrad_accumulation_fused``: megatron-core on, since Megatron-LM 83b1e42f, 2022-02);
     #: False = ``--no-gradient-accumulation-fusion``
     grad_accumulation_fusion: Optional[bool] = None
+    #: Megatron ``masked_softmax_fusion`` (``--no-masked-softmax-fusion`` = False): eager
+    #: attention under a stack that runs Megatron's ``FusedScaleMaskSoftmax`` (stacks.toml
+    #: ``fused_softmax_max_seq``) uses the fused kernel only where its shape constraints hold
+    #: (fmest.physics.megatron_softmax) and the eager fp32 softmax chain otherwise; False: the
+    #: eager chain always. None = on (Megatron's default)
+    masked_softmax_fusion: Optional[bool] = None
     #: ``PADDINGS``; None = the training stack's default (stacks.toml ``padding``; without
     #: one: not stated, every sample counted at ``seq_len``). With ``workload.avg_seq_len``:
     #: ``longest`` runs shorter batches and the caching allocator's reserve grows with the

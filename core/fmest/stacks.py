@@ -225,6 +225,12 @@ class StackProfile:
     #: (:data:`MEMORY_LOG_UNITS`): the report prints the estimate as that line would read it
     #: (:func:`memory_log_line`), and a measurement quoted from that line is read in that unit
     memory_log_counter: str = field(default="")
+    #: eager attention runs Megatron's ``FusedScaleMaskSoftmax``: the fused kernel where its
+    #: shape constraints hold, keys up to this length (fmest.physics.megatron_softmax), else
+    #: the fp32 eager chain, whose bytes per score are ``elementwise_bytes``
+    #: ``scores_unfused`` / ``scores_unfused_backward``; 0 = no such constraint (the stack's
+    #: ``scores`` bytes always apply)
+    fused_softmax_max_seq: int = 0
     memory_log_unit: str = field(default="")
     sources: Mapping[str, str] = field(factory=dict)
     plugin: str = ""
@@ -577,6 +583,30 @@ def memory_log_line(profile: Optional[StackProfile], counters: Mapping[str, int]
     return {"stack": profile.name, "counter": profile.memory_log_counter,
             "unit": profile.memory_log_unit,
             "value": counters[key] / MEMORY_LOG_UNITS[profile.memory_log_unit]}
+
+
+def scores_bytes(training, stack: Optional["ResolvedStack"], *, heads_per_rank: int,
+                 seq_len: int) -> Optional[tuple[float, float]]:
+    """(forward, backward) bytes per eager attention score of the stack's own softmax chain:
+    ``scores`` / ``scores_backward`` of its ``elementwise_bytes``; under a stack whose
+    eager attention is Megatron's ``FusedScaleMaskSoftmax`` (``fused_softmax_max_seq``), the
+    fused kernel's bytes only where it runs (``training.masked_softmax_fusion`` not false and
+    the shape constraints of :func:`fmest.physics.megatron_softmax.fused_softmax_available`),
+    else ``scores_unfused`` / ``scores_unfused_backward``. None: the stack gives none (the
+    generic eager chain applies)."""
+    own = None if stack is None else stack.elementwise_bytes
+    if not own or "scores" not in own or "scores_backward" not in own:
+        return None
+    max_seq = stack.profile.fused_softmax_max_seq if stack is not None else 0
+    if max_seq and "scores_unfused" in own and "scores_unfused_backward" in own:
+        from fmest.physics.megatron_softmax import fused_softmax_available
+
+        fused = training.masked_softmax_fusion is not False and fused_softmax_available(
+            micro_batch=training.micro_batch_size, heads_per_rank=heads_per_rank,
+            seq_len=seq_len, max_seq=max_seq)
+        if not fused:
+            return float(own["scores_unfused"]), float(own["scores_unfused_backward"])
+    return float(own["scores"]), float(own["scores_backward"])
 
 
 def padding_of(training, stack: Optional["ResolvedStack"]) -> Optional[str]:

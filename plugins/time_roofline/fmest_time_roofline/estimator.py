@@ -38,7 +38,7 @@ from fmest.physics.counting import (
     trainable_params,
 )
 from fmest.physics.time_constants import host_seconds_per_op
-from fmest.stacks import fp32_main_grads, wgrad_accumulation_fused
+from fmest.stacks import fp32_main_grads, scores_bytes, wgrad_accumulation_fused
 from fmest.stacks import padding_of as stacks_padding_of
 from fmest.transforms import CommunicationPlan, Transforms, transforms_of
 from fmest_time_roofline import formulas as F
@@ -647,10 +647,12 @@ def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: Ma
     if training.attention == "eager":
         # a stack whose eager attention runs its own fused scale-mask-softmax gives the
         # chain's (forward, backward) bytes per score (stacks.toml elementwise_bytes
-        # scores / scores_backward, e.g. Megatron's ScaledUpperTriangMaskedSoftmax)
-        own = None if stack is None else stack.elementwise_bytes
-        stack_bytes = (own["scores"], own["scores_backward"]) \
-            if own and "scores" in own and "scores_backward" in own else None
+        # scores / scores_backward, e.g. Megatron's ScaledUpperTriangMaskedSoftmax), and
+        # the eager fp32 chain's where the fused kernel's shape constraints fail
+        # (fmest.stacks.scores_bytes)
+        stack_bytes = scores_bytes(
+            training, stack, heads_per_rank=max(model.num_attention_heads // shape.tp, 1),
+            seq_len=shape.seq_len)
         scores = F.eager_attention_bytes_per_token_per_layer(
             model.num_attention_heads / shape.tp, shape.seq_len, compiled=compiled,
             stack_bytes=stack_bytes)

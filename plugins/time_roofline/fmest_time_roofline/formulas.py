@@ -996,12 +996,14 @@ def eager_attention_bytes_per_token_per_layer(heads: float, seq_len: int, *,
                                               stack_bytes: Optional[tuple] = None) -> float:
     """HBM bytes of materialised s x s attention scores per token per layer (eager attention
     computes the full square and masks it), forward and backward (Inductor's fused softmax
-    kernels under torch.compile; a stack's own fused scale-mask-softmax chain when it gives
-    its (forward, backward) bytes per score, ``stack_bytes``: the smaller sum is used)."""
+    kernels under torch.compile; the stack's own scale-mask-softmax chain when it gives its
+    (forward, backward) bytes per score, ``stack_bytes``: under torch.compile the smaller of
+    the two sums)."""
     per_score = sum(compiled_bytes_per_element("scores")) if compiled else \
         EAGER_SCORE_BYTES_PER_ELEMENT * (1.0 + ELEMENTWISE_BACKWARD_FACTOR["scores"])
     if stack_bytes is not None:
-        per_score = min(per_score, float(sum(stack_bytes)))
+        own = float(sum(stack_bytes))
+        per_score = min(per_score, own) if compiled else own
     return per_score * heads * seq_len
 
 
