@@ -72,13 +72,14 @@ def test_microbench_tiny_rows(runs):
     mb = _load("fmest_gpu_microbench", GPU / "microbench.py")
     header, rows = _rows(out / "microbench_cpu.csv")
     assert header == list(mb.CSV_FIELDS)
-    assert {r["kind"] for r in rows} == {"launch", "hbm", "mamf", "gemm", "attention", "adamw"}
+    assert {r["kind"] for r in rows} == {"launch", "hbm", "mamf", "gemm", "align", "attention",
+                                         "adamw"}
     ok = [r for r in rows if r["status"] == "ok"]
     assert len(ok) >= 30
     for r in ok:
         assert float(r["median_ms"]) > 0 and r["torch"] and r["date"], r
-        rate = {"gemm": "tflops", "mamf": "tflops", "attention": "tflops", "hbm": "gb_per_s",
-                "adamw": "ns_per_param", "launch": "us_per_launch"}[r["kind"]]
+        rate = {"gemm": "tflops", "mamf": "tflops", "align": "tflops", "attention": "tflops",
+                "hbm": "gb_per_s", "adamw": "ns_per_param", "launch": "us_per_launch"}[r["kind"]]
         assert float(r[rate]) > 0, r
     # FLOP counts: 2*m*n*k for GEMMs; FlashAttention's causal count for attention
     g = next(r for r in ok if r["kind"] == "gemm")

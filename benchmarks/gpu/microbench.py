@@ -487,6 +487,47 @@ class Bench:
                     else:
                         self._gemm_case(meta, t, n_out, k_in, None, "fp8")
 
+    # -- alignment: the same GEMM with its dimensions on and off 16-byte multiples
+    def align(self):
+        """Eager attention's batched GEMMs (Megatron ``baddbmm`` Q K^T and ``bmm`` P V, one
+        matrix per head) by head dim, and a linear GEMM by its reduction size, each on and off
+        the multiples of 8 bf16 elements (16 bytes) tensor-core GEMMs want (NVIDIA "Matrix
+        Multiplication Background User's Guide" §2.2): e.g. hidden 14400 at TP 8 gives head dim
+        150 (96 heads) or 450 (32 heads) and per-rank width 1800, hidden 13824 gives 144 and
+        1728. Rows: kind ``align``, case ``qk``/``pv``/``linear``, the TFLOP/s at each size."""
+        seq = 128 if self.args.tiny else 2048
+        batches = 4 if self.args.tiny else 96       # micro-batch x heads per rank
+        head_dims = (16, 18, 24) if self.args.tiny else (128, 144, 150, 224, 450, 456)
+        for hd in head_dims:
+            for case in ("qk", "pv"):
+                meta = dict(kind="align", case=case,
+                            shape=f"batch={batches} s={seq} head_dim={hd}", dtype="bf16",
+                            backend="torch.bmm", **{"pass": "fwd"})
+                st = {}
+
+                def setup(hd=hd, case=case, st=st):
+                    q = torch.randn(batches, seq, hd, device=self.device, dtype=torch.bfloat16)
+                    if case == "qk":    # [b, s, d] @ [b, d, s] -> [b, s, s]
+                        k = torch.randn(batches, hd, seq, device=self.device,
+                                        dtype=torch.bfloat16)
+                    else:               # [b, s, s] @ [b, s, d] -> [b, s, d]
+                        q = torch.randn(batches, seq, seq, device=self.device,
+                                        dtype=torch.bfloat16)
+                        k = torch.randn(batches, seq, hd, device=self.device,
+                                        dtype=torch.bfloat16)
+                    st.update(a=q, b=k)
+                    return lambda: torch.bmm(st["a"], st["b"])
+                self.run_case(dict(meta, m=seq, n=seq if case == "qk" else hd,
+                                   k=hd if case == "qk" else seq), setup,
+                              flops=2.0 * batches * seq * seq * hd, before=self.flush_l2)
+                st.clear()
+        tokens = 64 if self.args.tiny else 8192
+        out_features = 256 if self.args.tiny else 14336
+        for k_in in ((128, 136, 130) if self.args.tiny else (1728, 1792, 1800, 1796)):
+            meta = dict(kind="align", case="linear", shape=f"T={tokens} N={out_features} "
+                        f"K={k_in}", dtype="bf16", backend="torch.mm", **{"pass": "fwd"})
+            self._gemm_case(meta, tokens, out_features, k_in, torch.bfloat16, "fwd")
+
     # -- attention
     def attention(self):
         import torch.nn.functional as F
@@ -636,9 +677,9 @@ def main(argv=None) -> int:
                     help="wall-clock budget; cases after it are recorded as skipped")
     ap.add_argument("--out", default=None, help="output folder (default $OUT or /tmp/fmest_gpu_out)")
     ap.add_argument("--presets", nargs="+", default=list(DEFAULT_PRESETS))
-    ap.add_argument("--kinds", nargs="+", default=["launch", "hbm", "mamf", "gemm", "attention",
-                                                   "adamw"],
-                    choices=["launch", "hbm", "mamf", "gemm", "attention", "adamw"])
+    ap.add_argument("--kinds", nargs="+", default=["launch", "hbm", "mamf", "gemm", "align",
+                                                   "attention", "adamw"],
+                    choices=["launch", "hbm", "mamf", "gemm", "align", "attention", "adamw"])
     ap.add_argument("--warmup", type=int, default=None, help="default 3 (--tiny: 1)")
     ap.add_argument("--repeats", type=int, default=None, help="default 20 (--tiny: 3)")
     ap.add_argument("--case-cap-s", type=float, default=None,
