@@ -175,7 +175,10 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
     fork's ``is_kernel_available`` refused the fused kernel (``bigscience_fused_softmax_before_sync``:
     keys up to 2048, and its ``get_batch_per_block(b, np, sq, sk)`` staticmethod received
     ``(sq, sk, b, np)``, so the kernel's batches per block came from the heads per rank instead
-    of the key length: 541b967f megatron/model/fused_softmax.py lines 146 and 189); "chunked CE" -> ``loss=chunked``; ``liger=true``
+    of the key length: 541b967f megatron/model/fused_softmax.py lines 146 and 189); a bf16 row
+    of that fork run before 2022-02-28 -> ``main_grads_dtype`` compute (its prequel: the
+    BF16_Optimizer that accumulates gradients in fp32 was in use from the 02-28 tables on,
+    ``bigscience_before_bf16_optimizer``); "chunked CE" -> ``loss=chunked``; ``liger=true``
     (Liger fused linear cross-entropy) or a fused cross-entropy named in ``other`` ->
     ``loss=fused``; "activation offloading" -> ``activation_offload``. ``litgpt`` LoRA/QLoRA
     rows -> ``loss=chunked``: Lit-GPT's finetune/lora.py always computes the head and the
@@ -877,10 +880,26 @@ def bigscience_run_date(row: dict) -> Optional[tuple[int, int, int]]:
     """(year, month, day) of the run: the year in ``stack_version`` and a trailing ``| MM-DD |``
     table note in ``source_quote`` (the BigScience chronicles date every benchmark row so)."""
     year = re.search(r"\b(20\d\d)\b", row.get("stack_version") or "")
-    md = re.search(r"\|\s*(\d\d)-(\d\d)\s*\|\s*$", (row.get("source_quote") or "").strip())
+    md = re.search(r"\|\s*(\d\d)-(\d\d)\b[^|]*\|\s*$", (row.get("source_quote") or "").strip())
     if not year or not md:
         return None
     return int(year.group(1)), int(md.group(1)), int(md.group(2))
+
+
+#: the BigScience prequel's "Rebalancing layers" section (02-28 tables): "from now on the testing
+#: is happening with BF16 optimizer that was just written to accumulate gradients in fp32 ...
+#: compared to fp16 which grad accumulates in fp16. The additional memory usage is 4bytes x
+#: params" (bigscience-workshop/bigscience @59a90eec train/tr11-176B-ml/chronicles-prequel.md)
+BIGSCIENCE_BF16_OPTIMIZER = (2022, 2, 28)
+
+
+def bigscience_before_bf16_optimizer(row: dict) -> bool:
+    """Rule 11: a BigScience fork bf16 row run before DeepSpeed's BF16_Optimizer (fp32
+    gradient accumulation) was in use (``BIGSCIENCE_BF16_OPTIMIZER``): its ZeRO-1 optimizer
+    accumulated gradients in bf16, as fp16 runs do in fp16 (``main_grads_dtype`` compute)."""
+    text = f"{row.get('stack_version') or ''} {row.get('other') or ''}".lower()
+    date = bigscience_run_date(row)
+    return "bigscience" in text and date is not None and date < BIGSCIENCE_BF16_OPTIMIZER
 
 
 #: bigscience-workshop/Megatron-DeepSpeed 1cb76a64 (2022-03-06), "sync the whole Meg-LM
@@ -1155,6 +1174,9 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         training["compile"] = True
         if stack == "torchtitan" and _torchtitan_eager_loss(low):
             training["compile_loss"] = False
+    if stack == "megatron-deepspeed" and (row["dtype"] or "").lower() == "bf16" \
+            and "main_grads_dtype" in _training_fields() and bigscience_before_bf16_optimizer(row):
+        training["main_grads_dtype"] = "compute"
     if stack == "megatron-deepspeed" and training["attention"] == "eager" \
             and "masked_softmax_fusion" in _training_fields() \
             and not bigscience_fused_softmax_before_sync(row, training, par, model_config):
