@@ -77,6 +77,14 @@ def test_unfused_softmax_costs_the_fp32_chain():
     assert long_off == pytest.approx(_memory_bound(_job(seq_len=8192, masked_softmax_fusion=True)))
 
 
+def test_bounds_names_the_stacks_with_the_kernel():
+    from fmest.bounds import FUSED_SOFTMAX_STACKS
+    from fmest.stacks import load_profiles
+
+    assert set(FUSED_SOFTMAX_STACKS) == {p.name for p in load_profiles()
+                                         if p.fused_softmax_max_seq}
+
+
 def test_oddity_when_the_flag_cannot_apply():
     job = job_from_dict({"model": "llama-2-7b",
                          "training": {"attention": "flash", "stack": "megatron-deepspeed",

@@ -569,13 +569,15 @@ ODDITIES: tuple[Oddity, ...] = (
 )
 
 
-def _fused_softmax_stack(stack_name: str) -> bool:
-    """Whether the built-in profile ``stack_name`` runs Megatron's FusedScaleMaskSoftmax
-    (stacks.toml ``fused_softmax_max_seq``)."""
-    from fmest.stacks import _builtin_by_key
+#: the built-in stacks whose eager attention runs Megatron's FusedScaleMaskSoftmax (stacks.toml
+#: ``fused_softmax_max_seq``; tests/test_megatron_softmax.py keeps the two in step: bounds does
+#: not import fmest.stacks, which imports the job model)
+FUSED_SOFTMAX_STACKS = ("megatron-deepspeed",)
 
-    profile = _builtin_by_key().get((stack_name or "").lower())
-    return bool(profile is not None and profile.fused_softmax_max_seq)
+
+def _fused_softmax_stack(stack_name: str) -> bool:
+    """Whether the resolved stack ``stack_name`` runs Megatron's FusedScaleMaskSoftmax."""
+    return (stack_name or "").lower() in FUSED_SOFTMAX_STACKS
 
 
 def check_oddities(job, model, stack_name: str = "") -> tuple[str, ...]:

@@ -450,11 +450,19 @@ def _precision_bytes(job: Job, strategy, stack) -> tuple[float, float, float]:
     """(gradient bytes on the wire, gradient bytes per trainable param, activation bytes):
     fp32 reductions under amp/master, the compute dtype under pure (core's precision rule)."""
     from fmest.physics.precision import resolve_precision
+    from fmest.stacks import fp32_main_grads
+    from fmest.transforms import dtype_info
 
     act = 4.0 if job.training.dtype == "fp32" else 2.0
     prec = resolve_precision(job.training, strategy, stack)
     wire = 4.0 if prec in ("amp", "master") else act
     per_param = 4.0 if prec == "amp" else act
+    # the stack's fp32 gradient buffer under master precision (fmest.stacks.apply_to_sizing:
+    # Megatron main_grad, DeepSpeed BF16_Optimizer), as the memory plugin sizes the gradients
+    if prec == "master" and stack is not None and job.training.technique == "full" \
+            and "gradients" not in strategy.shards and fp32_main_grads(
+                stack.profile, job.training, dtype_info(job.training.dtype).storage_dtype):
+        per_param = 4.0
     return wire, per_param, act
 
 

@@ -19,6 +19,7 @@ from fmest.allocator import (
     ALLOCATOR_FLOOR_EXPANDABLE_FRACTION,
     ALLOCATOR_FLOOR_FRACTION,
 )
+from fmest.default_plugins.parallelism import FP32_BYTES
 from fmest.physics.device_terms import (
     ALLOCATOR_RESERVE_CONSTANT_BYTES,
     ALLOCATOR_RESERVE_EXPANDABLE_CONSTANT_BYTES,
@@ -274,9 +275,24 @@ def memory_bytes(cfg: dict) -> np.ndarray:
     pools = stream_pool_bytes(cfg, static, buffers + acts + held_grads,
                               buffers - unsharded_acc + grads + acts / stage_layers,
                               optimizer, grads, held_grads, alloc)
-    return device_total(alloc, context_bytes(cfg["world"]), cfg.get("capacity", 0.0),
-                        cfg.get("expandable", False), cfg.get("reserve_fraction"), transient,
-                        pools, layer)
+    context = context_bytes(cfg["world"])
+    capacity = cfg.get("capacity", 0.0)
+    total = device_total(alloc, context, capacity, cfg.get("expandable", False),
+                         cfg.get("reserve_fraction"), transient, pools, layer)
+    if not np.any(bpe):
+        return total
+    # the step's flat gradient copies take new segments on top of what the backward left
+    # cached when their smaller block exceeds every block the step frees (memory_theory
+    # ``_carried_reserve``, ``StagePeak.step_new_segments``): the backward's reserved bytes
+    # + the copies, at most the device
+    flat = bpe * np.minimum(trainable / opt_div, cap)
+    smaller = flat * np.where(bpe > FP32_BYTES, (bpe - FP32_BYTES) / np.maximum(bpe, 1e-9), 1.0)
+    largest = np.maximum(0.0 if transient is None else transient,
+                         0.0 if layer is None else layer)
+    carried = device_total(backward, context, 0.0, cfg.get("expandable", False),
+                           cfg.get("reserve_fraction"), transient, 0.0, layer) + flat
+    carried = np.where(np.asarray(capacity) > 0, np.minimum(carried, capacity), carried)
+    return np.where((flat > 0) & (smaller > largest), np.maximum(total, carried), total)
 
 
 def stream_pool_bytes(cfg: dict, static, start, end, optimizer, grads, held_grads, alloc):

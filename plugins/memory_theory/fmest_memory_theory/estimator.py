@@ -281,6 +281,10 @@ class ModelState:
     temps: float                 # optimizer-step temporaries
     temps_in_backward: float     # optimizer-in-backward temporaries
     quantized: tuple[LinearModule, ...]  # the QLoRA-quantized linears
+    #: the part of ``temps`` that is whole-partition flat buffers (DeepSpeed's ZeRO step copy
+    #: of the gradient partition, :func:`_zero_step_grad_copy`): larger than any block the
+    #: backward frees, so they take new segments (:func:`assemble`)
+    flat_temps: float = 0.0
 
 
 def _base_weight_bytes(setup: JobSetup,
@@ -413,10 +417,10 @@ def model_state_terms(setup: JobSetup, params: StageParams) -> ModelState:
         # the compute-dtype grads beside the fp32 accumulator (stacks.toml lp_grads_kept)
         grads_full += trainable * setup.act_bytes / grads_divisor
     states = _optimizer_state_bytes(setup, trainable) / optimizer_divisor
-    temps = _step_temporaries(setup, trainable, optimizer_divisor) \
-        + _zero_step_grad_copy(setup, trainable, optimizer_divisor)
+    flat_temps = _zero_step_grad_copy(setup, trainable, optimizer_divisor)
+    temps = _step_temporaries(setup, trainable, optimizer_divisor) + flat_temps
     if setup.offload_optimizer:
-        master = states = temps = 0.0
+        master = states = temps = flat_temps = 0.0
     if setup.offload_params:
         grads_full = 0.0
     grads_peak, temps_in_bwd = grads_full, 0.0
@@ -424,11 +428,11 @@ def model_state_terms(setup: JobSetup, params: StageParams) -> ModelState:
         if not lora:
             grads_peak = min(grads_full, (setup.dims.largest_tensor_params / setup.layout.tp)
                              * sizing.grad_bytes)
-        temps_in_bwd, temps = temps, 0.0
+        temps_in_bwd, temps, flat_temps = temps, 0.0, 0.0
     return ModelState(base_bytes=base_bytes, weights=weights, lora_adapters=adapters,
                       trainable_params=trainable, master=master, grads_full=grads_full,
                       grads_peak=grads_peak, states=states, temps=temps,
-                      temps_in_backward=temps_in_bwd, quantized=quant)
+                      temps_in_backward=temps_in_bwd, quantized=quant, flat_temps=flat_temps)
 
 
 def _lp_grads_kept(setup: JobSetup) -> bool:
@@ -483,9 +487,15 @@ def _bucket_bytes(setup: JobSetup, state: ModelState) -> float:
     stack = setup.stack
     out = float(stack.profile.workspace_bytes) if stack is not None else 0.0
     if stack is not None and stack.profile.contiguous_grad_buffer \
-            and "gradients" not in strategy.shards:
+            and "gradients" not in strategy.shards \
+            and not (strategy.reduce_bucket_elements and setup.sizing.grad_bytes != F.FP32_BYTES):
         # gradients accumulate in the framework's flat buffer, which is what is reduced
-        # (Megatron param_and_grad_buffer, DeepSpeed BF16_Optimizer): no bucket copies
+        # (Megatron param_and_grad_buffer, DeepSpeed BF16_Optimizer): no bucket copies. Under
+        # DeepSpeed's ZeRO with compute-dtype gradients (fp16, or bf16 without BF16_Optimizer's
+        # fp32 accumulation) the engine runs the ZeRO optimizer (stage_1_and_2.py) and its
+        # reduce buckets instead (deepspeedai/DeepSpeed
+        # @56c522386878df2513ccb548de76b50191ae3af7 deepspeed/runtime/engine.py
+        # _configure_zero_optimizer; stage_1_and_2.py reduce_gradients)
         return out
     if strategy.ddp_bucket and not strategy.shards and dp > 1 and state.trainable_params:
         out += state.grads_full * F.DDP_BUCKET_COPIES_OF_GRADS
@@ -1098,6 +1108,10 @@ class StagePeak:
     #: the peak is the end of backward with FSDP1's kept block inputs and gradients alive
     #: (``Activations.kept_input_grads``): every reserved segment holds a live block
     pinned: bool = False
+    #: the step's whole-partition flat buffers (``ModelState.flat_temps``) when the block
+    #: the backward frees are all smaller than them: new segments on top of what the
+    #: backward left cached (:func:`assemble`)
+    step_new_segments: float = 0.0
 
 
 def stage_peak(setup: JobSetup, stage: Stage) -> StagePeak:
@@ -1114,11 +1128,17 @@ def stage_peak(setup: JobSetup, stage: Stage) -> StagePeak:
     # the end-of-backward moment (the last of _backward_candidates) holds the kept inputs
     pinned = acts.kept_input_grads > 0 and best == "backward" \
         and phases[best]["activations"] > acts.saved_all + acts.work_layer
+    # the flat step copies reuse no cached block when each is larger than the largest block
+    # the forward and backward free (the logits-sized transient, one layer's working set)
+    flat_block = state.flat_temps / (1.0 + F.FP32_BYTES / max(setup.sizing.grad_bytes, 1e-9)) \
+        if state.flat_temps else 0.0
+    new_segments = state.flat_temps \
+        if flat_block > max(block, acts.saved_layer + acts.work_layer) else 0.0
     return StagePeak(allocated=totals[best], phase=best, components=phases[best],
                      phase_allocated=totals, stage=stage.name, transient_block=block,
                      layer_block=acts.saved_layer + acts.work_layer,
                      stream_pools=_stream_pool_bytes(setup, params, state, buffers, acts, stage),
-                     pinned=pinned)
+                     pinned=pinned, step_new_segments=new_segments)
 
 
 def _stream_pool_bytes(setup: JobSetup, params: StageParams, state: ModelState,
@@ -1179,6 +1199,28 @@ def _host_bytes(setup: JobSetup) -> float:
         rank_shard_divisor=lay.tp * lay.pp * setup.plan.params_divisor).total_bytes
 
 
+def _carried_reserve(setup: JobSetup, peak: StagePeak, reserve, ctx_bytes: float) -> float:
+    """The reserve over the allocated peak when the step's flat buffers take new segments
+    (``StagePeak.step_new_segments``): PyTorch's caching allocator keeps every block the
+    backward freed (it gives cached segments back only when a cudaMalloc fails or on
+    ``empty_cache``; DeepSpeed's ZeRO step calls neither: deepspeedai/DeepSpeed
+    @56c522386878df2513ccb548de76b50191ae3af7 deepspeed/runtime/zero/stage_1_and_2.py
+    ``step``), and best fit finds no cached block as large as a whole-partition buffer, so it
+    maps new ones (pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp @ eb42ad6e
+    ``get_free_block``, ``alloc_block``; replayed in tests/test_carried_reserve.py). The
+    reserved peak is then the backward's reserved bytes plus those buffers; the cached blocks
+    are given back before an OOM (``release_cached_blocks``), so at most the room the device
+    has left. 0 when the step takes no new segment."""
+    backward = peak.phase_allocated.get("backward")
+    if not peak.step_new_segments or backward is None:
+        return 0.0
+    reserved = backward + reserve(backward) + peak.step_new_segments
+    carried = reserved - peak.allocated
+    if setup.capacity_bytes:
+        carried = min(carried, setup.capacity_bytes - ctx_bytes - peak.allocated)
+    return max(0.0, carried)
+
+
 def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
     """Round the peak's components and add the GPU-side terms (:mod:`fmest.physics.device_terms`)."""
     ctx_bytes = F.cuda_context_bytes(setup.layout.world_size)
@@ -1224,8 +1266,9 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
         floor = held if pinned else F.irreducible_reserve_bytes(allocated, expandable)
         return min(held, max(room, floor))
 
-    components["allocator_reserve"] = int(round(reserve(peak.allocated,
-                                                        peak.pinned and not expandable)))
+    held_reserve = reserve(peak.allocated, peak.pinned and not expandable)
+    carried = _carried_reserve(setup, peak, reserve, ctx_bytes)
+    components["allocator_reserve"] = int(round(max(held_reserve, carried)))
     total = sum(components.values())
     # the peak phase's entry is the total (its reserve is the one computed just above)
     phase_peaks = {name: total if name == peak.phase else int(round(value + reserve(value)
@@ -1285,7 +1328,9 @@ def _stack_memory_notes(setup: JobSetup, stack: ResolvedStack,
     sizing, out = setup.sizing, []
     if sizing.grad_bytes == F.FP32_BYTES and sizing.precision == "master":
         out.append(f"{stack.name}: gradients accumulate in an fp32 buffer (4 B/param)")
-    if stack.profile.contiguous_grad_buffer and "gradients" not in setup.strategy.shards:
+    if stack.profile.contiguous_grad_buffer and "gradients" not in setup.strategy.shards \
+            and not (setup.strategy.reduce_bucket_elements
+                     and setup.sizing.grad_bytes != F.FP32_BYTES):
         out.append(f"{stack.name}: contiguous gradient buffer, no bucket copies")
     if stack.profile.workspace_bytes:
         out.append(f"{stack.name}: framework workspaces "
