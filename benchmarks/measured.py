@@ -16,7 +16,8 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
 1. **Model** -> fmest preset by name (``find_preset``, also after dropping a `` (...)`` note and
    an ``-Instruct``/``-chat``/``-hf`` suffix: fine-tunes share the base model's architecture). Two
    published families without presets are built from their stated shapes: ``GPT-3-style
-   (Megatron-LM), h=H, L=L`` (GPT-2 blocks, vocab 51200, heads per Narayanan et al. 2021 Table 1)
+   (Megatron-LM), h=H, L=L`` (GPT-2 blocks, vocab 51200, heads per Narayanan et al. 2021 Table 1,
+   Megatron-LM's 2021 default dropout 0.1: ``MEGATRON_2021_DROPOUT``)
    and ``MPT-<size>`` (the mosaicml/mpt-7b preset with ``d_model``/layers/heads/vocab from
    ``other``); ``GPT3-<size>`` -> the GPT-3 shape of Brown et al. 2020 Table 2.1 as GPT-2 blocks
    with Megatron's padded vocab 51200 (NeMo's own ``GPT3-5B``/``GPT3-20B``: the NeMo launcher's
@@ -24,7 +25,7 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    ``llama3-arch-*-random-init`` / ``llama3-moe-arch-*`` -> the shapes of its model configs
    (``KEMPNERFORGE_SHAPES``: Llama or Mixtral blocks); a family name followed by ``n_layers=..; hidden=..;
    n_heads=..`` (BigScience's custom GPTs) -> that family's preset architecture (BLOOM) with those
-   dimensions; a parenthetical ``(X shape)`` -> the preset X; a quantized checkpoint's
+   dimensions and tr11's inherited dropout 0.1 (``BIGSCIENCE_TR11_DROPOUT``); a parenthetical ``(X shape)`` -> the preset X; a quantized checkpoint's
    ``-GPTQ``/``-AWQ``/``-Int4``/``-Int8`` suffix is dropped (the quantized release keeps its base
    model's architecture). Any other unknown model is unsupported: "no preset for model X".
 2. **GPU** -> the fmest GPU table by name or alias (also without a ``-NNGB`` suffix). Names
@@ -617,6 +618,17 @@ def _preset(name: str) -> Optional[str]:
     return None
 
 
+#: Megatron-LM's default dropout in 2021, which the PTD-P runs (Narayanan et al. 2021) do not
+#: override: ``--attention-dropout`` and ``--hidden-dropout`` default 0.1 (NVIDIA/Megatron-LM
+#: a8d172b31e921d0ad0889660443846098496d696 megatron/arguments.py lines 337-340), as GPT-2
+#: config keys (attention probabilities, residual branches)
+MEGATRON_2021_DROPOUT = {"attn_pdrop": 0.1, "resid_pdrop": 0.1}
+#: BigScience tr11 (the prequel's runs): "The default Megatron-LM dropout settings are
+#: inherited: --attention-dropout 0.1 --hidden-dropout default=0.1"
+#: (bigscience-workshop/bigscience @59a90eec train/tr11-176B-ml/README.md)
+BIGSCIENCE_TR11_DROPOUT = {"attention_dropout": 0.1, "hidden_dropout": 0.1}
+
+
 def _model(row, kv) -> tuple[Optional[str], Optional[dict], str]:
     raw = row["model"].strip()
     hit = _preset(raw)
@@ -629,7 +641,8 @@ def _model(row, kv) -> tuple[Optional[str], Optional[dict], str]:
         return f"megatron-gpt-h{hidden}", {
             "model_type": "gpt2", "n_embd": hidden, "n_layer": layers,
             "n_head": MEGATRON_HEADS.get(hidden, hidden // 128), "vocab_size": 51200,
-            "n_positions": max(2048, _int(row["seq_len"], 2048)), "tie_word_embeddings": True}, ""
+            "n_positions": max(2048, _int(row["seq_len"], 2048)), "tie_word_embeddings": True,
+            **MEGATRON_2021_DROPOUT}, ""
     gpt3 = re.match(r"GPT-?3[- ]?(\d+(\.\d+)?B)\b", raw)
     if gpt3 and gpt3.group(1) in GPT3_SHAPES:
         layers, hidden, heads = GPT3_SHAPES[gpt3.group(1)]
@@ -658,6 +671,8 @@ def _model(row, kv) -> tuple[Optional[str], Optional[dict], str]:
         cfg = dict(preset_data(_FAMILY_PRESETS[family])["config"])
         cfg.update(n_layer=shape["n_layers"], n_embed=shape["hidden"],
                    num_attention_heads=shape["n_heads"])
+        if family == "bigscience":
+            cfg.update(BIGSCIENCE_TR11_DROPOUT)
         return f"{family}-custom-l{shape['n_layers']}-h{shape['hidden']}", cfg, ""
     if raw.startswith("MPT-") and re.search(r"d_model (\d+)", other):
         from fmest.models.presets import preset_data

@@ -661,6 +661,18 @@ def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: Ma
         moved += scores * shape.tokens * shape.stage_layers * (
             1.0 + fwd_share * (1.0 if "core_attn" in shape.selective_modules
                                else shape.recompute_share))
+    # the model's own dropout (attention probabilities of eager attention, the two branch
+    # outputs before the residual adds); Inductor fuses it into the compiled chains
+    if not compiled and model.dropout > 0:
+        s_fwd, s_bwd, h_fwd, h_bwd = F.dropout_bytes_per_token_per_layer(
+            probability=model.dropout, heads=model.num_attention_heads / shape.tp,
+            seq_len=shape.seq_len, eager_scores=training.attention == "eager",
+            hidden=model.hidden_size / (shape.tp if par.sequence_parallel else 1),
+            fused_residual=stack is not None and stack.fuses("residual"))
+        score_again = 1.0 if "core_attn" in shape.selective_modules else shape.recompute_share
+        moved += (s_fwd * (1.0 + score_again) + s_bwd
+                  + h_fwd * (1.0 + shape.recompute_share) + h_bwd) \
+            * shape.tokens * shape.stage_layers
     # the LoRA layer's own casts, dropout, scaling and add around each adapted linear
     # (forward, backward, and the recompute's forward under full checkpointing)
     lora_fwd, lora_bwd = lora_elementwise_bytes(training, shape, stack, matmuls.lora_modules)

@@ -1007,6 +1007,36 @@ def eager_attention_bytes_per_token_per_layer(heads: float, seq_len: int, *,
     return per_score * heads * seq_len
 
 
+#: HBM bytes per element of torch's dropout (``aten::native_dropout``: reads the input, writes
+#: the output and a bool mask; ``native_dropout_backward``: reads the gradient and the mask,
+#: writes the input's gradient), forward and backward (pytorch/pytorch
+#: aten/src/ATen/native/cuda/Dropout.cu, tools/autograd/derivatives.yaml ``native_dropout``).
+DROPOUT_BYTES_PER_ELEMENT = {"fwd": 2.0 + 2.0 + 1.0, "bwd": 2.0 + 1.0 + 2.0}
+#: ... and inside a fused residual chain (Megatron's ``bias_dropout_add`` under torch.jit,
+#: megatron/model/transformer.py ``bias_dropout_add_fused_train``): the forward kernel that
+#: already reads and writes the stream also writes the mask (1); the backward, which is a
+#: pass-through without dropout, reads the gradient and the mask and writes the dropped
+#: branch's gradient (2 + 1 + 2)
+FUSED_DROPOUT_BYTES_PER_ELEMENT = {"fwd": 1.0, "bwd": 2.0 + 1.0 + 2.0}
+
+
+def dropout_bytes_per_token_per_layer(*, probability: float, heads: float, seq_len: int,
+                                      eager_scores: bool, hidden: float,
+                                      fused_residual: bool) -> tuple[float, float, float, float]:
+    """(scores forward, scores backward, hidden forward, hidden backward) HBM bytes per token
+    per layer of a model's dropout (``ModelSpec.dropout`` > 0): on the s x s attention
+    probabilities of eager attention (``heads`` per rank x ``seq_len`` per token; a fused
+    attention kernel drops inside the kernel) and on the two hidden-size branch outputs
+    before their residual adds (``hidden`` elements per token each, per rank), eager or fused
+    into the residual chain (:data:`FUSED_DROPOUT_BYTES_PER_ELEMENT`). All zero at p = 0."""
+    if probability <= 0:
+        return 0.0, 0.0, 0.0, 0.0
+    scores = heads * seq_len if eager_scores else 0.0
+    per = FUSED_DROPOUT_BYTES_PER_ELEMENT if fused_residual else DROPOUT_BYTES_PER_ELEMENT
+    return (scores * DROPOUT_BYTES_PER_ELEMENT["fwd"], scores * DROPOUT_BYTES_PER_ELEMENT["bwd"],
+            2.0 * hidden * per["fwd"], 2.0 * hidden * per["bwd"])
+
+
 def optimizer_update_bytes_per_param(*, states: float, state_bytes: float, param_bytes: float,
                                      grad_bytes: float, master_bytes: float = 0.0,
                                      impl: str = "foreach") -> float:
