@@ -89,7 +89,9 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    training (time_roofline ``gptq_dequant_bytes_per_param``); not for rows naming AutoGPTQ's
    triton kernels (fms-acceleration ``accelerated-peft-autogptq``: the kernel dequantizes
    inside its own autograd function, as bitsandbytes does, so fmest's default applies).
-   LoRA dropout: ``lora ... dropout=P`` in ``other`` -> ``lora_dropout`` P. PEFT's k-bit
+   ``modules_to_save`` in ``other`` with the module names it gives (``wte``, ``lm_head``, ...) ->
+   ``lora_modules_to_save`` (embedding, head). LoRA dropout: ``lora ... dropout=P`` in ``other``
+   -> ``lora_dropout`` P. PEFT's k-bit
    preparation: fms-acceleration's ``baseline-peft-bnb`` rows without sharding run TRL
    SFTTrainer's PEFT path (trl 0.13.0 ``SFTTrainer.__init__``: ``prepare_model_for_kbit_training``
    for a 4-bit model whose ``Params4bit`` are not on cpu/meta, i.e. not sharded QLoRA, then
@@ -577,6 +579,19 @@ SDPA_DEFAULT_DATE = (2023, 12)
 _TRANSFORMERS_STACKS = ("hf-trainer", "ms-swift", "trl", "axolotl", "llama-factory")
 
 
+def _modules_to_save_in(other: str) -> list[str]:
+    """Rule 4: the modules a row says are trained in full beside LoRA (``modules_to_save`` in
+    ``other``, with the module names it gives: fmest.job.MODULES_TO_SAVE's aliases)."""
+    if "modules_to_save" not in other.lower():
+        return []
+    from fmest.job import _MODULE_TO_SAVE_ALIASES
+
+    low = other.lower()
+    found = [canon for alias, canon in _MODULE_TO_SAVE_ALIASES.items()
+             if re.search(rf"\b{re.escape(alias)}\b", low)]
+    return list(dict.fromkeys(found))
+
+
 def _unknown_attention(row: dict, stack: str) -> str:
     """Rule 10 for ``flash_attention`` unknown on a transformers-based stack: ``eager`` when the
     row states a transformers version before 4.36 (``stack_version`` or ``other``), or, with
@@ -1050,6 +1065,9 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
             fused = _fused_names(model, model_config)
             training["lora_target_modules"] = sorted({fused.get(n, n)
                                                       for n in ("q_proj", "v_proj")})
+        saved = _modules_to_save_in(other)
+        if saved and "lora_modules_to_save" in _training_fields():
+            training["lora_modules_to_save"] = saved  # rule 4: modules trained in full
         dropout = re.search(r"\blora\b[^;]*?\bdropout=([0-9.]+)", other)
         if dropout and "lora_dropout" in _training_fields():
             training["lora_dropout"] = float(dropout.group(1))  # rule 4: stated dropout

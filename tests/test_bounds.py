@@ -202,6 +202,8 @@ ODDITY_CASES = {
         {"training": {"checkpoint_fraction": 0.5}}, "training.checkpoint_fraction"),
     "compiled loss without compile": ({"training": {"compile_loss": True}},
                                       "training.compile_loss"),
+    "modules to save without LoRA": (
+        {"training": {"lora_modules_to_save": ["lm_head"]}}, "training.lora_modules_to_save"),
     "masked softmax fusion without Megatron eager attention": (
         {"training": {"masked_softmax_fusion": False}}, "training.masked_softmax_fusion"),
     "k-bit preparation without a quantized base": (

@@ -71,9 +71,9 @@ def test_max_micro_batch_is_the_exhaustive_answer(peak_gib, confidence):
 
 @pytest.mark.parametrize("confidence,answer", [
     (0.5, 23),      # the point estimate's search: 10 + 3 x 23 = 79 <= 80 GiB
-    # P90 = 1.452 x the point (the "counter:peak" row of core/fmest/data/uncertainty.json,
-    # refitted 2026-11-27): 1.452 x 52 = 75.5 <= 79.25 GiB at 14; 1.452 x 55 = 79.9 at 15
-    (0.9, 14),
+    # P90 = 1.320 x the point (the "counter:peak" row of core/fmest/data/uncertainty.json,
+    # refitted 2026-11-27): 1.320 x 58 = 76.6 <= 79.25 GiB at 16; 1.320 x 61 = 80.5 at 17
+    (0.9, 16),
 ])
 def test_an_affine_memory_costs_four_decisions(confidence, answer):
     calls: list[int] = []
@@ -85,9 +85,9 @@ def test_an_affine_memory_costs_four_decisions(confidence, answer):
 
 @pytest.mark.parametrize("confidence,answer", [
     (0.5, 6),       # the point: 20 + 300/6 = 70 <= 79.25 GiB; 5 GPUs: 80 > 79.25
-    # P90 = 1.452 x the point: 1.452 x 50 = 72.6 <= 79.25 at 10 (2 nodes of 5); 9 GPUs
-    # (1.452 x 53.3 = 77.4) fit but do not split evenly over 2 nodes; 8: 1.452 x 57.5 = 83.5
-    (0.9, 10),
+    # P90 = 1.320 x the point: 1.320 x 57.5 = 75.9 <= 79.25 at 8 (one node); 7 GPUs:
+    # 1.320 x 62.9 = 83.0
+    (0.9, 8),
 ])
 def test_min_gpus_matches_a_scan_and_probes_few_counts(confidence, answer):
     calls: list[int] = []

@@ -470,6 +470,13 @@ ODDITIES: tuple[Oddity, ...] = (
                   "kernel off (megatron/model/fused_softmax.py); flash, SDPA and TE attention "
                   "kernels, and other stacks' eager attention, have no such kernel",
            by_stack=True),
+    Oddity(name="modules to save without LoRA", fields=("training.lora_modules_to_save",),
+           applies=lambda job, given, model: bool(job.training.lora_modules_to_save)
+           and job.training.technique not in ("lora", "qlora"),
+           message="ignored: training.technique is not lora or qlora",
+           reason="PEFT's modules_to_save trains a copy of a module beside LoRA adapters "
+                  "(peft src/peft/utils/other.py ModulesToSaveWrapper); full fine-tuning "
+                  "trains every module already"),
     Oddity(name="checkpoint fraction without full checkpointing",
            fields=("training.checkpoint_fraction", "training.activation_checkpointing"),
            applies=lambda job, given, model: job.training.checkpoint_fraction is not None

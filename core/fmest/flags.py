@@ -244,6 +244,11 @@ JOB_FLAGS: tuple[Flag, ...] = (
          parse=parse_positive_int, help="LoRA rank r"),
     Flag(names=("--lora-alpha",), group=_TRAIN, path="training.lora_alpha", parse=float,
          help="LoRA alpha (no effect on memory or time)"),
+    Flag(names=("--lora-modules-to-save",), group=_TRAIN,
+         path="training.lora_modules_to_save", nargs="+", metavar="MODULE",
+         to_job=lambda v: [m for item in v for m in item.split(",") if m],
+         help="PEFT modules_to_save: modules trained in full beside the adapters, embedding "
+              "and/or head (embed_tokens, wte, lm_head ... accepted); default none"),
     Flag(names=("--lora-target-modules",), group=_TRAIN, path="training.lora_target_modules",
          nargs="+", metavar="NAME",
          to_job=lambda v: [m for item in v for m in item.split(",") if m],

@@ -190,6 +190,37 @@ def _cuda_graph_scope(inst, attribute, value):
                          "(Megatron-Core refuses it)", value=value)
 
 
+#: the modules PEFT's ``modules_to_save`` can train in full beside the adapters that fmest
+#: prices, by canonical name, with the module names models use for them (HF Llama/Qwen2
+#: ``embed_tokens``/``lm_head``, GPT-2/Qwen-1 ``wte``/``lm_head``, GPT-NeoX ``embed_in``/
+#: ``embed_out``, BLOOM ``word_embeddings``, Llama-original/torchtune ``tok_embeddings``/
+#: ``output``)
+MODULES_TO_SAVE = {"embedding": ("embedding", "embed_tokens", "wte", "word_embeddings",
+                                 "tok_embeddings", "embed_in", "embeddings"),
+                   "head": ("head", "lm_head", "embed_out", "output")}
+_MODULE_TO_SAVE_ALIASES = {alias: name for name, aliases in MODULES_TO_SAVE.items()
+                           for alias in aliases}
+
+
+def _modules_to_save(value: Any) -> tuple[str, ...]:
+    """The canonical names (``embedding``, ``head``) of ``lora_modules_to_save``, in the given
+    order without repeats; an unknown name stays as given for the validator to refuse."""
+    out: list[str] = []
+    for name in _tuple_of_str(value):
+        canon = _MODULE_TO_SAVE_ALIASES.get(name.strip().lower().split(".")[-1], name)
+        if canon not in out:
+            out.append(canon)
+    return tuple(out)
+
+
+def _check_modules_to_save(inst, attribute, value):
+    bad = [m for m in value if m not in MODULES_TO_SAVE]
+    if bad:
+        raise InputError(attribute.name, "not a module fmest can train in full beside the "
+                         "adapters (PEFT modules_to_save)", value=bad[0],
+                         accepted=sorted(_MODULE_TO_SAVE_ALIASES))
+
+
 def _optional_capacity(inst, attribute, value):
     if value is None:
         return
@@ -230,6 +261,12 @@ class Training:
     #: peft ``target_modules``; empty (the default) = PEFT's default for the model type
     #: (data/lora_default_targets.json), made explicit by ``Engine.resolve_job``
     lora_target_modules: tuple[str, ...] = field(default=(), converter=_tuple_of_str)
+    #: PEFT ``modules_to_save`` (axolotl/TRL ``lora_modules_to_save``): modules trained in full
+    #: beside the adapters, each a trainable copy of the frozen module
+    #: (``ModulesToSaveWrapper``): ``embedding`` and/or ``head`` (model names such as
+    #: ``embed_tokens``, ``wte``, ``lm_head`` are read as these, ``MODULES_TO_SAVE``)
+    lora_modules_to_save: tuple[str, ...] = field(default=(), converter=_modules_to_save,
+                                                  validator=_check_modules_to_save)
     #: peft ``lora_dropout`` in front of every adapter; None = the training stack's default
     #: (stacks.toml ``lora_dropout``; 0.0 without one: PEFT ``LoraConfig.lora_dropout``
     #: defaults to 0.0, huggingface/peft 5d602fdbff04c33c1c4de55cda9d4ae1d7cb7e40

@@ -186,6 +186,26 @@ def model_name(value: Any) -> str:
     return str(value).strip()
 
 
+def set_modules_to_save(sink: "Sink", key: str, value: Any) -> None:
+    """PEFT ``modules_to_save`` (axolotl/TRL ``lora_modules_to_save``, ms-swift
+    ``modules_to_save``): the embedding and head names fmest prices go to
+    ``training.lora_modules_to_save`` (fmest.job.MODULES_TO_SAVE); any other module trained in
+    full is reported as not modelled, never dropped."""
+    from fmest.job import _MODULE_TO_SAVE_ALIASES
+
+    names = target_list(value) if value else []
+    if not names:
+        sink.ignore(key, "empty: no module trained in full")
+        return
+    known = [n for n in names if n.strip().lower().split(".")[-1] in _MODULE_TO_SAVE_ALIASES]
+    other = [n for n in names if n not in known]
+    if known:
+        sink.set("training.lora_modules_to_save", known, key)
+    if other:
+        sink.unmodelled(key, f"{', '.join(other)} trained in full beside the adapters is not "
+                        "counted (fmest prices the embedding and the head)")
+
+
 def target_list(value: Any) -> list[str]:
     if isinstance(value, (list, tuple)):
         return [str(v).strip() for v in value if str(v).strip()]

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import re
 
-from fmest.configs._base import DATA, HYPERPARAM, LOGGING, Sink, model_name, target_list
+from fmest.configs._base import (
+    DATA,
+    HYPERPARAM,
+    LOGGING,
+    Sink,
+    model_name,
+    set_modules_to_save,
+    target_list,
+)
 from fmest.configs.training_args import map_attention, map_optimizer
 
 FORMAT = "axolotl"
@@ -85,8 +93,6 @@ _IGNORED = {
 #: keys fmest reads but does not model although they may change memory or time: the answer is
 #: given without them and every output format warns (Sink.unmodelled)
 _UNMODELLED = {
-    "lora_modules_to_save": "fully trained extra modules (embeddings/head) are not modelled; "
-                            "the estimate counts LoRA adapters only",
     "peft_use_dora": "DoRA's magnitude vectors and weight-norm recomputation are not modelled "
                      "(estimated as LoRA)",
     "unfrozen_parameters": "partial freezing is estimated as full fine-tuning, an upper bound",
@@ -399,6 +405,8 @@ def map_config(doc: dict, sink: Sink) -> None:
         elif name in ("trl", "vllm"):
             sink.unmodelled(key, "RL generation settings (vLLM server / colocated engine) are "
                             "not modelled")
+        elif name == "lora_modules_to_save":
+            set_modules_to_save(sink, key, value)
         elif name in _UNMODELLED:
             if isinstance(value, bool) and not value:
                 sink.ignore(key, "false")

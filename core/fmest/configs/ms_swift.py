@@ -22,7 +22,15 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Optional
 
-from fmest.configs._base import DATA, HYPERPARAM, LOGGING, Sink, model_name, target_list
+from fmest.configs._base import (
+    DATA,
+    HYPERPARAM,
+    LOGGING,
+    Sink,
+    model_name,
+    set_modules_to_save,
+    target_list,
+)
 
 FORMAT = "ms-swift"
 
@@ -338,8 +346,7 @@ def _lora(names: dict, sink: Sink, tech: str) -> None:
         sink.unmodelled(names["target_regex"][1], "a regex of target modules; estimated "
                         "with target_modules")
     if "modules_to_save" in names:
-        sink.unmodelled(names["modules_to_save"][1], "fully trained extra modules are not "
-                        "counted; the estimate has the LoRA adapters only")
+        set_modules_to_save(sink, names["modules_to_save"][1], _v(names, "modules_to_save"))
 
 
 #: rlhf types fmest models as a training objective (fmest.objectives)

@@ -28,7 +28,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from fmest.configs._base import DATA, HYPERPARAM, LOGGING, Sink, model_name, target_list
+from fmest.configs._base import (
+    DATA,
+    HYPERPARAM,
+    LOGGING,
+    Sink,
+    model_name,
+    set_modules_to_save,
+    target_list,
+)
 from fmest.configs.training_args import map_keys
 
 FORMAT = "trl"
@@ -178,10 +186,15 @@ def map_config(doc: dict, sink: Sink) -> None:
             else:
                 targets = ["all-linear"] if value == "all-linear" else target_list(value)
                 sink.set("training.lora_target_modules", targets, key)
-        elif name in ("lora_modules_to_save", "lora_target_parameters"):
+        elif name == "lora_modules_to_save":
+            if not peft:
+                sink.ignore(key, "use_peft is false: full fine-tuning")
+            else:
+                set_modules_to_save(sink, key, value)
+        elif name == "lora_target_parameters":
             if value:
-                sink.unmodelled(key, "fully trained extra modules / parameters are not "
-                                "counted; the estimate trains the LoRA adapters only")
+                sink.unmodelled(key, "fully trained extra parameters are not counted; the "
+                                "estimate trains the LoRA adapters only")
             else:
                 sink.ignore(key, "null: none")
         elif name == "use_dora":

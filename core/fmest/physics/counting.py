@@ -106,6 +106,18 @@ def lora_adapter_params(model: ModelSpec, training: Training) -> int:
                for m in lora_modules(model, training))
 
 
+def modules_to_save_params(model: ModelSpec, training: Training) -> int:
+    """Parameters of the trainable copies PEFT's ``modules_to_save`` makes beside LoRA
+    adapters (``training.lora_modules_to_save``): vocabulary x hidden each for the embedding
+    and the output head (``ModulesToSaveWrapper`` deep-copies the module, so a head tied to
+    the embedding gets a weight of its own; peft src/peft/utils/other.py
+    ``ModulesToSaveWrapper.update``). 0 outside LoRA/QLoRA."""
+    if training.technique not in ("lora", "qlora"):
+        return 0
+    return len(getattr(training, "lora_modules_to_save", ()) or ()) \
+        * model.vocab_size * model.hidden_size
+
+
 def quantized_base(training: Training) -> bool:
     """Whether the job's frozen base linears are quantized (QLoRA, quantized Adapter)."""
     return training.technique in QUANTIZED_TECHNIQUES
@@ -161,7 +173,7 @@ def trainable_params(model: ModelSpec, training: Training) -> int:
         return model.param_counts().total - frozen
     if training.technique in ADAPTER_TECHNIQUES:
         return adapter_trainable_params(model, training)
-    return lora_adapter_params(model, training)
+    return lora_adapter_params(model, training) + modules_to_save_params(model, training)
 
 
 def total_params(model: ModelSpec, training: Training) -> int:
@@ -169,7 +181,8 @@ def total_params(model: ModelSpec, training: Training) -> int:
     base = model.param_counts().total
     if training.technique in ADAPTER_TECHNIQUES:
         return base + adapter_new_params(model, training)
-    return base if training.technique == "full" else base + lora_adapter_params(model, training)
+    return base if training.technique == "full" else \
+        base + lora_adapter_params(model, training) + modules_to_save_params(model, training)
 
 
 def tokens_per_sample(model: ModelSpec, training: Training) -> int:

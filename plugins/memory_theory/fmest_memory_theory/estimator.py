@@ -417,8 +417,19 @@ def model_state_terms(setup: JobSetup, params: StageParams) -> ModelState:
         # the compute-dtype grads beside the fp32 accumulator (stacks.toml lp_grads_kept)
         grads_full += trainable * setup.act_bytes / grads_divisor
     states = _optimizer_state_bytes(setup, trainable) / optimizer_divisor
-    flat_temps = _zero_step_grad_copy(setup, trainable, optimizer_divisor)
-    temps = _step_temporaries(setup, trainable, optimizer_divisor) + flat_temps
+    # PEFT modules_to_save: a trainable copy of the embedding / head beside the adapters, in
+    # the model's dtype, with its gradient and optimizer states (_saved_module_terms)
+    copies = _saved_module_params(setup, params)
+    c_temps = 0.0
+    if copies:
+        c_weights, c_grads, c_master, c_states, c_temps = _saved_module_terms(setup, copies)
+        weights += c_weights / params_divisor
+        grads_full += c_grads / grads_divisor
+        master += c_master / optimizer_divisor
+        states += c_states / optimizer_divisor
+        c_temps /= optimizer_divisor
+    flat_temps = _zero_step_grad_copy(setup, trainable + copies, optimizer_divisor)
+    temps = _step_temporaries(setup, trainable, optimizer_divisor) + c_temps + flat_temps
     if setup.offload_optimizer:
         master = states = temps = flat_temps = 0.0
     if setup.offload_params:
@@ -433,6 +444,44 @@ def model_state_terms(setup: JobSetup, params: StageParams) -> ModelState:
                       trainable_params=trainable, master=master, grads_full=grads_full,
                       grads_peak=grads_peak, states=states, temps=temps,
                       temps_in_backward=temps_in_bwd, quantized=quant, flat_temps=flat_temps)
+
+
+def _saved_module_params(setup: JobSetup, params: StageParams) -> float:
+    """Parameters of this stage's PEFT ``modules_to_save`` copies (``training.
+    lora_modules_to_save``, fmest.physics.counting.modules_to_save_params): vocabulary x hidden
+    per tensor-parallel rank for the embedding on the stage that holds it, and for the head on
+    the last stage (its own weight even when the model ties it: ``ModulesToSaveWrapper``
+    deep-copies the module)."""
+    if setup.lora is None:
+        return 0.0
+    saved = setup.training.lora_modules_to_save
+    if not saved:
+        return 0.0
+    matrix = setup.model.vocab_size * setup.model.hidden_size / setup.layout.tp
+    out = matrix if "embedding" in saved and params.embedding > 0 else 0.0
+    if "head" in saved and (params.head > 0 or params.final_norm > 0):
+        out += matrix
+    return out
+
+
+def _saved_module_terms(setup: JobSetup,
+                        copies: float) -> tuple[float, float, float, float, float]:
+    """(weights, gradients, master, optimizer states, step temporaries) bytes of ``copies``
+    parameters of
+    modules_to_save copies before sharding: the copy keeps the module's dtype (the compute
+    dtype beside a LoRA base) and torch gives its gradient and its optimizer states the
+    parameter's dtype (``torch.optim`` ``zeros_like(p)``); under ``master`` precision the
+    engine keeps fp32 master weights and states for every trainable parameter; an optimizer
+    with narrower states (8-bit) keeps its own. The update's temporaries take the states'
+    dtype (``OptimizerSpec.step_temp_states``)."""
+    sizing = setup.sizing
+    w = float(sizing.weight_bytes)
+    state = float(sizing.state_bytes) if sizing.precision == "master" \
+        or sizing.state_bytes < w else w
+    states = F.optimizer_state_bytes(copies, sizing.states, state, sizing.state_overhead_bytes)
+    # the update's temporaries take the states' dtype (``OptimizerSpec.step_temp_states``)
+    return (copies * w, copies * w, copies * sizing.master_bytes, states,
+            copies * sizing.temp_states * state)
 
 
 def _lp_grads_kept(setup: JobSetup) -> bool:

@@ -462,10 +462,14 @@ def matmul_times(job, model, shape: StepShape, rates: Rates, stack=None) -> Matm
     # the routed experts' token permutation: memory-bound bytes at HBM speed like the
     # dequantization's (MatmulTimes has no field of its own for them)
     dequant += moe_permute_bytes(model, shape)
+    # PEFT modules_to_save trains a copy of the head beside the adapters: its weight gradient
+    # runs where a frozen head runs only the input gradient
+    saved_head = not shape.full and "head" in (training.lora_modules_to_save or ()) \
+        and training.technique in ("lora", "qlora")
     for inner, cols in F.head_linears(model):
         seconds = gemm(shape.tokens, inner, cols / shape.tp)
         fwd += seconds
-        bwd += seconds * bwd_factor
+        bwd += seconds * (bwd_factor + (1.0 if saved_head else 0.0))
     mods, lora_seconds = _lora_module_seconds(training, model, shape, gemm)
     for seconds in lora_seconds:
         fwd += seconds
@@ -661,6 +665,12 @@ def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: Ma
         moved += scores * shape.tokens * shape.stage_layers * (
             1.0 + fwd_share * (1.0 if "core_attn" in shape.selective_modules
                                else shape.recompute_share))
+    # PEFT modules_to_save trains a copy of the embedding: its backward writes a dense
+    # vocabulary x hidden gradient every micro-batch (aten embedding_dense_backward: zeros,
+    # then the tokens' rows added)
+    if "embedding" in (training.lora_modules_to_save or ()) \
+            and training.technique in ("lora", "qlora"):
+        moved += model.vocab_size * model.hidden_size / shape.tp * shape.act_bytes
     # the model's own dropout (attention probabilities of eager attention, the two branch
     # outputs before the residual adds); Inductor fuses it into the compiled chains
     if not compiled and model.dropout > 0:
