@@ -1179,8 +1179,9 @@ def stage_peak(setup: JobSetup, stage: Stage) -> StagePeak:
         and phases[best]["activations"] > acts.saved_all + acts.work_layer
     # the flat step copies reuse no cached block when each is larger than the largest block
     # the forward and backward free (the logits-sized transient, one layer's working set)
-    flat_block = state.flat_temps / (1.0 + F.FP32_BYTES / max(setup.sizing.grad_bytes, 1e-9)) \
-        if state.flat_temps else 0.0
+    # (fp32 gradients: one fp32 copy; else the compute-dtype flat copy and its fp32 cast)
+    g = float(setup.sizing.grad_bytes)
+    flat_block = state.flat_temps if g == F.FP32_BYTES else state.flat_temps * g / (g + F.FP32_BYTES)
     new_segments = state.flat_temps \
         if flat_block > max(block, acts.saved_layer + acts.work_layer) else 0.0
     return StagePeak(allocated=totals[best], phase=best, components=phases[best],
