@@ -211,6 +211,11 @@ class StackProfile:
     #: into ``lm_head.weight``): one more vocabulary x hidden weight, trained in full
     #: fine-tuning
     unties_embeddings: bool = False
+    #: under pipeline parallelism a head tied to the embedding gets its own copy of the
+    #: embedding weight on the last stage (trained, with its gradient and optimizer state; the
+    #: two copies' gradients are all-reduced): Megatron ``initialize_word_embeddings`` /
+    #: ``setup_embeddings_and_output_layer``, DeepSpeed ``TiedLayerSpec``
+    pp_tied_head_copy: bool = False
     #: the pipeline runtime: ``""`` (the model code's own schedule, two activation transfers
     #: per micro-batch) or ``"deepspeed"`` (DeepSpeed ``PipelineEngine``: blocking p2p,
     #: TP-partitioned stage outputs; time_roofline ``estimator.deepspeed_pipeline_seconds``)

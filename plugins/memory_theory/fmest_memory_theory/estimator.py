@@ -259,11 +259,15 @@ def stage_params(setup: JobSetup, stage: Stage) -> StageParams:
 def head_params_of(setup: JobSetup) -> float:
     """The output head's parameters: the model's (0 when tied to the embedding), or the
     embedding's when the stack's model code builds its own head regardless (stacks.toml
-    ``unties_embeddings``)."""
+    ``unties_embeddings``) or keeps a copy of the tied embedding on the last of several
+    pipeline stages (``pp_tied_head_copy``: Megatron, DeepSpeed's TiedLayerSpec)."""
     dims = setup.dims
-    if dims.head_params or not stack_says(setup.stack, "unties_embeddings"):
+    if dims.head_params:
         return dims.head_params
-    return dims.embedding_params
+    if stack_says(setup.stack, "unties_embeddings") or (
+            setup.layout.pp > 1 and stack_says(setup.stack, "pp_tied_head_copy")):
+        return dims.embedding_params
+    return dims.head_params
 
 
 @frozen(kw_only=True)
