@@ -312,8 +312,9 @@ def test_gpt3_175b_global_batch_split_by_the_gpu_count_the_flags_give(capsys):
     assert one["job"]["training"]["grad_accum_steps"] == 96
     default = _cli(["--config", GPT3], capsys, plugins=True)   # no GPU count: accumulation 1
     # 16 stage-sized micro-batches against 1 (the largest stage is not exactly the first, whose
-    # embedding output and last-stage logits differ, so not exactly 16 x)
-    assert 14 < derived["activations"] / default["memory"]["components"]["activations"] <= 16
+    # embedding output and last-stage logits differ, one layer's recompute working set does not
+    # grow with them, and Megatron frees the sent stage outputs: not exactly 16 x)
+    assert 12 < derived["activations"] / default["memory"]["components"]["activations"] <= 16
 
 
 def test_global_batch_not_divisible_names_the_key(capsys, tmp_path):

@@ -216,6 +216,9 @@ class StackProfile:
     #: two copies' gradients are all-reduced): Megatron ``initialize_word_embeddings`` /
     #: ``setup_embeddings_and_output_layer``, DeepSpeed ``TiedLayerSpec``
     pp_tied_head_copy: bool = False
+    #: the pipeline schedule frees each stage output's data once it is sent (Megatron
+    #: ``deallocate_pipeline_outputs``): no in-flight stage output stays resident
+    pp_output_deallocated: bool = False
     #: the pipeline runtime: ``""`` (the model code's own schedule, two activation transfers
     #: per micro-batch) or ``"deepspeed"`` (DeepSpeed ``PipelineEngine``: blocking p2p,
     #: TP-partitioned stage outputs; time_roofline ``estimator.deepspeed_pipeline_seconds``)

@@ -938,6 +938,43 @@ def _vision_saved_bytes(setup: JobSetup, vision: VisionSpec) -> float:
         checkpointing=training.activation_checkpointing == "full") / setup.layout.tp
 
 
+def _pipeline_output_bytes(setup: JobSetup, stage: Stage) -> float:
+    """The in-flight stage outputs a pipeline runtime keeps for backward: every chunk's
+    ``[tokens, hidden]`` output (``torch.distributed.pipelining`` ``PipelineStage.fwd_cache``;
+    1/tp of it under sequence parallelism); none where the schedule frees the data once sent
+    (stacks.toml ``pp_output_deallocated``: Megatron ``deallocate_pipeline_outputs``); 1/tp
+    under DeepSpeed's PipelineEngine with tensor parallelism, which swaps the output's data for
+    its tensor-parallel partition before sending (``is_pipe_partitioned``:
+    deepspeedai/DeepSpeed @56c522386878df2513ccb548de76b50191ae3af7
+    deepspeed/runtime/pipe/engine.py lines 131, 665-669)."""
+    par, lay = setup.parallelism, setup.layout
+    if stack_says(setup.stack, "pp_output_deallocated"):
+        return 0.0
+    chunks = stage.inflight * max(1, par.pp_virtual_stages
+                                  if par.pp_schedule == "interleaved" else 1)
+    partitioned = par.sequence_parallel or (
+        lay.tp > 1 and setup.stack is not None
+        and setup.stack.profile.pipeline_engine == "deepspeed")
+    return chunks * setup.tokens * setup.model.hidden_size * setup.act_bytes / (
+        lay.tp if partitioned else 1)
+
+
+def _embedding_stage_saved_bytes(setup: JobSetup) -> float:
+    """Bytes one micro-batch leaves saved between the embedding and the first block, which
+    no block checkpoint covers (the checkpoints start at the first block's input): an
+    embedding LayerNorm (BLOOM ``word_embeddings_layernorm``; BigScience Megatron-DeepSpeed
+    ``--embed-layernorm``) saves its input and fp32 mean and rstd per token
+    (``native_layer_norm``), and an embedding dropout its bool mask (``native_dropout``)."""
+    model, act, tokens = setup.model, setup.act_bytes, setup.tokens
+    h = model.hidden_size
+    out = 0.0
+    if any(g.name == "word_embeddings_layernorm" for g in model.groups):
+        out += tokens * (h * act + 2 * F.FP32_BYTES)
+    if model.dropout > 0:
+        out += tokens * h * F.DROPOUT_MASK_BYTES
+    return out
+
+
 def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
                      buffers: Buffers, stage: Stage) -> Activations:
     """Saved activations of the in-flight micro-batches (Korthikanti et al. 2022 section 4,
@@ -955,10 +992,9 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
     if lay.pp > 1 and not stage.has_head:
         # the pipeline runtime keeps each in-flight chunk's stage output until its backward
         # (``PipelineStage.fwd_cache``); no layer of the stage saves it
-        chunks = stage.inflight * max(1, par.pp_virtual_stages
-                                      if par.pp_schedule == "interleaved" else 1)
-        saved_all += chunks * tokens * model.hidden_size * act / (
-            lay.tp if par.sequence_parallel else 1)
+        saved_all += _pipeline_output_bytes(setup, stage)
+    if stage.has_embedding:
+        saved_all += _embedding_stage_saved_bytes(setup) * stage.inflight
     held = fwd_tr = bwd_tr = head_grad = out_logits = 0.0
     if stage.has_head:
         saved_all += _final_norm_bytes(setup)
