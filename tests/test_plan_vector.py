@@ -69,6 +69,13 @@ CASES = {
                                                     "grad_accum_steps": 4},
                                        "workload": {"dataset_tokens": 1e9}},
                                       dict(gpus="A100-80GB", max_gpus=16), 0.15, 0.05),
+    # fp16 under megatron-deepspeed: DeepSpeed's ZeRO optimizer with its reduce buckets and
+    # flat step copies (compute-dtype gradients), not BF16_Optimizer's fp32 buffer
+    "llama2-13b-megatron-deepspeed-fp16": ({"model": "meta-llama/Llama-2-13b-hf",
+                                            "training": {"stack": "megatron-deepspeed",
+                                                         "dtype": "fp16", "grad_accum_steps": 4},
+                                            "workload": {"dataset_tokens": 1e9}},
+                                           dict(gpus="A100-80GB", max_gpus=16), 0.05, 0.05),
     "mixtral-8x7b-megatron-core": ({"model": "mistralai/Mixtral-8x7B-v0.1",
                                     "training": {"stack": "megatron-core", "seq_len": 4096},
                                     "workload": {"dataset_tokens": 1e9}},

@@ -788,14 +788,19 @@ def _context_parallel_arrays(sel: dict, gpu, ctx: dict, sel_gpn: int):
 def _zero_buffer_elements(sel: dict, rows: np.ndarray, strategy, ctx: dict) -> np.ndarray:
     """DeepSpeed's IPG reduce-buffer elements of each configuration in ``rows``, as memory_theory
     ``_bucket_bytes`` counts them: none when the stack reduces from its contiguous gradient
-    buffer and the strategy does not shard gradients, else
+    buffer (fp32 gradients under DeepSpeed's ZeRO) and the strategy does not shard gradients,
+    else
     :func:`fmest.default_plugins.parallelism.zero_reduce_buffer_elements` (pipeline
     parallelism and optimizer offload change it)."""
     from fmest.default_plugins.parallelism import zero_reduce_buffer_elements
 
     stack = ctx["stack"]
+    # compute-dtype gradients under DeepSpeed's ZeRO run the ZeRO optimizer's buckets, not
+    # the contiguous fp32 buffer (memory_theory ``_bucket_bytes``)
+    grad_bytes = _precision_bytes(ctx["job"], strategy, stack)[1]
     if stack is not None and stack.profile.contiguous_grad_buffer \
-            and "gradients" not in strategy.shards:
+            and "gradients" not in strategy.shards \
+            and not (strategy.reduce_bucket_elements and grad_bytes != 4.0):
         return np.zeros(int(rows.sum()))
     par = ctx["job"].parallelism
     pipeline, offload = sel["pp"][rows] > 1, sel["off"][rows] == 1
