@@ -94,3 +94,12 @@ def test_cli_flag_and_config_readers(tmp_path):
                    "lora_modules_to_save: [lm_head]\nmax_length: 512\n")
     m = load_configs([str(trl)], force_format="trl")
     assert m.data["training"]["lora_modules_to_save"] == ["lm_head"]
+
+
+def test_ms_swift_script(tmp_path):
+    sh = tmp_path / "train.sh"
+    sh.write_text("swift sft \\\n    --model Qwen/Qwen2.5-0.5B \\\n    --train_type lora \\\n"
+                  "    --modules_to_save embed_tokens lm_head \\\n    --max_length 512\n")
+    m = load_configs([str(sh)])
+    assert m.data["training"]["lora_modules_to_save"] == ["embed_tokens", "lm_head"]
+    assert not any("modules_to_save" in w for w in m.not_modelled)
