@@ -584,11 +584,10 @@ def _modules_to_save_in(other: str) -> list[str]:
     ``other``, with the module names it gives: fmest.job.MODULES_TO_SAVE's aliases)."""
     if "modules_to_save" not in other.lower():
         return []
-    from fmest.job import _MODULE_TO_SAVE_ALIASES
+    from fmest.job import module_to_save_name
 
-    low = other.lower()
-    found = [canon for alias, canon in _MODULE_TO_SAVE_ALIASES.items()
-             if re.search(rf"\b{re.escape(alias)}\b", low)]
+    words = re.findall(r"[a-z_.]+", other.lower())
+    found = [canon for canon in map(module_to_save_name, words) if canon]
     return list(dict.fromkeys(found))
 
 

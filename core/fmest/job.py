@@ -202,12 +202,19 @@ _MODULE_TO_SAVE_ALIASES = {alias: name for name, aliases in MODULES_TO_SAVE.item
                            for alias in aliases}
 
 
+def module_to_save_name(name: str) -> Optional[str]:
+    """The canonical name (``embedding``, ``head``) a module name stands for in
+    ``lora_modules_to_save`` (``model.embed_tokens`` -> ``embedding``), None for a module fmest
+    does not price; one rule for the job field, the config readers and the benchmark mapper."""
+    return _MODULE_TO_SAVE_ALIASES.get(str(name).strip().lower().split(".")[-1])
+
+
 def _modules_to_save(value: Any) -> tuple[str, ...]:
     """The canonical names (``embedding``, ``head``) of ``lora_modules_to_save``, in the given
     order without repeats; an unknown name stays as given for the validator to refuse."""
     out: list[str] = []
     for name in _tuple_of_str(value):
-        canon = _MODULE_TO_SAVE_ALIASES.get(name.strip().lower().split(".")[-1], name)
+        canon = module_to_save_name(name) or name
         if canon not in out:
             out.append(canon)
     return tuple(out)

@@ -191,13 +191,13 @@ def set_modules_to_save(sink: "Sink", key: str, value: Any) -> None:
     ``modules_to_save``): the embedding and head names fmest prices go to
     ``training.lora_modules_to_save`` (fmest.job.MODULES_TO_SAVE); any other module trained in
     full is reported as not modelled, never dropped."""
-    from fmest.job import _MODULE_TO_SAVE_ALIASES
+    from fmest.job import module_to_save_name
 
     names = target_list(value) if value else []
     if not names:
         sink.ignore(key, "empty: no module trained in full")
         return
-    known = [n for n in names if n.strip().lower().split(".")[-1] in _MODULE_TO_SAVE_ALIASES]
+    known = [n for n in names if module_to_save_name(n)]
     other = [n for n in names if n not in known]
     if known:
         sink.set("training.lora_modules_to_save", known, key)
