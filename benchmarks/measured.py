@@ -181,7 +181,9 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
     of the key length: 541b967f megatron/model/fused_softmax.py lines 146 and 189); a bf16 row
     of that fork run before 2022-02-28 -> ``main_grads_dtype`` compute (its prequel: the
     BF16_Optimizer that accumulates gradients in fp32 was in use from the 02-28 tables on,
-    ``bigscience_before_bf16_optimizer``); "chunked CE" -> ``loss=chunked``; ``liger=true``
+    ``bigscience_before_bf16_optimizer``); a row of that fork -> ``hardware.cuda_version`` 11.5
+    (``BIGSCIENCE_CUDA``: its cuBLAS runs misaligned eager-attention GEMMs the pre-11.7 way);
+    "chunked CE" -> ``loss=chunked``; ``liger=true``
     (Liger fused linear cross-entropy) or a fused cross-entropy named in ``other`` ->
     ``loss=fused``; "activation offloading" -> ``activation_offload``. ``litgpt`` LoRA/QLoRA
     rows -> ``loss=chunked``: Lit-GPT's finetune/lora.py always computes the head and the
@@ -878,6 +880,19 @@ def _foak_fused_kernels(framework_config: str, model: str) -> tuple[str, ...]:
     return ("norm", "rope", "loss") + (("lora",) if fused_lora else ())
 
 
+#: CUDA toolkit of the BigScience tr11 runs (train/tr11-176B-ml/README.md @59a90eec:
+#: "PyTorch-1.11 w/ CUDA-11.5")
+BIGSCIENCE_CUDA = "11.5"
+
+
+@functools.lru_cache(maxsize=None)
+def _hardware_fields() -> frozenset:
+    """The fields fmest's ``Hardware`` has (the mapper sets only those)."""
+    from fmest.job import Hardware
+
+    return frozenset(f.name for f in attrs.fields(Hardware))
+
+
 @functools.lru_cache(maxsize=1)
 def _training_fields() -> frozenset:
     from fmest.job import Training
@@ -1238,6 +1253,12 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         if FSDP_QLORA_ACT_OFFLOAD.search(other):
             training["activation_offload"] = True
     hardware = {"gpu": gpu, "gpus_per_node": gpn, "nodes": max(1, num // gpn)}
+    if stack == "megatron-deepspeed" and "bigscience" in (row.get("stack_version") or "").lower() \
+            and "cuda_version" in _hardware_fields():
+        # rule 11: the BigScience fork's runs used PyTorch 1.11 with CUDA 11.5
+        # (bigscience-workshop/bigscience @59a90eec train/tr11-176B-ml/README.md; the earlier JZ
+        # environment, pt-1.10.1 / CUDA 11.3 in jz/envs/README.md, is in the same <= 11.6 range)
+        hardware["cuda_version"] = BIGSCIENCE_CUDA
     job = {"model": model, "training": training, "parallelism": par, "hardware": hardware}
     if model_config is not None:
         job["model_config"] = model_config

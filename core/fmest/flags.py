@@ -434,6 +434,10 @@ JOB_FLAGS: tuple[Flag, ...] = (
          parse=parse_count, metavar="GBPS",
          help="network between nodes, Gb/s per GPU (e.g. 400 for 8 x 400G NICs per 8-GPU "
               "node; default: the GPU table's inter_node_gbit_per_s)"),
+    Flag(names=("--cuda-version",), group=_HW, path="hardware.cuda_version", metavar="X.Y",
+         help="CUDA toolkit of the run's PyTorch (torch.version.cuda, e.g. 11.5): before "
+              "11.7, cuBLAS ran GEMMs with a misaligned operand (eager attention with a head "
+              "dim not a multiple of 8) far slower; default: a current one"),
     # workload
     Flag(names=("--dataset-tokens",), group=_WORK, path="workload.dataset_tokens",
          parse=parse_count, metavar="N", help="tokens in the dataset, e.g. 2e10"),

@@ -9,6 +9,7 @@ model is resolved. Build jobs from dicts/JSON with :func:`fmest.convert.job_from
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Optional
 
 import attrs
@@ -123,6 +124,18 @@ def _optional_share(inst, attribute, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise InputError(attribute.name, "is the share of blocks checkpointed and must be in "
                          "(0, 1]", value=value)
+
+
+_CUDA_VERSION = re.compile(r"^\d{1,2}\.\d{1,2}$")
+
+
+def _cuda_version(inst, attribute, value):
+    """``MAJOR.MINOR`` of a CUDA toolkit (``11.5``, ``12.4``) or None."""
+    if value is None:
+        return
+    if not isinstance(value, str) or not _CUDA_VERSION.match(value):
+        raise InputError(attribute.name, "is a CUDA toolkit version MAJOR.MINOR, e.g. "
+                         "'11.5' or '12.4'", value=value)
 
 
 def _at_most_one(inst, attribute, value):
@@ -505,6 +518,11 @@ class Hardware:
     #: 8-GPU node = 400; AWS p5 EFA 3200 Gb/s per 8 GPUs = 400); None = the GPU table's
     #: ``inter_node_gbit_per_s`` (a typical cloud fabric for that GPU)
     inter_node_gbps: Optional[float] = field(default=None, validator=_positive)
+    #: the CUDA toolkit the run's PyTorch was built with (``MAJOR.MINOR``, what
+    #: ``torch.version.cuda`` prints): it chooses the cuBLAS whose kernels run a GEMM with a
+    #: misaligned operand (fmest/data/gemm_alignment.csv: before 11.7 a bf16 one ran ~11x
+    #: slower on A100). None = a current toolkit (11.7 or later)
+    cuda_version: Optional[str] = field(default=None, validator=_cuda_version)
 
 
 @frozen(kw_only=True)

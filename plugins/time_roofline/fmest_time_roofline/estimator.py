@@ -85,6 +85,10 @@ class Rates:
     sm_count: Optional[int]      # SMs of the GPU: width of a wave of GEMM tiles (None: no waves)
     attention_fwd_eff: float
     attention_bwd_eff: float
+    #: eager attention's batched GEMMs under a head dim whose rows are not 16-byte aligned:
+    #: the fraction of ``attention_peak`` their kernel reaches at most
+    #: (:func:`eager_attention_alignment`); None otherwise
+    eager_alignment_cap: Optional[float] = None
     notes: tuple = ()
 
 
@@ -111,12 +115,47 @@ def device_rates(job, gpu, stack=None, model=None,
     kernel = stack.profile.attention_kernel if stack is not None else "sdpa"
     fwd_eff, bwd_eff, att_notes = attention_efficiencies(job, gpu, kernel, model,
                                                          attention_seq_len)
+    align_cap = None
     if job.training.attention != "eager":
         notes.extend(att_notes)
+    elif model is not None:
+        align_rate, align_note = eager_attention_alignment(job, gpu, model)
+        if align_rate is not None:
+            align_cap = align_rate / (attn_peak * derate)
+        if align_note:
+            notes.append(align_note)
     return Rates(linear_peak=lin_peak * derate, attention_peak=attn_peak * derate,
                  hbm_bytes_per_s=gpu.hbm_bytes_per_s, linear_fraction=fraction,
                  sm_count=F.sm_count(gpu.name), attention_fwd_eff=fwd_eff,
-                 attention_bwd_eff=bwd_eff, notes=tuple(notes))
+                 attention_bwd_eff=bwd_eff, eager_alignment_cap=align_cap,
+                 notes=tuple(notes))
+
+
+def eager_attention_alignment(job, gpu, model) -> tuple[Optional[float], Optional[str]]:
+    """(FLOP/s or None, note) of eager attention's batched GEMMs (Q K^T, P V and their
+    gradients) when the head dim leaves their operands short of 16-byte alignment: each head's
+    rows, and the offsets between the q, k and v views of a fused projection, are ``head_dim``
+    elements apart, so the operands are aligned to the largest power of two dividing head_dim
+    x the element size (formulas.operand_alignment_bytes); the rate is the published one of
+    that alignment on the GPU under the job's CUDA toolkit (``hardware.cuda_version``;
+    formulas.misaligned_gemm_rate, fmest/data/gemm_alignment.csv). None: aligned, or no
+    published figure (the note says which)."""
+    dtype = F.storage_dtype(job.training.dtype)
+    element = F.dtype_info(dtype).storage_bytes
+    dims = {d for d in (model.qk_head_dim or model.head_dim, model.v_head_dim or model.head_dim)
+            if d}
+    if not dims:
+        return None, None
+    align = min(F.operand_alignment_bytes(d, element) for d in dims)
+    if align >= F.GEMM_FULL_ALIGNMENT_BYTES:
+        return None, None
+    rate, note = F.misaligned_gemm_rate(gpu.name, dtype, align, job.hardware.cuda_version)
+    head = "/".join(str(d) for d in sorted(dims))
+    if rate is None:
+        return None, f"eager attention, head dim {head} ({align}-byte-aligned rows): {note}"
+    return rate, (f"eager attention, head dim {head}: its GEMMs' rows are {align}-byte "
+                  f"aligned; cuBLAS of CUDA {F.cuda_range(job.hardware.cuda_version)} runs them "
+                  f"at most {rate / 1e12:.1f} TFLOP/s (fmest/data/gemm_alignment.csv)")
 
 
 def attention_efficiencies(job, gpu, kernel: str, model=None,
@@ -502,6 +541,8 @@ def attention_times(job, model, shape: StepShape, rates: Rates, gpu) -> Attentio
             * F.gemm_shape_efficiency(shape.seq_len, head_dim, shape.seq_len, rates.sm_count,
                                       batch=shape.micro_batch * model.num_attention_heads
                                       / shape.tp)
+        if rates.eager_alignment_cap is not None:
+            eff = min(eff, rates.eager_alignment_cap)
         eff_bwd = eff
     else:
         eff, eff_bwd = rates.attention_fwd_eff, rates.attention_bwd_eff

@@ -582,6 +582,77 @@ def attention_efficiency(gpu_name: str, direction: str = "fwd", kernel: str = "s
                                          head_dim=head_dim, causal=causal)[0]
 
 
+#: bytes a tensor-core GEMM's operands must be aligned to for its widest (16-byte) loads
+#: (cuBLAS documentation, "Tensor Core Usage": leading dimensions, strides and pointers
+#: multiples of 16 bytes)
+GEMM_FULL_ALIGNMENT_BYTES = 16
+
+
+def operand_alignment_bytes(elements: float, element_bytes: float) -> int:
+    """Bytes an operand whose rows (and the offsets between the q, k and v views of one fused
+    projection) are ``elements`` wide is aligned to: the largest power of two up to
+    :data:`GEMM_FULL_ALIGNMENT_BYTES` that divides ``elements x element_bytes``."""
+    total = int(round(elements * element_bytes))
+    if total <= 0 or abs(elements * element_bytes - total) > 1e-9:
+        return 1
+    align = 1
+    while align < GEMM_FULL_ALIGNMENT_BYTES and total % (align * 2) == 0:
+        align *= 2
+    return align
+
+
+@functools.lru_cache(maxsize=None)
+def _alignment_table() -> dict:
+    """``fmest/data/gemm_alignment.csv`` as {(gpu prefix, dtype, cuda range): [(align bytes,
+    misaligned TFLOP/s)]}, least-aligned first (read once)."""
+    from importlib import resources
+
+    text = resources.files("fmest").joinpath("data/gemm_alignment.csv").read_text(
+        encoding="utf-8")
+    table: dict = {}
+    for row in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+        key = (row["gpu"], row["dtype"], row["cuda"])
+        table.setdefault(key, []).append((int(row["align_bytes"]),
+                                          float(row["misaligned_tflops"]) * 1e12))
+    return {key: sorted(rows) for key, rows in table.items()}
+
+
+def cuda_range(cuda_version: Optional[str]) -> str:
+    """The gemm_alignment.csv ``cuda`` range of a toolkit ``MAJOR.MINOR`` (None: a current
+    one)."""
+    if cuda_version is None:
+        return ">=11.7"
+    major, minor = (int(part) for part in cuda_version.split("."))
+    return "<=11.6" if (major, minor) <= (11, 6) else ">=11.7"
+
+
+def misaligned_gemm_rate(gpu_name: str, dtype: str, align_bytes: int,
+                         cuda_version: Optional[str] = None
+                         ) -> tuple[Optional[float], Optional[str]]:
+    """(FLOP/s, note): the rate cuBLAS's kernel for operands aligned to ``align_bytes`` reached
+    on ``gpu_name`` in the published measurements of ``fmest/data/gemm_alignment.csv`` (the
+    row with the same or the next wider alignment: the kernels usable at fewer bytes are a
+    subset of those usable at more, so its rate bounds the rate from above). That kernel
+    runs at its own instruction-bound rate, not the aligned kernel's: at the measured shape
+    the aligned kernel itself was held to 42 % of peak by its 128-column output (about 104
+    FLOP per byte moved, below the A100's 156 FLOP/B ridge), the misaligned one to 4 % (bf16,
+    CUDA <= 11.6). ``None`` at 16 bytes, and with a note where the GPU, dtype and toolkit have
+    no published figure (the aligned rate stands)."""
+    if align_bytes >= GEMM_FULL_ALIGNMENT_BYTES:
+        return None, None
+    era = cuda_range(cuda_version)
+    prefixes = {key[0]: key[0] for key in _alignment_table()}
+    prefix = value_by_gpu_prefix(prefixes, gpu_name, None)
+    rows = _alignment_table().get((prefix, dtype, era)) if prefix else None
+    if rows:
+        for measured, rate in rows:
+            if measured >= align_bytes:
+                return rate, None
+    return None, (f"{gpu_name}: no published {dtype} GEMM rate with operands aligned to "
+                  f"{align_bytes} bytes or more under CUDA {era} "
+                  f"(fmest/data/gemm_alignment.csv); the aligned rate is used")
+
+
 def sm_count(gpu_name: str) -> Optional[int]:
     """SMs (compute units) of a GPU from ``GPU_SM_COUNT``; ``None`` when not tabulated."""
     return value_by_gpu_prefix(GPU_SM_COUNT, gpu_name, None)
