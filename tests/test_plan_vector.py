@@ -23,6 +23,7 @@ percentile / max absolute error):
 | Mixtral-8x7B mcore recompute-modules, H100, <= 32 | 0.4 / 1.4 / 2.7 % | 0.3 / 2.3 / 4.6 % |
 | Llama-3.1-8B checkpoint_fraction 0.5, H100, <= 16 GPUs | 0.4 / 1.4 / 2.2 % | 0.2 / 1.0 / 1.8 % |
 | Llama-3.1-8B s32768 (context parallel), H100, <= 32 GPUs | 0.5 / 1.7 / 2.4 % | 0.3 / 1.2 / 1.9 % |
+| BLOOM-like head dim 108, eager, CUDA 11.5, A100, <= 16 GPUs | 0.2 / 6.0 / 13.8 % | 0.0 / 0.9 / 1.4 % |
 
 The step-time formulas take compute, memory-bound work and (with context parallelism) the
 ring's exposed traffic per micro-batch from engine probes, so they agree closely; memory is
@@ -100,6 +101,17 @@ CASES = {
                                                "grad_accum_steps": 8},
                                   "workload": {"dataset_tokens": 1e9}},
                                  dict(gpus="H100-SXM", max_gpus=16), 0.15, 0.05),
+    # eager attention under a head dim that is not a multiple of 8 (108) with CUDA 11.5's
+    # cuBLAS: the misaligned-GEMM rate enters through the probes (fmest/data/gemm_alignment.csv)
+    "bloom-hd108-eager-cuda11.5": (
+        {"model": "bloom-hd108",
+         "model_config": {"architectures": ["BloomForCausalLM"], "model_type": "bloom",
+                          "n_embed": 3456, "n_layer": 24, "num_attention_heads": 32,
+                          "vocab_size": 50176},
+         "training": {"attention": "eager", "grad_accum_steps": 4},
+         "hardware": {"cuda_version": "11.5"},
+         "workload": {"dataset_tokens": 1e9}},
+        dict(gpus="A100-80GB", max_gpus=16), 0.15, 0.05),
     "llama3.1-8b-cp": ({"model": "meta-llama/Llama-3.1-8B", "training": {"seq_len": 32768},
                         "workload": {"dataset_tokens": 1e9}},
                        dict(gpus="H100-SXM", max_gpus=32), 0.15, 0.05),
