@@ -617,6 +617,12 @@ def _alignment_table() -> dict:
     return {key: sorted(rows) for key, rows in table.items()}
 
 
+@functools.lru_cache(maxsize=None)
+def _alignment_gpus() -> dict:
+    """{gpu prefix: gpu prefix} of the alignment table (for ``value_by_gpu_prefix``)."""
+    return {key[0]: key[0] for key in _alignment_table()}
+
+
 def cuda_range(cuda_version: Optional[str]) -> str:
     """The gemm_alignment.csv ``cuda`` range of a toolkit ``MAJOR.MINOR`` (None: a current
     one)."""
@@ -641,8 +647,7 @@ def misaligned_gemm_rate(gpu_name: str, dtype: str, align_bytes: int,
     if align_bytes >= GEMM_FULL_ALIGNMENT_BYTES:
         return None, None
     era = cuda_range(cuda_version)
-    prefixes = {key[0]: key[0] for key in _alignment_table()}
-    prefix = value_by_gpu_prefix(prefixes, gpu_name, None)
+    prefix = value_by_gpu_prefix(_alignment_gpus(), gpu_name, None)
     rows = _alignment_table().get((prefix, dtype, era)) if prefix else None
     if rows:
         for measured, rate in rows:
