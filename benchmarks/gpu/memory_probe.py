@@ -54,6 +54,7 @@ import gzip
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -295,9 +296,11 @@ def set_checkpointing(model, case: dict) -> None:
     if isinstance(inner, NativeLM):
         inner.checkpointing = on
     elif on:   # transformers 5 renamed gradient_ to activation_checkpointing_enable
-        enable = getattr(inner, "activation_checkpointing_enable", None) or \
-            inner.gradient_checkpointing_enable
-        enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable = getattr(inner, "activation_checkpointing_enable", None)
+        if enable is not None:   # transformers >= 5.2x: activation_checkpointing_kwargs
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     else:
         disable = getattr(inner, "activation_checkpointing_disable", None) or \
             inner.gradient_checkpointing_disable
@@ -442,12 +445,13 @@ def run_steps(model, case, args, device, devmem, snapshot_path):
     try:
         for _ in range(args.steps):
             t0 = time.perf_counter()
-            if ctx:
+            if ctx:   # backward too: checkpointed layers recompute under the same backends
                 with ctx():
                     loss = forward(model, ids)
+                    loss.backward()
             else:
                 loss = forward(model, ids)
-            loss.backward()
+                loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             del loss
@@ -593,6 +597,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--lora-rank", type=int, default=16)
     ap.add_argument("--max-cases", type=int, default=0, help="stop after N cases (0: all)")
+    ap.add_argument("--only", default="", help="regex: run only the cases whose id it matches")
     ap.add_argument("--min-case-s", type=float, default=None,
                     help="do not start a case with less budget left (default 8; --tiny: 0)")
     ap.add_argument("--snapshot-case", default=None,
@@ -625,6 +630,8 @@ def main(argv=None) -> int:
     devmem = DeviceMemory(device)
     budget = Budget(args.budget_s)
     cases = grid(args)
+    if args.only:
+        cases = [c for c in cases if re.search(args.only, case_id(c))]
     if args.max_cases:
         cases = cases[: args.max_cases]
     snap_id = args.snapshot_case
