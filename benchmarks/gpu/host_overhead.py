@@ -1,0 +1,182 @@
+"""Host (CPU) seconds per eager op of a transformers training step, measured on a GPU's host.
+
+fmest's host-dispatch floor (``fmest_time_roofline.formulas.host_dispatch_seconds``) is the
+traced op count of a decoder layer (``EAGER_OPS_PER_LAYER``, ``benchmarks/count_eager_ops.py``)
+times a per-op host time (``HOST_SECONDS_PER_EAGER_OP``). This script measures that per-op time
+where it matters, on a GPU host: a ``LlamaForCausalLM`` so narrow (hidden 64, seq 16) that every
+kernel finishes before the host has issued the next one, so the wall time of a pass is its host
+time. It times forward and backward separately (the forward runs Python modules, the backward the
+autograd engine's C++ thread) at 2 and 6 layers; the difference over 4 is one layer's host time.
+The same passes are counted with a ``TorchDispatchMode`` (the count script's method), so each
+mode's seconds per op is (time difference) / (op difference). Modes: full fine-tuning and PEFT
+LoRA (q/k/v/o, r 8, dropout 0.05, the count script's setting), without and with non-reentrant
+activation checkpointing. ``gpu_wait_s`` (the wait in ``torch.cuda.synchronize`` after the
+backward) shows whether the GPU kept up: near zero means the pass was host-bound.
+
+    python benchmarks/gpu/host_overhead.py --out $OUT            # on the device
+    python benchmarks/gpu/host_overhead.py --device cpu --steps 5 # CPU smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+LAYERS = (2, 6)
+
+
+class _Count(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def build(layers: int, *, lora: bool, ckpt: bool, device, dtype):
+    import transformers
+
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                   num_key_value_heads=4, num_hidden_layers=layers,
+                                   vocab_size=128, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).to(device=device, dtype=dtype)
+    if lora:
+        import peft
+
+        model = peft.get_peft_model(model, peft.LoraConfig(
+            r=8, lora_dropout=0.05, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+    if ckpt:
+        inner = model.get_base_model() if lora else model
+        enable = getattr(inner, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if lora:
+            model.enable_input_require_grads()
+    model.train()
+    return model
+
+
+def sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(layers: int, *, lora: bool, ckpt: bool, device, dtype, steps: int, warmup: int) -> dict:
+    model = build(layers, lora=lora, ckpt=ckpt, device=device, dtype=dtype)
+    ids = torch.randint(0, 128, (1, 16), device=device)
+    fwd_s, bwd_s, wait_s = [], [], []
+    for i in range(warmup + steps):
+        sync(device)
+        t0 = time.perf_counter()
+        out = model(input_ids=ids, labels=ids)
+        t1 = time.perf_counter()
+        out.loss.backward()
+        t2 = time.perf_counter()
+        sync(device)
+        t3 = time.perf_counter()
+        model.zero_grad(set_to_none=True)
+        del out
+        if i >= warmup:
+            fwd_s.append(t1 - t0)
+            bwd_s.append(t2 - t1)
+            wait_s.append(t3 - t2)
+    with _Count() as cf:
+        out = model(input_ids=ids, labels=ids)
+    with _Count() as cb:
+        out.loss.backward()
+    sync(device)
+    del model, out
+    return {"layers": layers, "forward_s": statistics.median(fwd_s),
+            "backward_s": statistics.median(bwd_s), "gpu_wait_s": statistics.median(wait_s),
+            "forward_ops": cf.ops, "backward_ops": cb.ops}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=8)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    out_dir = Path(args.out or os.environ.get("OUT") or "/tmp/fmest_gpu_out")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    import transformers
+
+    try:
+        import peft
+        peft_v = peft.__version__
+    except ImportError:
+        peft_v = "absent"
+    label = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    env = {"device": label, "torch": torch.__version__, "transformers": transformers.__version__,
+           "peft": peft_v, "python": platform.python_version(), "cpu": platform.processor(),
+           "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                env["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    print(json.dumps(env), flush=True)
+    rows, summary = [], []
+    modes = [(lora, ckpt) for lora in (False, True) for ckpt in (False, True)
+             if not (lora and peft_v == "absent")]
+    for lora, ckpt in modes:
+        res = {n: measure(n, lora=lora, ckpt=ckpt, device=device, dtype=dtype,
+                          steps=args.steps, warmup=args.warmup) for n in LAYERS}
+        for r in res.values():
+            rows.append(dict(r, lora=lora, checkpointing=ckpt))
+        lo, hi = res[LAYERS[0]], res[LAYERS[-1]]
+        span = LAYERS[-1] - LAYERS[0]
+        s = {"lora": lora, "checkpointing": ckpt}
+        for part in ("forward", "backward"):
+            dt = (hi[f"{part}_s"] - lo[f"{part}_s"]) / span
+            dops = (hi[f"{part}_ops"] - lo[f"{part}_ops"]) / span
+            s[f"{part}_ops_per_layer"] = dops
+            s[f"{part}_s_per_layer"] = dt
+            s[f"{part}_us_per_op"] = 1e6 * dt / dops if dops else None
+        tot_dt = s["forward_s_per_layer"] + s["backward_s_per_layer"]
+        tot_ops = s["forward_ops_per_layer"] + s["backward_ops_per_layer"]
+        s["us_per_op"] = 1e6 * tot_dt / tot_ops
+        outside_ops = lo["forward_ops"] + lo["backward_ops"] - LAYERS[0] * tot_ops
+        s["outside_ops"] = outside_ops
+        s["outside_s"] = lo["forward_s"] + lo["backward_s"] - LAYERS[0] * tot_dt
+        s["max_gpu_wait_s"] = max(lo["gpu_wait_s"], hi["gpu_wait_s"])
+        summary.append(s)
+        print(f"lora={lora!s:5s} ckpt={ckpt!s:5s} per layer: fwd {s['forward_ops_per_layer']:5.0f} ops "
+              f"{1e3 * s['forward_s_per_layer']:6.3f} ms ({s['forward_us_per_op']:5.1f} us/op)  "
+              f"bwd {s['backward_ops_per_layer']:5.0f} ops {1e3 * s['backward_s_per_layer']:6.3f} ms "
+              f"({s['backward_us_per_op']:5.1f} us/op)  all {s['us_per_op']:5.1f} us/op; "
+              f"outside {outside_ops:.0f} ops {1e3 * s['outside_s']:.2f} ms; "
+              f"gpu wait {1e3 * s['max_gpu_wait_s']:.3f} ms", flush=True)
+    tag = label.replace(" ", "-")
+    with open(out_dir / f"host_overhead_{tag}.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    (out_dir / f"host_overhead_{tag}.json").write_text(
+        json.dumps({"env": env, "steps": args.steps, "warmup": args.warmup, "layers": LAYERS,
+                    "summary": summary}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
