@@ -163,3 +163,38 @@ def test_run_sh_goes_on_when_a_script_fails(tmp_path):
     assert res.returncode == 1
     assert "== microbench: exit 1" in res.stdout and "== memory_probe: exit 1" in res.stdout
     assert "== done" in res.stdout
+
+
+def test_to_evidence_applies_its_three_rules(tmp_path):
+    """benchmarks/gpu/to_evidence.py: LoRA rows get precision=pure, the history-recording case's
+    tokens/s row is suspect, a carried package's version replaces 'version unknown', and a later
+    file's row replaces an earlier one with the same id."""
+    import csv as _csv
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "to_evidence", ROOT / "benchmarks" / "gpu" / "to_evidence.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cols = list(mod.COLUMNS)
+
+    def write(name, rows):
+        with open(tmp_path / name, "w", newline="") as fh:
+            w = _csv.DictWriter(fh, fieldnames=cols)
+            w.writeheader()
+            for r in rows:
+                w.writerow({c: r.get(c, "") for c in cols})
+
+    base = {"source": "s", "stack": "pytorch", "stack_version": "bitsandbytes present (version unknown)"}
+    write("memory_probe_run1_X.csv", [
+        dict(base, id="a", kind="memory", technique="lora", other="x", measured_value="1"),
+        dict(base, id="b", kind="throughput", technique="full",
+             other="precision=pure; memory history recorded in this case", measured_value="2"),
+    ])
+    write("memory_probe_run2_X.csv", [dict(base, id="a", kind="memory", technique="qlora",
+                                           other="y", measured_value="3")])
+    rows = {r["id"]: r for r in mod.convert(tmp_path, {"bitsandbytes": "0.50.2"})}
+    assert set(rows) == {"a", "b"}
+    assert rows["a"]["measured_value"] == "3" and "precision=pure" in rows["a"]["other"]
+    assert rows["b"]["suspect"] and "precision=pure (" not in rows["b"]["other"]
+    assert rows["a"]["stack_version"] == "bitsandbytes 0.50.2"

@@ -277,9 +277,14 @@ def build_model(case: dict, args, device, versions: dict):
                                                      target_modules=list(LORA_TARGETS),
                                                      task_type="CAUSAL_LM"))
             notes.append(f"lora=peft {versions['peft']}")
+            notes.append("precision=pure (bf16 base weights, no autocast; PEFT keeps the adapters, "
+                         "their gradients and AdamW states in fp32: get_peft_model "
+                         "autocast_adapter_dtype=True)")
         else:
             _replace_linears(model, lambda lin: LoRALinear(lin, args.lora_rank, 2 * args.lora_rank))
             notes.append("lora=LoRALinear (benchmarks/gpu/memory_probe.py; peft absent or native)")
+            notes.append("precision=pure (bf16 base weights, no autocast; LoRALinear keeps the "
+                         "adapters in fp32 and casts their input, as PEFT does)")
         notes.append(f"targets={'+'.join(LORA_TARGETS)}; lora_alpha={2 * args.lora_rank}; "
                      "lora_dropout=0")
     else:
