@@ -54,15 +54,17 @@ def ops_per_step(layers: int, *, lora: bool, checkpointing: bool) -> tuple[int, 
 
 
 def main() -> int:
-    print(f"{'lora':5s} {'ckpt':5s} {'per layer':>10s} {'outside':>8s}")
+    print(f"{'lora':5s} {'ckpt':5s} {'per layer':>10s} {'forward':>8s} {'backward':>8s} "
+          f"{'outside':>8s} {'fwd out':>8s}")
     for lora in (False, True):
         for ckpt in (False, True):
-            two = sum(ops_per_step(2, lora=lora, checkpointing=ckpt))
-            four = sum(ops_per_step(4, lora=lora, checkpointing=ckpt))
-            per_layer = (four - two) / 2
-            print(f"{lora!s:5s} {ckpt!s:5s} {per_layer:10.0f} {two - 2 * per_layer:8.0f}")
+            two = ops_per_step(2, lora=lora, checkpointing=ckpt)
+            four = ops_per_step(4, lora=lora, checkpointing=ckpt)
+            fwd, bwd = (four[0] - two[0]) / 2, (four[1] - two[1]) / 2
+            per_layer = fwd + bwd
+            print(f"{lora!s:5s} {ckpt!s:5s} {per_layer:10.0f} {fwd:8.0f} {bwd:8.0f} "
+                  f"{sum(two) - 2 * per_layer:8.0f} {two[0] - 2 * fwd:8.0f}")
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

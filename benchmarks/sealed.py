@@ -122,16 +122,37 @@ def load(path: Path = SEALED_FILE) -> list[str]:
     return list(json.loads(Path(path).read_text())["sources"])
 
 
+def load_pool(path: Path = SEALED_FILE) -> list[str] | None:
+    """The pool the recorded draw was made from (``pool``), or None when not recorded. Sources
+    added to the evidence set after the draw are outside it: they stay open, so adding one never
+    reshuffles the seal."""
+    pool = json.loads(Path(path).read_text()).get("pool")
+    return list(pool) if pool is not None else None
+
+
+def at_draw(stacks_of: Mapping[str, set[str]], development: set[str],
+            path: Path = SEALED_FILE) -> dict[str, set[str]]:
+    """``stacks_of`` restricted to the recorded pool and the development sources (all of it when
+    no pool is recorded): what :func:`draw` saw."""
+    pool = load_pool(path)
+    if pool is None:
+        return dict(stacks_of)
+    keep = set(pool) | set(development)
+    return {s: v for s, v in stacks_of.items() if s in keep}
+
+
 def write(sources: list[str], path: Path = SEALED_FILE, seed: int = SEED,
-          share: float = SHARE) -> None:
-    """Record a draw (the keys ``benchmarks/uncertainty.py`` reads, plus ``method``)."""
+          share: float = SHARE, pool: list[str] | None = None) -> None:
+    """Record a draw (the keys ``benchmarks/uncertainty.py`` reads, plus ``method`` and the
+    ``pool`` it was drawn from)."""
     Path(path).write_text(json.dumps({
         "about": "Sources kept out of every figure of benchmarks/accuracy.py and "
                  "benchmarks/uncertainty.py but their --sealed mode (aggregate only, once per "
                  "model change). Drawn from the non-development sources.",
         "seed": seed, "share": share, "drawn": _dt.date.today().isoformat(),
         "method": METHOD,
-        "sources": sorted(sources)}, indent=2) + "\n")
+        "sources": sorted(sources),
+        **({"pool": sorted(pool)} if pool is not None else {})}, indent=2) + "\n")
 
 
 def main() -> int:
@@ -148,7 +169,7 @@ def main() -> int:
     rows = measured.load_rows()
     stacks_of, dev = source_stacks(rows), development_sources(rows)
     if args.redraw:
-        write(draw(stacks_of, dev))
+        write(draw(stacks_of, dev), pool=sorted(s for s in stacks_of if s not in dev))
     found = problems(load(), stacks_of, dev)
     for p in found:
         print(f"sealed draw: {p}", file=sys.stderr)

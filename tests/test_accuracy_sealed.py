@@ -52,8 +52,14 @@ def test_recorded_draw_is_the_seeded_draw_and_holds(real):
     recorded = json.loads(sealed.SEALED_FILE.read_text())
     assert recorded["seed"] == sealed.SEED and recorded["share"] == sealed.SHARE
     assert recorded["method"] and recorded["sources"] == sealed.load()
-    assert sealed.draw(stacks_of, dev) == sealed.draw(stacks_of, dev) == sealed.load()
+    drawn_from = sealed.at_draw(stacks_of, dev)
+    assert sealed.draw(drawn_from, dev) == sealed.draw(drawn_from, dev) == sealed.load()
     assert sealed.problems(sealed.load(), stacks_of, dev) == []
+    # a source added after the draw stays open and leaves the recorded draw as it was
+    pool = sealed.load_pool()
+    assert pool is None or set(pool) <= set(stacks_of)
+    later = dict(stacks_of, **{"zz-added-later": {"pytorch"}})
+    assert sealed.draw(sealed.at_draw(later, dev), dev) == sealed.load()
 
 
 def test_split_keeps_sealed_sources_out_of_the_open_rows(real):
