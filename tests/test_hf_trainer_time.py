@@ -69,7 +69,10 @@ def test_micro_batch_bytes_hand_derived():
 def test_only_peft_stacks_and_adapters_pay():
     training = SimpleNamespace(technique="lora", lora_dropout=None)
     shape = SimpleNamespace(tokens=1024, pp=1)
-    assert E.lora_elementwise_bytes(training, shape, _stack("pytorch"), _mods()) == (0.0, 0.0)
+    # an own loop's LoRA is PEFT too (stacks.toml pytorch lora_impl = "peft"); Lit-GPT's own
+    # LoRALinear and torchtune's adapters run in the compute dtype: no PEFT casts
+    assert E.lora_elementwise_bytes(training, shape, _stack("pytorch"), _mods()) != (0.0, 0.0)
+    assert E.lora_elementwise_bytes(training, shape, _stack("litgpt"), _mods()) == (0.0, 0.0)
     assert E.lora_elementwise_bytes(training, shape, None, _mods()) == (0.0, 0.0)
     assert E.lora_elementwise_bytes(training, shape, _stack("hf-trainer"), ()) == (0.0, 0.0)
     # no dropout given: the hf-trainer profile's (PEFT's default 0.0): no dropout bytes

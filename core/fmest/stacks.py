@@ -504,9 +504,11 @@ def stack_name(job) -> tuple[str, str]:
 
 def apply_to_sizing(stack: Optional[ResolvedStack], sizing, training, strategy, optimizer,
                     storage_dtype: Optional[str] = None):
-    """The stack's effect on the optimizer transform: ``auto`` implementation, and fp32
-    gradients where the framework accumulates unsharded gradients in an fp32 buffer (Megatron
-    main_grad, DeepSpeed BF16_Optimizer) under bf16 compute with fp32 master weights."""
+    """The stack's effect on the optimizer transform: ``auto`` implementation, fp32 LoRA
+    adapters under ``pure`` precision on a stack whose LoRA is huggingface/peft
+    (``lora_impl = "peft"``), and fp32 gradients where the framework accumulates unsharded
+    gradients in an fp32 buffer (Megatron main_grad, DeepSpeed BF16_Optimizer) under bf16
+    compute with fp32 master weights."""
     if stack is None:
         return sizing
     impl = stack.optimizer_impl(training.optimizer_impl)
@@ -514,6 +516,17 @@ def apply_to_sizing(stack: Optional[ResolvedStack], sizing, training, strategy, 
     if (impl != sizing.impl and training.optimizer_impl == "auto"
             and impl in optimizer.step_temp_states):   # an implementation this optimizer has
         changes.update(impl=impl, temp_states=optimizer.step_temp_states[impl])
+    if (training.technique in ("lora", "qlora") and sizing.precision == "pure"
+            and stack.profile.lora_impl == "peft" and sizing.trainable_bytes < 4):
+        # PEFT upcasts fp16/bf16 adapters to fp32 whatever the base dtype
+        # (get_peft_model(autocast_adapter_dtype=True) -> BaseTuner._cast_adapter_dtype;
+        # huggingface/peft 5d602fdbff04c33c1c4de55cda9d4ae1d7cb7e40 src/peft/peft_model.py,
+        # src/peft/tuners/tuners_utils.py): under pure precision the base stays in the compute
+        # dtype, the adapters, their gradients and torch optimizer states (created like the
+        # parameter) are fp32
+        changes.update(trainable_bytes=4, grad_bytes=4)
+        if optimizer.state_bytes_per_element is None:
+            changes["state_bytes"] = 4
     if fp32_main_grads(stack.profile, training, storage_dtype) and sizing.precision == "master" \
             and training.technique == "full" and "gradients" not in strategy.shards:
         changes["grad_bytes"] = 4
