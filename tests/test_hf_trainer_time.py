@@ -14,6 +14,7 @@ import pytest
 
 from fmest.physics.time_constants import (
     PEFT_LORA_BYTES_PER_FEATURE,
+    PEFT_LORA_BYTES_PER_FEATURE_NO_AUTOCAST,
     PEFT_LORA_DROPOUT_BYTES_PER_IN_FEATURE,
 )
 from fmest.stacks import load_profiles
@@ -109,7 +110,10 @@ def test_engine_charges_the_dropout_bytes_to_memory_bound():
     assert delta == pytest.approx(expected, rel=1e-6)
 
 
-def _trace_bytes(in_f: int, out_f: int, tokens: int, *, lora: bool) -> tuple[int, int]:
+def _trace_bytes(in_f: int, out_f: int, tokens: int, *, lora: bool,
+                 autocast: bool = True) -> tuple[int, int]:
+    import contextlib
+
     import torch
     from peft import LoraConfig, get_peft_model
 
@@ -123,7 +127,8 @@ def _trace_bytes(in_f: int, out_f: int, tokens: int, *, lora: bool) -> tuple[int
         model = get_peft_model(model, LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0,
                                                  target_modules=["0"]))
     x = torch.randn(tokens, in_f, dtype=torch.bfloat16, requires_grad=True)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    amp = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+    with amp:
         with _Bytes() as fwd:
             y = model(x)
     with _Bytes() as bwd:
@@ -132,17 +137,22 @@ def _trace_bytes(in_f: int, out_f: int, tokens: int, *, lora: bool) -> tuple[int
     return fwd.bytes, bwd.bytes
 
 
-def test_trace_of_peft_matches_the_constants():
-    """PEFT LoRA on a bf16 linear under bf16 autocast (HF Trainer bf16=True), dropout 0:
-    the per-token slope of the bytes LoRA adds, per input and per output feature."""
+@pytest.mark.parametrize("autocast,constants", [
+    (True, PEFT_LORA_BYTES_PER_FEATURE),                 # HF Trainer bf16=True
+    (False, PEFT_LORA_BYTES_PER_FEATURE_NO_AUTOCAST),    # pure bf16 base, fp32 adapters
+])
+def test_trace_of_peft_matches_the_constants(autocast, constants):
+    """PEFT LoRA on a bf16 linear, with and without bf16 autocast, dropout 0: the per-token
+    slope of the bytes LoRA adds, per input and per output feature."""
     pytest.importorskip("torch")
     pytest.importorskip("peft")
+    PEFT_LORA_BYTES_PER_FEATURE = constants  # noqa: N806  the constants this case checks
 
     def per_token(in_f, out_f):
         out = []
         for tokens in (64, 128):
-            lf, lb = _trace_bytes(in_f, out_f, tokens, lora=True)
-            bf, bb = _trace_bytes(in_f, out_f, tokens, lora=False)
+            lf, lb = _trace_bytes(in_f, out_f, tokens, lora=True, autocast=autocast)
+            bf, bb = _trace_bytes(in_f, out_f, tokens, lora=False, autocast=autocast)
             out.append((lf - bf, lb - bb))
         return [(out[1][i] - out[0][i]) / 64 for i in range(2)]  # weight terms cancel
 

@@ -36,6 +36,17 @@ HBM_EFFICIENCY = 0.85
 #: (r2 w4) and down (r4 w2) and its add into the base layer's input gradient (r2 r2 w2) = 18;
 #: ``out``: the ``* scaling`` gradient (r2 w2) = 4.
 PEFT_LORA_BYTES_PER_FEATURE = {"fwd_in": 12.0, "fwd_out": 10.0, "bwd_in": 18.0, "bwd_out": 4.0}
+#: The same layer without autocast (``pure`` precision: a bf16 base, PEFT's fp32 adapters, no
+#: ``torch.autocast``: an own loop, fmest's GPU probe). Same trace without the autocast context
+#: (peft 0.21.2, torch 2.13 CPU; tests/test_hf_trainer_time.py reruns it): forward ``in``: the
+#: cast to fp32 (r2 w4) = 6, lora_A reads that fp32 copy itself; ``out``: lora_B's output stays
+#: fp32, so ``* scaling`` (r4 w4), the add of the bf16 base output to it, promoted to fp32
+#: (r2 r4 w4) and ``result.to(bf16)`` (r4 w2) = 24. Backward ``out``: the cast's gradient up
+#: (r2 w4), the add's gradient down to the base branch (r4 w2) and the ``* scaling`` gradient
+#: (r4 w4) = 20; ``in``: the fp32 input gradient cast down (r4 w2) and added into the base
+#: layer's (r2 r2 w2) = 12.
+PEFT_LORA_BYTES_PER_FEATURE_NO_AUTOCAST = {"fwd_in": 6.0, "fwd_out": 24.0, "bwd_in": 12.0,
+                                          "bwd_out": 20.0}
 #: With ``lora_dropout`` > 0 PEFT's ``nn.Dropout`` runs on the fp32 copy: on CUDA one fused
 #: ``native_dropout`` kernel (read fp32 4, write fp32 4 + bool mask 1 = 9 per element;
 #: aten/src/ATen/native/cuda/Dropout.cu ``fused_dropout``) and ``native_dropout_backward``

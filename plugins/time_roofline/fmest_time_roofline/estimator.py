@@ -571,14 +571,18 @@ def lora_dropout_probability(training, stack) -> float:
     return float(stack.profile.lora_dropout) if stack is not None else 0.0
 
 
-def lora_elementwise_bytes(training, shape: StepShape, stack, lora_mods) -> tuple[float, float]:
+def lora_elementwise_bytes(training, shape: StepShape, stack, lora_mods,
+                           precision: str = "amp") -> tuple[float, float]:
     """(forward, backward) HBM bytes of one micro-batch that the stack's LoRA layer adds around
     the adapted linears, beyond the adapters' GEMMs (:func:`_lora_module_seconds`): for a stack
     on huggingface/peft (stacks.toml ``lora_impl = "peft"``) the fp32 casts of each adapter
     input, its dropout, ``* scaling`` and the add (formulas.peft_lora_bytes_per_row), over the
     ``tokens x active copies`` rows of each module and the stage's layers; a stack (or job)
     that fuses ``lora`` (fms-acceleration's fused LoRA kernels on a quantized base) moves the
-    fused kernels' bytes instead; 0 otherwise."""
+    fused kernels' bytes instead; 0 otherwise. ``precision`` (the resolved policy): under
+    ``pure`` the fp32 adapters run without autocast (formulas.peft_lora_bytes_per_row
+    ``autocast=False``); ``amp`` runs them under autocast, as does the ``master`` policy's
+    default (the bytes traced under HF Trainer's bf16 autocast)."""
     if not lora_mods or stack is None or stack.profile.lora_impl != "peft":
         return 0.0, 0.0
     dropout = lora_dropout_probability(training, stack) > 0.0
@@ -587,7 +591,7 @@ def lora_elementwise_bytes(training, shape: StepShape, stack, lora_mods) -> tupl
     for mod in lora_mods:
         rows = shape.tokens * mod.active_copies * mod.layers / shape.pp
         f, b = F.peft_lora_bytes_per_row(mod.in_features, mod.out_features, dropout=dropout,
-                                         fused=fused)
+                                         fused=fused, autocast=precision != "pure")
         fwd += f * rows
         bwd += b * rows
     return fwd, bwd
@@ -669,7 +673,8 @@ def megatron_module_bytes(training, model, shape: StepShape, sequence_parallel: 
 
 
 def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: MatmulTimes,
-                         comm: CommunicationPlan, stack=None, autocast: bool = False) -> float:
+                         comm: CommunicationPlan, stack=None, autocast: bool = False,
+                         precision: str = "amp") -> float:
     """Phase 4: elementwise traffic (norms, activations, RoPE, layouts; recomputed under full
     checkpointing), the loss, eager attention scores, gradient accumulation read-add-write,
     the LoRA layer's and PEFT k-bit preparation's casts (:func:`lora_elementwise_bytes`,
@@ -726,7 +731,8 @@ def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: Ma
             * shape.tokens * shape.stage_layers
     # the LoRA layer's own casts, dropout, scaling and add around each adapted linear
     # (forward, backward, and the recompute's forward under full checkpointing)
-    lora_fwd, lora_bwd = lora_elementwise_bytes(training, shape, stack, matmuls.lora_modules)
+    lora_fwd, lora_bwd = lora_elementwise_bytes(training, shape, stack, matmuls.lora_modules,
+                                                precision=precision)
     moved += lora_fwd * (1.0 + shape.recompute_share) + lora_bwd
     moved += megatron_module_bytes(training, model, shape, par.sequence_parallel)
     # PEFT's k-bit preparation: the fp32 residual stream's casts and fp32 elementwise chains
@@ -1103,7 +1109,8 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     matmuls = matmul_times(job, model, shape, rates, stack)
     attention = attention_times(job, model, shape, rates, gpu)
     mem_t = memory_bound_seconds(job, model, shape, rates, matmuls, transforms.communication,
-                                 stack, autocast=transforms.optimizer.precision == "amp")
+                                 stack, autocast=transforms.optimizer.precision == "amp",
+                                 precision=transforms.optimizer.precision)
     compute_mb = matmuls.forward + matmuls.backward + matmuls.recompute + attention.forward \
         + attention.backward + attention.recompute
     fwd_share = (matmuls.forward + attention.forward) / max(compute_mb, 1e-30)
@@ -1391,7 +1398,8 @@ def apply_stack_time(job, model, shape: StepShape, rates: Rates, matmuls: Matmul
         eager_mm = matmul_times(job, model, shape, eager_rates)
         eager_mem = memory_bound_seconds(job, model, shape, eager_rates, eager_mm,
                                          transforms.communication,
-                                         autocast=transforms.optimizer.precision == "amp")
+                                         autocast=transforms.optimizer.precision == "amp",
+                                         precision=transforms.optimizer.precision)
         notes.append(f"{stack.name} fused {', '.join(fused)}: memory_bound "
                      f"{parts['memory_bound'] * 1e3:.1f} ms (eager kernels: "
                      f"{accum * eager_mem * 1e3:.1f} ms)")

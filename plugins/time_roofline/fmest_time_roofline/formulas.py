@@ -67,6 +67,9 @@ from fmest.physics.time_constants import (
     PEFT_LORA_BYTES_PER_FEATURE as PEFT_LORA_BYTES_PER_FEATURE,
 )
 from fmest.physics.time_constants import (
+    PEFT_LORA_BYTES_PER_FEATURE_NO_AUTOCAST as PEFT_LORA_BYTES_PER_FEATURE_NO_AUTOCAST,
+)
+from fmest.physics.time_constants import (
     PEFT_LORA_DROPOUT_BYTES_PER_IN_FEATURE as PEFT_LORA_DROPOUT_BYTES_PER_IN_FEATURE,
 )
 from fmest.transforms import dtype_info
@@ -952,14 +955,19 @@ def loss_bytes_per_token(vocab_size: int, loss: str = "standard", *,
 
 
 def peft_lora_bytes_per_row(in_features: float, out_features: float, *,
-                            dropout: bool, fused: bool = False) -> tuple[float, float]:
+                            dropout: bool, fused: bool = False,
+                            autocast: bool = True) -> tuple[float, float]:
     """(forward, backward) HBM bytes per GEMM row (token) that huggingface/peft's LoRA layer
     adds around one adapted linear of ``in_features`` -> ``out_features``: the fp32 casts of
     the input, the dropout (when ``dropout``), ``* scaling`` and the add into the base output
     (``PEFT_LORA_BYTES_PER_FEATURE``, ``PEFT_LORA_DROPOUT_BYTES_PER_IN_FEATURE``). ``fused``:
     the same adapters under fms-acceleration's fused LoRA kernels (compute-dtype adapters,
-    in-place adds: ``FUSED_LORA_BYTES_PER_FEATURE``, ``FUSED_LORA_DROPOUT_BYTES_PER_IN_FEATURE``)."""
-    per = FUSED_LORA_BYTES_PER_FEATURE if fused else PEFT_LORA_BYTES_PER_FEATURE
+    in-place adds: ``FUSED_LORA_BYTES_PER_FEATURE``, ``FUSED_LORA_DROPOUT_BYTES_PER_IN_FEATURE``).
+    ``autocast`` False: PEFT's fp32 adapters on a base run without ``torch.autocast`` (``pure``
+    precision), whose fp32 adapter output is scaled, added and cast back in fp32
+    (``PEFT_LORA_BYTES_PER_FEATURE_NO_AUTOCAST``)."""
+    per = FUSED_LORA_BYTES_PER_FEATURE if fused else \
+        PEFT_LORA_BYTES_PER_FEATURE if autocast else PEFT_LORA_BYTES_PER_FEATURE_NO_AUTOCAST
     drop = {"fwd": 0.0, "bwd": 0.0} if not dropout else \
         FUSED_LORA_DROPOUT_BYTES_PER_IN_FEATURE if fused else PEFT_LORA_DROPOUT_BYTES_PER_IN_FEATURE
     fwd = (per["fwd_in"] + drop["fwd"]) * in_features + per["fwd_out"] * out_features
