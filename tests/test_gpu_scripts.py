@@ -162,7 +162,30 @@ def test_run_sh_goes_on_when_a_script_fails(tmp_path):
                                               MB_BUDGET="1", MP_BUDGET="1"))
     assert res.returncode == 1
     assert "== microbench: exit 1" in res.stdout and "== memory_probe: exit 1" in res.stdout
+    assert "== host_overhead: exit 1" in res.stdout
     assert "== done" in res.stdout
+
+
+def test_host_overhead_cpu_smoke(tmp_path):
+    """benchmarks/gpu/host_overhead.py on CPU: every mode gives forward and backward op counts
+    per layer that match the count script's (formulas.EAGER_FORWARD/BACKWARD_OPS_*), and a
+    positive time per op."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("peft")
+    res = subprocess.run([sys.executable, str(GPU / "host_overhead.py"), "--device", "cpu",
+                          "--tiny", "--out", str(tmp_path)], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads((tmp_path / "host_overhead_cpu.json").read_text())["summary"]
+    by_mode = {(s["lora"], s["checkpointing"]): s for s in summary}
+    assert set(by_mode) == {(False, False), (False, True), (True, False), (True, True)}
+    from fmest_time_roofline import formulas as F
+    plain, ckpt = by_mode[(False, False)], by_mode[(False, True)]
+    assert plain["forward_ops_per_layer"] == F.EAGER_FORWARD_OPS_PER_LAYER["none"]
+    assert plain["backward_ops_per_layer"] == F.EAGER_BACKWARD_OPS_PER_LAYER["none"]
+    assert ckpt["forward_ops_per_layer"] == F.EAGER_FORWARD_OPS_PER_LAYER["full"]
+    assert ckpt["backward_ops_per_layer"] == F.EAGER_BACKWARD_OPS_PER_LAYER["full"]
+    assert all(s["forward_ops_per_layer"] > 0 and s["us_per_op"] > 0 for s in summary)
 
 
 def test_to_evidence_applies_its_three_rules(tmp_path):

@@ -1,8 +1,12 @@
 """Host-bound step time (issue 20): eager op dispatch plus DeepSpeed ZeRO-3's per-module hooks.
 
 Hand-derived values from the constants' definitions in
-plugins/time_roofline/fmest_time_roofline/formulas.py (EAGER_OPS_*, ZERO3_HOOK_OPS_PER_LAYER,
-HOST_SECONDS_PER_EAGER_OP = 10 us)."""
+plugins/time_roofline/fmest_time_roofline/formulas.py and core/fmest/physics/time_constants.py:
+forward ops (EAGER_FORWARD_OPS_*: 77 / 70 per layer without / with checkpointing, 14 per LoRA
+module, 31 outside) at HOST_SECONDS_PER_FORWARD_OP = 19.5 us, backward ops
+(EAGER_BACKWARD_OPS_*: 142 / 268, 10.25 / 23.25 per LoRA module, 34 outside) at
+HOST_SECONDS_PER_BACKWARD_OP = 10.3 us; ZeRO-3's hook op-equivalents
+(ZERO3_HOOK_OPS_PER_LAYER) at HOST_SECONDS_PER_EAGER_OP = 10 us."""
 
 from __future__ import annotations
 
@@ -12,6 +16,15 @@ import fmest_time_roofline.plugin as plugin
 from fmest.convert import job_from_dict
 from fmest.testing import new_engine
 from fmest_time_roofline import formulas as F
+
+FWD, BWD, HOOK = 19.5e-6, 10.3e-6, 10e-6
+
+
+def _plain(layers: int, ckpt: bool, lora_modules: int = 0) -> float:
+    """One micro-batch's eager dispatch seconds, by hand."""
+    fwd = layers * (70 if ckpt else 77) + 31 + layers * lora_modules * 14
+    bwd = layers * (268 if ckpt else 142) + 34 + layers * lora_modules * (23.25 if ckpt else 10.25)
+    return fwd * FWD + bwd * BWD
 
 
 @pytest.fixture(scope="module")
@@ -30,29 +43,32 @@ def _job(zero_stage: int, seq_len: int = 256):
 
 def test_zero3_hook_ops_by_hand():
     """24 checkpointed layers, 8 micro-batches (the Qwen-1.8B shape): eager ops
-    24 x 338 + 65 = 8177 per micro-batch -> 0.65416 s; ZeRO-3 adds 660 per layer:
-    24 x 998 + 65 = 24017 -> 1.92136 s."""
+    24 x 70 + 31 = 1711 forward and 24 x 268 + 34 = 6466 backward per micro-batch ->
+    8 x (1711 x 19.5 + 6466 x 10.3) us = 0.7997 s; ZeRO-3 adds 660 op-equivalents per layer at
+    10 us: + 8 x 24 x 660 x 10 us = 1.2672 s."""
     plain = F.host_dispatch_seconds(layers=24, checkpointing="full", lora_modules_per_layer=0,
                                     micro_batches=8)
     zero3 = F.host_dispatch_seconds(layers=24, checkpointing="full", lora_modules_per_layer=0,
                                     micro_batches=8, zero3_hooks=True)
-    assert plain == pytest.approx(8177 * 8 * 10e-6, rel=1e-12)
-    assert zero3 == pytest.approx(24017 * 8 * 10e-6, rel=1e-12)
-    # without recompute: 2 x (219 + 440) + 65 = 1383 ops for one micro-batch of 2 layers
+    assert plain == pytest.approx(8 * (1711 * FWD + 6466 * BWD), rel=1e-12)
+    assert plain == pytest.approx(8 * _plain(24, True), rel=1e-12)
+    assert zero3 == pytest.approx(plain + 8 * 24 * 660 * HOOK, rel=1e-12)
+    # without recompute: 2 layers of 77 + 142 ops, the hooks 440 per layer
     none = F.host_dispatch_seconds(layers=2, checkpointing="none", lora_modules_per_layer=0,
                                    micro_batches=1, zero3_hooks=True)
-    assert none == pytest.approx(1383 * 10e-6, rel=1e-12)
-    # LoRA adapters keep their own eager ops on top (4 modules x 37 with recompute)
+    assert none == pytest.approx(_plain(2, False) + 2 * 440 * HOOK, rel=1e-12)
+    # LoRA adapters keep their own eager ops on top (4 modules x (14 + 23.25) with recompute)
     lora = F.host_dispatch_seconds(layers=1, checkpointing="full", lora_modules_per_layer=4,
                                    micro_batches=1, zero3_hooks=True)
-    assert lora == pytest.approx((338 + 4 * 37 + 660 + 65) * 10e-6, rel=1e-12)
+    assert lora == pytest.approx(_plain(1, True, 4) + 660 * HOOK, rel=1e-12)
+    assert _plain(1, True, 4) - _plain(1, True) == pytest.approx(4 * (14 * FWD + 23.25 * BWD))
 
 
 def test_zero3_on_one_gpu_is_host_bound_at_short_sequences(engine):
     """A 256-token full fine-tune under DeepSpeed ZeRO-3 on one A100 is the host's time:
-    32 layers x (338 + 660) + 65 ops per micro-batch, 8 micro-batches, at 10 us."""
+    32 checkpointed layers' eager ops plus 660 hook op-equivalents each, 8 micro-batches."""
     got = engine.estimate(_job(3), quantities=("time",)).time
-    host = (32 * (338 + 660) + 65) * 8 * 10e-6
+    host = 8 * (_plain(32, True) + 32 * 660 * HOOK)
     assert got.step_seconds == pytest.approx(host, rel=1e-9)
     assert any("host-bound" in n for n in got.notes)
     # ZeRO-2 runs no per-module hooks: its host floor is the eager ops alone
@@ -64,4 +80,4 @@ def test_zero3_hooks_do_not_bind_long_sequences(engine):
     """At 8192 tokens the GPU's work exceeds the hook time: the step is the roofline's."""
     got = engine.estimate(_job(3, seq_len=8192), quantities=("time",)).time
     assert not any("host-bound" in n for n in got.notes)
-    assert got.step_seconds > (32 * (338 + 660) + 65) * 8 * 10e-6
+    assert got.step_seconds > 8 * (_plain(32, True) + 32 * 660 * HOOK)

@@ -6,7 +6,8 @@ times a per-op host time (``HOST_SECONDS_PER_EAGER_OP``). This script measures t
 where it matters, on a GPU host: a ``LlamaForCausalLM`` so narrow (hidden 64, seq 16) that every
 kernel finishes before the host has issued the next one, so the wall time of a pass is its host
 time. It times forward and backward separately (the forward runs Python modules, the backward the
-autograd engine's C++ thread) at 2 and 6 layers; the difference over 4 is one layer's host time.
+autograd engine's C++ thread) at 2 and 10 layers; the difference over 8 is one layer's host time (the first run,
+2026-11-27, used 2 and 6).
 The same passes are counted with a ``TorchDispatchMode`` (the count script's method), so each
 mode's seconds per op is (time difference) / (op difference). Modes: full fine-tuning and PEFT
 LoRA (q/k/v/o, r 8, dropout 0.05, the count script's setting), without and with non-reentrant
@@ -32,7 +33,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-LAYERS = (2, 6)
+LAYERS = (2, 10)
 
 
 class _Count(TorchDispatchMode):
@@ -112,7 +113,13 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--tiny", action="store_true", help="CPU smoke run: 3 steps, 1 warm-up")
+    ap.add_argument("--budget-s", type=float, default=120.0,
+                    help="stop starting new modes after this many seconds")
     args = ap.parse_args(argv)
+    started = time.perf_counter()
+    if args.tiny:
+        args.steps, args.warmup = 3, 1
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     out_dir = Path(args.out or os.environ.get("OUT") or "/tmp/fmest_gpu_out")
@@ -140,6 +147,9 @@ def main(argv=None) -> int:
     modes = [(lora, ckpt) for lora in (False, True) for ckpt in (False, True)
              if not (lora and peft_v == "absent")]
     for lora, ckpt in modes:
+        if time.perf_counter() - started > args.budget_s:
+            print(f"budget {args.budget_s:.0f} s spent: lora={lora} ckpt={ckpt} not run", flush=True)
+            continue
         res = {n: measure(n, lora=lora, ckpt=ckpt, device=device, dtype=dtype,
                           steps=args.steps, warmup=args.warmup) for n in LAYERS}
         for r in res.values():
@@ -167,6 +177,9 @@ def main(argv=None) -> int:
               f"({s['backward_us_per_op']:5.1f} us/op)  all {s['us_per_op']:5.1f} us/op; "
               f"outside {outside_ops:.0f} ops {1e3 * s['outside_s']:.2f} ms; "
               f"gpu wait {1e3 * s['max_gpu_wait_s']:.3f} ms", flush=True)
+    if not rows:
+        print("host_overhead: no mode ran", file=sys.stderr)
+        return 1
     tag = label.replace(" ", "-")
     with open(out_dir / f"host_overhead_{tag}.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))

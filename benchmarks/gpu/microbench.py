@@ -28,7 +28,8 @@ Cases, in this order (the most informative first, so a short budget keeps them):
   benchmarks/benchmark_flash_attention.py at 0469c72723278048f1b1bd29f6c6155b5ef98369:
   fwd = 4*b*s^2*heads*d / 2 when causal, fwd+bwd = 3.5 x fwd), as in the FlashAttention-2
   paper (Dao 2023, arXiv:2307.08691, section 4.1).
-* ``adamw``: one ``torch.optim.AdamW`` step (``fused=True`` / ``foreach=True``) over 1e8, 3e8,
+* ``adamw``: one ``torch.optim.AdamW`` step (``fused=True`` / ``foreach=True``; and
+  bitsandbytes ``AdamW8bit`` where it is installed) over 1e8, 3e8,
   1e9 parameters in 16.8M-element tensors, parameters/gradients/states in bf16 or fp32;
   nanoseconds per parameter, and GB/s counting 7 tensor accesses per parameter (read p, g,
   m, v; write p, m, v).
@@ -610,6 +611,42 @@ class Bench:
                     elem = 2 if dtype == torch.bfloat16 else 4
                     self.run_case(meta, setup, params=n, nbytes=7 * elem * n)
                     st.clear()
+        self.adamw_8bit(sizes, chunk)
+
+    def adamw_8bit(self, sizes, chunk):
+        """bitsandbytes ``AdamW8bit`` (block-wise 8-bit states) over bf16 parameters: the
+        optimizer of the probe's ``adamw_8bit`` cases, whose step is not a bandwidth figure
+        (the states are quantized with a per-block absmax and a 256-entry code map); bytes
+        counted as read p, g (2 each), m, v (1 each), write p (2), m, v (1 each) = 10 per
+        parameter. Skipped with the reason without bitsandbytes or a GPU."""
+        try:
+            import bitsandbytes as bnb
+        except Exception as exc:   # ImportError, or a CUDA setup error inside the import
+            bnb, why = None, f"bitsandbytes absent ({type(exc).__name__}: {exc})"[:160]
+        for n in sizes:
+            meta = dict(kind="adamw", case="AdamW8bit (bitsandbytes)", shape=f"{n} params",
+                        dtype="bf16", backend="bnb8bit")
+            if self.budget.spent():
+                self.row(**meta, status="skipped", reason=self.budget.reason())
+                continue
+            if bnb is None or self.device.type != "cuda":
+                self.row(**meta, status="skipped",
+                         reason=why if bnb is None else "bitsandbytes 8-bit states need CUDA")
+                continue
+            st = {}
+
+            def setup(n=n, st=st):
+                sizes_ = [chunk] * (n // chunk) + ([n % chunk] if n % chunk else [])
+                ps = [torch.nn.Parameter(torch.randn(c, device=self.device, dtype=torch.bfloat16))
+                      for c in sizes_]
+                for p in ps:
+                    p.grad = torch.randn_like(p)
+                opt = bnb.optim.AdamW8bit(ps, lr=1e-4)
+                opt.step()    # allocates the states
+                st.update(ps=ps, opt=opt)
+                return opt.step
+            self.run_case(meta, setup, params=n, nbytes=10 * n)
+            st.clear()
 
 
 def summarise(rows: list[dict], env: dict, budget: Budget, args) -> dict:

@@ -31,7 +31,9 @@ from fmest.physics.time_constants import (
     FUSED_LORA_BYTES_PER_FEATURE,
     FUSED_LORA_DROPOUT_BYTES_PER_IN_FEATURE,
     HBM_EFFICIENCY,
+    HOST_SECONDS_PER_BACKWARD_OP,
     HOST_SECONDS_PER_EAGER_OP,
+    HOST_SECONDS_PER_FORWARD_OP,
     INTER_NODE_COLLECTIVE_EFFICIENCY,
     INTER_NODE_LATENCY_S,
     INTRA_NODE_LATENCY_S,
@@ -164,31 +166,48 @@ FLASH_BACKWARD_FLOPS_FACTOR = 2.5
 #: that gap that is not memory-bound or communication time. Calibrated (global).
 FRAMEWORK_OVERHEAD_FRACTION = 0.15
 
-#: ATen ops dispatched per decoder layer and micro-batch by eager transformers code (forward
-#: plus backward), by activation checkpointing: counted with a TorchDispatchMode over
-#: transformers 5.23 LlamaForCausalLM (sdpa, torch 2.13) at 2 and 4 layers, the difference
-#: halved (``python benchmarks/count_eager_ops.py``): 77 + 142 without checkpointing,
-#: 70 + 268 with full checkpointing (the backward re-runs the forward).
-EAGER_OPS_PER_LAYER = {"none": 219.0, "selective": 219.0, "full": 338.0}
-#: Extra ops per LoRA-adapted linear per layer (PEFT 0.21 LoRA, dropout 0.05): (316 - 219) / 4
-#: without checkpointing, (487 - 338) / 4 with it (same count, q/k/v/o adapted).
-EAGER_OPS_PER_LORA_MODULE = {"none": 24.0, "selective": 24.0, "full": 37.0}
-#: Ops outside the layers (embedding, final norm, head, loss) per micro-batch, same count.
-EAGER_OPS_OUTSIDE_LAYERS = 65.0
+#: ATen ops dispatched per decoder layer and micro-batch by eager transformers code, forward
+#: and backward, by activation checkpointing: counted with a TorchDispatchMode over
+#: transformers 5.24 LlamaForCausalLM (sdpa, torch 2.13) at 2 and 4 layers, the difference
+#: halved (``python benchmarks/count_eager_ops.py``): 77 + 142 without checkpointing, 70 + 268
+#: with full checkpointing (the backward re-runs the forward). The H200 host run of
+#: benchmarks/gpu/host_overhead.py counted 80 + 146 and 75 + 274 under transformers 5.17.
+EAGER_FORWARD_OPS_PER_LAYER = {"none": 77.0, "selective": 77.0, "full": 70.0}
+EAGER_BACKWARD_OPS_PER_LAYER = {"none": 142.0, "selective": 142.0, "full": 268.0}
+#: forward + backward (the totals the ZeRO-3 trace compares with)
+EAGER_OPS_PER_LAYER = {k: EAGER_FORWARD_OPS_PER_LAYER[k] + EAGER_BACKWARD_OPS_PER_LAYER[k]
+                       for k in EAGER_FORWARD_OPS_PER_LAYER}
+#: Extra ops per LoRA-adapted linear per layer (PEFT 0.21 LoRA, dropout 0.05, q/k/v/o adapted),
+#: same count: forward (133 - 77) / 4 = 14 with or without checkpointing; backward
+#: (183 - 142) / 4 = 10.25 without, (361 - 268) / 4 = 23.25 with it.
+EAGER_FORWARD_OPS_PER_LORA_MODULE = {"none": 14.0, "selective": 14.0, "full": 14.0}
+EAGER_BACKWARD_OPS_PER_LORA_MODULE = {"none": 10.25, "selective": 10.25, "full": 23.25}
+EAGER_OPS_PER_LORA_MODULE = {k: EAGER_FORWARD_OPS_PER_LORA_MODULE[k]
+                             + EAGER_BACKWARD_OPS_PER_LORA_MODULE[k]
+                             for k in EAGER_FORWARD_OPS_PER_LORA_MODULE}
+#: Ops outside the layers (embedding, final norm, head, loss) per micro-batch, same count:
+#: 31 forward, 34 backward.
+EAGER_FORWARD_OPS_OUTSIDE_LAYERS = 31.0
+EAGER_BACKWARD_OPS_OUTSIDE_LAYERS = 34.0
+EAGER_OPS_OUTSIDE_LAYERS = EAGER_FORWARD_OPS_OUTSIDE_LAYERS + EAGER_BACKWARD_OPS_OUTSIDE_LAYERS
 
 
 def host_dispatch_seconds(*, layers: float, checkpointing: str, lora_modules_per_layer: float,
                           micro_batches: int, zero3_hooks: bool = False) -> float:
     """Host seconds to dispatch the eager ops of ``micro_batches`` forward+backward passes of
-    ``layers`` decoder layers (``EAGER_OPS_*`` x ``HOST_SECONDS_PER_EAGER_OP``), plus DeepSpeed
-    ZeRO-3's per-module fetch/release hooks when ``zero3_hooks`` (``ZERO3_HOOK_OPS_PER_LAYER``)."""
-    ckpt = checkpointing if checkpointing in EAGER_OPS_PER_LAYER else "none"
-    per_layer = EAGER_OPS_PER_LAYER[ckpt] + EAGER_OPS_PER_LORA_MODULE[ckpt] \
-        * lora_modules_per_layer
-    ops = layers * per_layer + EAGER_OPS_OUTSIDE_LAYERS
+    ``layers`` decoder layers: forward ops (``EAGER_FORWARD_OPS_*``) x
+    ``HOST_SECONDS_PER_FORWARD_OP`` + backward ops (``EAGER_BACKWARD_OPS_*``) x
+    ``HOST_SECONDS_PER_BACKWARD_OP``, plus DeepSpeed ZeRO-3's per-module fetch/release hooks when
+    ``zero3_hooks`` (``ZERO3_HOOK_OPS_PER_LAYER``)."""
+    ckpt = checkpointing if checkpointing in EAGER_FORWARD_OPS_PER_LAYER else "none"
+    fwd = layers * (EAGER_FORWARD_OPS_PER_LAYER[ckpt] + EAGER_FORWARD_OPS_PER_LORA_MODULE[ckpt]
+                    * lora_modules_per_layer) + EAGER_FORWARD_OPS_OUTSIDE_LAYERS
+    bwd = layers * (EAGER_BACKWARD_OPS_PER_LAYER[ckpt] + EAGER_BACKWARD_OPS_PER_LORA_MODULE[ckpt]
+                    * lora_modules_per_layer) + EAGER_BACKWARD_OPS_OUTSIDE_LAYERS
     hooks = zero3_hook_seconds(layers=layers, checkpointing=ckpt,
                                micro_batches=micro_batches) if zero3_hooks else 0.0
-    return ops * micro_batches * HOST_SECONDS_PER_EAGER_OP + hooks
+    return (fwd * HOST_SECONDS_PER_FORWARD_OP + bwd * HOST_SECONDS_PER_BACKWARD_OP) \
+        * micro_batches + hooks
 
 
 def zero3_hook_seconds(*, layers: float, checkpointing: str, micro_batches: int) -> float:
