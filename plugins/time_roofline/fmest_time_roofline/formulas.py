@@ -90,15 +90,19 @@ from fmest.transforms import dtype_info
 #: fmest dense peak (gpus.csv): RTX 3090 median of 3 entries 76.58/71 = 1.079 and RTX 4090
 #: median of 7 entries 163.09/165.2 = 0.987 (GeForce cards hold clocks above the boost clock
 #: that the whitepaper's FP32-accumulate peak is quoted at, so the fraction can exceed 1),
-#: RTX A6000 123.34/154.8 = 0.797, L40S 269.15/362.05 = 0.743.
+#: RTX A6000 123.34/154.8 = 0.797, L40S 269.15/362.05 = 0.743. H200 (HN §3 has no bf16
+#: figure; it borrowed H100's 0.803 until measured): 807.5 / 989.4 = 0.816, measured by fmest on
+#: an H200, 2026-11-27 (benchmarks/gpu/microbench.py ``mamf`` sweep, best of 7 square sizes at
+#: 6144^3; microbench_H200-SXM-141GB.csv in benchmarks/gpu/results/H200-SXM-141GB-2026-11-27/).
 MAMF_FRACTION_BF16 = {
     "A100-SXM": 0.869, "A800": 0.869, "A100-PCIE": 0.811, "H100-SXM": 0.803, "H800": 0.803,
-    "H200": 0.803,
+    "H200": 0.816,
     "GH200": 0.838, "B200": 0.776, "B300": 0.786, "GB200": 0.729, "MI300X": 0.514,
     "MI325X": 0.604, "GAUDI2": 0.969, "GAUDI3": 0.741,
     "RTX3090": 1.079, "RTX4090": 0.987, "RTX-A6000": 0.797, "L40S": 0.743,
 }
-#: Same for fp8 GEMMs (HN §3: H100 1402.6/1979, H200 1453.4/1979, B200 3432.5/4500 ...).
+#: Same for fp8 GEMMs (HN §3: H100 1402.6/1979, H200 1453.4/1979, B200 3432.5/4500 ...; fmest's
+#: H200 sweep, 2026-11-27: 1494 / 1978.9 = 0.755, within 3 % of HN's 0.734, which stays).
 MAMF_FRACTION_FP8 = {
     "H100-SXM": 0.709, "H800": 0.709, "H200": 0.734, "GH200": 0.776, "B200": 0.763,
     "B300": 0.745, "GB200": 0.723, "GAUDI2": 0.955, "GAUDI3": 0.769,
