@@ -5,7 +5,8 @@ traced op count of a decoder layer (``EAGER_OPS_PER_LAYER``, ``benchmarks/count_
 times a per-op host time (``HOST_SECONDS_PER_EAGER_OP``). This script measures that per-op time
 where it matters, on a GPU host: a ``LlamaForCausalLM`` so narrow (hidden 64, seq 16) that every
 kernel finishes before the host has issued the next one, so the wall time of a pass is its host
-time. It times forward and backward separately (the forward runs Python modules, the backward the
+time; on CUDA also at hidden 2048 (real tensor sizes for the allocator and the kernels'
+arguments, still 16 tokens: short kernels). It times forward and backward separately (the forward runs Python modules, the backward the
 autograd engine's C++ thread) at 2 and 10 layers; the difference over 8 is one layer's host time (the first run,
 2026-11-27, used 2 and 6).
 The same passes are counted with a ``TorchDispatchMode`` (the count script's method), so each
@@ -46,12 +47,14 @@ class _Count(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def build(layers: int, *, lora: bool, ckpt: bool, device, dtype):
+def build(layers: int, *, lora: bool, ckpt: bool, device, dtype, hidden: int = 64):
     import transformers
 
-    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                                   num_key_value_heads=4, num_hidden_layers=layers,
-                                   vocab_size=128, attn_implementation="sdpa")
+    heads = max(4, hidden // 64)
+    cfg = transformers.LlamaConfig(hidden_size=hidden, intermediate_size=2 * hidden,
+                                   num_attention_heads=heads, num_key_value_heads=heads,
+                                   num_hidden_layers=layers, vocab_size=128,
+                                   attn_implementation="sdpa")
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(cfg).to(device=device, dtype=dtype)
     if lora:
@@ -77,8 +80,9 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(layers: int, *, lora: bool, ckpt: bool, device, dtype, steps: int, warmup: int) -> dict:
-    model = build(layers, lora=lora, ckpt=ckpt, device=device, dtype=dtype)
+def measure(layers: int, *, lora: bool, ckpt: bool, device, dtype, steps: int, warmup: int,
+            hidden: int = 64) -> dict:
+    model = build(layers, lora=lora, ckpt=ckpt, device=device, dtype=dtype, hidden=hidden)
     ids = torch.randint(0, 128, (1, 16), device=device)
     fwd_s, bwd_s, wait_s = [], [], []
     for i in range(warmup + steps):
@@ -114,6 +118,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--out", default=None)
     ap.add_argument("--tiny", action="store_true", help="CPU smoke run: 3 steps, 1 warm-up")
+    ap.add_argument("--hidden", type=int, nargs="+", default=None,
+                    help="model widths (default: 64 and 2048 on cuda, 64 on cpu); at 2048 the "
+                         "layers' tensors have real sizes while 16 tokens keep the kernels short")
     ap.add_argument("--budget-s", type=float, default=120.0,
                     help="stop starting new modes after this many seconds")
     args = ap.parse_args(argv)
@@ -144,19 +151,21 @@ def main(argv=None) -> int:
         pass
     print(json.dumps(env), flush=True)
     rows, summary = [], []
-    modes = [(lora, ckpt) for lora in (False, True) for ckpt in (False, True)
-             if not (lora and peft_v == "absent")]
-    for lora, ckpt in modes:
+    widths = args.hidden or ([64, 2048] if device.type == "cuda" else [64])
+    modes = [(hidden, lora, ckpt) for hidden in widths for lora in (False, True)
+             for ckpt in (False, True) if not (lora and peft_v == "absent")]
+    for hidden, lora, ckpt in modes:
         if time.perf_counter() - started > args.budget_s:
-            print(f"budget {args.budget_s:.0f} s spent: lora={lora} ckpt={ckpt} not run", flush=True)
+            print(f"budget {args.budget_s:.0f} s spent: hidden={hidden} lora={lora} ckpt={ckpt} "
+                  "not run", flush=True)
             continue
         res = {n: measure(n, lora=lora, ckpt=ckpt, device=device, dtype=dtype,
-                          steps=args.steps, warmup=args.warmup) for n in LAYERS}
+                          steps=args.steps, warmup=args.warmup, hidden=hidden) for n in LAYERS}
         for r in res.values():
-            rows.append(dict(r, lora=lora, checkpointing=ckpt))
+            rows.append(dict(r, hidden=hidden, lora=lora, checkpointing=ckpt))
         lo, hi = res[LAYERS[0]], res[LAYERS[-1]]
         span = LAYERS[-1] - LAYERS[0]
-        s = {"lora": lora, "checkpointing": ckpt}
+        s = {"hidden": hidden, "lora": lora, "checkpointing": ckpt}
         for part in ("forward", "backward"):
             dt = (hi[f"{part}_s"] - lo[f"{part}_s"]) / span
             dops = (hi[f"{part}_ops"] - lo[f"{part}_ops"]) / span
@@ -171,7 +180,7 @@ def main(argv=None) -> int:
         s["outside_s"] = lo["forward_s"] + lo["backward_s"] - LAYERS[0] * tot_dt
         s["max_gpu_wait_s"] = max(lo["gpu_wait_s"], hi["gpu_wait_s"])
         summary.append(s)
-        print(f"lora={lora!s:5s} ckpt={ckpt!s:5s} per layer: fwd {s['forward_ops_per_layer']:5.0f} ops "
+        print(f"hidden={hidden:<5d} lora={lora!s:5s} ckpt={ckpt!s:5s} per layer: fwd {s['forward_ops_per_layer']:5.0f} ops "
               f"{1e3 * s['forward_s_per_layer']:6.3f} ms ({s['forward_us_per_op']:5.1f} us/op)  "
               f"bwd {s['backward_ops_per_layer']:5.0f} ops {1e3 * s['backward_s_per_layer']:6.3f} ms "
               f"({s['backward_us_per_op']:5.1f} us/op)  all {s['us_per_op']:5.1f} us/op; "

@@ -549,6 +549,11 @@ class Bench:
                     base = dict(kind="attention", case="sdpa_causal",
                                 shape=f"b={b} s={s} heads={heads} d={d}", dtype="bf16",
                                 backend=bname)
+                    if bname == "efficient" and self.device.type != "cuda":
+                        for p in ("fwd", "fwd+bwd"):
+                            self.row(**base, **{"pass": p}, status="skipped",
+                                     reason="the memory-efficient SDPA backend needs CUDA")
+                        continue
                     if bname == "math" and s > self.args.math_max_seq:
                         for p in ("fwd", "fwd+bwd"):
                             self.row(**base, **{"pass": p}, status="skipped",
