@@ -32,19 +32,12 @@ import time
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/
+
+from count_eager_ops import _Count  # noqa: E402  the count script's op counter
 
 LAYERS = (2, 10)
-
-
-class _Count(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops += 1
-        return func(*args, **(kwargs or {}))
 
 
 def build(layers: int, *, lora: bool, ckpt: bool, device, dtype, hidden: int = 64):
