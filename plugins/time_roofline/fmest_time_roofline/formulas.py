@@ -491,13 +491,16 @@ def _table_value(by_dim: dict, seq_len: float, head_dim: float) -> float:
 
 
 def _measured_gpu(gpu_name: str) -> Optional[str]:
-    """The table GPU that runs kernels as ``gpu_name`` does (same architecture and SM count),
-    or ``None``."""
+    """The table GPU that runs kernels as ``gpu_name`` does: the GPU itself when the table has
+    its own rows, else one of the same architecture and SM count, else ``None``."""
+    measured = sorted({key[0] for key in _attention_table()})
+    if gpu_name in measured:
+        return gpu_name
     family = _gpu_family()
     mine = family.get(gpu_name)
     if mine is None or mine[1] is None:
         return None
-    for gpu in sorted({key[0] for key in _attention_table()}):
+    for gpu in measured:
         if family.get(gpu) == mine:
             return gpu
     return None
