@@ -14,6 +14,7 @@ import pytest
 
 from fmest.physics.time_constants import (
     PEFT_LORA_BYTES_PER_FEATURE,
+    PEFT_LORA_BYTES_PER_FEATURE_COMPUTE_DTYPE,
     PEFT_LORA_BYTES_PER_FEATURE_NO_AUTOCAST,
     PEFT_LORA_DROPOUT_BYTES_PER_IN_FEATURE,
 )
@@ -111,7 +112,7 @@ def test_engine_charges_the_dropout_bytes_to_memory_bound():
 
 
 def _trace_bytes(in_f: int, out_f: int, tokens: int, *, lora: bool,
-                 autocast: bool = True) -> tuple[int, int]:
+                 autocast: bool = True, adapter_fp32: bool = True) -> tuple[int, int]:
     import contextlib
 
     import torch
@@ -125,7 +126,10 @@ def _trace_bytes(in_f: int, out_f: int, tokens: int, *, lora: bool,
         torch.nn.Linear(in_f, out_f, bias=False)).to(torch.bfloat16)
     if lora:
         model = get_peft_model(model, LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0,
-                                                 target_modules=["0"]))
+                                                 target_modules=["0"]),
+                               autocast_adapter_dtype=adapter_fp32)
+        dtypes = {p.dtype for n, p in model.named_parameters() if "lora_" in n}
+        assert dtypes == {torch.float32 if adapter_fp32 else torch.bfloat16}
     x = torch.randn(tokens, in_f, dtype=torch.bfloat16, requires_grad=True)
     amp = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
     with amp:
@@ -137,11 +141,12 @@ def _trace_bytes(in_f: int, out_f: int, tokens: int, *, lora: bool,
     return fwd.bytes, bwd.bytes
 
 
-@pytest.mark.parametrize("autocast,constants", [
-    (True, PEFT_LORA_BYTES_PER_FEATURE),                 # HF Trainer bf16=True
-    (False, PEFT_LORA_BYTES_PER_FEATURE_NO_AUTOCAST),    # pure bf16 base, fp32 adapters
+@pytest.mark.parametrize("autocast,adapter_fp32,constants", [
+    (True, True, PEFT_LORA_BYTES_PER_FEATURE),                 # HF Trainer bf16=True
+    (False, True, PEFT_LORA_BYTES_PER_FEATURE_NO_AUTOCAST),    # pure bf16 base, fp32 adapters
+    (False, False, PEFT_LORA_BYTES_PER_FEATURE_COMPUTE_DTYPE),  # bf16 adapters (older PEFT)
 ])
-def test_trace_of_peft_matches_the_constants(autocast, constants):
+def test_trace_of_peft_matches_the_constants(autocast, adapter_fp32, constants):
     """PEFT LoRA on a bf16 linear, with and without bf16 autocast, dropout 0: the per-token
     slope of the bytes LoRA adds, per input and per output feature."""
     pytest.importorskip("torch")
@@ -151,7 +156,8 @@ def test_trace_of_peft_matches_the_constants(autocast, constants):
     def per_token(in_f, out_f):
         out = []
         for tokens in (64, 128):
-            lf, lb = _trace_bytes(in_f, out_f, tokens, lora=True, autocast=autocast)
+            lf, lb = _trace_bytes(in_f, out_f, tokens, lora=True, autocast=autocast,
+                                  adapter_fp32=adapter_fp32)
             bf, bb = _trace_bytes(in_f, out_f, tokens, lora=False, autocast=autocast)
             out.append((lf - bf, lb - bb))
         return [(out[1][i] - out[0][i]) / 64 for i in range(2)]  # weight terms cancel

@@ -445,6 +445,13 @@ ODDITIES: tuple[Oddity, ...] = (
            reason="PEFT LoraConfig.lora_dropout is an nn.Dropout on each LoRA adapter's input "
                   "(peft src/peft/tuners/lora/layer.py); full training and LitGPT adapters "
                   "have none"),
+    Oddity(name="lora adapter dtype without lora", fields=("training.lora_adapter_dtype",),
+           applies=lambda job, given, model: job.training.lora_adapter_dtype is not None
+           and job.training.technique not in ("lora", "qlora"),
+           message="ignored: training.technique is not lora or qlora, there is no LoRA adapter "
+                   "to store",
+           reason="the adapters' dtype sizes LoRA's trainable matrices, their gradients, "
+                  "optimizer states and input copies; full training and LitGPT adapters have none"),
     Oddity(name="k-bit preparation without a quantized base", fields=("training.kbit_prep",),
            applies=lambda job, given, model: job.training.kbit_prep not in (None, "none")
            and job.training.technique not in ("qlora", "qadapter", "qadapter_v2"),

@@ -256,6 +256,11 @@ JOB_FLAGS: tuple[Flag, ...] = (
     Flag(names=("--lora-dropout",), group=_TRAIN, path="training.lora_dropout", parse=float,
          metavar="P", help="peft lora_dropout in [0, 1) (default: the stack's; PEFT's 0.0): "
          "p > 0 saves a bool mask and a dropped copy per adapted module input"),
+    Flag(names=("--lora-adapter-dtype",), group=_TRAIN, path="training.lora_adapter_dtype",
+         choices=("fp32", "compute"),
+         help="LoRA adapters' dtype (default: fp32 under amp/master and on PEFT >= 0.12 stacks, "
+              "else the compute dtype); compute: older PEFT, autocast_adapter_dtype=False, or "
+              "adapters cast to bf16"),
     Flag(names=("--kbit-prep",), group=_TRAIN, path="training.kbit_prep",
          choices=("none", "peft", "peft_bf16_head"),
          help="QLoRA: PEFT prepare_model_for_kbit_training ran (peft: non-quantized "

@@ -54,6 +54,8 @@ QUANT_METHODS = ("bnb", "gptq")
 #: norms stay fp32; huggingface/trl v0.13.0 4ea33ced3dd017571de7a013e680e6333089a680
 #: trl/trainer/sft_trainer.py and trl/trainer/utils.py)
 KBIT_PREPS = ("none", "peft", "peft_bf16_head")
+#: LoRA adapter storage dtypes a job may state (``Training.lora_adapter_dtype``)
+LORA_ADAPTER_DTYPES = ("fp32", "compute")
 #: how micro-batches are formed (issue 20): ``max_length`` every batch padded to
 #: ``seq_len`` (fixed shapes), ``longest`` padded to its longest sample (HF
 #: DataCollatorWithPadding's default ``padding=True``: shapes vary), ``packed`` samples
@@ -293,6 +295,13 @@ class Training:
     #: src/peft/tuners/lora/config.py). p > 0 is an ``nn.Dropout`` per adapted module: its
     #: bool mask and the dropped copy the adapter saves (docs/memory_model.md)
     lora_dropout: Optional[float] = field(default=None, validator=_dropout)
+    #: the LoRA adapters' storage dtype (``LORA_ADAPTER_DTYPES``): ``fp32`` or ``compute`` (the
+    #: base's ``dtype``); None = the precision rule (fp32 under amp/master; under pure fp32 on a
+    #: stack whose LoRA is PEFT >= 0.12, ``get_peft_model(autocast_adapter_dtype=True)``, the
+    #: compute dtype elsewhere). ``compute``: an older PEFT on a bf16 base, ``autocast_adapter_dtype
+    #: =False``, or a script that casts the adapters down (QLoRA's qlora.py ``--bf16``)
+    lora_adapter_dtype: Optional[str] = field(default=None,
+                                              validator=_choice((None,) + LORA_ADAPTER_DTYPES))
     #: whether PEFT's k-bit preparation ran on the QLoRA base (``KBIT_PREPS``); None = the
     #: training stack's default (``none`` without one)
     kbit_prep: Optional[str] = field(default=None, validator=_choice((None,) + KBIT_PREPS))

@@ -504,20 +504,31 @@ def stack_name(job) -> tuple[str, str]:
 
 def apply_to_sizing(stack: Optional[ResolvedStack], sizing, training, strategy, optimizer,
                     storage_dtype: Optional[str] = None):
-    """The stack's effect on the optimizer transform: ``auto`` implementation, fp32 LoRA
-    adapters under ``pure`` precision on a stack whose LoRA is huggingface/peft
-    (``lora_impl = "peft"``), and fp32 gradients where the framework accumulates unsharded
+    """The stack's effect on the optimizer transform: the job's stated LoRA adapter dtype
+    (``training.lora_adapter_dtype``), else fp32 LoRA adapters under ``pure`` precision on a
+    stack whose LoRA is huggingface/peft (``lora_impl = "peft"``); the ``auto``
+    implementation; and fp32 gradients where the framework accumulates unsharded
     gradients in an fp32 buffer (Megatron main_grad, DeepSpeed BF16_Optimizer) under bf16
     compute with fp32 master weights."""
-    if stack is None:
-        return sizing
-    impl = stack.optimizer_impl(training.optimizer_impl)
     changes: dict[str, Any] = {}
+    stated = getattr(training, "lora_adapter_dtype", None)
+    if training.technique in ("lora", "qlora") and stated is not None:
+        # the job states the adapters' dtype: it wins over the precision and stack rules;
+        # torch optimizer states are created like the parameter (a master policy keeps its
+        # fp32 states)
+        nbytes = 4 if stated == "fp32" else sizing.compute_bytes
+        changes.update(trainable_bytes=nbytes, grad_bytes=nbytes)
+        if optimizer.state_bytes_per_element is None and sizing.precision != "master":
+            changes["state_bytes"] = nbytes
+    if stack is None:
+        return evolve(sizing, **changes) if changes else sizing
+    impl = stack.optimizer_impl(training.optimizer_impl)
     if (impl != sizing.impl and training.optimizer_impl == "auto"
             and impl in optimizer.step_temp_states):   # an implementation this optimizer has
         changes.update(impl=impl, temp_states=optimizer.step_temp_states[impl])
-    if (training.technique in ("lora", "qlora") and sizing.precision == "pure"
-            and stack.profile.lora_impl == "peft" and sizing.trainable_bytes < 4):
+    if (stated is None and training.technique in ("lora", "qlora")
+            and sizing.precision == "pure" and stack.profile.lora_impl == "peft"
+            and sizing.trainable_bytes < 4):
         # PEFT upcasts fp16/bf16 adapters to fp32 whatever the base dtype
         # (get_peft_model(autocast_adapter_dtype=True) -> BaseTuner._cast_adapter_dtype;
         # huggingface/peft 5d602fdbff04c33c1c4de55cda9d4ae1d7cb7e40 src/peft/peft_model.py,

@@ -384,7 +384,8 @@ def _job_key(job) -> tuple:
     return (training.dtype, training.precision, training.technique, training.optimizer,
             training.optimizer_impl, tuple(training.lora_target_modules), training.lora_rank,
             job.parallelism, job.hardware, getattr(training, "stack", None),
-            getattr(training, "liger", False), getattr(training, "main_grads_dtype", None))
+            getattr(training, "liger", False), getattr(training, "main_grads_dtype", None),
+            getattr(training, "lora_adapter_dtype", None))
 
 
 def expert_data_parallel_size(layout) -> int:

@@ -47,6 +47,14 @@ PEFT_LORA_BYTES_PER_FEATURE = {"fwd_in": 12.0, "fwd_out": 10.0, "bwd_in": 18.0, 
 #: layer's (r2 r2 w2) = 12.
 PEFT_LORA_BYTES_PER_FEATURE_NO_AUTOCAST = {"fwd_in": 6.0, "fwd_out": 24.0, "bwd_in": 12.0,
                                           "bwd_out": 20.0}
+#: The same layer with adapters in the compute dtype (``training.lora_adapter_dtype =
+#: "compute"``: PEFT before 0.12 on a bf16 base, ``autocast_adapter_dtype=False``, adapters cast
+#: down): the cast is a no-op, so forward ``in`` 0, ``out`` ``* scaling`` (r2 w2) + the add (r2 r2
+#: w2) = 10; backward ``in`` the add into the base layer's input gradient (r2 r2 w2) = 6, ``out``
+#: the ``* scaling`` gradient (r2 w2) = 4. Same trace, ``get_peft_model(...,
+#: autocast_adapter_dtype=False)`` on a bf16 linear (tests/test_hf_trainer_time.py).
+PEFT_LORA_BYTES_PER_FEATURE_COMPUTE_DTYPE = {"fwd_in": 0.0, "fwd_out": 10.0, "bwd_in": 6.0,
+                                            "bwd_out": 4.0}
 #: With ``lora_dropout`` > 0 PEFT's ``nn.Dropout`` runs on the fp32 copy: on CUDA one fused
 #: ``native_dropout`` kernel (read fp32 4, write fp32 4 + bool mask 1 = 9 per element;
 #: aten/src/ATen/native/cuda/Dropout.cu ``fused_dropout``) and ``native_dropout_backward``

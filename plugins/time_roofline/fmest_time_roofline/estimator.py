@@ -572,7 +572,8 @@ def lora_dropout_probability(training, stack) -> float:
 
 
 def lora_elementwise_bytes(training, shape: StepShape, stack, lora_mods,
-                           precision: str = "amp") -> tuple[float, float]:
+                           precision: str = "amp",
+                           adapter_fp32: bool = True) -> tuple[float, float]:
     """(forward, backward) HBM bytes of one micro-batch that the stack's LoRA layer adds around
     the adapted linears, beyond the adapters' GEMMs (:func:`_lora_module_seconds`): for a stack
     on huggingface/peft (stacks.toml ``lora_impl = "peft"``) the fp32 casts of each adapter
@@ -582,7 +583,8 @@ def lora_elementwise_bytes(training, shape: StepShape, stack, lora_mods,
     fused kernels' bytes instead; 0 otherwise. ``precision`` (the resolved policy): under
     ``pure`` the fp32 adapters run without autocast (formulas.peft_lora_bytes_per_row
     ``autocast=False``); ``amp`` runs them under autocast, as does the ``master`` policy's
-    default (the bytes traced under HF Trainer's bf16 autocast)."""
+    default (the bytes traced under HF Trainer's bf16 autocast). ``adapter_fp32`` False:
+    adapters in the compute dtype (``training.lora_adapter_dtype = "compute"``), no casts."""
     if not lora_mods or stack is None or stack.profile.lora_impl != "peft":
         return 0.0, 0.0
     dropout = lora_dropout_probability(training, stack) > 0.0
@@ -591,7 +593,8 @@ def lora_elementwise_bytes(training, shape: StepShape, stack, lora_mods,
     for mod in lora_mods:
         rows = shape.tokens * mod.active_copies * mod.layers / shape.pp
         f, b = F.peft_lora_bytes_per_row(mod.in_features, mod.out_features, dropout=dropout,
-                                         fused=fused, autocast=precision != "pure")
+                                         fused=fused, autocast=precision != "pure",
+                                         adapter_fp32=adapter_fp32)
         fwd += f * rows
         bwd += b * rows
     return fwd, bwd
@@ -674,7 +677,7 @@ def megatron_module_bytes(training, model, shape: StepShape, sequence_parallel: 
 
 def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: MatmulTimes,
                          comm: CommunicationPlan, stack=None, autocast: bool = False,
-                         precision: str = "amp") -> float:
+                         precision: str = "amp", adapter_fp32: bool = True) -> float:
     """Phase 4: elementwise traffic (norms, activations, RoPE, layouts; recomputed under full
     checkpointing), the loss, eager attention scores, gradient accumulation read-add-write,
     the LoRA layer's and PEFT k-bit preparation's casts (:func:`lora_elementwise_bytes`,
@@ -732,7 +735,7 @@ def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: Ma
     # the LoRA layer's own casts, dropout, scaling and add around each adapted linear
     # (forward, backward, and the recompute's forward under full checkpointing)
     lora_fwd, lora_bwd = lora_elementwise_bytes(training, shape, stack, matmuls.lora_modules,
-                                                precision=precision)
+                                                precision=precision, adapter_fp32=adapter_fp32)
     moved += lora_fwd * (1.0 + shape.recompute_share) + lora_bwd
     moved += megatron_module_bytes(training, model, shape, par.sequence_parallel)
     # PEFT's k-bit preparation: the fp32 residual stream's casts and fp32 elementwise chains
@@ -1110,7 +1113,8 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     attention = attention_times(job, model, shape, rates, gpu)
     mem_t = memory_bound_seconds(job, model, shape, rates, matmuls, transforms.communication,
                                  stack, autocast=transforms.optimizer.precision == "amp",
-                                 precision=transforms.optimizer.precision)
+                                 precision=transforms.optimizer.precision,
+                                 adapter_fp32=transforms.optimizer.trainable_bytes >= 4)
     compute_mb = matmuls.forward + matmuls.backward + matmuls.recompute + attention.forward \
         + attention.backward + attention.recompute
     fwd_share = (matmuls.forward + attention.forward) / max(compute_mb, 1e-30)
@@ -1399,7 +1403,8 @@ def apply_stack_time(job, model, shape: StepShape, rates: Rates, matmuls: Matmul
         eager_mem = memory_bound_seconds(job, model, shape, eager_rates, eager_mm,
                                          transforms.communication,
                                          autocast=transforms.optimizer.precision == "amp",
-                                         precision=transforms.optimizer.precision)
+                                         precision=transforms.optimizer.precision,
+                                         adapter_fp32=transforms.optimizer.trainable_bytes >= 4)
         notes.append(f"{stack.name} fused {', '.join(fused)}: memory_bound "
                      f"{parts['memory_bound'] * 1e3:.1f} ms (eager kernels: "
                      f"{accum * eager_mem * 1e3:.1f} ms)")

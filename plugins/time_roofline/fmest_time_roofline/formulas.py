@@ -69,6 +69,9 @@ from fmest.physics.time_constants import (
     PEFT_LORA_BYTES_PER_FEATURE as PEFT_LORA_BYTES_PER_FEATURE,
 )
 from fmest.physics.time_constants import (
+    PEFT_LORA_BYTES_PER_FEATURE_COMPUTE_DTYPE as PEFT_LORA_BYTES_PER_FEATURE_COMPUTE_DTYPE,
+)
+from fmest.physics.time_constants import (
     PEFT_LORA_BYTES_PER_FEATURE_NO_AUTOCAST as PEFT_LORA_BYTES_PER_FEATURE_NO_AUTOCAST,
 )
 from fmest.physics.time_constants import (
@@ -982,7 +985,8 @@ def loss_bytes_per_token(vocab_size: int, loss: str = "standard", *,
 
 def peft_lora_bytes_per_row(in_features: float, out_features: float, *,
                             dropout: bool, fused: bool = False,
-                            autocast: bool = True) -> tuple[float, float]:
+                            autocast: bool = True,
+                            adapter_fp32: bool = True) -> tuple[float, float]:
     """(forward, backward) HBM bytes per GEMM row (token) that huggingface/peft's LoRA layer
     adds around one adapted linear of ``in_features`` -> ``out_features``: the fp32 casts of
     the input, the dropout (when ``dropout``), ``* scaling`` and the add into the base output
@@ -991,11 +995,26 @@ def peft_lora_bytes_per_row(in_features: float, out_features: float, *,
     in-place adds: ``FUSED_LORA_BYTES_PER_FEATURE``, ``FUSED_LORA_DROPOUT_BYTES_PER_IN_FEATURE``).
     ``autocast`` False: PEFT's fp32 adapters on a base run without ``torch.autocast`` (``pure``
     precision), whose fp32 adapter output is scaled, added and cast back in fp32
-    (``PEFT_LORA_BYTES_PER_FEATURE_NO_AUTOCAST``)."""
-    per = FUSED_LORA_BYTES_PER_FEATURE if fused else \
-        PEFT_LORA_BYTES_PER_FEATURE if autocast else PEFT_LORA_BYTES_PER_FEATURE_NO_AUTOCAST
-    drop = {"fwd": 0.0, "bwd": 0.0} if not dropout else \
-        FUSED_LORA_DROPOUT_BYTES_PER_IN_FEATURE if fused else PEFT_LORA_DROPOUT_BYTES_PER_IN_FEATURE
+    (``PEFT_LORA_BYTES_PER_FEATURE_NO_AUTOCAST``). ``adapter_fp32`` False: adapters in the
+    compute dtype, no casts (``PEFT_LORA_BYTES_PER_FEATURE_COMPUTE_DTYPE``); the dropout, when
+    on, then runs on the compute-dtype input (5 bytes per element each way)."""
+    if fused:
+        per = FUSED_LORA_BYTES_PER_FEATURE
+    elif not adapter_fp32:
+        per = PEFT_LORA_BYTES_PER_FEATURE_COMPUTE_DTYPE
+    else:
+        per = PEFT_LORA_BYTES_PER_FEATURE if autocast else PEFT_LORA_BYTES_PER_FEATURE_NO_AUTOCAST
+    if not dropout:
+        drop = {"fwd": 0.0, "bwd": 0.0}
+    elif fused:
+        drop = FUSED_LORA_DROPOUT_BYTES_PER_IN_FEATURE
+    elif not adapter_fp32:
+        # CUDA native_dropout on the compute-dtype input (read 2, write 2 + bool mask 1, as the
+        # fused path's forward) and native_dropout_backward (read grad 2 + mask 1, write 2)
+        five = FUSED_LORA_DROPOUT_BYTES_PER_IN_FEATURE["fwd"]
+        drop = {"fwd": five, "bwd": five}
+    else:
+        drop = PEFT_LORA_DROPOUT_BYTES_PER_IN_FEATURE
     fwd = (per["fwd_in"] + drop["fwd"]) * in_features + per["fwd_out"] * out_features
     bwd = (per["bwd_in"] + drop["bwd"]) * in_features + per["bwd_out"] * out_features
     return fwd, bwd
