@@ -476,3 +476,19 @@ def test_fsdp_backward_prefetch_is_mapped(tmp_path):
                  "  fsdp_sharding_strategy: FULL_SHARD\n  fsdp_backward_prefetch: BACKWARD_POST\n")
     merge = load_configs([str(f)], None)
     assert merge.data["parallelism"]["fsdp_backward_prefetch"] == "post"
+
+
+def test_llama_factory_pure_bf16_keeps_lora_adapters_in_bf16(tmp_path):
+    """LLaMA-Factory's init_adapter passes autocast_adapter_dtype = cast_trainable_params_to_fp32,
+    False under pure_bf16: the LoRA adapters stay bf16 (lora_adapter_dtype compute); a full
+    fine-tune under pure_bf16 gets no adapter dtype."""
+    src = (tmp_path / "lf.yaml")
+    src.write_text("model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct\nstage: sft\n"
+                   "do_train: true\nfinetuning_type: lora\nlora_target: all\npure_bf16: true\n"
+                   "cutoff_len: 2048\nper_device_train_batch_size: 1\n")
+    t = load_configs([str(src)]).data["training"]
+    assert (t["precision"], t["lora_adapter_dtype"]) == ("pure", "compute")
+    src.write_text(src.read_text().replace("finetuning_type: lora", "finetuning_type: full")
+                   .replace("lora_target: all\n", ""))
+    t = load_configs([str(src)]).data["training"]
+    assert t["precision"] == "pure" and "lora_adapter_dtype" not in t

@@ -325,6 +325,12 @@ def map_config(doc: dict, sink: Sink) -> None:
             if sink.bool_(key, value):
                 sink.set("training.dtype", "bf16", key)
                 sink.set("training.precision", "pure", key)
+                if ftype in ("lora", "oft"):
+                    # model/adapter.py init_adapter: pure_bf16 leaves
+                    # cast_trainable_params_to_fp32 False, passed to get_peft_model as
+                    # autocast_adapter_dtype: the adapters stay bf16 (hiyouga/LLaMA-Factory
+                    # ff6d4d12e src/llamafactory/model/adapter.py)
+                    sink.set("training.lora_adapter_dtype", "compute", key)
             else:
                 sink.ignore(key, "false: bf16 autocast over fp32 trainable weights (see bf16)")
         elif name == "disable_gradient_checkpointing":
