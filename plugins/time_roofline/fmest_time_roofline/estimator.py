@@ -676,13 +676,18 @@ def megatron_module_bytes(training, model, shape: StepShape, sequence_parallel: 
 
 
 def memory_bound_seconds(job, model, shape: StepShape, rates: Rates, matmuls: MatmulTimes,
-                         comm: CommunicationPlan, stack=None, autocast: bool = False,
-                         precision: str = "amp", adapter_fp32: bool = True) -> float:
+                         comm: CommunicationPlan, stack=None, sizing=None) -> float:
     """Phase 4: elementwise traffic (norms, activations, RoPE, layouts; recomputed under full
     checkpointing), the loss, eager attention scores, gradient accumulation read-add-write,
     the LoRA layer's and PEFT k-bit preparation's casts (:func:`lora_elementwise_bytes`,
     :func:`kbit_prep_elementwise_bytes`), QLoRA dequantization and fp8 casts, at HBM speed
-    (formulas.memory_bound_seconds)."""
+    (formulas.memory_bound_seconds). ``sizing``: the job's ``OptimizerSizing``
+    (``transforms.optimizer``); None reads as no autocast and fp32 adapters under amp's casts."""
+    # the resolved precision policy (transforms.optimizer): autocast under amp, PEFT's casts
+    # by policy and adapter dtype (lora_elementwise_bytes)
+    precision = sizing.precision if sizing is not None else "amp"
+    autocast = sizing is not None and sizing.precision == "amp"
+    adapter_fp32 = sizing is None or sizing.trainable_bytes >= 4
     training, par = job.training, job.parallelism
     compiled = bool(training.compile)
     fwd_tok, bwd_tok = F.elementwise_bytes_fwd_bwd(
@@ -1112,9 +1117,7 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     matmuls = matmul_times(job, model, shape, rates, stack)
     attention = attention_times(job, model, shape, rates, gpu)
     mem_t = memory_bound_seconds(job, model, shape, rates, matmuls, transforms.communication,
-                                 stack, autocast=transforms.optimizer.precision == "amp",
-                                 precision=transforms.optimizer.precision,
-                                 adapter_fp32=transforms.optimizer.trainable_bytes >= 4)
+                                 stack, sizing=transforms.optimizer)
     compute_mb = matmuls.forward + matmuls.backward + matmuls.recompute + attention.forward \
         + attention.backward + attention.recompute
     fwd_share = (matmuls.forward + attention.forward) / max(compute_mb, 1e-30)
@@ -1402,9 +1405,7 @@ def apply_stack_time(job, model, shape: StepShape, rates: Rates, matmuls: Matmul
         eager_mm = matmul_times(job, model, shape, eager_rates)
         eager_mem = memory_bound_seconds(job, model, shape, eager_rates, eager_mm,
                                          transforms.communication,
-                                         autocast=transforms.optimizer.precision == "amp",
-                                         precision=transforms.optimizer.precision,
-                                         adapter_fp32=transforms.optimizer.trainable_bytes >= 4)
+                                         sizing=transforms.optimizer)
         notes.append(f"{stack.name} fused {', '.join(fused)}: memory_bound "
                      f"{parts['memory_bound'] * 1e3:.1f} ms (eager kernels: "
                      f"{accum * eager_mem * 1e3:.1f} ms)")
