@@ -1,7 +1,7 @@
 """Host (CPU) seconds per eager op of a transformers training step, measured on a GPU's host.
 
 fmest's host-dispatch floor (``fmest_time_roofline.formulas.host_dispatch_seconds``) is the
-traced op count of a decoder layer (``EAGER_OPS_PER_LAYER``, ``benchmarks/count_eager_ops.py``)
+traced op counts of a decoder layer (``EAGER_FORWARD/BACKWARD_OPS_*``, ``benchmarks/count_eager_ops.py``)
 times a per-op host time (``HOST_SECONDS_PER_EAGER_OP``). This script measures that per-op time
 where it matters, on a GPU host: a ``LlamaForCausalLM`` so narrow (hidden 64, seq 16) that every
 kernel finishes before the host has issued the next one, so the wall time of a pass is its host

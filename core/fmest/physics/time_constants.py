@@ -284,7 +284,7 @@ def host_seconds_per_op(gpu_name: str) -> float:
 #: v0.12-era, deepspeed/runtime/zero/parameter_offload.py ``_register_hooks_recursively``,
 #: partitioned_param_coordinator.py, stage3.py). Traced (no evidence row enters it): DeepSpeed 0.12.3 ZeRO-3
 #: (world size 1, HF "auto" thresholds: persistence 10 h, prefetch 0.9 h^2, reduce bucket h^2)
-#: over the same transformers LlamaForCausalLM as ``EAGER_OPS_PER_LAYER`` (13 hooked modules
+#: over the same transformers LlamaForCausalLM as ``EAGER_FORWARD/BACKWARD_OPS_PER_LAYER`` (13 hooked modules
 #: per layer), full non-reentrant checkpointing, on the CPU accelerator, fwd+bwd per layer as
 #: (6 layers - 2 layers) / 4, min of 80-120 steps, three runs paired with the plain model:
 #: ZeRO-3 8.2 / 9.3 / 8.8 ms per layer against 2.58 / 3.06 / 3.29 ms plain (338 ops), i.e.

@@ -181,22 +181,15 @@ FRAMEWORK_OVERHEAD_FRACTION = 0.15
 #: benchmarks/gpu/host_overhead.py counted 80 + 146 and 75 + 274 under transformers 5.17.
 EAGER_FORWARD_OPS_PER_LAYER = {"none": 77.0, "selective": 77.0, "full": 70.0}
 EAGER_BACKWARD_OPS_PER_LAYER = {"none": 142.0, "selective": 142.0, "full": 268.0}
-#: forward + backward (the totals the ZeRO-3 trace compares with)
-EAGER_OPS_PER_LAYER = {k: EAGER_FORWARD_OPS_PER_LAYER[k] + EAGER_BACKWARD_OPS_PER_LAYER[k]
-                       for k in EAGER_FORWARD_OPS_PER_LAYER}
 #: Extra ops per LoRA-adapted linear per layer (PEFT 0.21 LoRA, dropout 0.05, q/k/v/o adapted),
 #: same count: forward (133 - 77) / 4 = 14 with or without checkpointing; backward
 #: (183 - 142) / 4 = 10.25 without, (361 - 268) / 4 = 23.25 with it.
 EAGER_FORWARD_OPS_PER_LORA_MODULE = {"none": 14.0, "selective": 14.0, "full": 14.0}
 EAGER_BACKWARD_OPS_PER_LORA_MODULE = {"none": 10.25, "selective": 10.25, "full": 23.25}
-EAGER_OPS_PER_LORA_MODULE = {k: EAGER_FORWARD_OPS_PER_LORA_MODULE[k]
-                             + EAGER_BACKWARD_OPS_PER_LORA_MODULE[k]
-                             for k in EAGER_FORWARD_OPS_PER_LORA_MODULE}
 #: Ops outside the layers (embedding, final norm, head, loss) per micro-batch, same count:
 #: 31 forward, 34 backward.
 EAGER_FORWARD_OPS_OUTSIDE_LAYERS = 31.0
 EAGER_BACKWARD_OPS_OUTSIDE_LAYERS = 34.0
-EAGER_OPS_OUTSIDE_LAYERS = EAGER_FORWARD_OPS_OUTSIDE_LAYERS + EAGER_BACKWARD_OPS_OUTSIDE_LAYERS
 
 
 def host_dispatch_seconds(*, layers: float, checkpointing: str, lora_modules_per_layer: float,
