@@ -919,6 +919,106 @@ def measure_floor(events: Sequence[Sequence[object]],
                        held_at_next_miss=held_next, min_capacity=hi)
 
 
+@dataclass(frozen=True)
+class SnapshotReplay:
+    """A recorded ``torch.cuda.memory._snapshot()`` replayed (:func:`replay_snapshot`): what the
+    real allocator reached over the recorded window beside what this simulator reaches on the
+    same requests."""
+
+    recorded_reserved_peak: int  # the real segments: before the window + segment_alloc events
+    simulated: ReplayResult
+    events: int  # alloc and free events replayed
+    live_at_start: int  # blocks in use when recording began (allocated first, in one burst)
+    streams: int
+
+    @property
+    def reserved_error(self) -> float:
+        """simulated / recorded reserved peak - 1."""
+        rec = self.recorded_reserved_peak
+        return self.simulated.max_memory_reserved / rec - 1.0 if rec else 0.0
+
+
+def snapshot_events(snapshot: dict, device: int = 0) -> tuple[list[tuple], int, int]:
+    """The allocator events of a ``torch.cuda.memory._snapshot()`` (recorded with
+    ``torch.cuda.memory._record_memory_history``) as :meth:`CachingAllocator.replay` takes
+    them, and the reserved bytes held before the recorded window.
+
+    The window starts with blocks already in use (the weights, built before recording began):
+    they are the snapshot's blocks still allocated at the end that no ``alloc`` event of the
+    window made, plus the blocks the window frees without having allocated them; they are
+    requested first, in address order. ``alloc`` events carry the size asked for
+    (``TraceEntry::ALLOC`` records the request); a free is replayed at ``free_requested``
+    (what a block freed on its own stream waits for: ``free_completed`` follows at once when
+    no other stream used it). Returns (events, bytes of the segments that existed before the
+    window, blocks in use at its start)."""
+    traces = snapshot.get("device_traces") or []
+    if device >= len(traces):
+        raise InputError("snapshot.device_traces",
+                         f"no allocation history for device {device} (devices recorded: "
+                         f"{len(traces)}); record it with "
+                         "torch.cuda.memory._record_memory_history() before the steps")
+    trace = traces[device]
+    segments = [s for s in snapshot.get("segments", []) if s.get("device", device) == device]
+    allocated_in_window = {e["addr"] for e in trace if e["action"] == "alloc"}
+    live: dict[int, int] = {}
+    for seg in segments:
+        for b in seg.get("blocks", []):
+            if b.get("state") == "active_allocated" and b["address"] not in allocated_in_window:
+                live[b["address"]] = (b.get("requested_size") or b["size"], seg.get("stream", 0))
+    seen: set[int] = set()
+    for e in trace:
+        if e["action"] == "alloc":
+            seen.add(e["addr"])
+        elif e["action"] == "free_requested" and e["addr"] not in seen:
+            live.setdefault(e["addr"], (e["size"], e.get("stream", 0)))
+            seen.add(e["addr"])
+    events: list[tuple] = [("m", ("pre", a), size, stream)
+                           for a, (size, stream) in sorted(live.items())]
+    handles: dict[int, object] = {a: ("pre", a) for a in live}
+    previous = None
+    for n, e in enumerate(trace):
+        act = e["action"]
+        if act == "alloc":
+            handles[e["addr"]] = ("t", n)
+            events.append(("m", ("t", n), e["size"], e.get("stream", 0)))
+        elif act == "free_requested" and e["addr"] in handles:
+            events.append(("f", handles.pop(e["addr"])))
+        elif act == "segment_free" and previous not in ("segment_free", "oom"):
+            # a run of segment frees outside an OOM's retry is an empty_cache() (ALLOC
+            # emptyCache -> release_cached_blocks frees every cached segment at once)
+            events.append(("e",))
+        previous = act
+    new_segments = sum(e["size"] for e in trace if e["action"] == "segment_alloc")
+    freed_segments = sum(e["size"] for e in trace if e["action"] == "segment_free")
+    held_before = sum(s["total_size"] for s in segments) - new_segments + freed_segments
+    return events, held_before, len(live)
+
+
+def replay_snapshot(snapshot: dict, config: AllocatorConfig | str | None = None, *,
+                    device: int = 0) -> SnapshotReplay:
+    """Replay a recorded snapshot's requests through this simulator (``config``: None = the
+    settings it was recorded under, its ``allocator_settings``) and set the result beside the
+    real allocator's reserved peak over the same window (the segments held before it plus
+    each ``segment_alloc``, less each ``segment_free``). The check that the rules above are
+    PyTorch's: docs/allocator.md, "Checked against a recorded GPU trace"."""
+    events, held_before, live = snapshot_events(snapshot, device)
+    if config is None:
+        settings = snapshot.get("allocator_settings") or {}
+        config = settings.get("PYTORCH_CUDA_ALLOC_CONF") or None
+    trace = snapshot["device_traces"][device]
+    reserved = peak = held_before
+    for e in trace:
+        if e["action"] == "segment_alloc":
+            reserved += e["size"]
+            peak = max(peak, reserved)
+        elif e["action"] == "segment_free":
+            reserved -= e["size"]
+    streams = len({e.get("stream", 0) for e in trace} | {0})
+    return SnapshotReplay(recorded_reserved_peak=peak, simulated=replay(events, config),
+                          events=sum(1 for e in events if e[0] in ("m", "f")) - live,
+                          live_at_start=live, streams=streams)
+
+
 def nvidia_smi_bytes(reserved_bytes: int, *, world_size: int = 1) -> int:
     """What nvidia-smi shows for the process: the allocator's reserved bytes plus the memory
     outside it (CUDA context, cuBLAS workspaces, NCCL buffers: fmest.physics.device_terms)."""
