@@ -960,7 +960,7 @@ def snapshot_events(snapshot: dict, device: int = 0) -> tuple[list[tuple], int, 
     trace = traces[device]
     segments = [s for s in snapshot.get("segments", []) if s.get("device", device) == device]
     allocated_in_window = {e["addr"] for e in trace if e["action"] == "alloc"}
-    live: dict[int, int] = {}
+    live: dict[int, tuple[int, int]] = {}
     for seg in segments:
         for b in seg.get("blocks", []):
             if b.get("state") == "active_allocated" and b["address"] not in allocated_in_window:
