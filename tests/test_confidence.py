@@ -125,7 +125,8 @@ def test_without_an_interval_the_search_is_the_point_estimates(engine):
     # nodes of 7; 24 in whole nodes
     (0.5, 21, 24, 3, 7),
     # at P(fit) >= 0.9 (core/fmest/data/uncertainty.json refitted on the open sources with
-    # the counter:peak group, 2026-11-27, with the H200 probe rows: P90 1.2565 x the point): 28
+    # the counter:peak group, 2026-11-27, with the measured CUDA context: P90 1.3008 x the
+    # point): 28
     # GPUs, 4 nodes of 7; 32 in whole nodes
     (0.9, 28, 32, 4, 7),
 ])

@@ -1021,7 +1021,7 @@ def replay_snapshot(snapshot: dict, config: AllocatorConfig | str | None = None,
 
 def nvidia_smi_bytes(reserved_bytes: int, *, world_size: int = 1) -> int:
     """What nvidia-smi shows for the process: the allocator's reserved bytes plus the memory
-    outside it (CUDA context, cuBLAS workspaces, NCCL buffers: fmest.physics.device_terms)."""
+    outside it (CUDA context with the step's kernels, NCCL buffers: fmest.physics.device_terms)."""
     from fmest.physics.device_terms import cuda_context_bytes
 
     return int(reserved_bytes + cuda_context_bytes(world_size))

@@ -22,8 +22,9 @@ BASES = ("measured", "learned", "traced", "analytic", "quoted")
 #: Where a memory component lives relative to PyTorch's caching allocator:
 #: ``allocated`` bytes are what ``torch.cuda.max_memory_allocated()`` counts; ``reserve`` is what
 #: the allocator holds above that (``max_memory_reserved() - max_memory_allocated()``);
-#: ``outside`` is device memory the allocator never sees (CUDA context, cuBLAS workspaces, NCCL
-#: buffers: PyTorch "CUDA semantics", memory management notes).
+#: ``outside`` is device memory the allocator never sees (CUDA context, the kernel images and
+#: library handles a step loads, NCCL buffers: PyTorch "CUDA semantics", memory management
+#: notes).
 ALLOCATED, RESERVE, OUTSIDE = "allocated", "reserve", "outside"
 
 #: Memory component name -> (allocator class, meaning). The analytic plugin uses the first block,
@@ -49,8 +50,9 @@ MEMORY_COMPONENTS: dict[str, tuple[str, str]] = {
     "optimizer_state": (ALLOCATED, "optimizer state (traced)"),
     "temporaries": (ALLOCATED, "short-lived tensors at the peak (traced)"),
     # GPU-side terms (fmest.physics.device_terms)
-    "cuda_context": (OUTSIDE, "CUDA context and cuBLAS workspaces (plus NCCL buffers when the "
-                              "estimate has no separate nccl_buffers)"),
+    "cuda_context": (OUTSIDE, "CUDA context with the kernels and library handles the step loads "
+                              "(plus NCCL buffers when the estimate has no separate "
+                              "nccl_buffers)"),
     "nccl_buffers": (OUTSIDE, "NCCL communicator buffers"),
     "allocator_reserve": (RESERVE, "caching-allocator reserve above the allocated peak"),
     # vision-language models (issue 14)

@@ -13,15 +13,30 @@ from collections.abc import Mapping, Sequence
 
 MIB = 1 << 20
 
-#: CUDA context + cuBLAS/cuBLASLt workspaces: memory nvidia-smi shows but
-#: ``torch.cuda.max_memory_reserved()`` does not. ~500 MiB for the context with lazy module
-#: loading on CUDA 12 (PyTorch "CUDA semantics" notes; stas00/ml-engineering "the CUDA kernels
-#: take 0.5-2 GB"), 2 x 32 MiB cuBLAS workspaces on Hopper (``CUBLAS_WORKSPACE_CONFIG=:4096:8``).
-CUDA_CONTEXT_BYTES = 512 * MIB
-CUBLAS_WORKSPACE_BYTES = 2 * 32 * MIB
-#: NCCL: ``NCCL_BUFFSIZE`` 4 MiB per channel and peer direction; ~32 channels on NVLink systems
-#: (NCCL environment-variable docs) -> 256 MiB per communicator, counted once.
-NCCL_BUFFER_BYTES = 256 * MIB
+#: Device memory a training process holds outside the caching allocator (what nvidia-smi shows
+#: beyond ``torch.cuda.max_memory_reserved()``): the CUDA context, the kernel images lazy
+#: module loading brings in as the step first runs them (cuBLAS/cuBLASLt, attention, fused
+#: optimizer, loss kernels) and the libraries' handles. Measured by fmest on one H200 SXM
+#: (driver 580.159.04, CUDA 13.0, torch 2.11.0+cu130, transformers 5.17.0, 2026-11-27;
+#: benchmarks/gpu/results/H200-SXM-141GB-2026-11-27, benchmarks/data/parts/gpu_probe.csv):
+#: device memory in use (pynvml) minus ``max_memory_reserved`` after 3 training steps is
+#: 1.3338-1.3456 GiB over all 43 cases (Llama-3.2-1B, Llama-3.1-8B, Qwen2.5-0.5B/3B; full, LoRA,
+#: QLoRA with bitsandbytes; AdamW fused/foreach/8-bit), median 1.3358 GiB = 1368 MiB; of it
+#: 0.604 GiB was in use before the first model was built (the context as created; the
+#: documented ~500 MiB of the PyTorch "CUDA semantics" notes). cuBLAS workspaces are
+#: allocated through the caching allocator (torch's CublasHandlePool ``getNewWorkspace``), so
+#: they are in the reserved bytes, not here. Other GPUs and CUDA versions have no measurement
+#: here yet (stas00/ml-engineering: "the CUDA kernels take 0.5-2 GB").
+CUDA_CONTEXT_BYTES = 1368 * MIB
+#: NCCL: one communicator's device memory (buffers of ``NCCL_BUFFSIZE`` per channel and peer,
+#: proxy and kernel state), measured on 4 x A100 NVLink with PyTorch, one 4 MB all-reduce per
+#: process group: 544 MB for a 2-rank group, 688 MB for 3-4 ranks (NVIDIA/nccl issue #964,
+#: 2023-08-16, nvidia-smi MiB). The larger figure for every world size > 1, so that a per-GPU
+#: peak under full sharding never rises past 2 GPUs (docs/memory_model.md, "Known
+#: non-monotonic answers"; a 2-GPU job is priced 144 MiB high). Counted once per process (one
+#: data-parallel communicator); further communicators (Megatron's tensor/pipeline/context
+#: groups, all-to-all peers) add more (NVIDIA/nccl #986, #1685) and are not modelled.
+NCCL_BUFFER_BYTES = 688 * MIB
 #: Caching-allocator reserve (``max_memory_reserved`` minus the tensor peak), derived from the
 #: table core/fmest/data/allocator_reserve.json (``python scripts/derive_allocator_reserve.py``,
 #: 2026-11-27, torch 2.13.0 / transformers 5.24.0: 47 fake-tensor traces of HF-transformers
@@ -178,11 +193,15 @@ def allocated_from_reserved(reserved_bytes: float, expandable: bool = False) -> 
     return (x - ALLOCATOR_RESERVE_CONSTANT_BYTES) / (1.0 + ALLOCATOR_RESERVE_FRACTION)
 
 
+def nccl_buffer_bytes(world_size: int) -> float:
+    """One NCCL communicator's device memory for ``world_size`` ranks (0 for one GPU)."""
+    return NCCL_BUFFER_BYTES if world_size > 1 else 0.0
+
+
 def cuda_context_bytes(world_size: int) -> float:
-    """CUDA context + cuBLAS workspaces (+ NCCL buffers when more than one GPU): memory outside
-    the caching allocator (constants above)."""
-    return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + (NCCL_BUFFER_BYTES if world_size > 1
-                                                           else 0)
+    """Memory outside the caching allocator: the CUDA context with the kernels a training step
+    loads (+ one NCCL communicator when more than one GPU; constants above)."""
+    return CUDA_CONTEXT_BYTES + nccl_buffer_bytes(world_size)
 
 
 # ---------------------------------------------------------------------------------------------

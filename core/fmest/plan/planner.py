@@ -913,6 +913,9 @@ def _coefficients(sel: dict, opt: _GpuOption, count: int, gpn: int, ctx: dict) -
         ds_pipe=bool(ctx["stack"] is not None
                      and ctx["stack"].profile.pipeline_engine == "deepspeed"),
         **_stack_time_flags(ctx),
+        # sequence-parallel all-gathers under float8 carry fp8 (time_roofline _tp_seconds,
+        # formulas.tp_all_gather_bytes_per_element; None: the activations' bytes)
+        tp_gather_bytes=1.0 if job.training.dtype == "fp8" else None,
         # the total CUDA reports, else the label (GpuSpec.capacity_bytes)
         capacity=float(gpu.capacity_bytes or 0),
         hidden=float(model.hidden_size), kv_dim=float(model.num_kv_heads * model.head_dim),

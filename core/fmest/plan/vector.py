@@ -36,7 +36,6 @@ from fmest.physics.device_terms import (
     ALLOCATOR_RESERVE_TRANSIENT_EXPANDABLE_CONSTANT_BYTES,
     ALLOCATOR_RESERVE_TRANSIENT_EXPANDABLE_SLOPE,
     ALLOCATOR_RESERVE_TRANSIENT_SLOPE,
-    CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
     FSDP2_ALL_GATHER_OUTPUT_UNITS,
     NCCL_BUFFER_BYTES,
@@ -110,10 +109,9 @@ def bubble_fraction(pp, microbatches, virtual_stages):
 
 
 def context_bytes(world):
-    """CUDA context + cuBLAS workspaces (+ NCCL buffers beyond one GPU), as
+    """CUDA context with the step's kernels (+ one NCCL communicator beyond one GPU), as
     :func:`fmest.physics.device_terms.cuda_context_bytes`."""
-    return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + np.where(world > 1, NCCL_BUFFER_BYTES,
-                                                                  0)
+    return CUDA_CONTEXT_BYTES + np.where(world > 1, NCCL_BUFFER_BYTES, 0)
 
 
 #: Framework buffers as the memory plugin counts them (memory_theory ``formulas``): DDP's
@@ -531,8 +529,14 @@ def step_seconds(cfg: dict, parts: Optional[dict] = None) -> np.ndarray:
     act_elems = tokens * cfg.get("pair", 1.0) * cfg["hidden"]
     tbw, tlat, _ = group_bus_bandwidth(cfg["tp"], 1, gpn, cfg["intra_bw"], cfg["nic_bw"])
     passes = 2 + recompute_share(cfg) + cfg.get("fwd_only", 0.0)
-    tp_t = passes * stage_layers * 2 * ring_all_reduce_seconds(act_elems * cfg["act_bytes"],
-                                                               cfg["tp"], tbw, tlat)
+    # sequence parallelism: all-gather + reduce-scatter in place of each all-reduce; float8
+    # gathers fp8 (time_roofline _tp_seconds, formulas.tp_all_gather_bytes_per_element: the
+    # planner's ``tp_gather_bytes``, None = the activations' bytes)
+    gather_b = cfg.get("tp_gather_bytes") or cfg["act_bytes"]
+    sp_pass = (ring_half_seconds(act_elems * gather_b, cfg["tp"], tbw, tlat)
+               + ring_half_seconds(act_elems * cfg["act_bytes"], cfg["tp"], tbw, tlat))
+    ar_pass = ring_all_reduce_seconds(act_elems * cfg["act_bytes"], cfg["tp"], tbw, tlat)
+    tp_t = passes * stage_layers * 2 * np.where(cfg["sp"], sp_pass, ar_pass)
     if cfg.get("tp_overlap", False):
         # the stack overlaps TP traffic with the GEMMs (Megatron --tp-comm-overlap, async TP:
         # time_roofline model_parallel_comm, formulas.exposed_comm_seconds); the window is the

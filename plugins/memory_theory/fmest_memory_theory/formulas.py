@@ -107,7 +107,7 @@ FSDP_UNSHARDED_LAYERS = 2
 FSDP_PP_ACCUMULATED_GRAD_BYTES = FP32_BYTES
 
 # -- outside the tensors --------------------------------------------------------------------
-#: GPU-side terms (CUDA context, cuBLAS workspaces, NCCL buffers, allocator reserve) live in
+#: GPU-side terms (CUDA context with the step's kernels, NCCL buffers, allocator reserve) live in
 #: core's :mod:`fmest.physics.device_terms`, shared with the traced plugin; re-exported here for the
 #: plugin (``F.cuda_context_bytes``) and the benchmarks. The part of the reserve no release
 #: returns (fmest issue 22: segments / pages that hold a live block, from replays,

@@ -34,10 +34,9 @@ MIB = 1 << 20
 #: GPU-side terms: the same constants and rules as the analytic plugin, from core
 #: (fmest.physics.device_terms, fmest.allocator).
 from fmest.physics.device_terms import (  # noqa: E402
-    CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
-    NCCL_BUFFER_BYTES,
     allocator_reserve_bytes,
+    nccl_buffer_bytes,
     transient_block_bytes,
 )
 
@@ -188,10 +187,10 @@ def gpu_side_terms(peak_bytes: int, *, world_size: int, nodes: int,
     plugin's (memory_theory ``assemble``, from :mod:`fmest.physics.device_terms` and
     :mod:`fmest.allocator`), overridable by environment variables:
 
-    * ``cuda_context``: CUDA context + cuBLAS workspaces (``FMEST_CUDA_CONTEXT_BYTES``,
-      default 512 MiB + 2 x 32 MiB);
-    * ``nccl_buffers``: NCCL buffers when world size > 1 (``FMEST_NCCL_BUFFER_BYTES``, default
-      256 MiB: ``device_terms.cuda_context_bytes``' term);
+    * ``cuda_context``: CUDA context with the kernels a step loads (``FMEST_CUDA_CONTEXT_BYTES``,
+      default 1368 MiB, measured on an H200: ``device_terms.CUDA_CONTEXT_BYTES``);
+    * ``nccl_buffers``: one NCCL communicator when world size > 1 (``FMEST_NCCL_BUFFER_BYTES``,
+      default 688 MiB: ``device_terms.nccl_buffer_bytes``);
     * ``allocator_reserve``: caching-allocator reserve over the allocated peak. ``peak_bytes``
       are the bytes the replay covers (the traced tensors), ``allocated`` the window's whole
       allocated bytes (default ``peak_bytes``), ``transient`` the window's transient bytes
@@ -204,11 +203,11 @@ def gpu_side_terms(peak_bytes: int, *, world_size: int, nodes: int,
       (``fmest.allocator.irreducible_reserve_bytes``).
     """
     inp = inputs if inputs is not None else ReserveInputs(ratio=ratio)
-    ctx = int(float(os.environ.get("FMEST_CUDA_CONTEXT_BYTES",
-                                   CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES)))
+    ctx = int(float(os.environ.get("FMEST_CUDA_CONTEXT_BYTES", CUDA_CONTEXT_BYTES)))
     nccl = 0
     if world_size > 1:
-        nccl = int(float(os.environ.get("FMEST_NCCL_BUFFER_BYTES", NCCL_BUFFER_BYTES)))
+        nccl = int(float(os.environ.get("FMEST_NCCL_BUFFER_BYTES",
+                                        nccl_buffer_bytes(world_size))))
     alloc = float(peak_bytes if allocated is None else allocated)
     env = os.environ.get("FMEST_ALLOCATOR_RESERVE_FRACTION")
     if env is not None:
@@ -441,7 +440,8 @@ def _trace_notes(job, run, res, hit: bool, window: str, fsdp_traced: bool,
              f"({run.precision}, {run.param_dtype} weights{autocast}, {run.optimizer} "
              f"{run.optimizer_impl}, peak in {window}; trace "
              + ("from cache" if hit else f"{res.wall_seconds:.1f} s") + ")",
-             "GPU-side terms cuda_context, nccl_buffers are uncalibrated defaults "
+             "GPU-side terms: cuda_context measured on one H200 (CUDA 13.0), nccl_buffers "
+             "published for A100 NVLink; other GPUs and versions may differ "
              "(docs/torch_runner.md)"]
     notes += [n for n in res.notes if n.startswith("layer replication:")]
     if os.environ.get("FMEST_ALLOCATOR_RESERVE_FRACTION") is not None:
