@@ -51,6 +51,9 @@ class TimeCoefficients:
     last_stage_membound: float
     compute_mb_share: float
     overhead_fraction: float
+    #: the GEMMs' share of the compute (time_roofline metrics ``matmul_share``): the window
+    #: TP and PP traffic overlaps
+    matmul_share: float = 1.0
     #: host seconds to dispatch one micro-batch's eager ops: per whole model's layers (split
     #: over pipeline stages) and outside them (0 when the step never waits for the host)
     host_layers: float = 0.0
@@ -186,7 +189,7 @@ def _time_probe(engine, job, gpu: str, ckpt: str, tp: int, sp: bool, pp: int = 1
     parts.pop("reference_forward", None)
     for part in ("compute", "memory_bound"):
         parts[part] = parts.get(part, 0.0) + t.metrics.get(f"reference_forward_{part}", 0.0)
-    return parts, float(j.training.seq_len * mb)
+    return parts, float(j.training.seq_len * mb), float(t.metrics.get("matmul_share", 1.0))
 
 
 #: Sequence length of the host-dispatch probe: so little GPU work that the step is the host's
@@ -234,7 +237,7 @@ def time_coefficients(engine, job, gpu: str, ckpt: str,
     one = _time_probe(engine, job, gpu, ckpt, 1, False)
     if one is None:
         return None
-    parts, tokens = one
+    parts, tokens, matmul_share = one
     busy = sum(v for k, v in parts.items() if k != "framework_overhead")
     overhead = parts.get("framework_overhead", 0.0) / busy if busy else 0.0
     c1 = parts.get("compute", 0.0) / tokens
@@ -272,12 +275,14 @@ def time_coefficients(engine, job, gpu: str, ckpt: str,
                                 membound_split=m_split, membound_sp_whole=msp * tp_probe,
                                 last_stage_compute=head_c, last_stage_membound=head_m,
                                 compute_mb_share=mb_share, overhead_fraction=overhead,
-                                host_layers=host_layers, host_outside=host_outside)
+                                host_layers=host_layers, host_outside=host_outside,
+                                matmul_share=matmul_share)
     return TimeCoefficients(compute_replicated=0.0, compute_split=c1, membound_replicated=0.0,
                             membound_split=m1, membound_sp_whole=m1,
                             last_stage_compute=head_c, last_stage_membound=head_m,
                             compute_mb_share=mb_share, overhead_fraction=overhead,
-                            host_layers=host_layers, host_outside=host_outside)
+                            host_layers=host_layers, host_outside=host_outside,
+                            matmul_share=matmul_share)
 
 
 def context_parallel_core(engine, job, gpu: str, ckpt: str, tp: int, cp: int,

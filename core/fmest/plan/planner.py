@@ -717,7 +717,7 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
             head_membound=times.last_stage_membound, compute_repl=times.compute_replicated,
             compute_split=times.compute_split, membound_repl=times.membound_replicated,
             membound_split=times.membound_split, membound_sp=times.membound_sp_whole,
-            compute_mb_share=times.compute_mb_share,
+            compute_mb_share=times.compute_mb_share, matmul_share=times.matmul_share,
             optimizer_s_per_param=calib.opt(gpu.name, name),
             overhead_fraction=times.overhead_fraction,
             host_layers=0.0 if sync_probe else times.host_layers + zero3_hook_seconds(

@@ -537,11 +537,13 @@ def step_seconds(cfg: dict, parts: Optional[dict] = None) -> np.ndarray:
                + ring_half_seconds(act_elems * cfg["act_bytes"], cfg["tp"], tbw, tlat))
     ar_pass = ring_all_reduce_seconds(act_elems * cfg["act_bytes"], cfg["tp"], tbw, tlat)
     tp_t = passes * stage_layers * 2 * np.where(cfg["sp"], sp_pass, ar_pass)
+    # the overlap window: the micro-batch's GEMMs (time_roofline model_parallel_comm), the
+    # probed GEMM share of its compute (``matmul_share``, time_roofline metrics)
+    gemms = compute * cfg.get("matmul_share", 1.0)
     if cfg.get("tp_overlap", False):
         # the stack overlaps TP traffic with the GEMMs (Megatron --tp-comm-overlap, async TP:
-        # time_roofline model_parallel_comm, formulas.exposed_comm_seconds); the window is the
-        # micro-batch's compute (GEMMs and attention; the engine's is the GEMMs alone)
-        tp_t = exposed_seconds(tp_t, compute)
+        # time_roofline model_parallel_comm, formulas.exposed_comm_seconds)
+        tp_t = exposed_seconds(tp_t, gemms)
     pp_inter = (cfg["pp"] > 1) & (cfg["world"] > gpn)
     hop_bw = np.where(pp_inter, cfg["nic_bw"] * INTER_NODE_COLLECTIVE_EFFICIENCY,
                       cfg["intra_bw"])
@@ -549,8 +551,8 @@ def step_seconds(cfg: dict, parts: Optional[dict] = None) -> np.ndarray:
     pp_t = np.where(cfg["pp"] > 1,
                     2 * (act_elems * cfg["act_bytes"] / cfg["tp"] / hop_bw + hop_latency_s), 0.0)
     if cfg.get("pp_overlap", False):
-        # Megatron overlap_p2p_comm: the sends hide behind the micro-batch's compute
-        pp_t = exposed_seconds(pp_t, compute)
+        # Megatron overlap_p2p_comm: the sends hide behind the micro-batch's GEMMs
+        pp_t = exposed_seconds(pp_t, gemms)
     # DeepSpeed's PipelineEngine (time_roofline estimator.deepspeed_pipeline_seconds): blocking
     # send/recv, 4 transfers per micro-batch on a middle stage, and TP all-gathers rebuilding
     # the TP-partitioned stage outputs and gradients

@@ -1142,6 +1142,10 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
         "reference_forward_compute": accum * passes * (matmuls.forward + attention.forward),
         "reference_forward_memory_bound": accum * passes * (mem_t + mp.cp) * fwd_share,
     } if passes else {}
+    # the GEMMs' share of the micro-batch's compute: the window TP and PP traffic overlaps
+    # (model_parallel_comm), for the planner's arrays (fmest.plan.vector)
+    matmul_mb = matmuls.forward + matmuls.backward + matmuls.recompute
+    reference_metrics["matmul_share"] = matmul_mb / compute_mb if compute_mb > 0 else 1.0
     scheduled_mb = per_mb + passes * (forward_mb + (mp.tp + mp.ep) / tp_passes)
     # the GPU's waits on the host after each MoE layer's dispatcher sync lengthen every
     # micro-batch, in the pipeline's fill and drain too
