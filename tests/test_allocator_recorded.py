@@ -56,3 +56,35 @@ def test_settings_change_the_answer_not_the_recording(snapshot):
 def test_a_snapshot_without_history_is_refused_by_name():
     with pytest.raises(InputError, match="device_traces"):
         snapshot_events({"segments": [], "device_traces": []})
+
+
+def test_the_command_replays_as_recorded_and_under_other_settings(capsys):
+    import json
+
+    from fmest.cli import main
+
+    rc = main(["replay-snapshot", str(SNAPSHOT), "--alloc-conf", "expandable_segments:True",
+               "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    first, other = out["rows"]
+    assert first["as_recorded"] and first["alloc_conf"] == ""
+    assert abs(first["reserved_bytes"] / first["recorded_reserved_bytes"] - 1) < 0.01
+    assert other["alloc_conf"] == "expandable_segments:True"
+    assert other["recorded_reserved_bytes"] is None
+    assert other["reserved_bytes"] <= first["reserved_bytes"]
+    assert main(["replay-snapshot", str(SNAPSHOT)]) == 0
+    table = capsys.readouterr().out
+    assert "(defaults) [recorded]" in table and "13.85" in table
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["replay-snapshot", "no-such-file.pickle"], "no such file"),
+    (["replay-snapshot", __file__], "not a pickled"),
+    (["replay-snapshot", str(SNAPSHOT), "--alloc-conf", "bogus:1"], "accepted: backend"),
+])
+def test_the_command_names_what_is_wrong(capsys, argv, needle):
+    from fmest.cli import main
+
+    assert main(argv) == 2
+    assert needle in capsys.readouterr().err

@@ -32,6 +32,7 @@ ENTRYPOINT_GROUP = "fmest"
 
 #: Default plugins shipped in the core: name -> module. They use the same hooks as any other.
 DEFAULT_PLUGINS = {
+    "allocator": "fmest.default_plugins.allocator",
     "compat": "fmest.default_plugins.compat",
     "gpus": "fmest.default_plugins.gpus",
     "models": "fmest.default_plugins.models",
