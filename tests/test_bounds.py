@@ -196,6 +196,8 @@ ODDITY_CASES = {
     "lora dropout without lora": ({"training": {"lora_dropout": 0.1}}, "training.lora_dropout"),
     "lora adapter dtype without lora": ({"training": {"lora_adapter_dtype": "compute"}},
                                         "training.lora_adapter_dtype"),
+    "fused lora kernel without lora": ({"training": {"fused_kernels": ["norm", "lora"]}},
+                                       "training.fused_kernels"),
     "MoE capacity on a dense model": ({"training": {"moe_expert_capacity_factor": 1.0}},
                                       "training.moe_expert_capacity_factor"),
     "CUDA graph scope outside Megatron-Core": ({"training": {"cuda_graph_scope": ["attn"]}},

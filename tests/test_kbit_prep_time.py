@@ -270,3 +270,34 @@ def test_deepspeed_recipes_run_peft_lora():
     assert profile.lora_impl == "peft"
     assert "finetune.py" in profile.sources["lora_impl"]
     assert "xtuner/model/sft.py" in profile.sources["lora_impl"]
+
+
+def test_a_job_states_its_fused_kernels_and_only_known_ones():
+    import fmest
+    from fmest.errors import InputError
+
+    base = {"model": "mistralai/Mistral-7B-v0.1",
+            "training": {"technique": "lora", "seq_len": 4096, "micro_batch_size": 4,
+                         "activation_checkpointing": "full", "stack": "hf-trainer"},
+            "hardware": {"gpu": "A100-SXM-80GB"}}
+    plain = fmest.estimate(base, quantities=("memory", "time"))
+    foak = fmest.estimate({**base, "training": {**base["training"],
+                                                "fused_kernels": ["norm", "rope", "loss"]}},
+                          quantities=("memory", "time"))
+    assert foak.job.training.fused_kernels == ("norm", "rope", "loss")
+    # fused norm and RoPE move fewer bytes; the stated loss kernel keeps the standard loss's
+    # logits (memory) and bytes (time)
+    assert foak.time.step_seconds < plain.time.step_seconds
+    assert foak.time.breakdown["memory_bound"] < plain.time.breakdown["memory_bound"]
+    assert foak.memory.components["logits_and_loss"] == plain.memory.components[
+        "logits_and_loss"]
+    with pytest.raises(InputError, match="fused_kernels") as exc:
+        fmest.estimate({**base, "training": {**base["training"], "fused_kernels": ["rmsnorm"]}})
+    assert "norm" in str(exc.value) and "rmsnorm" in str(exc.value)
+
+
+def test_the_fused_kernels_flag_reaches_the_job():
+    from fmest.cli import main
+
+    assert main(["estimate", "--model", "gpt2", "--technique", "lora",
+                 "--fused-kernels", "norm,rope", "lora", "--format", "json"]) == 0

@@ -452,6 +452,14 @@ ODDITIES: tuple[Oddity, ...] = (
                    "to store",
            reason="the adapters' dtype sizes LoRA's trainable matrices, their gradients, "
                   "optimizer states and input copies; full training and LitGPT adapters have none"),
+    Oddity(name="fused lora kernel without lora", fields=("training.fused_kernels",),
+           applies=lambda job, given, model: "lora" in job.training.fused_kernels
+           and job.training.technique not in ("lora", "qlora"),
+           message="the 'lora' entry is ignored: training.technique is not lora or qlora, "
+                   "there is no LoRA matmul chain to fuse",
+           reason="fms-acceleration's fused LoRA kernels replace PEFT's adapter chain around "
+                  "each adapted linear (fmest.stacks FUSED_KERNEL_BYTES); full training has "
+                  "no adapters"),
     Oddity(name="k-bit preparation without a quantized base", fields=("training.kbit_prep",),
            applies=lambda job, given, model: job.training.kbit_prep not in (None, "none")
            and job.training.technique not in ("qlora", "qadapter", "qadapter_v2"),

@@ -356,6 +356,12 @@ JOB_FLAGS: tuple[Flag, ...] = (
               "as nemo, megatron; any case"),
     _bool("--liger", group=_TRAIN, path="training.liger",
           help="Liger kernels: fused RMSNorm, SwiGLU, RoPE, linear cross-entropy"),
+    Flag(names=("--fused-kernels",), group=_TRAIN, path="training.fused_kernels",
+         nargs="+", metavar="OP",
+         to_job=lambda v: [m for item in v for m in item.split(",") if m],
+         help="kernel chains the run fuses beyond its stack's (norm activation rope residual "
+              "loss fp8_cast layout lora; commas also accepted), e.g. fms-acceleration's "
+              "fused-ops-and-kernels: norm rope loss; default none"),
     # parallelism
     Flag(names=("--dp",), group=_PAR, path="parallelism.dp", parse=parse_positive_int,
          help="data-parallel degree (default: the GPUs left by tp*pp*cp)"),

@@ -86,6 +86,15 @@ RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "moe_act", "layernorm", "mlp", 
 #: (``--cuda-graph-impl full_iteration``: the whole forward-backward)
 CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full",
                      "full_iteration")
+#: Kernel chains a job may state as fused (``Training.fused_kernels``): the op families of
+#: ``fmest.stacks.FUSIBLE`` a run replaces by one fused kernel each (norm = RMSNorm/LayerNorm,
+#: activation = SwiGLU/GeGLU, rope = rotary embedding, residual, loss = fused cross-entropy,
+#: fp8_cast, layout = transposes/copies, lora = a fused LoRA matmul chain); e.g.
+#: fms-acceleration's fused-ops-and-kernels plugin (Unsloth's Triton RMSNorm, RoPE and
+#: cross-entropy, and fused LoRA on a quantized base), or a model's remote code that calls
+#: flash-attn's fused rotary
+FUSED_KERNEL_OPS = ("norm", "activation", "rope", "residual", "loss", "fp8_cast", "layout",
+                    "lora")
 
 
 def _choice(values):
@@ -190,6 +199,13 @@ def _recompute_modules(inst, attribute, value):
     if bad:
         raise InputError(attribute.name, "not an accepted module", value=bad[0],
                          accepted=RECOMPUTE_MODULES)
+
+
+def _fused_kernels(inst, attribute, value):
+    bad = [m for m in value if m not in FUSED_KERNEL_OPS]
+    if bad:
+        raise InputError(attribute.name, "not a fusible kernel chain", value=bad[0],
+                         accepted=FUSED_KERNEL_OPS)
 
 
 def _cuda_graph_scope(inst, attribute, value):
@@ -395,6 +411,11 @@ class Training:
     stack: Optional[str] = None
     #: Liger kernels: fused RMSNorm, SwiGLU, RoPE and fused linear cross-entropy
     liger: bool = False
+    #: kernel chains the run fuses beyond its stack's (``FUSED_KERNEL_OPS``), each priced as one
+    #: read and one write per element (fmest.stacks.FUSED_KERNEL_BYTES; ``lora``: the fused
+    #: LoRA matmul chain of fms-acceleration); () = the stack's own
+    fused_kernels: tuple[str, ...] = field(default=(), converter=_tuple_of_str,
+                                           validator=_fused_kernels)
     #: vision-language models (issue 14): image side in pixels (None: the model's default
     #: image), images per sample, and whether the vision tower is trained (frozen by default,
     #: as in the LLaVA / Qwen2-VL recipes; the projector is trained with the language model)

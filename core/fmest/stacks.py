@@ -378,6 +378,9 @@ class ResolvedStack:
     liger: bool = False
     distributed_optimizer: bool = False
     fitted: FittedConstants = FittedConstants()
+    #: the chains fused only because the job states them (``training.fused_kernels``), not by
+    #: the profile or Liger
+    job_fused: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:
@@ -483,6 +486,7 @@ def _resolve_stack(profile: StackProfile, reason: str, tp_flag: Optional[bool], 
         fused |= set(LIGER_FUSED)
         for op, value in LIGER_BYTES.items():
             per_element[op] = min(per_element.get(op, value), value)
+    job_fused = frozenset(op for op in kernels if op in FUSIBLE and op not in fused)
     for op in kernels:
         if op in FUSIBLE:   # the job's own fused kernels (FUSED_KERNEL_BYTES)
             fused.add(op)
@@ -491,7 +495,8 @@ def _resolve_stack(profile: StackProfile, reason: str, tp_flag: Optional[bool], 
                 per_element[op] = min(per_element.get(op, value), value)
     return ResolvedStack(profile=profile, reason=reason, fused=frozenset(fused),
                          elementwise_bytes=per_element, overlap=frozenset(overlap),
-                         liger=liger, distributed_optimizer=dist_opt, fitted=fitted)
+                         liger=liger, distributed_optimizer=dist_opt, fitted=fitted,
+                         job_fused=job_fused)
 
 
 def stack_name(job) -> tuple[str, str]:

@@ -385,7 +385,8 @@ def _job_key(job) -> tuple:
             training.optimizer_impl, tuple(training.lora_target_modules), training.lora_rank,
             job.parallelism, job.hardware, getattr(training, "stack", None),
             getattr(training, "liger", False), getattr(training, "main_grads_dtype", None),
-            getattr(training, "lora_adapter_dtype", None))
+            getattr(training, "lora_adapter_dtype", None),
+            tuple(getattr(training, "fused_kernels", ()) or ()))
 
 
 def expert_data_parallel_size(layout) -> int:

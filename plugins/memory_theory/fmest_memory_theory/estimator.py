@@ -151,8 +151,15 @@ def stack_says(stack: Optional[ResolvedStack], behaviour: str) -> bool:
 def effective_loss(loss: str, stack: Optional[ResolvedStack]) -> str:
     """The stack's fused cross-entropy never holds the fp32 logits (Megatron
     cross_entropy_loss_fusion, Liger fused linear CE, Unsloth chunked CE): a ``standard`` loss
-    runs as ``fused`` under a stack that fuses ``loss``."""
-    if loss == "standard" and stack is not None and stack.fuses("loss"):
+    runs as ``fused`` under a stack that fuses ``loss``. A loss kernel only the job states
+    (``training.fused_kernels``: fms-acceleration's Unsloth fast cross-entropy) keeps the
+    standard loss's logits: under transformers >= 4.46 it runs on the fp32-upcast, shifted and
+    contiguous logits of ``FastForCausalLMLoss`` (``logits.float()``, saved for backward, the
+    gradient written in place; foundation-model-stack/fms-acceleration
+    47cf9e3ecb8d3dc5c7aa8509e2ee692f2c48907a plugins/fused-ops-and-kernels/src/
+    fms_acceleration_foak/kernels/unsloth/cross_entropy_loss.py), so only its time changes."""
+    if loss == "standard" and stack is not None and stack.fuses("loss") \
+            and "loss" not in stack.job_fused:
         return "fused"
     return loss
 

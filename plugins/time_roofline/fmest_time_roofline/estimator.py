@@ -554,8 +554,14 @@ def attention_times(job, model, shape: StepShape, rates: Rates, gpu) -> Attentio
 
 def stack_loss(training, stack) -> str:
     """The cross-entropy implementation that runs: a stack (or Liger) that fuses the loss
-    turns the standard eager loss into a fused one (fmest.stacks)."""
-    if stack is not None and stack.fuses("loss") and training.loss == "standard":
+    turns the standard eager loss into a fused one (fmest.stacks). A loss kernel only the job
+    states (``training.fused_kernels``: fms-acceleration's Unsloth fast cross-entropy) stays
+    ``standard``: under transformers >= 4.46 its ``FastForCausalLMLoss`` still upcasts the
+    logits to fp32 and makes the shifted contiguous copy before the Triton kernel, whose
+    forward reads and backward rewrites that fp32 copy in place, about the eager chain's
+    bytes (memory_theory ``effective_loss``, same source)."""
+    if stack is not None and stack.fuses("loss") and training.loss == "standard" \
+            and "loss" not in stack.job_fused:
         return "fused"
     return training.loss
 
