@@ -328,3 +328,13 @@ def test_every_corpus_file_answers_or_refuses_naming_a_field(path, engine, capsy
         assert set(out) == {"error"} and out["error"]["message"], out
     else:
         assert out["memory"]["total_bytes"] > 0
+
+
+def test_axolotl_some_liger_switches_become_fused_kernels(tmp_path):
+    p = _write(tmp_path, "ax.yaml", "base_model: meta-llama/Llama-3.1-8B\nplugins:\n"
+               "  - axolotl.integrations.liger.LigerPlugin\nliger_rms_norm: true\n"
+               "liger_rope: true\n")
+    m = _load(p, "axolotl")
+    assert "liger" not in m.data["training"]
+    assert m.data["training"]["fused_kernels"] == ["norm", "rope"]
+    assert not any("liger" in w for w in m.not_modelled)

@@ -38,6 +38,9 @@ _ATTN_AS_FLASH = {"xformers": "xFormers memory-efficient attention",
 #: the plugin class that turns the liger_* switches on (src/axolotl/integrations/liger)
 _LIGER_PLUGIN = "axolotl.integrations.liger"
 _LIGER_KERNELS = ("liger_rope", "liger_rms_norm", "liger_glu_activation", "liger_swiglu")
+#: each switch's kernel chain (training.fused_kernels) when only some are on
+_LIGER_CHAIN = {"liger_rope": "rope", "liger_rms_norm": "norm", "liger_glu_activation": "activation",
+                "liger_swiglu": "activation"}
 #: PEFT matches a *string* target_modules with re.fullmatch against each module's full name
 #: (peft tuners_utils.check_target_module_exists); axolotl passes lora_target_modules through
 #: (src/axolotl/loaders/adapter.py @067b021). fmest stores module *names*, so a regex is
@@ -199,7 +202,9 @@ def _targets(sink: Sink, key: str, value, linear: bool) -> None:
 def _liger(doc: dict, sink: Sink, plugins: list[str]) -> None:
     """axolotl's Liger plugin (``plugins: [axolotl.integrations.liger.LigerPlugin]``) patches
     the kernels its ``liger_*`` switches name: RMSNorm, SwiGLU/GLU, RoPE -> training.liger
-    (which also fuses the loss); ``liger_fused_linear_cross_entropy`` -> training.loss fused."""
+    (which also fuses the loss) when all three are on, else the ones on ->
+    training.fused_kernels (Liger's one-read-one-write bytes, fmest.stacks.FUSED_KERNEL_BYTES);
+    ``liger_fused_linear_cross_entropy`` -> training.loss fused."""
     on = [k for k in _LIGER_KERNELS if doc.get(k) is not None and sink.bool_(k, doc[k])]
     has_plugin = any(_LIGER_PLUGIN in p.lower() for p in plugins)
     for key in _LIGER_KERNELS + ("liger_layer_norm", "liger_cross_entropy",
@@ -215,12 +220,12 @@ def _liger(doc: dict, sink: Sink, plugins: list[str]) -> None:
             sink.ignore(key, "false")
         else:
             sink.unmodelled(key, "this Liger kernel alone is not modelled (unfused op assumed)")
-    if has_plugin and on:
+    if not (has_plugin and on):
+        return
+    if {_LIGER_CHAIN[k] for k in on} == {"rope", "norm", "activation"}:
         sink.set("training.liger", True, "+".join(on))
-    if has_plugin and on and set(on) != set(_LIGER_KERNELS) - {"liger_swiglu"} \
-            and set(on) != set(_LIGER_KERNELS) - {"liger_glu_activation"}:
-        sink.unmodelled(", ".join(on), "only some Liger kernels are on; training.liger counts "
-                        "fused RMSNorm, SwiGLU and RoPE together, a lower bound")
+    else:   # only some: each as the job's own fused chain
+        sink.set("training.fused_kernels", sorted({_LIGER_CHAIN[k] for k in on}), "+".join(on))
 
 
 def map_config(doc: dict, sink: Sink) -> None:
