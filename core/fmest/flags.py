@@ -184,6 +184,16 @@ def _bool(*names: str, group: str, help: str, path: Optional[str] = None,
                 to_job=to_job, server_side=server_side)
 
 
+def _names(name: str, *, group: str, path: str, metavar: str, help: str) -> Flag:
+    """A flag taking one or more names, space- or comma-separated (``--x a b`` or ``--x a,b``)."""
+    return Flag(names=(name,), group=group, path=path, nargs="+", metavar=metavar,
+                to_job=_split_names, help=help)
+
+
+def _split_names(values: list[str]) -> list[str]:
+    return [m for item in values for m in item.split(",") if m]
+
+
 # -- the table ---------------------------------------------------------------------------------
 # Rows are in the order --help shows them; a group's title is the argparse group's.
 
@@ -244,15 +254,13 @@ JOB_FLAGS: tuple[Flag, ...] = (
          parse=parse_positive_int, help="LoRA rank r"),
     Flag(names=("--lora-alpha",), group=_TRAIN, path="training.lora_alpha", parse=float,
          help="LoRA alpha (no effect on memory or time)"),
-    Flag(names=("--lora-modules-to-save",), group=_TRAIN,
-         path="training.lora_modules_to_save", nargs="+", metavar="MODULE",
-         to_job=lambda v: [m for item in v for m in item.split(",") if m],
-         help="PEFT modules_to_save: modules trained in full beside the adapters, embedding "
-              "and/or head (embed_tokens, wte, lm_head ... accepted); default none"),
-    Flag(names=("--lora-target-modules",), group=_TRAIN, path="training.lora_target_modules",
-         nargs="+", metavar="NAME",
-         to_job=lambda v: [m for item in v for m in item.split(",") if m],
-         help="module names (q_proj v_proj ...) or all-linear; commas also accepted"),
+    _names("--lora-modules-to-save", group=_TRAIN, path="training.lora_modules_to_save",
+           metavar="MODULE",
+           help="PEFT modules_to_save: modules trained in full beside the adapters, embedding "
+                "and/or head (embed_tokens, wte, lm_head ... accepted); default none"),
+    _names("--lora-target-modules", group=_TRAIN, path="training.lora_target_modules",
+           metavar="NAME",
+           help="module names (q_proj v_proj ...) or all-linear; commas also accepted"),
     Flag(names=("--lora-dropout",), group=_TRAIN, path="training.lora_dropout", parse=float,
          metavar="P", help="peft lora_dropout in [0, 1) (default: the stack's; PEFT's 0.0): "
          "p > 0 saves a bool mask and a dropped copy per adapted module input"),
@@ -285,24 +293,22 @@ JOB_FLAGS: tuple[Flag, ...] = (
          parse=parse_fraction, metavar="F (0-1]",
          help="with --grad-checkpoint full: the share of transformer blocks checkpointed (Megatron "
               "--recompute-method block, torchtitan selective_ac_option N = 1/N); default all"),
-    Flag(names=("--recompute-modules",), group=_TRAIN, path="training.recompute_modules",
-         nargs="+", metavar="MODULE",
-         to_job=lambda v: [m for item in v for m in item.split(",") if m],
-         help="with --grad-checkpoint selective: the modules recomputed, Megatron-Core's names "
-              "(core_attn mla_up_proj moe_act layernorm mlp moe shared_experts; commas also "
-              "accepted); default core_attn"),
+    _names("--recompute-modules", group=_TRAIN, path="training.recompute_modules",
+           metavar="MODULE",
+           help="with --grad-checkpoint selective: the modules recomputed, Megatron-Core's names "
+                "(core_attn mla_up_proj moe_act layernorm mlp moe shared_experts; commas also "
+                "accepted); default core_attn"),
     _bool("--moe-permute-fusion", group=_TRAIN, path="training.moe_permute_fusion",
           help="Megatron-Core --moe-permute-fusion (TE fused permute/unpermute; default: "
                "fused); false = the torch index_select/scatter_add path"),
     _bool("--moe-router-fusion", group=_TRAIN, path="training.moe_router_fusion",
           help="Megatron-Core --moe-router-fusion (TE fused top-k and score function; "
                "default: fused); false = the eager router chain"),
-    Flag(names=("--cuda-graph-scope",), group=_TRAIN, path="training.cuda_graph_scope",
-         nargs="+", metavar="SCOPE",
-         to_job=lambda v: [m for item in v for m in item.split(",") if m],
-         help="Megatron-Core CUDA graphs: the captured regions (attn mlp moe moe_router "
-              "moe_preprocess mamba; full = the whole layer, full_iteration = the whole step; "
-              "commas also accepted); default none"),
+    _names("--cuda-graph-scope", group=_TRAIN, path="training.cuda_graph_scope",
+           metavar="SCOPE",
+           help="Megatron-Core CUDA graphs: the captured regions (attn mlp moe moe_router "
+                "moe_preprocess mamba; full = the whole layer, full_iteration = the whole step; "
+                "commas also accepted); default none"),
     Flag(names=("--moe-expert-capacity-factor",), group=_TRAIN,
          path="training.moe_expert_capacity_factor", parse=parse_count, metavar="F",
          help="Megatron-Core token drop: each expert takes at most F x tokens x k / experts "
@@ -356,12 +362,10 @@ JOB_FLAGS: tuple[Flag, ...] = (
               "as nemo, megatron; any case"),
     _bool("--liger", group=_TRAIN, path="training.liger",
           help="Liger kernels: fused RMSNorm, SwiGLU, RoPE, linear cross-entropy"),
-    Flag(names=("--fused-kernels",), group=_TRAIN, path="training.fused_kernels",
-         nargs="+", metavar="OP",
-         to_job=lambda v: [m for item in v for m in item.split(",") if m],
-         help="kernel chains the run fuses beyond its stack's (norm activation rope residual "
-              "loss fp8_cast layout lora; commas also accepted), e.g. fms-acceleration's "
-              "fused-ops-and-kernels: norm rope loss; default none"),
+    _names("--fused-kernels", group=_TRAIN, path="training.fused_kernels", metavar="OP",
+           help="kernel chains the run fuses beyond its stack's (norm activation rope residual "
+                "loss fp8_cast layout lora; commas also accepted), e.g. fms-acceleration's "
+                "fused-ops-and-kernels: norm rope loss; default none"),
     # parallelism
     Flag(names=("--dp",), group=_PAR, path="parallelism.dp", parse=parse_positive_int,
          help="data-parallel degree (default: the GPUs left by tp*pp*cp)"),
