@@ -338,3 +338,39 @@ def test_axolotl_some_liger_switches_become_fused_kernels(tmp_path):
     assert "liger" not in m.data["training"]
     assert m.data["training"]["fused_kernels"] == ["norm", "rope"]
     assert not any("liger" in w for w in m.not_modelled)
+
+
+def _fms(tmp_path, **over):
+    doc = {"model_name_or_path": "mistralai/Mistral-7B-v0.1", "per_device_train_batch_size": 4,
+           "bf16": True, "max_seq_length": 4096, "output_dir": "o", **over}
+    return _load(_write(tmp_path, "fms.json", json.dumps(doc)), "training-args")
+
+
+def test_fms_hf_tuning_lora_keys_are_read(tmp_path):
+    # fms-hf-tuning's flat sft_trainer JSON: peft_method + LoraConfig fields (defaults r 8,
+    # alpha 32, dropout 0.05) and the fused-ops-and-kernels switches
+    m = _fms(tmp_path, peft_method="lora", r=16, target_modules=["q_proj", "v_proj"],
+             fast_kernels=["True", "True", "True"], fused_lora=["bitsandbytes", "True"],
+             bnb_qlora=["nf4"])
+    tr = m.data["training"]
+    assert tr["technique"] == "qlora" and tr["quantization_method"] == "bnb"
+    assert tr["lora_rank"] == 16 and tr["lora_alpha"] == 32.0 and tr["lora_dropout"] == 0.05
+    assert tr["lora_target_modules"] == ["q_proj", "v_proj"]
+    assert tr["fused_kernels"] == ["lora", "loss", "norm", "rope"]
+    assert not any(k in " ".join(m.ignored) for k in ("peft_method", ": r:", "fast_kernels"))
+
+
+def test_fms_hf_tuning_full_and_prompt_tuning(tmp_path):
+    full = _fms(tmp_path, peft_method=None, r=16)
+    assert full.data["training"].get("technique", "full") == "full"
+    assert any("r: peft_method is not lora" in i for i in full.ignored)
+    pt = _fms(tmp_path, peft_method="pt")
+    assert any("prompt tuning is not modelled" in w for w in pt.not_modelled)
+    # without peft_method the keys are not fms-hf-tuning's: reported unused, as before
+    plain = _fms(tmp_path, r=16)
+    assert "technique" not in plain.data["training"]
+
+
+def test_fms_hf_tuning_bad_fast_kernels_names_the_key(tmp_path):
+    with pytest.raises(InputError, match="fast_kernels"):
+        _fms(tmp_path, peft_method="lora", fast_kernels=["True", "True"])

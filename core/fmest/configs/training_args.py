@@ -184,7 +184,86 @@ def map_keys(doc: dict, sink: Sink, prefix: str = "", skip: frozenset = frozense
                         "key sets it)")
 
 
+#: fms-hf-tuning's flat ``sft_trainer`` JSON (foundation-model-stack/fms-hf-tuning
+#: 0202bc952076333edf203ec1d35306ba51e409c9): TrainingArguments beside ``peft_method``
+#: (tuning/utils/config_utils.py ``create_tuning_config``: ``lora``, ``pt`` prompt tuning,
+#: None = full fine-tuning; ``alora`` in tuning/config/peft_config.py ``PEFT_METHOD``), the
+#: ``LoraConfig`` fields with its defaults (tuning/config/peft_config.py: r 8, lora_alpha 32,
+#: lora_dropout 0.05, target_modules None = PEFT's per-model default, ``["all-linear"]``), the
+#: quantized-LoRA switches (``auto_gptq`` / ``bnb_qlora``) and the fused-ops-and-kernels plugin's
+#: ``fast_kernels = [fast_loss, fast_rms_layernorm, fast_rope_embeddings]`` and
+#: ``fused_lora = [base_layer, fast_lora]``
+#: (tuning/config/acceleration_configs/fused_ops_and_kernels.py).
+FMS_LORA_DEFAULTS = {"r": 8, "lora_alpha": 32, "lora_dropout": 0.05}
+_FMS_LORA_KEYS = ("r", "lora_alpha", "lora_dropout", "target_modules")
+_FMS_FAST_KERNELS = ("loss", "norm", "rope")
+
+
+def _fms_hf_tuning(doc: dict, sink: Sink) -> frozenset:
+    """The fms-hf-tuning keys of ``doc`` (only where ``peft_method`` marks the file as one),
+    mapped; returns the keys handled."""
+    if "peft_method" not in doc:
+        return frozenset()
+    handled = {"peft_method", *(k for k in _FMS_LORA_KEYS if k in doc)}
+    method = str(doc["peft_method"]).strip().lower()
+    if method in ("lora", "alora"):
+        technique = "qlora" if ("bnb_qlora" in doc or "auto_gptq" in doc) else "lora"
+        sink.set("training.technique", technique, "peft_method")
+        if method == "alora":
+            sink.unmodelled("peft_method", "activated LoRA estimated as LoRA (its invocation "
+                            "tokens change nothing fmest counts)")
+        values = {**FMS_LORA_DEFAULTS, **{k: doc[k] for k in _FMS_LORA_KEYS if k in doc}}
+        sink.set("training.lora_rank", sink.int_("r", values["r"]), "r" if "r" in doc else
+                 "peft_method (fms-hf-tuning LoraConfig default r)")
+        sink.set("training.lora_alpha", float(values["lora_alpha"]),
+                 "lora_alpha" if "lora_alpha" in doc else "peft_method (default lora_alpha)")
+        sink.set("training.lora_dropout", float(values["lora_dropout"]),
+                 "lora_dropout" if "lora_dropout" in doc else "peft_method (default dropout)")
+        if doc.get("target_modules"):
+            targets = doc["target_modules"]
+            names = [targets] if isinstance(targets, str) else [str(t) for t in targets]
+            sink.set("training.lora_target_modules",
+                     ["all-linear"] if names == ["all-linear"] else names, "target_modules")
+        for key, method_name in (("bnb_qlora", "bnb"), ("auto_gptq", "gptq")):
+            if key in doc:
+                handled.add(key)
+                sink.set("training.quantization_method", method_name, key)
+    else:
+        if method in ("pt",):
+            sink.unmodelled("peft_method", "prompt tuning is not modelled: estimated as full "
+                            "fine-tuning, an upper bound")
+        else:
+            sink.ignore("peft_method", f"{doc['peft_method']!r}: full fine-tuning")
+        for key in handled - {"peft_method"}:
+            sink.ignore(key, "peft_method is not lora: no LoRA adapters")
+    kernels: set[str] = set()
+    if "fast_kernels" in doc:
+        handled.add("fast_kernels")
+        flags = doc["fast_kernels"] or []
+        if isinstance(flags, str):
+            flags = flags.replace(",", " ").split()
+        if len(flags) != len(_FMS_FAST_KERNELS):
+            raise sink.error("fast_kernels", "expected three booleans [fast_loss, "
+                             "fast_rms_layernorm, fast_rope_embeddings]", value=flags)
+        kernels |= {op for op, on in zip(_FMS_FAST_KERNELS, flags, strict=True)
+                    if sink.bool_("fast_kernels", on)}
+    if "fused_lora" in doc:
+        handled.add("fused_lora")
+        pair = doc["fused_lora"] or []
+        if isinstance(pair, str):
+            pair = pair.replace(",", " ").split()
+        if len(pair) == 2 and sink.bool_("fused_lora", pair[1]):
+            kernels.add("lora")
+        elif len(pair) != 2:
+            raise sink.error("fused_lora", "expected [base_layer, fast_lora], e.g. "
+                             "[auto_gptq, true]", value=pair)
+    if kernels:
+        sink.set("training.fused_kernels", sorted(kernels),
+                 "+".join(k for k in ("fast_kernels", "fused_lora") if k in doc))
+    return frozenset(handled)
+
+
 def map_config(doc: dict, sink: Sink) -> None:
     # the transformers Trainer runs the step; a ``deepspeed`` key below switches to deepspeed
     sink.set("training.stack", "hf-trainer", "(TrainingArguments)")
-    map_keys(doc, sink)
+    map_keys(doc, sink, skip=_fms_hf_tuning(doc, sink))
