@@ -301,3 +301,10 @@ def test_the_fused_kernels_flag_reaches_the_job():
 
     assert main(["estimate", "--model", "gpt2", "--technique", "lora",
                  "--fused-kernels", "norm,rope", "lora", "--format", "json"]) == 0
+
+
+def test_the_jobs_fused_kernel_names_are_the_stacks():
+    from fmest.job import FUSED_KERNEL_OPS
+
+    # job.py cannot import fmest.stacks (stacks reads jobs); the two lists must not drift
+    assert FUSED_KERNEL_OPS == FUSIBLE
