@@ -390,6 +390,15 @@ class ResolvedStack:
         """Whether elementwise chain ``op`` (one of :data:`FUSIBLE`) is fused."""
         return op in self.fused
 
+    @property
+    def replaces_loss(self) -> bool:
+        """Whether a standard loss runs as a fused one: the profile or Liger fuses ``loss``. A
+        loss kernel only the job states (``job_fused``: fms-acceleration's Unsloth CE under
+        transformers >= 4.46, which still upcasts and copies the logits in fp32 first) keeps
+        the standard loss's logits and bytes (memory_theory ``effective_loss``, time_roofline
+        ``stack_loss``)."""
+        return "loss" in self.fused and "loss" not in self.job_fused
+
     def overlaps(self, kind: str) -> bool:
         """Whether collectives of ``kind`` (one of :data:`OVERLAPS`) overlap compute."""
         return kind in self.overlap

@@ -158,8 +158,7 @@ def effective_loss(loss: str, stack: Optional[ResolvedStack]) -> str:
     gradient written in place; foundation-model-stack/fms-acceleration
     47cf9e3ecb8d3dc5c7aa8509e2ee692f2c48907a plugins/fused-ops-and-kernels/src/
     fms_acceleration_foak/kernels/unsloth/cross_entropy_loss.py), so only its time changes."""
-    if loss == "standard" and stack is not None and stack.fuses("loss") \
-            and "loss" not in stack.job_fused:
+    if loss == "standard" and stack is not None and stack.replaces_loss:
         return "fused"
     return loss
 

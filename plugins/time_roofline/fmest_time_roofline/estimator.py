@@ -560,8 +560,7 @@ def stack_loss(training, stack) -> str:
     logits to fp32 and makes the shifted contiguous copy before the Triton kernel, whose
     forward reads and backward rewrites that fp32 copy in place, about the eager chain's
     bytes (memory_theory ``effective_loss``, same source)."""
-    if stack is not None and stack.fuses("loss") and training.loss == "standard" \
-            and "loss" not in stack.job_fused:
+    if stack is not None and stack.replaces_loss and training.loss == "standard":
         return "fused"
     return training.loss
 
