@@ -317,7 +317,7 @@ def _groups(engine: "Engine", report: "Report",
                                         "grad_accum_steps": samples // b})
                        for b in batches])
     # a fused cross-entropy
-    fused_already = stack is not None and stack.fuses("loss")
+    fused_already = stack is not None and stack.replaces_loss
     if tr.loss == "standard" and not fused_already and not tr.liger:
         groups.append([option("setting", ("--loss", "fused"), training={"loss": "fused"})])
     # more sharding over the data-parallel GPUs
