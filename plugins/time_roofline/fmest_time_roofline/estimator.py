@@ -111,7 +111,10 @@ def device_rates(job, gpu, stack=None, model=None,
     mfu = job.options.mfu
     if mfu is not None and mfu > 1:
         raise InputError("options.mfu", "is a fraction of peak between 0 and 1", value=mfu)
-    fraction = F.mamf_fraction(gpu.name, training.dtype)
+    # the sustained (power-limited) GEMM rate of a step, not the burst MAMF figure
+    fraction, gemm_note = F.gemm_fraction_and_note(gpu.name, training.dtype)
+    if gemm_note:
+        notes.append(gemm_note)
     kernel = stack.profile.attention_kernel if stack is not None else "sdpa"
     fwd_eff, bwd_eff, att_notes = attention_efficiencies(job, gpu, kernel, model,
                                                          attention_seq_len)
@@ -537,7 +540,7 @@ def attention_times(job, model, shape: StepShape, rates: Rates, gpu) -> Attentio
         head_dim = model.qk_head_dim or model.head_dim
         act_dtype = F.storage_dtype(shape.linear_dtype)
         eff = (rates.linear_fraction if act_dtype == shape.linear_dtype
-               else F.mamf_fraction(gpu.name, act_dtype)) \
+               else F.gemm_fraction(gpu.name, act_dtype)) \
             * F.gemm_shape_efficiency(shape.seq_len, head_dim, shape.seq_len, rates.sm_count,
                                       batch=shape.micro_batch * model.num_attention_heads
                                       / shape.tp)

@@ -113,6 +113,38 @@ MAMF_FRACTION_FP8 = {
 #: Fallback when a GPU is not in the MAMF table: the median of the NVIDIA rows of HN §3.
 MAMF_FRACTION_DEFAULT = 0.80
 
+#: Sustained GEMM throughput, as a fraction of dense peak, of a GPU running GEMMs back to back
+#: at the clock its power limit holds under that load: the rate a training step's GEMMs run at.
+#: The MAMF figures above are burst figures: mamf-finder keeps the *fastest* of 100 timed
+#: iterations per shape ("fastest result is picked (not the average)", stas00/ml-engineering
+#: compute/accelerator/benchmarks/README.md @00b7582a), and fmest's H200 sweep timed 20
+#: iterations of 0.6 ms; a step runs its GEMMs for seconds, and random-valued operands switch
+#: enough transistors to hold the GPU at its power limit, which lowers the clock (H. He,
+#: "Strangely, Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data",
+#: thonking.ai, 2024: "matmuls on the H100 are primarily ... power limited"). Measured:
+#:
+#: * H200 (fmest microbench, 2026-11-27, benchmarks/gpu/results/H200-SXM-141GB-2026-11-27/
+#:   microbench_H200-SXM-141GB.csv ``mamf`` rows): the 12288^3 and 16384^3 bf16 GEMMs, 20
+#:   back-to-back iterations of 5-12 ms, median 712.1 and 712.2 TFLOP/s (their fastest
+#:   iterations 822 and 805: the clock drops within the first tens of ms) = 0.720 of 989.4;
+#:   fp8 16384^3 median 6.625 ms = 1328 TFLOP/s = 0.671 of 1978.9. The long preset GEMMs of
+#:   the same run agree (LM heads at 16384 tokens: 690-720 bf16 TFLOP/s).
+#: * A100 SXM (He 2024): 8192^3 bf16 through PyTorch/cuBLAS on normally distributed inputs,
+#:   257-258 TFLOP/s = 0.824 of 312 (zeros: 295).
+#:
+#: H100 SXM and H800 are the H200's GH100 die with the same 132 SMs, clocks and 700 W limit
+#: (gpus.csv): the H200 figure is theirs (the H100-SXM-96GB's 500 W cap stays in
+#: ``POWER_CAP_DERATE``); A800 is the A100 SXM die. A GPU without a figure keeps its MAMF
+#: fraction times the mean sustained/MAMF ratio of the measured GPUs
+#: (:func:`gemm_fraction_and_note`, which says so).
+SUSTAINED_GEMM_FRACTION_BF16 = {
+    "H200": 0.720, "H100-SXM": 0.720, "H800": 0.720, "A100-SXM": 0.824, "A800": 0.824,
+}
+SUSTAINED_GEMM_FRACTION_FP8 = {"H200": 0.671, "H100-SXM": 0.671, "H800": 0.671}
+#: the GPUs measured themselves (the others of the tables above share their die): the
+#: sustained/MAMF ratio of a GPU without a figure is the mean over these
+SUSTAINED_GEMM_MEASURED = {"bf16": ("H200", "A100-SXM"), "fp8": ("H200",)}
+
 #: Clock derate of power-capped parts, applied to every FLOP peak. H100-SXM-96GB (Meta Grand
 #: Teton, 500 W default limit, torchtitan docs/performance.md): the TorchTitan paper
 #: (arXiv:2410.06511) puts its true peak between H100 NVL (835.5 TFLOP/s at 400 W) and SXM
@@ -423,6 +455,30 @@ def mamf_fraction(gpu_name: str, dtype: str) -> float:
     MAMF table); ``MAMF_FRACTION_DEFAULT`` when the GPU was not measured."""
     table = MAMF_FRACTION_FP8 if dtype == "fp8" else MAMF_FRACTION_BF16
     return value_by_gpu_prefix(table, gpu_name, MAMF_FRACTION_DEFAULT)
+
+
+@functools.lru_cache(maxsize=256)
+def gemm_fraction_and_note(gpu_name: str, dtype: str) -> tuple[float, Optional[str]]:
+    """(fraction of dense peak, note) a training step's GEMMs run at on ``gpu_name``: the
+    sustained, power-limited rate of ``SUSTAINED_GEMM_FRACTION_*``; a GPU without a figure
+    of its own gets its MAMF fraction times the mean sustained/MAMF ratio of the GPUs measured
+    (``SUSTAINED_GEMM_MEASURED``), and the note says so."""
+    kind = "fp8" if dtype == "fp8" else "bf16"
+    table = SUSTAINED_GEMM_FRACTION_FP8 if kind == "fp8" else SUSTAINED_GEMM_FRACTION_BF16
+    own = value_by_gpu_prefix(table, gpu_name, None)
+    if own is not None:
+        return own, None
+    measured = SUSTAINED_GEMM_MEASURED[kind]
+    ratio = sum(table[g] / mamf_fraction(g, kind) for g in measured) / len(measured)
+    return mamf_fraction(gpu_name, dtype) * ratio, (
+        f"{gpu_name}: no measured sustained {kind} GEMM rate; GEMMs at its best-iteration "
+        f"(MAMF) fraction x {ratio:.3f}, the sustained/MAMF ratio of the GPUs measured "
+        f"({', '.join(measured)}; formulas.SUSTAINED_GEMM_FRACTION_{kind.upper()})")
+
+
+def gemm_fraction(gpu_name: str, dtype: str) -> float:
+    """The fraction of :func:`gemm_fraction_and_note` without its note."""
+    return gemm_fraction_and_note(gpu_name, dtype)[0]
 
 
 def power_cap_derate(gpu_name: str) -> float:

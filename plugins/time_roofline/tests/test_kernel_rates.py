@@ -162,3 +162,65 @@ def test_attention_below_matmul_efficiency_where_measured():
         for direction in ("fwd", "bwd"):
             assert F.attention_efficiency(gpu, direction, seq_len=16384) < \
                 F.mamf_fraction(gpu, "bf16")
+
+
+# -- sustained (power-limited) GEMM rate ------------------------------------------------------
+
+def test_sustained_gemm_fraction_of_the_measured_and_same_die_gpus():
+    # H200 measured; H100 SXM / H800 are the same GH100 die at 700 W; A800 the A100 SXM die
+    assert F.gemm_fraction_and_note("H200-SXM-141GB", "bf16") == (0.720, None)
+    assert F.gemm_fraction("H100-SXM-80GB", "bf16") == 0.720
+    assert F.gemm_fraction("H800-SXM-80GB", "fp8") == 0.671
+    assert F.gemm_fraction("A100-SXM-80GB", "bf16") == 0.824
+    assert F.gemm_fraction("A800-SXM-80GB", "fp16") == 0.824
+    # every measured figure sits below the burst (MAMF) figure of the same GPU
+    for gpu in ("H200-SXM-141GB", "H100-SXM-80GB", "A100-SXM-80GB"):
+        assert F.gemm_fraction(gpu, "bf16") < F.mamf_fraction(gpu, "bf16")
+
+
+def test_gpu_without_a_sustained_figure_scales_its_own_mamf_and_says_so():
+    ratio = (0.720 / F.mamf_fraction("H200", "bf16") + 0.824 / F.mamf_fraction("A100-SXM", "bf16")) / 2
+    frac, note = F.gemm_fraction_and_note("B200-SXM-180GB", "bf16")
+    assert frac == pytest.approx(F.mamf_fraction("B200-SXM-180GB", "bf16") * ratio)
+    assert note is not None and "B200-SXM-180GB" in note and "H200, A100-SXM" in note
+    frac8, note8 = F.gemm_fraction_and_note("B200-SXM-180GB", "fp8")
+    assert frac8 == pytest.approx(F.mamf_fraction("B200-SXM-180GB", "fp8") * 0.671
+                                  / F.mamf_fraction("H200", "fp8"))
+    assert note8 is not None and "fp8" in note8
+    # a GPU outside the MAMF table too: the MAMF default times the same ratio
+    assert F.gemm_fraction("T4", "bf16") == pytest.approx(F.MAMF_FRACTION_DEFAULT * ratio)
+
+
+def test_h200_sustained_figure_is_the_committed_measurement():
+    """The H200 constants are the medians of the longest GEMMs of the committed microbench CSV
+    (back-to-back iterations past 100 ms: the power-limited clock)."""
+    import csv
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    path = root / "benchmarks/gpu/results/H200-SXM-141GB-2026-11-27/microbench_H200-SXM-141GB.csv"
+    rows = {(r["shape"], r["dtype"]): r for r in csv.DictReader(open(path, encoding="utf-8"))
+            if r["kind"] == "mamf" and r["status"] == "ok"}
+    s = 16384
+    for dtype, peak, table in (("bf16", 989.4e12, F.SUSTAINED_GEMM_FRACTION_BF16),
+                               ("fp8", 1978.9e12, F.SUSTAINED_GEMM_FRACTION_FP8)):
+        r = rows[(f"{s}x{s}x{s}", dtype)]
+        assert float(r["median_ms"]) * int(r["n_iter"]) > 100     # past the burst window
+        measured = 2 * s ** 3 / (float(r["median_ms"]) / 1e3) / peak
+        assert table["H200"] == pytest.approx(measured, abs=0.001)
+
+
+def test_step_gemms_run_at_the_sustained_rate():
+    """device_rates gives the step's GEMMs the sustained fraction, and names a GPU without a
+    figure of its own in the answer's notes."""
+    import fmest
+    from fmest.engine import Engine
+
+    engine = Engine()
+    job = fmest.to_job({"model": "meta-llama/Llama-2-7b-hf", "hardware": {"gpu": "H100-SXM-80GB"}})
+    from fmest_time_roofline.estimator import device_rates
+    rates = device_rates(job, engine.context(job).gpu)
+    assert rates.linear_fraction == 0.720
+    b200 = job.evolve(hardware={"gpu": "B200-SXM-180GB"})
+    report = engine.estimate(b200, quantities=("memory", "time"))
+    assert any("no measured sustained bf16 GEMM rate" in n for n in report.time.notes)
