@@ -24,8 +24,8 @@ from fmest_time_roofline.formulas import (
     INTRA_NODE_COLLECTIVE_EFFICIENCY,
     INTRA_NODE_LATENCY_S,
     attention_efficiency,
+    gemm_fraction,
     linear_forward_flops_per_token,
-    mamf_fraction,
 )
 
 #: Decode steps are chains of small kernels, about a dozen per layer (norms, QKV, rotary,
@@ -111,8 +111,9 @@ def generated_token_flops(model) -> float:
 
 def prefill_seconds(model, *, batch: int, prompt_tokens: int, tp: int, rates: GpuRates,
                     dtype: str = "bf16") -> float:
-    """Compute-bound prefill of ``batch`` prompts: linear FLOPs at the best-shape GEMM rate
-    (MAMF) plus causal attention FLOPs at the fused-attention efficiency, split over ``tp``
+    """Compute-bound prefill of ``batch`` prompts: linear FLOPs at the sustained GEMM rate
+    (formulas.gemm_fraction) plus causal attention FLOPs at the fused-attention efficiency,
+    split over ``tp``
     (Pope et al. 2022, section 2; Narayanan et al. 2021 eq. 2 for attention FLOPs)."""
     tokens = batch * prompt_tokens
     linear = linear_forward_flops_per_token(model) * tokens
@@ -121,7 +122,7 @@ def prefill_seconds(model, *, batch: int, prompt_tokens: int, tp: int, rates: Gp
     context = min(prompt_tokens / 2.0, float(model.sliding_window or prompt_tokens))
     attention = 2.0 * model.num_attention_heads * (d_qk + d_v) * context * tokens \
         * model.num_decoder_layers
-    linear_s = linear / (rates.peak_flops_per_s * mamf_fraction(rates.name, dtype) * tp)
+    linear_s = linear / (rates.peak_flops_per_s * gemm_fraction(rates.name, dtype) * tp)
     attention_s = attention / (rates.peak_flops_per_s * attention_efficiency(rates.name) * tp)
     return linear_s + attention_s
 
@@ -142,7 +143,7 @@ def decode_step_seconds(model, *, batch: int, weights_bytes_per_gpu: float,
     memory_s = (weights_bytes_per_gpu + kv_bytes_per_gpu) / (rates.hbm_bytes_per_s
                                                              * HBM_EFFICIENCY) * pp
     flops = generated_token_flops(model) * batch
-    compute_s = flops / (rates.peak_flops_per_s * mamf_fraction(rates.name, dtype) * tp)
+    compute_s = flops / (rates.peak_flops_per_s * gemm_fraction(rates.name, dtype) * tp)
     layers = model.num_decoder_layers
     comm_s = 0.0
     if tp > 1:
