@@ -1002,11 +1002,13 @@ def local_trainable_params(model, training, shape: StepShape) -> float:
 
 
 def optimizer_and_offload_seconds(job, model, shape: StepShape, transforms: Transforms, gpu,
-                                  layout, memory, rates: Rates,
-                                  compute_mb: float) -> tuple[float, float, list]:
+                                  layout, memory, rates: Rates, compute_mb: float, *,
+                                  optimizer_name: str = "") -> tuple[float, float, list]:
     """Phase 7: (optimizer step, exposed offload, notes). The update streams the optimizer
     transform's bytes per parameter (formulas.optimizer_update_bytes_per_param) over the
-    sharded trainable parameters; ZeRO-Offload runs it on the host CPUs instead, with
+    sharded trainable parameters, at the bandwidth fraction the optimizer's kernels reach
+    (formulas.optimizer_bandwidth_fraction; ``optimizer_name``: the catalogue name of
+    ``ctx.optimizer``); ZeRO-Offload runs it on the host CPUs instead, with
     gradients down and parameters up over PCIe; activation offload streams the saved
     activations out and back on their own streams."""
     training, par, sizing = job.training, job.parallelism, transforms.optimizer
@@ -1040,7 +1042,10 @@ def optimizer_and_offload_seconds(job, model, shape: StepShape, transforms: Tran
             states=sizing.states, state_bytes=sizing.state_bytes + sizing.state_overhead_bytes,
             param_bytes=sizing.trainable_bytes, grad_bytes=sizing.grad_bytes,
             master_bytes=sizing.master_bytes, impl=sizing.impl)
-        opt_t = F.memory_bound_seconds(opt_params * per_param, rates.hbm_bytes_per_s)
+        # at the bandwidth the optimizer's kernels reach (torch AdamW: measured; others: the
+        # streaming HBM efficiency)
+        opt_t = opt_params * per_param / (rates.hbm_bytes_per_s * F.optimizer_bandwidth_fraction(
+            optimizer_name, sizing.impl, sizing.trainable_bytes, sizing.master_bytes))
     if training.activation_offload:
         acts = _activation_bytes(memory, model, shape.tokens, shape.stage_layers,
                                  shape.act_bytes) if shape.recompute_share < 1.0 else 0.0
@@ -1171,7 +1176,8 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     dp_t = data_parallel_seconds(transforms.communication, shape, gpu, layout, per_mb,
                                  fwd_share)
     opt_t, offload, opt_notes = optimizer_and_offload_seconds(
-        job, model, shape, transforms, gpu, layout, memory, rates, compute_mb)
+        job, model, shape, transforms, gpu, layout, memory, rates, compute_mb,
+        optimizer_name=getattr(ctx.optimizer, "name", ""))
     parts = {
         "compute": accum * compute_mb, "memory_bound": accum * mem_t,
         "communication_tp": accum * mp.tp * (1 + passes / tp_passes),

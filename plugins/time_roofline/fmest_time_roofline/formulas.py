@@ -427,6 +427,33 @@ FP8_CAST_BYTES_PER_ELEMENT = 33.0
 #: foreach AdamW runs ~8 multi-tensor kernels (weight decay, two lerps/mults, sqrt, div, add,
 #: addcdiv): about 3x the traffic of the single-pass fused kernel (torch/optim/adamw.py).
 FOREACH_OPTIMIZER_PASS_FACTOR = 3.0
+#: Fraction of peak HBM bandwidth torch.optim.AdamW's kernels reach on the bytes
+#: :func:`optimizer_update_bytes_per_param` counts (the foreach figure on its
+#: ``FOREACH_OPTIMIZER_PASS_FACTOR`` passes), by implementation and parameters (fp32: fp32
+#: parameters or an fp32 master copy; bf16: bf16/fp16 parameters and states). Measured by fmest on
+#: an H200 (4.8 TB/s), 2026-11-27, benchmarks/gpu/results/H200-SXM-141GB-2026-11-27/
+#: microbench_H200-SXM-141GB.csv ``adamw`` rows, 1e9 parameters: fused fp32 8.072 ms for 28
+#: bytes/param = 0.723, fused bf16 5.126 ms for 14 = 0.569, foreach fp32 21.72 ms for 84 =
+#: 0.806, foreach bf16 13.04 ms for 42 = 0.671 (the 1e8 and 3e8 rows within 4 %). The fused
+#: kernel computes in fp32 per element, so it stays below a streaming copy (0.875 on the same
+#: GPU) and further at 2-byte elements. Other optimizers (bitsandbytes 8-bit, Lion, SGD,
+#: Adafactor) have no measured figure and stream at ``HBM_EFFICIENCY``.
+ADAMW_BANDWIDTH_FRACTION = {"fused_fp32": 0.723, "fused_bf16": 0.569,
+                            "foreach_fp32": 0.806, "foreach_bf16": 0.671}
+#: the optimizer names (fmest's catalogue, core default_plugins/optimizers.py) that run
+#: torch.optim.AdamW's kernels
+TORCH_ADAMW_OPTIMIZERS = frozenset({"adamw", "adamw_torch_fused"})
+
+
+def optimizer_bandwidth_fraction(optimizer: str, impl: str, param_bytes: float,
+                                 master_bytes: float = 0.0) -> float:
+    """The fraction of peak HBM bandwidth an optimizer update streams its bytes at:
+    ``ADAMW_BANDWIDTH_FRACTION`` for torch's AdamW (fp32 figure when the parameters or a
+    master copy are fp32), else ``HBM_EFFICIENCY``."""
+    if optimizer not in TORCH_ADAMW_OPTIMIZERS:
+        return HBM_EFFICIENCY
+    width = "fp32" if (master_bytes or param_bytes >= 4) else "bf16"
+    return ADAMW_BANDWIDTH_FRACTION.get(f"{impl}_{width}", HBM_EFFICIENCY)
 
 
 def fp8_cast_bytes_per_element(stack_bytes: Optional[float] = None, *,

@@ -224,3 +224,28 @@ def test_step_gemms_run_at_the_sustained_rate():
     b200 = job.evolve(hardware={"gpu": "B200-SXM-180GB"})
     report = engine.estimate(b200, quantities=("memory", "time"))
     assert any("no measured sustained bf16 GEMM rate" in n for n in report.time.notes)
+
+
+def test_adamw_bandwidth_fractions_reproduce_the_measured_h200_steps():
+    """bytes (optimizer_update_bytes_per_param) / (4.8 TB/s x fraction) gives the committed
+    H200 AdamW times of 1e9 parameters; optimizers with no figure stream at HBM_EFFICIENCY."""
+    import csv
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    path = root / "benchmarks/gpu/results/H200-SXM-141GB-2026-11-27/microbench_H200-SXM-141GB.csv"
+    rows = [r for r in csv.DictReader(open(path, encoding="utf-8"))
+            if r["kind"] == "adamw" and r["shape"].startswith("1000000000")]
+    assert len(rows) == 4
+    for r in rows:
+        impl, width = r["backend"], r["dtype"]
+        b = 4.0 if width == "fp32" else 2.0
+        per_param = F.optimizer_update_bytes_per_param(states=2, state_bytes=b, param_bytes=b,
+                                                       grad_bytes=b, impl=impl)
+        frac = F.optimizer_bandwidth_fraction("adamw", impl, b)
+        modelled = 1e9 * per_param / (4.8e12 * frac)
+        assert modelled == pytest.approx(float(r["median_ms"]) / 1e3, rel=0.01), r["backend"]
+    # a master copy reads the fp32 figure; optimizers without a figure keep HBM_EFFICIENCY
+    assert F.optimizer_bandwidth_fraction("adamw", "fused", 2, master_bytes=4) == 0.723
+    assert F.optimizer_bandwidth_fraction("adamw_8bit", "fused", 2) == F.HBM_EFFICIENCY
+    assert F.optimizer_bandwidth_fraction("lion", "foreach", 4) == F.HBM_EFFICIENCY
