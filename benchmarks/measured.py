@@ -101,7 +101,9 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    rows use fms-acceleration's own ``_prepare_model_for_kbit_training`` without the cast
    (foundation-model-stack/fms-acceleration 0f5c9ae08e44d2a0279f37bc95e678ecda8bec2d
    plugins/accelerated-peft/src/fms_acceleration_peft/framework_plugin_bnb.py): fmest's
-   default (none). fms-acceleration's ``*foak*`` rows (fused-ops-and-kernels) ->
+   default (none). A row stating ``kbit_prep=peft`` (or ``peft_bf16_head``) in ``other`` (the
+   preparation its harness's code runs, cited there) -> that ``kbit_prep``.
+   fms-acceleration's ``*foak*`` rows (fused-ops-and-kernels) ->
    ``fused_kernels`` (where the job model has that field): norm, rope and loss (Unsloth's
    Triton RMSNorm, RoPE and cross-entropy), + lora on a quantized base (``fused_lora``), the
    loss only for GPT-BigCode (``_foak_fused_kernels``).
@@ -167,6 +169,7 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
     on ``megatron-core`` (Transformer Engine's fused attention is Megatron-Core's default
     backend); on a transformers-based stack ``eager`` when the row states a transformers
     version before 4.36 or, without a version, its source id names a year-month before 2023-12
+    (or ``other`` dates the runs, ``RUN_DATE_IN_OTHER``: "report first committed 2023-11-29")
     (SDPA became ``from_pretrained``'s default in transformers v4.36.0, 2023-12-11:
     ``_autoset_attn_implementation``; ``SDPA_DEFAULT_TRANSFORMERS``); else ``sdpa``.
 11. **Kernels and loss**: ``compile`` stated on (``compile=true``, "compile on", "torch.compile",
@@ -577,6 +580,10 @@ def _megatron_graphs_and_drop(source: str, low: str) -> dict:
 #: ran its eager attention unless flash-attn was asked for)
 SDPA_DEFAULT_TRANSFORMERS = (4, 36)
 SDPA_DEFAULT_DATE = (2023, 12)
+#: a date the row's ``other`` gives the runs by (a bare-year source id cannot place them on
+#: either side of ``SDPA_DEFAULT_DATE``): "report first committed 2023-11-29 (...)"
+RUN_DATE_IN_OTHER = re.compile(r"\b(?:first committed|published|dated|run|measured)(?: on)? "
+                               r"(20\d\d)-(0[1-9]|1[0-2])-\d\d")
 #: stacks whose attention is transformers' modeling code (rule 10)
 _TRANSFORMERS_STACKS = ("hf-trainer", "ms-swift", "trl", "axolotl", "llama-factory")
 
@@ -596,7 +603,8 @@ def _modules_to_save_in(other: str) -> list[str]:
 def _unknown_attention(row: dict, stack: str) -> str:
     """Rule 10 for ``flash_attention`` unknown on a transformers-based stack: ``eager`` when the
     row states a transformers version before 4.36 (``stack_version`` or ``other``), or, with
-    no version, when its source names a year-month before 2023-12 (``...-2023-10``); else
+    no version, when its source names a year-month before 2023-12 (``...-2023-10``) or its
+    ``other`` dates the runs before it (``RUN_DATE_IN_OTHER``); else
     ``sdpa``. A bare year is not enough (2023 holds both)."""
     if stack not in _TRANSFORMERS_STACKS:
         return "sdpa"
@@ -605,7 +613,8 @@ def _unknown_attention(row: dict, stack: str) -> str:
     if version:
         stated = (int(version.group(1)), int(version.group(2)))
         return "eager" if stated < SDPA_DEFAULT_TRANSFORMERS else "sdpa"
-    date = re.search(r"(20\d\d)-(0[1-9]|1[0-2])(?!\d)", row.get("source") or "")
+    date = re.search(r"(20\d\d)-(0[1-9]|1[0-2])(?!\d)", row.get("source") or "") \
+        or RUN_DATE_IN_OTHER.search(row.get("other") or "")
     if date and (int(date.group(1)), int(date.group(2))) < SDPA_DEFAULT_DATE:
         return "eager"
     return "sdpa"
@@ -1091,6 +1100,10 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
             # rule 4: TRL SFTTrainer's PEFT path prepares an unsharded 4-bit model
             training["kbit_prep"] = ("peft_bf16_head" if re.search(
                 r"trainer bf16=true", other, re.I) else "peft")
+    stated_prep = (kv.get("kbit_prep") or "").split(" ")[0]
+    if tech == "qlora" and stated_prep in ("peft", "peft_bf16_head") \
+            and "kbit_prep" in _training_fields():
+        training["kbit_prep"] = stated_prep      # rule 4: the k-bit preparation a row states
     foak = _foak_fused_kernels(kv.get("framework_config", ""), row.get("model") or "")
     if foak and "fused_kernels" in _training_fields():
         training["fused_kernels"] = list(foak)   # rule 4: fms-acceleration's foak kernels

@@ -121,3 +121,24 @@ def test_unknown_attention_follows_stated_version(version, source, expected):
     row = {"stack_version": version, "other": "", "source": source}
     assert measured._unknown_attention(row, "hf-trainer") == expected
     assert measured._unknown_attention(row, "pytorch") == "sdpa"
+
+
+@pytest.mark.parametrize("other,expected", [
+    ("report first committed 2023-11-29 (repo abc)", "eager"),
+    ("published 2024-01-15", "sdpa"),
+    ("run on 2023-06-02", "eager"),
+    ("first committed 2023-11-29; transformers 4.36.1", "sdpa"),   # a stated version wins
+    ("committed in 2023", "sdpa"),                                  # no full date: unknown
+])
+def test_unknown_attention_reads_a_run_date_in_other(other, expected):
+    row = {"stack_version": "", "other": other, "source": "some-report-2023"}
+    assert measured._unknown_attention(row, "hf-trainer") == expected
+
+
+def test_stated_kbit_prep_reaches_the_qlora_job():
+    rows = {r["id"]: r for r in measured.load_rows()}
+    qlora = measured.map_row(rows["r3-vtx7b-qlora-s256-b2-mem"]).job["training"]
+    assert qlora["kbit_prep"] == "peft" and qlora["activation_checkpointing"] == "full"
+    assert qlora["attention"] == "eager"      # its report predates transformers' SDPA default
+    lora = measured.map_row(rows["r3-vtx7b-lora-s256-b2-mem"]).job["training"]
+    assert "kbit_prep" not in lora and lora.get("activation_checkpointing", "none") == "none"
