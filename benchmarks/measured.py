@@ -106,7 +106,8 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    fms-acceleration's ``*foak*`` rows (fused-ops-and-kernels) ->
    ``fused_kernels`` (where the job model has that field): norm, rope and loss (Unsloth's
    Triton RMSNorm, RoPE and cross-entropy), + lora on a quantized base (``fused_lora``), the
-   loss only for GPT-BigCode (``_foak_fused_kernels``).
+   loss only for GPT-BigCode (``_foak_fused_kernels``). A row stating ``fused_kernels=a+b`` in
+   ``other`` (the kernels its model code calls, cited there) -> those too.
 5. **Optimizer**: ``8bit``/``8-bit`` (not "non-8-bit") -> ``adamw_8bit`` (``paged`` ->
    ``paged_adamw_8bit``); ``adafactor``, ``lion``, ``sgd`` (``sgd_momentum`` when momentum is
    stated) by name; everything else -> ``adamw``; ``fused=true`` or stack ``torchtune`` ->
@@ -344,6 +345,9 @@ VARIABLE_LENGTH = re.compile(r"seq_len is the cap|variable-length samples trunca
 LONGEST_SAMPLE_ONLY = re.compile(r"first iteration runs the longest example", re.I)
 #: ``other`` wording of a stated sample-length distribution (rule 14): "token length M+-S"
 LENGTH_DISTRIBUTION = re.compile(r"token length (\d+(?:\.\d+)?) ?\+-(\d+(?:\.\d+)?)", re.I)
+#: AutoGPTQ's triton kernels named in ``other`` (rule 4: the kernel dequantizes inside its own
+#: autograd function; "quant=GPTQ 4-bit (AutoGPTQ triton v2 kernels, ...)")
+AUTOGPTQ_TRITON = re.compile(r"autogptq[^;]*triton", re.I)
 #: ms-swift 1.x's default over-length handling named in ``other`` (rule 14)
 MS_SWIFT_DEFAULT_TRUNCATION = re.compile(r"ms-swift default truncation strategy", re.I)
 #: Hugging Face ``hidden_act`` -> the activation Lit-GPT's model code runs (rule 12): its
@@ -1064,7 +1068,7 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         bits = re.search(r"\bquant bits=(\d+)", low)
         if tech == "qlora" and bits and int(bits.group(1)) in (4, 8):
             training["quantization_bits"] = int(bits.group(1))  # rule 4: GPTQ int8 rows
-        if gptq and "triton" not in low:
+        if gptq and not AUTOGPTQ_TRITON.search(low):
             training["quantization_method"] = "gptq"  # rule 4, when the job has the field
         inline = re.search(r"\btargets=([\w.+|,-]+)", other)
         targets = kv.get("targets") or kv.get("lora_targets") or (
@@ -1105,8 +1109,12 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
             and "kbit_prep" in _training_fields():
         training["kbit_prep"] = stated_prep      # rule 4: the k-bit preparation a row states
     foak = _foak_fused_kernels(kv.get("framework_config", ""), row.get("model") or "")
-    if foak and "fused_kernels" in _training_fields():
-        training["fused_kernels"] = list(foak)   # rule 4: fms-acceleration's foak kernels
+    # a row stating the kernels its model code fuses (``fused_kernels=a+b``, cited there)
+    stated_fused = tuple(k for k in re.split(r"[+,\s]+", (kv.get("fused_kernels") or "")
+                                             .split("(")[0].strip()) if k)
+    if (foak or stated_fused) and "fused_kernels" in _training_fields():
+        # rule 4: fms-acceleration's foak kernels, and kernels a row states
+        training["fused_kernels"] = list(dict.fromkeys(foak + stated_fused))
     # rule 5
     opt = (row["optimizer"] or "").lower()
     if ("8-bit" in opt or "8bit" in opt) and "non-8-bit" not in opt:

@@ -674,10 +674,11 @@ def zero3_hook_seconds(sharding: str, layers: int, ckpt: str, host_layers: float
 
 
 def _eager_stack(ctx: dict) -> bool:
-    """A stack whose model code runs op by op (time_roofline ``zero3_hook_host_seconds``:
-    not fused, not compiled): the one whose ZeRO-3 hooks cost host time."""
+    """A stack whose model code runs op by op (time_roofline ``zero3_hook_host_seconds`` /
+    ``stack_fuses_its_code``: its own profile fuses nothing, not compiled; Liger's or the job's
+    kernels keep it eager): the one whose ZeRO-3 hooks cost host time."""
     stack = ctx["stack"]
-    return stack is not None and not stack.fused and not ctx["job"].training.compile
+    return stack is not None and not stack.profile.fused and not ctx["job"].training.compile
 
 
 def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:

@@ -1238,11 +1238,15 @@ def apply_mfu_override(mfu: float, parts: dict, step: float,
 
 def eager_host_seconds(job, model, shape: StepShape, stack, lora_mods) -> float:
     """Host dispatch time of a step when the model code runs op by op (no torch.compile, a
-    stack that fuses nothing), else 0: fused and compiled stacks launch far fewer ops.
-    ``zero_stage`` 3 (DeepSpeed's spelling of parameter sharding; FSDP is ``fsdp``) adds
-    ZeRO-3's per-module Python fetch/release hooks, which run even on one GPU."""
-    if job.training.compile or (stack is not None and stack.fused):
+    stack whose own code fuses nothing), else 0: fused and compiled stacks launch far fewer
+    ops. Kernel chains fused on an eager stack by Liger or by the job
+    (``training.liger``, ``training.fused_kernels``) dispatch the ops they replace fewer
+    (formulas.EAGER_*_OPS_REPLACED_BY_FUSED). ``zero_stage`` 3 (DeepSpeed's spelling of
+    parameter sharding; FSDP is ``fsdp``) adds ZeRO-3's per-module Python fetch/release hooks,
+    which run even on one GPU."""
+    if job.training.compile or stack_fuses_its_code(stack):
         return 0.0
+    fused = stack.fused if stack is not None else frozenset()
     layers = model.num_layers / max(shape.pp, 1)
     # lora_modules lists one entry per adapted linear, with the layers it spans
     per_layer = sum(m.layers * (m.copies if m.kind == "expert" else 1)
@@ -1251,8 +1255,16 @@ def eager_host_seconds(job, model, shape: StepShape, stack, lora_mods) -> float:
         return F.host_dispatch_seconds(layers=layers, checkpointing=checkpointing,
                                        lora_modules_per_layer=per_layer,
                                        micro_batches=shape.grad_accum,
-                                       zero3_hooks=job.parallelism.zero_stage == 3)
+                                       zero3_hooks=job.parallelism.zero_stage == 3,
+                                       fused=fused)
     return _blend_recompute(shape, host)
+
+
+def stack_fuses_its_code(stack) -> bool:
+    """Whether the stack's own code runs fused kernels (its profile's ``fused``: Megatron-Core,
+    torchtitan, ...), so no eager host floor is modelled; Liger's and the job's own kernels on
+    an eager stack only shorten it (:func:`eager_host_seconds`)."""
+    return stack is not None and bool(stack.profile.fused)
 
 
 def _blend_recompute(shape: StepShape, seconds) -> float:
@@ -1390,7 +1402,7 @@ def zero3_hook_host_seconds(job, model, shape: StepShape, stack) -> float:
     """Host seconds of a step in DeepSpeed ZeRO-3's module hooks (``ZERO3_HOOK_OPS_PER_LAYER``
     x ``HOST_SECONDS_PER_EAGER_OP`` per layer and micro-batch: the part of
     :func:`eager_host_seconds` that ZeRO-3 adds), 0 where no eager host time is modelled."""
-    if job.training.compile or (stack is not None and stack.fused) \
+    if job.training.compile or stack_fuses_its_code(stack) \
             or job.parallelism.zero_stage != 3:
         return 0.0
     return _blend_recompute(shape, lambda checkpointing: F.zero3_hook_seconds(

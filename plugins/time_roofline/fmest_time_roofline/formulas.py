@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import functools
 import math
-from typing import Optional
+from typing import Iterable, Optional
 
 from fmest.physics.gpu_prefix import value_by_gpu_prefix
 from fmest.physics.time_constants import (
@@ -218,6 +218,19 @@ EAGER_BACKWARD_OPS_PER_LAYER = {"none": 142.0, "selective": 142.0, "full": 268.0
 #: (183 - 142) / 4 = 10.25 without, (361 - 268) / 4 = 23.25 with it.
 EAGER_FORWARD_OPS_PER_LORA_MODULE = {"none": 14.0, "selective": 14.0, "full": 14.0}
 EAGER_BACKWARD_OPS_PER_LORA_MODULE = {"none": 10.25, "selective": 10.25, "full": 23.25}
+#: Eager ops per decoder layer a fused kernel chain replaces (the eager count less the count
+#: with the chain's fused stand-in, one launch per output each way as Liger-Kernel's Triton
+#: kernels launch; ``python benchmarks/count_eager_ops.py --fused``, transformers 5.24 Llama,
+#: torch 2.13), keyed ``<chain>_<checkpointing>`` (``none``: also selective; ``full``: the
+#: backward re-runs the forward): a job or Liger fusing the chain on an eager stack dispatches
+#: that many fewer ops (:func:`host_dispatch_seconds`). Chains not counted (residual, layout,
+#: fp8_cast, lora, loss) remove none.
+EAGER_FORWARD_OPS_REPLACED_BY_FUSED = {"norm_none": 12.0, "norm_full": 10.0, "rope_none": 14.0,
+                                       "rope_full": 14.0, "activation_none": 1.0,
+                                       "activation_full": 1.0}
+EAGER_BACKWARD_OPS_REPLACED_BY_FUSED = {"norm_none": 30.0, "norm_full": 54.0, "rope_none": 18.0,
+                                        "rope_full": 32.0, "activation_none": 1.0,
+                                        "activation_full": 4.0}
 #: Ops outside the layers (embedding, final norm, head, loss) per micro-batch, same count:
 #: 31 forward, 34 backward.
 EAGER_FORWARD_OPS_OUTSIDE_LAYERS = 31.0
@@ -225,17 +238,24 @@ EAGER_BACKWARD_OPS_OUTSIDE_LAYERS = 34.0
 
 
 def host_dispatch_seconds(*, layers: float, checkpointing: str, lora_modules_per_layer: float,
-                          micro_batches: int, zero3_hooks: bool = False) -> float:
+                          micro_batches: int, zero3_hooks: bool = False,
+                          fused: Iterable[str] = ()) -> float:
     """Host seconds to dispatch the eager ops of ``micro_batches`` forward+backward passes of
     ``layers`` decoder layers: forward ops (``EAGER_FORWARD_OPS_*``) x
     ``HOST_SECONDS_PER_FORWARD_OP`` + backward ops (``EAGER_BACKWARD_OPS_*``) x
-    ``HOST_SECONDS_PER_BACKWARD_OP``, plus DeepSpeed ZeRO-3's per-module fetch/release hooks when
-    ``zero3_hooks`` (``ZERO3_HOOK_OPS_PER_LAYER``)."""
+    ``HOST_SECONDS_PER_BACKWARD_OP``, less the ops of the kernel chains in ``fused``
+    (``EAGER_*_OPS_REPLACED_BY_FUSED``), plus DeepSpeed ZeRO-3's per-module fetch/release hooks
+    when ``zero3_hooks`` (``ZERO3_HOOK_OPS_PER_LAYER``)."""
     ckpt = checkpointing if checkpointing in EAGER_FORWARD_OPS_PER_LAYER else "none"
-    fwd = layers * (EAGER_FORWARD_OPS_PER_LAYER[ckpt] + EAGER_FORWARD_OPS_PER_LORA_MODULE[ckpt]
-                    * lora_modules_per_layer) + EAGER_FORWARD_OPS_OUTSIDE_LAYERS
-    bwd = layers * (EAGER_BACKWARD_OPS_PER_LAYER[ckpt] + EAGER_BACKWARD_OPS_PER_LORA_MODULE[ckpt]
-                    * lora_modules_per_layer) + EAGER_BACKWARD_OPS_OUTSIDE_LAYERS
+    mode = "full" if ckpt == "full" else "none"
+    fwd_cut = sum(EAGER_FORWARD_OPS_REPLACED_BY_FUSED.get(f"{c}_{mode}", 0.0) for c in fused)
+    bwd_cut = sum(EAGER_BACKWARD_OPS_REPLACED_BY_FUSED.get(f"{c}_{mode}", 0.0) for c in fused)
+    fwd = layers * (EAGER_FORWARD_OPS_PER_LAYER[ckpt] - fwd_cut
+                    + EAGER_FORWARD_OPS_PER_LORA_MODULE[ckpt] * lora_modules_per_layer) \
+        + EAGER_FORWARD_OPS_OUTSIDE_LAYERS
+    bwd = layers * (EAGER_BACKWARD_OPS_PER_LAYER[ckpt] - bwd_cut
+                    + EAGER_BACKWARD_OPS_PER_LORA_MODULE[ckpt] * lora_modules_per_layer) \
+        + EAGER_BACKWARD_OPS_OUTSIDE_LAYERS
     hooks = zero3_hook_seconds(layers=layers, checkpointing=ckpt,
                                micro_batches=micro_batches) if zero3_hooks else 0.0
     return (fwd * HOST_SECONDS_PER_FORWARD_OP + bwd * HOST_SECONDS_PER_BACKWARD_OP) \
