@@ -3,7 +3,7 @@
     python benchmarks/gemm_check.py [--results benchmarks/gpu/results]
 
 For every ``microbench_*.csv`` under ``--results`` (written by ``benchmarks/gpu/microbench.py``
-on a GPU), each measured ``gemm`` and ``mamf`` row (bf16 ``torch.mm``, fp8
+on a GPU), each measured ``gemm``, ``mamf`` and ``sustained`` row (bf16 ``torch.mm``, fp8
 ``torch._scaled_mm``) is set beside ``fmest_time_roofline.formulas.gemm_seconds`` for the same
 (m, k, n) on that GPU, at two rates: the burst rate (the MAMF fraction, the fastest iteration of
 a shape sweep) and the sustained rate a training step's GEMMs run at (``gemm_fraction``: the
@@ -40,7 +40,7 @@ def _quantile(values: list[float], q: float) -> float:
 def rows_of(path: Path) -> list[dict]:
     with open(path, newline="", encoding="utf-8") as fh:
         return [r for r in csv.DictReader(fh)
-                if r["kind"] in ("gemm", "mamf") and r["status"] == "ok"
+                if r["kind"] in ("gemm", "mamf", "sustained") and r["status"] == "ok"
                 and r["dtype"] in ("bf16", "fp8") and r["m"] and r["median_ms"]]
 
 

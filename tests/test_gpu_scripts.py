@@ -72,13 +72,14 @@ def test_microbench_tiny_rows(runs):
     mb = _load("fmest_gpu_microbench", GPU / "microbench.py")
     header, rows = _rows(out / "microbench_cpu.csv")
     assert header == list(mb.CSV_FIELDS)
-    assert {r["kind"] for r in rows} == {"launch", "hbm", "mamf", "gemm", "align", "attention",
-                                         "adamw"}
+    assert {r["kind"] for r in rows} == {"launch", "hbm", "mamf", "sustained", "gemm", "align",
+                                         "attention", "adamw"}
     ok = [r for r in rows if r["status"] == "ok"]
     assert len(ok) >= 30
     for r in ok:
         assert float(r["median_ms"]) > 0 and r["torch"] and r["date"], r
         rate = {"gemm": "tflops", "mamf": "tflops", "align": "tflops", "attention": "tflops",
+                "sustained": "tflops",
                 "hbm": "gb_per_s", "adamw": "ns_per_param", "launch": "us_per_launch"}[r["kind"]]
         assert float(r[rate]) > 0, r
     # FLOP counts: 2*m*n*k for GEMMs; FlashAttention's causal count for attention
@@ -90,8 +91,13 @@ def test_microbench_tiny_rows(runs):
     assert int(a["flops"]) == 4 * b * s * s * h * d // 2
     fp8 = [r for r in rows if r["dtype"] == "fp8"]
     assert fp8 and all(r["status"] == "skipped" and "fp8" in r["reason"] for r in fp8)
+    # the sustained case: the last half's median beside the first 50 ms in ``reason``
+    sus = next(r for r in ok if r["kind"] == "sustained")
+    assert int(sus["n_iter"]) >= 3 and "first 50 ms" in sus["reason"]
+    assert float(sus["min_ms"]) <= float(sus["median_ms"])
     summary = json.loads((out / "microbench_cpu.json").read_text())
     assert summary["mamf_bf16_tflops"] > 0 and summary["env"]["torch"]
+    assert summary["sustained_bf16_tflops"] > 0
 
 
 def test_microbench_budget_zero_skips_with_reason(runs):

@@ -15,6 +15,12 @@ Cases, in this order (the most informative first, so a short budget keeps them):
   B stored as (n, k) and transposed, the L2 cache overwritten (256 MiB zeroed) before every
   timed iteration, FLOPs = 2*m*n*k, median of the iterations. Deviation: a few seconds of
   warm-up instead of its 30 s (budget).
+* ``sustained``: one large GEMM (8192^3, bf16, and fp8 where the GPU has it) run back to back
+  for ``--sustained-s`` seconds (default 4), each iteration timed with CUDA events: the median
+  of the iterations in the first 50 ms (the burst clock) and of those in the last half (the
+  clock the power limit holds: the rate the time model gives a step's GEMMs,
+  ``fmest_time_roofline.formulas.SUSTAINED_GEMM_FRACTION_*``). The row's ``median_ms`` and
+  ``tflops`` are the last half's, ``min_ms`` the fastest iteration, ``reason`` the first 50 ms.
 * ``gemm``: the GEMMs of the presets' layers (``core/fmest/models/presets/*.json``, "config"):
   QKV (h -> (heads + 2 kv_heads) * head_dim), O, gate+up (h -> 2 * intermediate, fused as
   most stacks do), down and the LM head, for tokens = micro-batch x seq in a few sizes, in the
@@ -448,6 +454,81 @@ class Bench:
                     continue
                 self._gemm_case(meta, s, s, s, dtype, "square" if dtype else "fp8")
 
+    def sustained(self):
+        """``sustained`` rows (module doc): burst vs power-limited GEMM rate."""
+        s = 128 if self.args.tiny else 8192
+        seconds = 0.05 if self.args.tiny else self.args.sustained_s
+        fp8 = self.fp8_reason()
+        for dt_name in ("bf16", "fp8"):
+            meta = dict(kind="sustained", case="back_to_back", shape=f"{s}x{s}x{s}", m=s, n=s,
+                        k=s, dtype=dt_name, backend="torch.mm" if dt_name == "bf16"
+                        else "torch._scaled_mm", **{"pass": "fwd"})
+            if dt_name == "fp8" and fp8:
+                self.row(**meta, status="skipped", reason=f"fp8: {fp8}")
+                continue
+            if self.budget.spent(seconds + 1.0):
+                self.row(**meta, status="skipped", reason=self.budget.reason())
+                continue
+            try:
+                out = self._sustained_case(meta, s, dt_name, seconds)
+            except Exception as exc:  # noqa: BLE001 - one failing case must not end the run
+                status = "oom" if is_oom(exc) else "error"
+                self.row(**meta, status=status, reason=f"{type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:200] if str(exc) else ''}")
+                free_memory(self.device)
+                continue
+            self.row(**out)
+            free_memory(self.device)
+
+    def _sustained_case(self, meta: dict, s: int, dt_name: str, seconds: float) -> dict:
+        dev = self.device
+        if dt_name == "fp8":
+            a = torch.randn(s, s, device=dev).to(torch.float8_e4m3fn)
+            b = torch.randn(s, s, device=dev).to(torch.float8_e4m3fn).t()
+            one = torch.ones((), device=dev, dtype=torch.float32)
+
+            def fn():
+                return torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16)
+        else:
+            a = torch.randn(s, s, device=dev, dtype=torch.bfloat16)
+            b = torch.randn(s, s, device=dev, dtype=torch.bfloat16).t()
+            c = torch.empty(s, s, device=dev, dtype=torch.bfloat16)
+
+            def fn():
+                return torch.mm(a, b, out=c)
+        fn()
+        sync(dev)
+        times: list[float] = []
+        end = time.perf_counter() + seconds
+        if dev.type == "cuda":
+            events = []
+            while time.perf_counter() < end:   # the host stays ahead; the queue paces it
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                fn()
+                e1.record()
+                events.append((e0, e1))
+            torch.cuda.synchronize(dev)
+            times = [e0.elapsed_time(e1) for e0, e1 in events]
+        else:
+            while time.perf_counter() < end or len(times) < 3:
+                t = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t) * 1e3)
+        flops = 2.0 * s ** 3
+        starts, acc = [], 0.0
+        for t in times:
+            starts.append(acc)
+            acc += t
+        first = [t for t, st in zip(times, starts, strict=True) if st < 50.0] or times[:1]
+        last = [t for t, st in zip(times, starts, strict=True) if st >= acc / 2] or times[-1:]
+        burst, held = statistics.median(first), statistics.median(last)
+        return dict(meta, median_ms=held, min_ms=min(times), n_iter=len(times), status="ok",
+                    flops=int(flops), tflops=flops / (held / 1e3) / 1e12,
+                    reason=f"first 50 ms: median {burst:.4g} ms = "
+                           f"{flops / (burst / 1e3) / 1e12:.1f} TFLOP/s over {len(first)} "
+                           f"iterations; last {acc / 2e3:.2f} s: {len(last)} iterations")
+
     def preset_layers(self, name: str) -> list[tuple[str, int, int]]:
         """(layer, out features N, in features K) of one transformer block + the LM head."""
         cfg = load_preset(name)["config"]
@@ -707,6 +788,12 @@ def summarise(rows: list[dict], env: dict, budget: Budget, args) -> dict:
                 f"{r['dtype']} {r['backend']} {r['shape']}"] = num(r, "ns_per_param")
         if r["kind"] == "launch":
             summary[f"launch_{r['case']}_us"] = num(r, "us_per_launch")
+        if r["kind"] == "sustained":
+            summary[f"sustained_{r['dtype']}_tflops"] = num(r, "tflops")
+            peak = (env.get("table_peaks") or {}).get(f"{r['dtype']}_tflops")
+            if peak:
+                summary[f"sustained_{r['dtype']}_fraction_of_table_peak"] = \
+                    num(r, "tflops") / float(peak)
     return summary
 
 
@@ -719,9 +806,12 @@ def main(argv=None) -> int:
                     help="wall-clock budget; cases after it are recorded as skipped")
     ap.add_argument("--out", default=None, help="output folder (default $OUT or /tmp/fmest_gpu_out)")
     ap.add_argument("--presets", nargs="+", default=list(DEFAULT_PRESETS))
-    ap.add_argument("--kinds", nargs="+", default=["launch", "hbm", "mamf", "gemm", "align",
-                                                   "attention", "adamw"],
-                    choices=["launch", "hbm", "mamf", "gemm", "align", "attention", "adamw"])
+    ap.add_argument("--kinds", nargs="+", default=["launch", "hbm", "mamf", "sustained", "gemm",
+                                                   "align", "attention", "adamw"],
+                    choices=["launch", "hbm", "mamf", "sustained", "gemm", "align", "attention",
+                             "adamw"])
+    ap.add_argument("--sustained-s", type=float, default=4.0,
+                    help="seconds of back-to-back GEMMs per dtype in the sustained case")
     ap.add_argument("--warmup", type=int, default=None, help="default 3 (--tiny: 1)")
     ap.add_argument("--repeats", type=int, default=None, help="default 20 (--tiny: 3)")
     ap.add_argument("--case-cap-s", type=float, default=None,
