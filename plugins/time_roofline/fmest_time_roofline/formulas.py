@@ -461,7 +461,9 @@ FOREACH_OPTIMIZER_PASS_FACTOR = 3.0
 ADAMW_BANDWIDTH_FRACTION = {"fused_fp32": 0.723, "fused_bf16": 0.569,
                             "foreach_fp32": 0.806, "foreach_bf16": 0.671}
 #: the optimizer names (fmest's catalogue, core default_plugins/optimizers.py) that run
-#: torch.optim.AdamW's kernels
+#: torch.optim.AdamW's kernels. The catalogue's ``adamw`` also answers for apex's and
+#: DeepSpeed's fused Adam (its aliases): multi-tensor kernels doing the same fp32 per-element
+#: update, given torch's measured figure as the nearest one (none of their own was found)
 TORCH_ADAMW_OPTIMIZERS = frozenset({"adamw", "adamw_torch_fused"})
 
 
