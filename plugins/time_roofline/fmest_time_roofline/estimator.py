@@ -1044,8 +1044,11 @@ def optimizer_and_offload_seconds(job, model, shape: StepShape, transforms: Tran
             master_bytes=sizing.master_bytes, impl=sizing.impl)
         # at the bandwidth the optimizer's kernels reach (torch AdamW: measured; others: the
         # streaming HBM efficiency)
-        opt_t = opt_params * per_param / (rates.hbm_bytes_per_s * F.optimizer_bandwidth_fraction(
-            optimizer_name, sizing.impl, sizing.trainable_bytes, sizing.master_bytes))
+        opt_t = F.memory_bound_seconds(
+            opt_params * per_param, rates.hbm_bytes_per_s,
+            efficiency=F.optimizer_bandwidth_fraction(optimizer_name, sizing.impl,
+                                                      sizing.trainable_bytes,
+                                                      sizing.master_bytes))
     if training.activation_offload:
         acts = _activation_bytes(memory, model, shape.tokens, shape.stage_layers,
                                  shape.act_bytes) if shape.recompute_share < 1.0 else 0.0

@@ -1278,12 +1278,13 @@ def optimizer_update_bytes_per_param(*, states: float, state_bytes: float, param
 
 
 def memory_bound_seconds(bytes_moved: float, hbm_bytes_per_s: float, *,
-                         compiled: bool = False) -> float:
-    """Time of memory-bound work at ``HBM_EFFICIENCY`` of peak bandwidth (HN §4).
+                         compiled: bool = False, efficiency: Optional[float] = None) -> float:
+    """Time of memory-bound work at ``HBM_EFFICIENCY`` of peak bandwidth (HN §4), or at a
+    kernel's own measured ``efficiency`` (``optimizer_bandwidth_fraction``).
     ``compiled`` is accepted for callers and changes nothing: torch.compile enters through the
     bytes (``COMPILED_FWD/BWD_BYTES_PER_ELEMENT``), not through a divisor."""
     del compiled
-    return bytes_moved / (hbm_bytes_per_s * HBM_EFFICIENCY)
+    return bytes_moved / (hbm_bytes_per_s * (efficiency or HBM_EFFICIENCY))
 
 
 # ---------------------------------------------------------------------------------------------
