@@ -37,7 +37,9 @@ class _Count(TorchDispatchMode):
 
 
 class _FusedNorm(torch.autograd.Function):
-    """RMSNorm as one kernel forward, one kernel and a weight-gradient ``sum`` backward."""
+    """RMSNorm as one kernel forward, one kernel and a weight-gradient ``sum`` backward. It
+    saves its input as Liger's RMSNorm does (the saved tensor is part of what checkpointing
+    replays, so it changes the count), though the stand-in's backward does not read it."""
 
     @staticmethod
     def forward(ctx, x, weight):
