@@ -43,12 +43,12 @@ class _FusedNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight):
-        ctx.save_for_backward(weight)
+        ctx.save_for_backward(x, weight)
         return torch.mul(x, weight)
 
     @staticmethod
     def backward(ctx, grad):
-        (weight,) = ctx.saved_tensors
+        _, weight = ctx.saved_tensors
         return torch.mul(grad, weight), torch.sum(grad, dim=tuple(range(grad.dim() - 1)))
 
 
