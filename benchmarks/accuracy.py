@@ -54,6 +54,7 @@ activations"; throughput "6 N tokens at 40 % of the dtype's dense peak" (functio
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import re
@@ -376,11 +377,22 @@ def pct_error(row: dict, predicted: float, measured_value: float) -> float:
     return (predicted / measured_value - 1.0) * 100.0
 
 
+@functools.lru_cache(maxsize=1)
+def _stack_registry():
+    """The installed stacks (names and aliases) a job's ``training.stack`` may name."""
+    return _engine().registries.stacks
+
+
 def _job_with_known_stack(job_from_dict, job_dict: dict):
     """The job; a stack name fmest does not accept is dropped (the row keeps its stack for
     the breakdown) rather than failing the row."""
     from fmest.errors import InputError
 
+    stack = job_dict.get("training", {}).get("stack")
+    if stack and _stack_registry().canonical(stack) is None:
+        # checked here too: the engine resolves the stack only when it estimates
+        training = {k: v for k, v in job_dict["training"].items() if k != "stack"}
+        job_dict = {**job_dict, "training": training}
     try:
         return job_from_dict(job_dict)
     except InputError as exc:

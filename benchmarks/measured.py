@@ -68,10 +68,12 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    attention projection (Falcon, GPT-NeoX) q/k/v name ``query_key_value`` and o names ``dense``
    (PEFT's default for them is ``query_key_value``); on Phi-3 q/k/v name ``qkv_proj`` and gate/up
    ``gate_up_proj``. ``targets=`` is read wherever it stands in ``other`` (also inside a
-   ``lora r=.. targets=..`` part). Presets that restate a remote-code model
-   (``upstream_config``) take its module names: Qwen (v1) ``c_attn`` -> q/k/v, ``c_proj`` ->
-   o_proj and down_proj (PEFT matches the name suffix: ``attn.c_proj`` and ``mlp.c_proj``),
-   ``w1``/``w2`` -> up/gate; ChatGLM ``query_key_value`` -> q/k/v, ``dense`` -> o,
+   ``lora r=.. targets=..`` part). ``targets=DEFAULT`` on an ms-swift row is ms-swift 1.x's
+   default, the model's q/k/v projection(s) (``MS_SWIFT_DEFAULT_TARGETS``: Qwen v1 ``c_attn``,
+   ChatGLM ``query_key_value``, Baichuan ``W_pack``, Llama-style q/k/v). Qwen (v1) presets are
+   built from the model's own modules (``c_attn`` fused q/k/v, ``c_proj``: PEFT matches the name
+   suffix, ``attn.c_proj`` and ``mlp.c_proj``; ``w1``, ``w2``). Presets that restate a
+   remote-code model (``upstream_config``) take its module names: ChatGLM ``query_key_value`` -> q/k/v, ``dense`` -> o,
    ``dense_h_to_4h`` -> gate/up, ``dense_4h_to_h`` -> down; Baichuan ``W_pack`` -> q/k/v. A
    short name X that is no module of the model names ``X_proj`` (Answer.AI's ``q,k,v,up,down,
    gate``); names the model lacks are dropped when others match (PEFT adapts the matching
@@ -273,12 +275,10 @@ _FUSED_NAMES = {
     "phi3": {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
              "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj"},
 }
-#: Module names of remote-code models restated as Qwen2/Llama presets (rule 4), keyed by the
-#: preset's ``upstream_config.model_type`` (modeling_qwen.py, modeling_chatglm.py,
-#: modeling_baichuan.py).
+#: Module names of remote-code models restated as Llama-style presets (rule 4), keyed by the
+#: preset's ``upstream_config.model_type`` (modeling_chatglm.py, modeling_baichuan.py). Qwen v1
+#: is built from its own config (``fmest.models.hf._qwen1``): its names are the preset's.
 _UPSTREAM_NAMES = {
-    "qwen": {"c_attn": ("q_proj", "k_proj", "v_proj"), "c_proj": ("o_proj", "down_proj"),
-             "w1": ("up_proj",), "w2": ("gate_proj",)},
     "chatglm": {"query_key_value": ("q_proj", "k_proj", "v_proj"), "dense": ("o_proj",),
                 "dense_h_to_4h": ("gate_proj", "up_proj"), "dense_4h_to_h": ("down_proj",)},
     "baichuan": {"W_pack": ("q_proj", "k_proj", "v_proj")},
@@ -784,6 +784,30 @@ def _mlp_names(model: str) -> list:
     return [n for n in _MLP_LINEARS if n in known]
 
 
+#: ms-swift 1.x's ``--lora_target_modules DEFAULT`` (its default): ``get_default_lora_target_modules``
+#: reads the model's registered ``LoRATM`` entry, the attention's q/k/v projection(s) (modelscope/
+#: ms-swift @46922151e06cdfc110882e182757674f12352f2c, the benchmark doc's commit:
+#: swift/llm/utils/model.py ``LoRATM`` lines 366-372 -- ``qwen = ['c_attn']``, ``chatglm =
+#: ['query_key_value']``, ``baichuan = ['W_pack']``, ``llama2 = ['q_proj', 'k_proj', 'v_proj']``
+#: --, and the registrations of qwen_*_chat (LoRATM.qwen), chatglm3_6b, baichuan2_*_chat,
+#: yi_*_chat and openbuddy_zephyr_7b_chat (LoRATM.llama2); argument.py
+#: ``_prepare_target_modules``), keyed by the preset's (upstream) model type.
+MS_SWIFT_DEFAULT_TARGETS = {"qwen": ("c_attn",), "chatglm": ("query_key_value",),
+                            "baichuan": ("W_pack",)}
+MS_SWIFT_DEFAULT_LLAMA2 = ("q_proj", "k_proj", "v_proj")
+
+
+def _ms_swift_default_targets(model: str) -> tuple[str, ...]:
+    """Rule 4: the modules ms-swift 1.x's ``DEFAULT`` LoRA targets adapt on ``model``."""
+    from fmest.models.presets import find_preset, preset_data
+
+    if not find_preset(model):
+        return MS_SWIFT_DEFAULT_LLAMA2
+    d = preset_data(model)
+    mt = (d.get("upstream_config") or d.get("config") or {}).get("model_type", "")
+    return MS_SWIFT_DEFAULT_TARGETS.get(mt, MS_SWIFT_DEFAULT_LLAMA2)
+
+
 def _upstream_names(model: str) -> dict:
     """Rule 4: a restated remote-code preset's module names -> the preset's names."""
     from fmest.models.presets import find_preset, preset_data
@@ -1073,6 +1097,8 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         inline = re.search(r"\btargets=([\w.+|,-]+)", other)
         targets = kv.get("targets") or kv.get("lora_targets") or (
             inline.group(1) if inline else "")
+        if stack == "ms-swift" and targets.strip().lower() == "default":
+            targets = "+".join(_ms_swift_default_targets(model))   # rule 4: ms-swift DEFAULT
         if targets and "all" not in targets.lower() and targets.lower() != "default":
             names = [_LITGPT_NAMES.get(t.strip(), t.strip())
                      for t in re.split(r"[+,| ]", targets.split(" (")[0]) if t.strip()]
@@ -1085,7 +1111,14 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
             training["lora_target_modules"] = _present(model, names)
         elif stack == "unsloth" or "all linear" in low or "all-linear" in low \
                 or row["id"].startswith("dev-unsloth") or "all" in targets.lower():
-            training["lora_target_modules"] = list(_ALL_LINEAR)
+            # a model without the Llama names (Qwen v1's c_attn/c_proj/w1/w2): PEFT's
+            # "all-linear", every linear but the output head
+            from fmest.models.presets import find_preset, load_preset
+
+            training["lora_target_modules"] = list(_ALL_LINEAR) \
+                if not find_preset(model) or set(_ALL_LINEAR) <= set(
+                    load_preset(model).linear_names()) \
+                else ["all-linear"]
         elif stack == "torchtune":
             training["lora_target_modules"] = list(_TORCHTUNE_LORA_TARGETS)
         elif _fused_names(model, model_config):

@@ -203,8 +203,8 @@ def test_gptq_dequant_traffic_per_micro_batch(engine, rows):
 def test_gptq_keeps_the_recomputed_layers_unpacked_weights(engine, rows):
     """Memory: the recomputed layer's unpacked 16-bit weights (one Qwen-7B layer: 202,375,168
     weights x 2 bytes, fp16 run) and the int32 + int8 unpacking buffers of the largest
-    quantized weight (4096 x 11008 x 5 bytes) replace bitsandbytes' one dequantized weight
-    (4096 x 11008 x 2) in the backward working set of a layer."""
+    quantized weight (Qwen v1's fused c_attn, 4096 x 12288 x 5 bytes) replace bitsandbytes' one
+    dequantized weight (4096 x 12288 x 2) in the backward working set of a layer."""
     from fmest_memory_theory import estimator as E
 
     job, _ = measured.row_to_job(rows["r1-qwen-7b-q-lora-l8192-mem"])
@@ -218,5 +218,5 @@ def test_gptq_keeps_the_recomputed_layers_unpacked_weights(engine, rows):
         state = E.model_state_terms(setup, params)
         buffers = E.framework_buffer_terms(setup, params, state, stage)
         work[method] = E.activation_terms(setup, params, state, buffers, stage).work_layer
-    extra = 202_375_168 * 2 + 4096 * 11008 * (5 - 2)
+    extra = 202_375_168 * 2 + 4096 * 12288 * (5 - 2)
     assert work["gptq"] - work["bnb"] == pytest.approx(extra, rel=1e-9)

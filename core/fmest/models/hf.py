@@ -29,7 +29,7 @@ SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2",
     "gemma3_text", "gemma3", "phi3", "granite", "granitemoe", "falcon", "gpt2", "bloom", "opt",
     "deepseek_v2", "deepseek_v3", "mpt", "gpt_bigcode", "qwen3_moe", "phi", "gpt_neox",
-    "stablelm", "gpt_oss", "olmo2", "smollm3", "llama4_text", "nemotron",
+    "stablelm", "gpt_oss", "olmo2", "smollm3", "llama4_text", "nemotron", "qwen",
     *ENCODER_DECODER_TYPES,
     *VISION_TYPES,
 )
@@ -569,6 +569,40 @@ def _gpt2(c: _Cfg, b: _Builder) -> dict:
                 dropout=_dropout(c, "resid_pdrop", "embd_pdrop", "attn_pdrop"))
 
 
+def _qwen1(c: _Cfg, b: _Builder) -> dict:
+    """Qwen (v1: Qwen-1.8B/7B/14B/72B, remote code ``QWenLMHeadModel``, model_type ``qwen``),
+    module by module as its ``modeling_qwen.py`` builds them (Qwen/Qwen-7B on the Hub; the same
+    file in Qwen-1_8B/14B/72B): ``QWenAttention`` projects q, k and v with ONE fused
+    ``c_attn = nn.Linear(hidden, 3 * kv_channels * heads)`` (bias on) and back with ``c_proj``
+    (bias ``not no_bias``); ``QWenMLP`` runs ``w1`` and ``w2`` (hidden -> intermediate_size // 2
+    each) and ``c_proj`` back, ``a1 * F.silu(a2)`` (``w2`` is the gate); RMSNorm ``ln_1``/``ln_2``
+    per block and ``ln_f``; ``wte`` and an untied ``lm_head``. LoRA ``target_modules`` match these
+    names: QwenLM/Qwen finetune.py's default ``["c_attn", "c_proj", "w1", "w2"]``
+    (QwenLM/Qwen @2df8e8ac450fa185c421a08b0090ef81826caa6e finetune.py line 59) adapts the fused
+    q/k/v projection as one linear, and ``c_proj`` matches both the attention and the MLP
+    output projections."""
+    h = c.int("hidden_size")
+    L = c.int("num_hidden_layers")
+    nh = c.int("num_attention_heads")
+    hd = c.int("kv_channels", default=h // nh)
+    inter = c.int("intermediate_size") // 2
+    V = c.int("vocab_size")
+    bias = not c.bool("no_bias", True)
+    tie = c.bool("tie_word_embeddings", False)
+    b.lin("c_attn", h, 3 * nh * hd, bias=True, layers=L, kind="attention")
+    b.lin("c_proj", nh * hd, h, bias=bias, layers=L, kind="attention")
+    b.lin("w1", h, inter, bias=bias, layers=L, kind="mlp")
+    b.lin("w2", h, inter, bias=bias, layers=L, kind="mlp")
+    b.lin("c_proj", inter, h, bias=bias, layers=L, kind="mlp")
+    b.grp("layer_norms", 2 * h * L, "norm")
+    b.grp("ln_f", h, "norm")
+    b.embed_and_head(V, h, tie, emb_name="wte")
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nh,
+                head_dim=hd, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
+                gated_mlp=True, max_position_embeddings=c.int("seq_length", default=8192),
+                dropout=_dropout(c, "attn_dropout_prob", "emb_dropout_prob"))
+
+
 def _bloom(c: _Cfg, b: _Builder) -> dict:
     h = c.int("hidden_size", "n_embed")
     L = c.int("n_layer", "num_hidden_layers")
@@ -783,6 +817,7 @@ _BUILDERS = {
     "deepseek_v3": (_deepseek, 4096),
     "falcon": (lambda mt, c, b, w: _falcon(c, b, w), 2048),
     "gpt2": (lambda mt, c, b, w: _gpt2(c, b), 1024),
+    "qwen": (lambda mt, c, b, w: _qwen1(c, b), 8192),
     "nemotron": (lambda mt, c, b, w: _nemotron(c, b), 4096),
     "bloom": (lambda mt, c, b, w: _bloom(c, b), 2048),
     "opt": (lambda mt, c, b, w: _opt(c, b), 2048),

@@ -141,11 +141,26 @@ def _unknown(name: str) -> UnknownNameError:
         value=name, accepted=near)
 
 
+#: ``upstream_config`` model types a preset is built from (remote code with an exact builder in
+#: :mod:`fmest.models.hf`): Qwen v1 (``qwen``), whose fused ``c_attn`` is one LoRA target.
+UPSTREAM_BUILT = ("qwen",)
+#: The key of a spec's ``hf_config`` that holds the preset's restatement in a transformers
+#: model type (``config``): what the traced runner instantiates for a remote-code model.
+RESTATED_KEY = "_restated_config"
+
+
 @functools.lru_cache(maxsize=None)
 def _load(canon: str) -> ModelSpec:
     d = _raw_presets()[canon]
     src = f"preset {Path(d['_path']).name} (from {d.get('source', '?')}, retrieved " \
           f"{d.get('retrieved', '?')})"
+    upstream = d.get("upstream_config")
+    if isinstance(upstream, dict) and upstream.get("model_type") in UPSTREAM_BUILT:
+        # a remote-code model fmest builds module by module from its own config (its LoRA
+        # target names are the upstream ones); the restatement in transformers' keys stays
+        # beside it for tools that instantiate the model (``RESTATED_KEY``)
+        return spec_from_hf_config(dict(upstream, **{RESTATED_KEY: d["config"]}), name=canon,
+                                   source=src)
     return spec_from_hf_config(d["config"], name=canon, source=src)
 
 

@@ -67,6 +67,35 @@ def _weight_dtypes(training: Training, precision: str) -> tuple[str, Optional[st
     return training.dtype, None  # master: dtype weights/grads + fp32 master copy and states
 
 
+#: LoRA target names of a remote-code model -> the names of its restatement's modules (the
+#: transformers model the runner instantiates instead): Qwen v1's fused ``c_attn`` becomes
+#: Qwen2's q/k/v projections (three adapters where the real model has one: the traced memory
+#: of a ``c_attn`` adapter counts three rank-r inputs instead of one), its attention and MLP
+#: ``c_proj`` o/down, ``w1`` up and ``w2`` the gate (``a1 * F.silu(a2)``).
+RESTATED_TARGETS = {"qwen": {"c_attn": ("q_proj", "k_proj", "v_proj"),
+                             "c_proj": ("o_proj", "down_proj"), "w1": ("up_proj",),
+                             "w2": ("gate_proj",)}}
+
+
+def _instantiable(spec: ModelSpec, targets: tuple) -> tuple[dict, tuple]:
+    """``(hf_config, LoRA targets)`` the runner can build: the spec's own config, or for a
+    remote-code preset built from its upstream config (``fmest.models.presets.RESTATED_KEY``)
+    the restatement in a transformers model type, with the targets renamed to its modules."""
+    from fmest.models.presets import RESTATED_KEY
+
+    cfg = dict(spec.hf_config)
+    restated = cfg.pop(RESTATED_KEY, None)
+    if not isinstance(restated, dict):
+        return cfg, targets
+    names = RESTATED_TARGETS.get(str(cfg.get("model_type")), {})
+    mapped: list[str] = []
+    for t in targets:
+        for n in names.get(t, (t,)):
+            if n not in mapped:
+                mapped.append(n)
+    return dict(restated), tuple(mapped)
+
+
 def run_spec_from_job(job: Job, spec: ModelSpec, *, optimizer_name: Optional[str] = None,
                       device: str = "fake", sharding: Optional[ShardingStrategy] = None,
                       fsdp_world_size: int = 1, precision: Optional[str] = None,
@@ -86,13 +115,15 @@ def run_spec_from_job(job: Job, spec: ModelSpec, *, optimizer_name: Optional[str
     attention = tr.attention
     if spec.eager_only and attention == "sdpa":
         attention = "eager"
+    targets = tuple(tr.lora_target_modules) or (
+        default_lora_targets(spec) if tr.technique in LORA_TECHNIQUES else ())
+    hf_config, targets = _instantiable(spec, targets)
     return RunSpec(
-        hf_config=dict(spec.hf_config), model_name=spec.name, param_dtype=param_dtype,
+        hf_config=hf_config, model_name=spec.name, param_dtype=param_dtype,
         autocast_dtype=autocast, precision=precision, technique=tr.technique,
         lora_rank=tr.lora_rank, lora_alpha=tr.lora_alpha,
         # empty = PEFT's default for the model type (a job that skipped Engine.resolve_job)
-        lora_targets=tuple(tr.lora_target_modules) or (
-            default_lora_targets(spec) if tr.technique in LORA_TECHNIQUES else ()),
+        lora_targets=targets,
         quantization_bits=tr.quantization_bits,
         double_quantization=tr.double_quantization,
         gradient_checkpointing=tr.activation_checkpointing == "full", attention=attention,
