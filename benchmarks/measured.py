@@ -70,11 +70,12 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    ``gate_up_proj``. ``targets=`` is read wherever it stands in ``other`` (also inside a
    ``lora r=.. targets=..`` part). ``targets=DEFAULT`` on an ms-swift row is ms-swift 1.x's
    default, the model's q/k/v projection(s) (``MS_SWIFT_DEFAULT_TARGETS``: Qwen v1 ``c_attn``,
-   ChatGLM ``query_key_value``, Baichuan ``W_pack``, Llama-style q/k/v). Qwen (v1) presets are
-   built from the model's own modules (``c_attn`` fused q/k/v, ``c_proj``: PEFT matches the name
-   suffix, ``attn.c_proj`` and ``mlp.c_proj``; ``w1``, ``w2``). Presets that restate a
-   remote-code model (``upstream_config``) take its module names: ChatGLM ``query_key_value`` -> q/k/v, ``dense`` -> o,
-   ``dense_h_to_4h`` -> gate/up, ``dense_4h_to_h`` -> down; Baichuan ``W_pack`` -> q/k/v. A
+   ChatGLM ``query_key_value``, Baichuan ``W_pack``, Llama-style q/k/v). The remote-code
+   presets (Qwen v1, ChatGLM2/3, Baichuan2) are built from the models' own modules
+   (``fmest.models.presets.UPSTREAM_BUILT``), so their targets keep the upstream names: Qwen
+   ``c_attn`` (fused q/k/v), ``c_proj`` (PEFT matches the name suffix: ``attn.c_proj`` and
+   ``mlp.c_proj``), ``w1``, ``w2``; ChatGLM ``query_key_value``, ``dense``, ``dense_h_to_4h``,
+   ``dense_4h_to_h``; Baichuan ``W_pack``. A
    short name X that is no module of the model names ``X_proj`` (Answer.AI's ``q,k,v,up,down,
    gate``); names the model lacks are dropped when others match (PEFT adapts the matching
    modules and fails only when none matches: ``BaseTuner.inject_adapter``). QLoRA: ``quantization=bnb.nf4`` (Lit-GPT's name for NF4 without double
@@ -274,14 +275,6 @@ _FUSED_NAMES = {
        for t in ("falcon", "gpt_neox", "RefinedWeb", "RefinedWebModel")},
     "phi3": {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
              "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj"},
-}
-#: Module names of remote-code models restated as Llama-style presets (rule 4), keyed by the
-#: preset's ``upstream_config.model_type`` (modeling_chatglm.py, modeling_baichuan.py). Qwen v1
-#: is built from its own config (``fmest.models.hf._qwen1``): its names are the preset's.
-_UPSTREAM_NAMES = {
-    "chatglm": {"query_key_value": ("q_proj", "k_proj", "v_proj"), "dense": ("o_proj",),
-                "dense_h_to_4h": ("gate_proj", "up_proj"), "dense_4h_to_h": ("down_proj",)},
-    "baichuan": {"W_pack": ("q_proj", "k_proj", "v_proj")},
 }
 #: GPT-3 shapes (Brown et al. 2020, Table 2.1): name -> (layers, d_model, heads).
 GPT3_SHAPES = {"175B": (96, 12288, 96), "13B": (40, 5140, 40), "6.7B": (32, 4096, 32),
@@ -808,15 +801,6 @@ def _ms_swift_default_targets(model: str) -> tuple[str, ...]:
     return MS_SWIFT_DEFAULT_TARGETS.get(mt, MS_SWIFT_DEFAULT_LLAMA2)
 
 
-def _upstream_names(model: str) -> dict:
-    """Rule 4: a restated remote-code preset's module names -> the preset's names."""
-    from fmest.models.presets import find_preset, preset_data
-
-    if not find_preset(model):
-        return {}
-    upstream = preset_data(model).get("upstream_config") or {}
-    return _UPSTREAM_NAMES.get(upstream.get("model_type", ""), {})
-
 
 @functools.lru_cache(maxsize=None)
 def _gpu_names() -> dict[str, str]:
@@ -1102,8 +1086,7 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         if targets and "all" not in targets.lower() and targets.lower() != "default":
             names = [_LITGPT_NAMES.get(t.strip(), t.strip())
                      for t in re.split(r"[+,| ]", targets.split(" (")[0]) if t.strip()]
-            upstream = _upstream_names(model)
-            names = list(dict.fromkeys(n for t in names for n in upstream.get(t, (t,))))
+            names = list(dict.fromkeys(names))
             fused = _fused_names(model, model_config)
             names = sorted({fused.get(n, n) for n in names}) if fused else names
             if "mlp" in names:

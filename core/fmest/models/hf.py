@@ -29,7 +29,8 @@ SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2",
     "gemma3_text", "gemma3", "phi3", "granite", "granitemoe", "falcon", "gpt2", "bloom", "opt",
     "deepseek_v2", "deepseek_v3", "mpt", "gpt_bigcode", "qwen3_moe", "phi", "gpt_neox",
-    "stablelm", "gpt_oss", "olmo2", "smollm3", "llama4_text", "nemotron", "qwen",
+    "stablelm", "gpt_oss", "olmo2", "smollm3", "llama4_text", "nemotron", "qwen", "chatglm",
+    "baichuan",
     *ENCODER_DECODER_TYPES,
     *VISION_TYPES,
 )
@@ -603,6 +604,65 @@ def _qwen1(c: _Cfg, b: _Builder) -> dict:
                 dropout=_dropout(c, "attn_dropout_prob", "emb_dropout_prob"))
 
 
+def _chatglm(c: _Cfg, b: _Builder) -> dict:
+    """ChatGLM2/3 (remote code ``ChatGLMForConditionalGeneration``, model_type ``chatglm``),
+    module by module as THUDM's ``modeling_chatglm.py`` builds them: ``SelfAttention`` projects
+    q and the ``multi_query_group_num`` key/value groups with ONE fused ``query_key_value``
+    (hidden -> (heads + 2 x groups) x kv_channels, bias ``add_bias_linear or add_qkv_bias``) and
+    back with ``dense``; the ``MLP`` runs ``dense_h_to_4h`` (hidden -> 2 x ffn_hidden_size,
+    ``swiglu``: ``silu(x[0]) * x[1]`` of its two halves) and ``dense_4h_to_h``; RMSNorm
+    ``input_layernorm``/``post_attention_layernorm`` per block and ``final_layernorm`` (LayerNorm
+    when ``rmsnorm`` is false); ``word_embeddings`` and an untied ``output_layer``. PEFT's
+    default LoRA target is ``query_key_value`` (one adapter over the fused projection)."""
+    h = c.int("hidden_size")
+    L = c.int("num_layers", "num_hidden_layers")
+    nh = c.int("num_attention_heads")
+    hd = c.int("kv_channels", default=h // nh)
+    groups = c.int("multi_query_group_num", default=nh) \
+        if c.bool("multi_query_attention", False) else nh
+    ffn = c.int("ffn_hidden_size")
+    V = c.int("padded_vocab_size", "vocab_size")
+    bias = c.bool("add_bias_linear", False)
+    tie = c.bool("tie_word_embeddings", False)
+    b.lin("query_key_value", h, (nh + 2 * groups) * hd,
+          bias=bias or c.bool("add_qkv_bias", False), layers=L, kind="attention")
+    b.lin("dense", nh * hd, h, bias=bias, layers=L, kind="attention")
+    b.lin("dense_h_to_4h", h, 2 * ffn, bias=bias, layers=L, kind="mlp")
+    b.lin("dense_4h_to_h", ffn, h, bias=bias, layers=L, kind="mlp")
+    norm = h if c.bool("rmsnorm", True) else 2 * h
+    b.grp("layer_norms", 2 * norm * L, "norm")
+    b.grp("final_layernorm", norm, "norm")
+    b.embed_and_head(V, h, tie, head_name="output_layer", emb_name="word_embeddings")
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=groups,
+                head_dim=hd, intermediate_size=ffn, vocab_size=V, tie_word_embeddings=tie,
+                gated_mlp=True, max_position_embeddings=c.int("seq_length", default=8192),
+                dropout=_dropout(c, "attention_dropout", "hidden_dropout"))
+
+
+def _baichuan(c: _Cfg, b: _Builder) -> dict:
+    """Baichuan / Baichuan2 (remote code ``BaichuanForCausalLM``, model_type ``baichuan``), as
+    its ``modeling_baichuan.py`` builds them: a Llama decoder whose q, k and v are ONE fused
+    ``W_pack`` (hidden -> 3 x hidden, no bias), ``o_proj``, ``gate_proj``/``up_proj``/
+    ``down_proj``, RMSNorm, ``embed_tokens`` and an untied ``lm_head`` (Baichuan2's
+    ``NormHead``: the same weight shape). The 7B uses RoPE, the 13B ALiBi (no parameters)."""
+    h = c.int("hidden_size")
+    L = c.int("num_hidden_layers")
+    nh = c.int("num_attention_heads")
+    inter = c.int("intermediate_size")
+    V = c.int("vocab_size")
+    tie = c.bool("tie_word_embeddings", False)
+    b.lin("W_pack", h, 3 * h, layers=L, kind="attention")
+    b.lin("o_proj", h, h, layers=L, kind="attention")
+    b.gated_mlp(h, inter, L)
+    b.norms_embed_head(h, L, 2 * h, V, tie)
+    return dict(hidden_size=h, num_layers=L, num_attention_heads=nh, num_kv_heads=nh,
+                head_dim=h // nh, intermediate_size=inter, vocab_size=V, tie_word_embeddings=tie,
+                gated_mlp=True,
+                max_position_embeddings=c.int("model_max_length", "max_position_embeddings",
+                                              default=4096),
+                dropout=0.0)
+
+
 def _bloom(c: _Cfg, b: _Builder) -> dict:
     h = c.int("hidden_size", "n_embed")
     L = c.int("n_layer", "num_hidden_layers")
@@ -818,6 +878,8 @@ _BUILDERS = {
     "falcon": (lambda mt, c, b, w: _falcon(c, b, w), 2048),
     "gpt2": (lambda mt, c, b, w: _gpt2(c, b), 1024),
     "qwen": (lambda mt, c, b, w: _qwen1(c, b), 8192),
+    "chatglm": (lambda mt, c, b, w: _chatglm(c, b), 8192),
+    "baichuan": (lambda mt, c, b, w: _baichuan(c, b), 4096),
     "nemotron": (lambda mt, c, b, w: _nemotron(c, b), 4096),
     "bloom": (lambda mt, c, b, w: _bloom(c, b), 2048),
     "opt": (lambda mt, c, b, w: _opt(c, b), 2048),

@@ -142,8 +142,10 @@ def _unknown(name: str) -> UnknownNameError:
 
 
 #: ``upstream_config`` model types a preset is built from (remote code with an exact builder in
-#: :mod:`fmest.models.hf`): Qwen v1 (``qwen``), whose fused ``c_attn`` is one LoRA target.
-UPSTREAM_BUILT = ("qwen",)
+#: :mod:`fmest.models.hf`): Qwen v1 (``qwen``), ChatGLM2/3 (``chatglm``) and Baichuan/Baichuan2
+#: (``baichuan``), whose fused q/k/v projections (``c_attn``, ``query_key_value``, ``W_pack``)
+#: are one LoRA target each.
+UPSTREAM_BUILT = ("qwen", "chatglm", "baichuan")
 #: The key of a spec's ``hf_config`` that holds the preset's restatement in a transformers
 #: model type (``config``): what the traced runner instantiates for a remote-code model.
 RESTATED_KEY = "_restated_config"
