@@ -73,15 +73,14 @@ def _weight_dtypes(training: Training, precision: str) -> tuple[str, Optional[st
 #: of a ``c_attn`` adapter counts three rank-r inputs instead of one), its attention and MLP
 #: ``c_proj`` o/down, ``w1`` up and ``w2`` the gate (``a1 * F.silu(a2)``); likewise ChatGLM's
 #: and Baichuan's fused projections.
-RESTATED_TARGETS = {"qwen": {"c_attn": ("q_proj", "k_proj", "v_proj"),
-                             "c_proj": ("o_proj", "down_proj"), "w1": ("up_proj",),
-                             "w2": ("gate_proj",)},
-                    # ChatGLM: fused q/k/v, ``dense`` out, fused gate/up, down
-                    "chatglm": {"query_key_value": ("q_proj", "k_proj", "v_proj"),
-                                "dense": ("o_proj",), "dense_h_to_4h": ("gate_proj", "up_proj"),
-                                "dense_4h_to_h": ("down_proj",)},
-                    # Baichuan: fused q/k/v; the rest keeps Llama's names
-                    "baichuan": {"W_pack": ("q_proj", "k_proj", "v_proj")}}
+RESTATED_TARGETS: dict[str, dict[str, tuple[str, ...]]] = {
+    "qwen": {"c_attn": ("q_proj", "k_proj", "v_proj"), "c_proj": ("o_proj", "down_proj"),
+             "w1": ("up_proj",), "w2": ("gate_proj",)},
+    # ChatGLM: fused q/k/v, ``dense`` out, fused gate/up, down
+    "chatglm": {"query_key_value": ("q_proj", "k_proj", "v_proj"), "dense": ("o_proj",),
+                "dense_h_to_4h": ("gate_proj", "up_proj"), "dense_4h_to_h": ("down_proj",)},
+    # Baichuan: fused q/k/v; the rest keeps Llama's names
+    "baichuan": {"W_pack": ("q_proj", "k_proj", "v_proj")}}
 
 
 def _instantiable(spec: ModelSpec, targets: tuple) -> tuple[dict, tuple]:
