@@ -9,7 +9,9 @@ A residual is the ratio true / predicted of one scored row of ``benchmarks/data/
 (memory: measured / predicted in the row's own counter; time: measured step time / predicted, a
 rate row read as its step time), taken from ``benchmarks/accuracy.py``'s leave-one-source-out
 answers (its fitted constants refit without the row's source). Quantiles are taken in log space
-with every source weighing the same, per group and for all rows. The groups are what the
+with every source *family* weighing the same (``benchmarks/source_families.py``: the documents
+of one publisher and harness), per group and for all rows; "out of source" below holds out a
+source's whole family, and a group's source minimum counts families. The groups are what the
 residuals depend on (:data:`ANSWER_GROUPS`, :func:`row_groups`): memory by the counter the row
 was read in (``counter:allocated``: tensors only; ``counter:peak``: reserved, nvidia-smi or an
 unnamed counter, which see the allocator's cache; a memory answer is the device peak and takes
@@ -56,6 +58,7 @@ import accuracy  # noqa: E402
 import fitting  # noqa: E402
 import measured  # noqa: E402
 import sealed as sealed_draw  # noqa: E402  (benchmarks/sealed.py)
+from source_families import family  # noqa: E402  (benchmarks/source_families.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "core" / "fmest" / "data" / "uncertainty.json"
@@ -133,6 +136,7 @@ def residuals(results: list[dict], analysis: dict) -> dict[str, list[dict]]:
             # is compared as a rate): memory true/pred = 1/(1+e); step time true/pred = 1+e
             ratio = 1.0 / (1.0 + e) if quantity == "memory" else 1.0 + e
             out[quantity].append({"id": rid, "ratio": ratio, "source": r["source"],
+                                  "family": family(r["source"]),
                                   "group": r["stack"] or "unknown",
                                   "keys": row_groups(quantity, r)})
     return out
@@ -163,7 +167,7 @@ def table(entries: list[dict], exclude: Optional[str] = None, tail: float = 0.10
     for one source to spare (:data:`SHIPPED_MIN_SOURCES`): a group with exactly
     :data:`MIN_SOURCES` sources never holds its own rows out of source, so its coverage would
     be unmeasured."""
-    use = [e for e in entries if e["source"] != exclude]
+    use = [e for e in entries if _family(e) != exclude]
     out: dict[str, dict] = {}
     groups: dict[str, list[dict]] = {"all": use}
     for e in use:
@@ -172,14 +176,15 @@ def table(entries: list[dict], exclude: Optional[str] = None, tail: float = 0.10
                 groups.setdefault(key, []).append(e)
     for name, members in groups.items():
         sources = {m["source"] for m in members}
-        if name != "all" and (len(sources) < min_sources or len(members) < MIN_ROWS):
+        families = {_family(m) for m in members}
+        if name != "all" and (len(families) < min_sources or len(members) < MIN_ROWS):
             continue
         logs = [math.log(m["ratio"]) for m in members]
-        q10, q50, q90 = _weighted_quantiles(logs, [m["source"] for m in members],
+        q10, q50, q90 = _weighted_quantiles(logs, [_family(m) for m in members],
                                             (tail, 0.5, 1.0 - tail))
         out[name] = {"p10": round(math.exp(q10), 4), "p50": round(math.exp(q50), 4),
                      "p90": round(math.exp(q90), 4), "rows": len(members),
-                     "sources": len(sources)}
+                     "sources": len(sources), "families": len(families)}
     return out
 
 
@@ -191,8 +196,13 @@ def lookup(tab: dict[str, dict], keys: list[str]) -> tuple[str, dict]:
     return "all", tab["all"]
 
 
-def _table_without(entries: list[dict], tail: float, source: str) -> dict[str, dict]:
-    return table(entries, exclude=source, tail=tail)
+def _family(entry: dict) -> str:
+    """The family of an entry's source (benchmarks/source_families.py)."""
+    return entry.get("family") or family(entry["source"])
+
+
+def _table_without(entries: list[dict], tail: float, fam: str) -> dict[str, dict]:
+    return table(entries, exclude=fam, tail=tail)
 
 
 def choose_tail(entries: list[dict]) -> float:
@@ -207,8 +217,8 @@ def choose_tail(entries: list[dict]) -> float:
 
 def nested_coverage(entries: list[dict]) -> dict:
     """Coverage out of source with the tail itself chosen without the held-out source."""
-    def against(source: str) -> dict[str, dict]:
-        rest = [e for e in entries if e["source"] != source]
+    def against(fam: str) -> dict[str, dict]:
+        rest = [e for e in entries if _family(e) != fam]
         return table(rest, tail=choose_tail(rest))
     return coverage(entries, against)
 
@@ -219,9 +229,10 @@ def coverage(entries: list[dict], against: Callable[[str], dict[str, dict]]) -> 
     used (``used:<group>``) and per source (``source:<name>``)."""
     inside: dict[str, list[bool]] = {"all": []}
     stack_sources: dict[str, set[str]] = {}
-    for source in sorted({e["source"] for e in entries}):
-        tab = against(source)
-        for e in (x for x in entries if x["source"] == source):
+    for fam in sorted({_family(e) for e in entries}):
+        tab = against(fam)
+        for e in (x for x in entries if _family(x) == fam):
+            source = e["source"]
             used, q = lookup(tab, _keys(e))
             ok = q["p10"] <= e["ratio"] <= q["p90"]
             inside["all"].append(ok)
@@ -281,7 +292,7 @@ def fit_scores(results: list[dict], mem_table_without: Callable[[str], dict[str,
             outcome = 0
         else:
             continue
-        _, q = lookup(mem_table_without(r["source"]), ANSWER_GROUPS["memory"])
+        _, q = lookup(mem_table_without(family(r["source"])), ANSWER_GROUPS["memory"])
         total = r["total_bytes"]
         p = fits_probability(total, (total * q["p10"], total * q["p90"]), r["capacity_bytes"])
         p = p if p is not None else float(total <= r["capacity_bytes"])
