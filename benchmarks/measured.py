@@ -169,14 +169,15 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    Y" with the row's "ladder step N") -> ``recompute_modules``; a cumulative ladder's MoE fusion
    steps (``_LADDER_FUSION_STEPS``) -> ``moe_permute_fusion`` / ``moe_router_fusion`` false on
    the rows before them.
-10. **Attention**: ``flash_attention`` true -> ``flash``, false -> ``eager``; unknown -> ``flash``
+10. **Attention**: ``attention=sdpa|eager|flash`` stated in ``other`` (the kernel the run's code
+    takes, with its source) wins; else ``flash_attention`` true -> ``flash``, false -> ``eager``; unknown -> ``flash``
     on ``megatron-core`` (Transformer Engine's fused attention is Megatron-Core's default
     backend); on a transformers-based stack ``eager`` when the row states a transformers
     version before 4.36 or, without a version, its source id names a year-month before 2023-12
     (or ``other`` dates the runs, ``RUN_DATE_IN_OTHER``: "report first committed 2023-11-29")
     (SDPA became ``from_pretrained``'s default in transformers v4.36.0, 2023-12-11:
     ``_autoset_attn_implementation``; ``SDPA_DEFAULT_TRANSFORMERS``); else ``sdpa``.
-11. **Kernels and loss**: ``compile`` stated on (``compile=true``, "compile on", "torch.compile",
+11. **Kernels and loss**: ``compile`` stated on (``compile=true``, ``compile_model=True``, "compile on", "torch.compile",
     torchtune ladder wording) -> ``compile``; on a torchtitan row naming a commit from a window in
     which ``--compile`` left the loss eager (``TORCHTITAN_EAGER_LOSS_WINDOWS``) also
     ``compile_loss`` false (torchtitan's default compiles it); a BigScience Megatron-DeepSpeed
@@ -1251,9 +1252,13 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     fa = (row["flash_attention"] or "").strip().lower()
     training["attention"] = {"true": "flash", "false": "eager"}.get(
         fa, "flash" if stack == "megatron-core" else _unknown_attention(row, stack))
+    stated_attention = re.search(r"\battention=(sdpa|eager|flash)\b", low)
+    if stated_attention:   # the kernel the row's code runs, stated with its source
+        training["attention"] = stated_attention.group(1)
     # rule 11
     if (_true(kv.get("compile")) or re.search(r"torch\.compile|\+ ?compile|compile \+|"
-                                               r"compile (true|on)|, compile,", low)) \
+                                               r"compile (true|on)|, compile,|"
+                                               r"compile_model=true", low)) \
             and "compile off" not in low and "compile false" not in low:
         training["compile"] = True
         if stack == "torchtitan" and _torchtitan_eager_loss(low):

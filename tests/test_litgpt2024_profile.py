@@ -120,14 +120,18 @@ def test_rule12_picks_the_package_the_row_states(over, profile):
     assert job["training"]["loss"] == "chunked"
 
 
-def test_in_repo_litgpt_rows_keep_the_2023_profile():
+def test_in_repo_litgpt_rows_keep_their_package_profile():
+    """The 2023 resource tables run the lit-gpt profile; the 2024 config-hub tables (pinned
+    to litgpt 00af8b0d) the litgpt one."""
     rows = [r for r in measured.load_rows("memory") if r["stack"] == "litgpt"]
-    assert rows
-    for row in rows:
-        assert not measured.litgpt_package_2024(row), row["id"]
+    old = [r for r in rows if r["source"] == "litgpt-resource-tables-2023-10"]
+    new = [r for r in rows if r["source"] == "litgpt-config-hub-finetune-2024-09"]
+    assert old and new and len(old) + len(new) == len(rows)
+    for row, profile in [(r, "lit-gpt") for r in old] + [(r, "litgpt") for r in new]:
+        assert measured.litgpt_package_2024(row) == (profile == "litgpt"), row["id"]
         job, _ = measured.row_to_job(row)
         if job is not None:
-            assert job["training"]["stack"] == "lit-gpt", row["id"]
+            assert job["training"]["stack"] == profile, row["id"]
 
 
 # --- one memory direction per field ----------------------------------------------------------

@@ -98,7 +98,10 @@ def test_litgpt_profiles_are_their_own_and_sourced():
 # --- benchmarks/measured.py mapping ------------------------------------------------------------
 
 def _litgpt_rows(kind=None):
-    return [r for r in measured.load_rows(kind) if r["stack"] == "litgpt"]
+    """The 2023 Lit-GPT resource tables (the 2024 config-hub rows run litgpt's own profile:
+    tests/test_litgpt2024_profile.py)."""
+    return [r for r in measured.load_rows(kind) if r["stack"] == "litgpt"
+            and r["source"] == "litgpt-resource-tables-2023-10"]
 
 
 def test_litgpt_step_rows_state_no_tokens_per_iteration():
