@@ -27,7 +27,7 @@ from fmest.estimates import (
 )
 from fmest.gpus import GpuSpec
 from fmest.job import Job, Layout, resolve_layout
-from fmest.models.spec import ModelSpec
+from fmest.models.spec import ModelSpec, with_dense_experts
 from fmest.physics.counting import resolve_lora_targets
 from fmest.plugins import (
     PluginDeadline,
@@ -331,6 +331,23 @@ def _capacity_bytes(gpu) -> int:
     return int(cap) if cap else int(gpu.memory_bytes)
 
 
+
+#: The note of a job whose model's transformers code runs every expert on every token
+#: (``ModelSpec.expert_dispatch`` ``dense``) on a stack that runs that code
+DENSE_EXPERTS_NOTE = ("{stack} runs the model's transformers code, whose MoE runs all {n} "
+                      "experts on every token (Llama4TextMoe: hidden_states.repeat(num_experts) "
+                      "x router scores, one bmm over every expert; transformers 5.24 "
+                      "models/llama4/modeling_llama4.py): expert FLOPs and activations are "
+                      "counted for every expert, not the routed top-k")
+
+
+def _runs_transformers_code(stack) -> bool:
+    """Whether the resolved stack (None: the default eager PyTorch profile) runs the model's
+    transformers implementation (``StackProfile.model_code``)."""
+    profile = getattr(stack, "profile", None)
+    return profile is None or getattr(profile, "model_code", "transformers") == "transformers"
+
+
 class Engine:
     """Estimates jobs with the plugins of one plugin manager.
 
@@ -589,13 +606,18 @@ class Engine:
         if job.options.method not in self.registries.policies:
             self.registries.policies.get(job.options.method)  # raises with the accepted names
         stack = resolve_job_stack(job, self.registries.stacks)
+        dense_note: tuple[str, ...] = ()
+        if model.expert_dispatch == "dense" and _runs_transformers_code(stack):
+            model = with_dense_experts(model)
+            dense_note = (DENSE_EXPERTS_NOTE.format(
+                n=model.num_experts, stack=getattr(stack, "name", None) or "pytorch"),)
         answered = check_context(job, model=model, gpu=gpu, layout=layout,
                                  stack_name=getattr(stack, "name", "") or "")
         transforms = resolve_transforms(job, model=model, layout=layout, optimizer=optimizer,
                                         sharding=sharding, stack=stack)
         return EstimateContext(model=model, gpu=gpu, layout=layout, optimizer=optimizer,
                                sharding=sharding, registries=self.registries,
-                               warnings=tuple(model.warnings) + answered,
+                               warnings=tuple(model.warnings) + dense_note + answered,
                                transforms=transforms)
 
     # -- deciding -------------------------------------------------------------------------

@@ -159,6 +159,10 @@ class StackProfile:
     #: ``update_hp_grads(clear_lp_grads=False)``): memory_theory counts one more unsharded
     #: gradient of the compute dtype (``estimator.model_state_terms``)
     lp_grads_kept: bool = False
+    #: whose model code the stack runs: ``transformers`` (the model's transformers
+    #: implementation, e.g. Llama 4's dense expert loop) or ``own`` (the stack's own model
+    #: and MoE code: routed top-k experts)
+    model_code: str = "transformers"
     #: the model code's norms compute in the activations' dtype (no fp32 upcast copy): what
     #: a norm saves is its input in the compute dtype (Lit-GPT ``RMSNorm``, ``nn.LayerNorm``)
     norm_keeps_compute_dtype: bool = False

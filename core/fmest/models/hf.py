@@ -481,6 +481,11 @@ def _llama4_text(c: _Cfg, b: _Builder) -> dict:
                 num_moe_layers=n_moe,
                 sliding_window=int(chunk) if chunk and n_chunked else None,
                 sliding_window_layers=n_chunked if chunk and n_chunked else None,
+                # Llama4TextMoe.forward: routed_in = hidden_states.repeat(num_experts, 1) *
+                # router_scores (zero off the top-k), then one bmm per projection over ALL
+                # experts (Llama4TextExperts.forward): every expert runs on every token
+                # (transformers 5.24.0 models/llama4/modeling_llama4.py)
+                expert_dispatch="dense" if n_moe else "routed",
                 dropout=_dropout(c, *_LLAMA_DROPOUT_KEYS))
 
 

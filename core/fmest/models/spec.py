@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Optional
 
+import attrs
 from attrs import field, frozen
 
 LINEAR_KINDS = ("attention", "cross_attention", "mlp", "expert", "shared_expert", "router", "head",
@@ -178,6 +179,11 @@ class ModelSpec:
     vision: Optional[VisionSpec] = None
     dropout: float = 0.0
     eager_only: bool = False
+    #: how the model's transformers code runs its experts: ``routed`` (each token through its
+    #: top-k experts) or ``dense`` (every expert on every token, the routing weights zeroing the
+    #: others: transformers' Llama 4 ``Llama4TextMoe``); a stack that runs its own MoE code
+    #: routes whatever this says (fmest.models.spec.with_dense_experts, fmest.engine)
+    expert_dispatch: str = "routed"
     linears: tuple[LinearModule, ...] = field(factory=tuple)
     groups: tuple[ParamGroup, ...] = field(factory=tuple)
     hf_config: dict = field(factory=dict, eq=False, repr=False)
@@ -275,3 +281,14 @@ def sliding_layers(model: ModelSpec) -> int:
     if pattern:
         return model.num_layers - model.num_layers // int(pattern)
     return model.num_layers
+
+
+def with_dense_experts(model: ModelSpec) -> ModelSpec:
+    """``model`` with every expert linear passed by every token (``active_copies = copies``):
+    what transformers' code computes for a model whose ``expert_dispatch`` is ``dense``."""
+    if model.expert_dispatch != "dense":
+        return model
+    linears = tuple(attrs.evolve(lin, active_copies=float(lin.copies)) if lin.kind == "expert"
+                    else lin for lin in model.linears)
+    return attrs.evolve(model, linears=linears, experts_per_token=model.num_experts,
+                        expert_dispatch="dense-applied")
