@@ -67,6 +67,7 @@ def test_peft_defaults_follow_the_model_type():
     with pytest.raises(InputError) as err:   # PEFT has no default for Qwen v1: name them
         default_lora_targets(load_preset("Qwen/Qwen-7B"))
     assert "c_attn" in str(err.value)
+    assert "finetune.py" in str(err.value) and "c_attn,c_proj,w1,w2" in str(err.value)
 
 
 def test_runner_builds_the_restatement_with_renamed_targets():

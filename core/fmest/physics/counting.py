@@ -49,6 +49,14 @@ def peft_default_targets() -> dict[str, tuple[str, ...]]:
     return {name: tuple(mods) for name, mods in data["model_types"].items()}
 
 
+#: What the model family's own fine-tuning script adapts when PEFT has no default for its model
+#: type: named in the error, not applied (PEFT itself asks for target_modules)
+SCRIPT_LORA_TARGETS: dict[str, tuple[tuple[str, ...], str]] = {
+    "qwen": (("c_attn", "c_proj", "w1", "w2"),
+             "QwenLM/Qwen's finetune.py (@2df8e8ac) by default"),
+}
+
+
 def default_lora_targets(model: ModelSpec) -> tuple[str, ...]:
     """The ``target_modules`` PEFT picks for ``model`` when the user names none.
 
@@ -63,10 +71,13 @@ def default_lora_targets(model: ModelSpec) -> tuple[str, ...]:
     known = set(model.linear_names())
     if all(_matches(t, known) for t in FALLBACK_LORA_TARGETS):
         return FALLBACK_LORA_TARGETS
+    hint = SCRIPT_LORA_TARGETS.get(model.model_type)
     raise InputError("training.lora_target_modules",
                      f"PEFT has no default LoRA target modules for model type "
                      f"{model.model_type!r} ({model.name}) and it has no q_proj/v_proj; "
-                     "name the modules to adapt", accepted=sorted(known | {"all-linear"}))
+                     "name the modules to adapt"
+                     + (f"; {hint[1]} adapts {','.join(hint[0])}" if hint else ""),
+                     accepted=sorted(known | {"all-linear"}))
 
 
 def resolve_lora_targets(job: Job, model: ModelSpec) -> Job:
