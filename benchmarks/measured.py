@@ -477,7 +477,11 @@ def _moe_settings(kv: dict, low: str) -> dict:
     """``parallelism`` MoE settings the row states (rule 7): the token dispatcher and the EP
     A2A overlap; nothing for a setting the row leaves unstated."""
     out: dict = {}
-    name = re.sub(r"[^a-z0-9]", "", (kv.get("dispatcher") or "").lower())
+    stated = kv.get("dispatcher") or ""
+    inline = re.search(r"\bdispatcher=([a-z0-9_-]+)", low)
+    if not stated and inline:    # "..., dispatcher=deepep read from <config>" inside a part
+        stated = inline.group(1)
+    name = re.sub(r"[^a-z0-9]", "", stated.lower())
     if name in _MOE_DISPATCHERS:
         out["moe_dispatcher"] = _MOE_DISPATCHERS[name]
     if _MOE_A2A_OVERLAP.search(low) and "no 1f1b overlap" not in low:
