@@ -331,7 +331,6 @@ def _capacity_bytes(gpu) -> int:
     return int(cap) if cap else int(gpu.memory_bytes)
 
 
-
 #: The note of a job whose model's transformers code runs every expert on every token
 #: (``ModelSpec.expert_dispatch`` ``dense``) on a stack that runs that code
 DENSE_EXPERTS_NOTE = ("{stack} runs the model's transformers code, whose MoE runs all {n} "
@@ -344,8 +343,7 @@ DENSE_EXPERTS_NOTE = ("{stack} runs the model's transformers code, whose MoE run
 def _runs_transformers_code(stack) -> bool:
     """Whether the resolved stack (None: the default eager PyTorch profile) runs the model's
     transformers implementation (``StackProfile.model_code``)."""
-    profile = getattr(stack, "profile", None)
-    return profile is None or getattr(profile, "model_code", "transformers") == "transformers"
+    return stack is None or stack.profile.model_code == "transformers"
 
 
 class Engine:
