@@ -46,6 +46,10 @@ RULES: tuple[tuple[str, str, str], ...] = (
      "Intel Gaudi2 model-performance pages, one per release"),
     (r"^xtuner-", "xtuner", "XTuner's speed benchmark and long-sequence documents"),
     (r"^litgpt-", "litgpt", "LitGPT's resource tables and config-hub tables"),
+    (r"^h10-flash-?attn|^h10-flashattention", "flash-attention",
+     "FlashAttention-2's paper and the flash-attention repository's training README (one "
+     "training harness)"),
+    (r"^llamafactory-", "llamafactory", "LLaMA-Factory's wiki comparison and its paper"),
 )
 
 

@@ -51,16 +51,21 @@ def test_recorded_draw_is_the_seeded_draw_and_holds(real):
     rows, stacks_of, dev = real
     recorded = json.loads(sealed.SEALED_FILE.read_text())
     assert recorded["seed"] == sealed.SEED and recorded["share"] == sealed.SHARE
-    assert recorded["method"] and recorded["sources"] == sealed.load()
+    assert recorded["method"] and recorded["sources"] == sealed.load_first()
     drawn_from = sealed.at_draw(stacks_of, dev)
-    assert sealed.draw(drawn_from, dev) == sealed.draw(drawn_from, dev) == sealed.load()
+    assert sealed.draw(drawn_from, dev) == sealed.draw(drawn_from, dev) == sealed.load_first()
     # the rule holds over the pool the draw was made from: sources added later stay open
-    assert sealed.problems(sealed.load(), drawn_from, dev) == []
+    assert sealed.problems(sealed.load_first(), drawn_from, dev) == []
     # a source added after the draw stays open and leaves the recorded draw as it was
     pool = sealed.load_pool()
     assert pool is None or set(pool) <= set(stacks_of)
     later = dict(stacks_of, **{"zz-added-later": {"pytorch"}})
-    assert sealed.draw(sealed.at_draw(later, dev), dev) == sealed.load()
+    assert sealed.draw(sealed.at_draw(later, dev), dev) == sealed.load_first()
+    # a later draw seals a whole batch with its own rule: every source of it in the set, none in
+    # the first draw's pool, and load() is the union
+    extra = sealed.later_sources()
+    assert extra and set(extra) <= set(stacks_of) and not set(extra) & set(pool or [])
+    assert sealed.load() == sorted(set(sealed.load_first()) | set(extra))
 
 
 def test_split_keeps_sealed_sources_out_of_the_open_rows(real):
