@@ -286,9 +286,8 @@ def sliding_layers(model: ModelSpec) -> int:
 def with_dense_experts(model: ModelSpec) -> ModelSpec:
     """``model`` with every expert linear passed by every token (``active_copies = copies``):
     what transformers' code computes for a model whose ``expert_dispatch`` is ``dense``."""
-    if model.expert_dispatch != "dense":
-        return model
+    if model.expert_dispatch != "dense" or model.experts_per_token == model.num_experts:
+        return model     # routed, or every expert already counted per token
     linears = tuple(attrs.evolve(lin, active_copies=float(lin.copies)) if lin.kind == "expert"
                     else lin for lin in model.linears)
-    return attrs.evolve(model, linears=linears, experts_per_token=model.num_experts,
-                        expert_dispatch="dense-applied")
+    return attrs.evolve(model, linears=linears, experts_per_token=model.num_experts)
