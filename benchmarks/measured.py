@@ -149,8 +149,9 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    dp`` (the PTD-P runs' micro-batch is unpublished: 1 is an assumption, the smallest micro-batch,
    which the weak-scaling table's global batches always allow); (c) otherwise unsupported
    ("micro-batch size not stated"). PP schedule: ``virtual_pipeline_stages=N`` (N > 1) in
-   ``other`` -> ``interleaved`` with N virtual stages; else "interleaved" -> ``interleaved`` with
-   2; "gpipe" -> ``gpipe``; else 1F1B.
+   ``other``, or a stated ``vp`` (``vp=5``, ``VP=8`` in a copied table, ``-vp 12`` on a
+   launcher's command line) -> ``interleaved`` with N virtual stages; else "interleaved" ->
+   ``interleaved`` with 2; "gpipe" -> ``gpipe``; else 1F1B.
 9. **Activation checkpointing**: ``full``/``selective`` as given; ``offload`` -> ``full`` plus
    ``activation_offload`` (Unsloth-style offloaded checkpoints); empty on ``unsloth`` rows and on
    rows from Unsloth's documents (their Hugging Face baselines) -> ``full`` (without it the
@@ -242,6 +243,12 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
     rows: the trained mean from an assumed lognormal puts ms-swift's 7B LoRA at 1.8 samples/s
     against 4.3 measured (the real lengths are shorter than the assumed shape says), so a rate
     follows only a stated mean.
+15. **DeepSpeed buffers**: on a ZeRO row (``zero_or_fsdp`` 1-3), ``reduce_bucket_size``,
+    ``stage3_prefetch_bucket_size``, ``stage3_max_live_parameters`` and ``sub_group_size``
+    stated in ``other`` (the run's DeepSpeed config, e.g. "sub_group_size 1e8") set
+    ``parallelism.zero_reduce_bucket_elems`` / ``zero3_prefetch_bucket_elems`` /
+    ``zero3_max_live_params`` / ``zero3_sub_group_elems`` (``ZERO_BUFFER_KEYS``); unstated keys
+    keep DeepSpeed's defaults.
 
 """
 
@@ -927,7 +934,7 @@ def _training_fields() -> frozenset:
 
 
 def map_row(row: dict) -> Mapped:
-    """The fmest job for one row, or why not (module doc, rules 1-13)."""
+    """The fmest job for one row, or why not (module doc, rules 1-15)."""
     stack = (row.get("stack") or "").strip().lower()
     tags = features(row)
     try:
@@ -935,6 +942,40 @@ def map_row(row: dict) -> Mapped:
     except Exception as exc:  # a malformed row is reported, not fatal
         job, why = None, f"{type(exc).__name__}: {exc}"
     return Mapped(job=job, reason=why, stack=stack or "(empty)", features=tags)
+
+
+#: DeepSpeed ``zero_optimization`` keys a row may state in ``other`` (rule 15) -> the job's
+#: parallelism fields (fmest.job.Parallelism; DeepSpeed's defaults are the fields' own)
+ZERO_BUFFER_KEYS = {"reduce_bucket_size": "zero_reduce_bucket_elems",
+                    "stage3_prefetch_bucket_size": "zero3_prefetch_bucket_elems",
+                    "stage3_max_live_parameters": "zero3_max_live_params",
+                    "sub_group_size": "zero3_sub_group_elems"}
+
+
+def _zero_buffer_sizes(other: str, stage: int) -> dict:
+    """Rule 15: ``reduce_bucket_size``, ``stage3_prefetch_bucket_size``,
+    ``stage3_max_live_parameters`` and ``sub_group_size`` stated in ``other``
+    ("stage3_max_live_parameters 1e8", "reduce_bucket_size=5e8") -> the job's ``zero_*``
+    fields (the stage-3 keys only at stage 3); unstated keys keep DeepSpeed's defaults."""
+    out: dict = {}
+    for key, field in ZERO_BUFFER_KEYS.items():
+        if (key.startswith("stage3_") or key == "sub_group_size") and stage != 3:
+            continue
+        m = re.search(re.escape(key) + r"\s*[=:]?\s*\"?([0-9][0-9.]*(?:e[0-9]+)?)", other, re.I)
+        if m:
+            out[field] = int(float(m.group(1)))
+    return out
+
+
+#: a stated virtual-pipeline size (rule 8): "vp=5", "VP=8" in a copied table, "-vp 12" on a
+#: launcher's command line; "vp=NA" / "VP=-" state none
+_VP_STATED = re.compile(r"(?<![a-z_])vp\s*[=:]?\s*(\d+)\b", re.I)
+
+
+def _stated_vp(other: str) -> int:
+    """Rule 8: the virtual pipeline stages ``other`` states (:data:`_VP_STATED`), 1 if none."""
+    m = _VP_STATED.search(other)
+    return max(1, int(m.group(1))) if m else 1
 
 
 #: torchtitan commits the evidence rows name, with their commit dates (the mirror
@@ -1204,7 +1245,7 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     training["micro_batch_size"] = mb
     training["grad_accum_steps"] = ga
     if pp > 1:
-        virtual = _int(kv.get("virtual_pipeline_stages"), 1) or 1
+        virtual = _int(kv.get("virtual_pipeline_stages")) or _stated_vp(row["other"] or "")
         if virtual > 1:
             par["pp_schedule"], par["pp_virtual_stages"] = "interleaved", virtual
         elif "interleaved" in low:
@@ -1226,6 +1267,8 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         par["fsdp"] = "shard_grad_op"
     elif zf not in ("", "none", "0"):
         return None, f"zero_or_fsdp {zf!r}"
+    if zf in ("1", "2", "3"):   # rule 15: buffer sizes the run's DeepSpeed config states
+        par.update(_zero_buffer_sizes(row["other"] or "", int(zf)))
     offload = _cpu_offload(low, fsdp=zf.startswith("fsdp"))
     if offload:
         par["cpu_offload"] = offload

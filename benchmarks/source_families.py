@@ -46,9 +46,14 @@ RULES: tuple[tuple[str, str, str], ...] = (
      "Intel Gaudi2 model-performance pages, one per release"),
     (r"^xtuner-", "xtuner", "XTuner's speed benchmark and long-sequence documents"),
     (r"^litgpt-", "litgpt", "LitGPT's resource tables and config-hub tables"),
-    (r"^h10-flash-?attn|^h10-flashattention", "flash-attention",
-     "FlashAttention-2's paper and the flash-attention repository's training README (one "
-     "training harness)"),
+    (r"^h10-flash-?attn|^h1[01]-flashattention", "flash-attention",
+     "FlashAttention-1 and -2's papers and the flash-attention repository's training README "
+     "(one training harness)"),
+    (r"^h11-dgxc-(llama31|nemotron4|ft-llama3)", "nvidia-dgxc-nemo",
+     "NVIDIA DGX Cloud benchmarking recipes run on NeMo (pre-training and fine-tuning READMEs "
+     "of one release)"),
+    (r"^lambda-dtg-", "lambda-distributed-training-guide",
+     "Lambda's distributed-training-guide chapters (one author, one set of scripts)"),
     (r"^llamafactory-", "llamafactory", "LLaMA-Factory's wiki comparison and its paper"),
 )
 

@@ -119,6 +119,28 @@ def test_mapping_rules_precision_technique_and_unsupported():
     assert set(mapped.features) >= {"TP", "PP", "CP", "ZeRO-3/FSDP"}
 
 
+def test_mapping_reads_stated_virtual_stages_and_zero_buffers():
+    """Rule 8: a stated vp (``vp=5``, a copied table's ``VP=8``, a launcher's ``-vp 12``)
+    interleaves the pipeline; ``vp=NA`` states none. Rule 15: DeepSpeed buffer keys stated in
+    ``other`` set the job's ``zero_*`` fields (stage-3 keys only at stage 3)."""
+    def par(**over):
+        return measured.map_row(_row(**over)).job["parallelism"]
+    pp = dict(pp="2", tp="1", num_gpus="8", zero_or_fsdp="none")
+    assert par(**pp, other="vp=5")["pp_virtual_stages"] == 5
+    assert par(**pp, other="table: TP=1, PP=2, VP=8, FSDP=4")["pp_virtual_stages"] == 8
+    assert par(**pp, other="vp: the table says NA but launch.sh passes -vp 12")[
+        "pp_virtual_stages"] == 12
+    assert "pp_virtual_stages" not in par(**pp, other="vp=NA")
+    assert par(**pp, other="virtual_pipeline_stages=3; vp=5")["pp_virtual_stages"] == 3
+    z3 = par(zero_or_fsdp="3", other="ds_config: sub_group_size 1e8, "
+                                     "stage3_max_live_parameters 1e8, reduce_bucket_size=2e8")
+    assert z3["zero3_sub_group_elems"] == 100_000_000
+    assert z3["zero3_max_live_params"] == 100_000_000
+    assert z3["zero_reduce_bucket_elems"] == 200_000_000
+    z2 = par(zero_or_fsdp="2", other="sub_group_size 1e8, reduce_bucket_size 2e8")
+    assert "zero3_sub_group_elems" not in z2 and z2["zero_reduce_bucket_elems"] == 200_000_000
+
+
 def test_mapping_cpu_offload_reads_negations():
     assert measured._cpu_offload("fsdp, no cpu offload; x") == ""
     assert measured._cpu_offload("activation cpu offload false; gbs 48") == ""

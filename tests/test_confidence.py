@@ -125,10 +125,9 @@ def test_without_an_interval_the_search_is_the_point_estimates(engine):
     # nodes of 7; 24 in whole nodes
     (0.5, 21, 24, 3, 7),
     # at P(fit) >= 0.9 (core/fmest/data/uncertainty.json refitted on the open sources with
-    # the counter:peak group, 2026-11-27, with the measured CUDA context: P90 1.3008 x the
-    # point): 28
-    # GPUs, 4 nodes of 7; 32 in whole nodes
-    (0.9, 28, 32, 4, 7),
+    # the counter:peak group, 2026-11-27, with part r6 open: P90 1.493 x the point): 32
+    # GPUs, 4 nodes of 8; 32 in whole nodes
+    (0.9, 32, 32, 4, 8),
 ])
 def test_min_gpus_and_min_nodes_on_the_issues_llama_70b(engine, confidence, gpus, whole,
                                                          nodes, per_node):

@@ -105,6 +105,7 @@ def test_training_args_loads_the_deepspeed_file_it_names_and_resolves_its_autos(
     assert [f for _, f in m.files] == ["training-args", "deepspeed"]
     assert m.data["parallelism"] == {"zero_stage": 3, "cpu_offload": "optimizer",
                                      "zero3_max_live_params": 1000000000,
+                                     "zero3_sub_group_elems": 1000000000,
                                      "zero_contiguous_gradients": True,
                                      "zero_overlap_comm": True}
     assert m.data["training"]["micro_batch_size"] == 2

@@ -149,7 +149,8 @@ def test_deepspeed_bucket_values_are_read(tmp_path):
     assert p["zero3_prefetch_bucket_elems"] == 50_000_000
     assert p["zero3_max_live_params"] == 1_000_000_000
     assert _said(m, "allgather_bucket_size: splits")
-    assert any("sub_group_size" in w for w in m.not_modelled)
+    assert p["zero3_sub_group_elems"] == 1_000_000_000   # read, not warned about
+    assert not any("sub_group_size" in w for w in m.not_modelled)
 
 
 @pytest.mark.parametrize("kind,expect", [("OneBitAdam", "adamw"), ("ZeroOneAdam", "adamw"),

@@ -227,11 +227,12 @@ def test_changes_are_combined_when_no_single_one_fits(engine, capsys):
     assert "--technique" in flags and len(flags) >= 4
     after = _json(engine, [*argv, *flags], capsys)["memory"]
     assert after["fits"] and after["to_make_it_fit"] == []
-    # dropping any one of the combined changes no longer fits (nothing unneeded is kept)
+    # dropping any one of the combined changes no longer fits at the job's fit confidence,
+    # the level the advice judges at (nothing unneeded is kept): advice is offered again
     pairs = list(zip(flags[::2], flags[1::2], strict=True))
     for i in range(len(pairs)):
         rest = [x for j, p in enumerate(pairs) if j != i for x in p]
-        assert not _json(engine, [*argv, *rest], capsys)["memory"]["fits"]
+        assert _json(engine, [*argv, *rest], capsys)["memory"]["to_make_it_fit"] != []
 
 
 def test_reusing_the_fewest_gpu_search_changes_no_advice(monkeypatch):

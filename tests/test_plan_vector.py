@@ -77,6 +77,14 @@ CASES = {
                                                          "dtype": "fp16", "grad_accum_steps": 4},
                                             "workload": {"dataset_tokens": 1e9}},
                                            dict(gpus="A100-80GB", max_gpus=16), 0.05, 0.05),
+    # DeepSpeed's ZeRO-3 step copy capped by a stated sub_group_size (one rule with the memory
+    # plugin: fmest.default_plugins.parallelism.zero_step_grad_copy_rule)
+    "llama2-13b-deepspeed-fp16-sub-group": ({"model": "meta-llama/Llama-2-13b-hf",
+                                             "training": {"stack": "deepspeed", "dtype": "fp16",
+                                                          "grad_accum_steps": 4},
+                                             "parallelism": {"zero3_sub_group_elems": 100_000_000},
+                                             "workload": {"dataset_tokens": 1e9}},
+                                            dict(gpus="A100-80GB", max_gpus=16), 0.05, 0.05),
     "mixtral-8x7b-megatron-core": ({"model": "mistralai/Mixtral-8x7B-v0.1",
                                     "training": {"stack": "megatron-core", "seq_len": 4096},
                                     "workload": {"dataset_tokens": 1e9}},

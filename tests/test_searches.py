@@ -71,10 +71,10 @@ def test_max_micro_batch_is_the_exhaustive_answer(peak_gib, confidence):
 
 @pytest.mark.parametrize("confidence,answer", [
     (0.5, 23),      # the point estimate's search: 10 + 3 x 23 = 79 <= 80 GiB
-    # P90 = 1.3008 x the point (the "counter:peak" row of core/fmest/data/uncertainty.json,
-    # refitted 2026-11-27 with the measured CUDA context): 1.3008 x 58 = 75.4 <= 79.25 GiB at
-    # 16; 1.3008 x 61 = 79.35 at 17
-    (0.9, 16),
+    # P90 = 1.493 x the point (the "counter:peak" row of core/fmest/data/uncertainty.json,
+    # refitted 2026-11-27 with part r6 open): 1.493 x 52 = 77.6 <= 79.25 GiB at 14;
+    # 1.493 x 55 = 82.1 at 15
+    (0.9, 14),
 ])
 def test_an_affine_memory_costs_four_decisions(confidence, answer):
     calls: list[int] = []
@@ -86,9 +86,9 @@ def test_an_affine_memory_costs_four_decisions(confidence, answer):
 
 @pytest.mark.parametrize("confidence,answer", [
     (0.5, 6),       # the point: 20 + 300/6 = 70 <= 79.25 GiB; 5 GPUs: 80 > 79.25
-    # P90 = 1.3008 x the point: 1.3008 x 57.5 = 74.8 <= 79.25 at 8 (one node); 7 GPUs:
-    # 1.3008 x 62.9 = 81.8
-    (0.9, 8),
+    # P90 = 1.493 x the point: 1.493 x 50 = 74.7 <= 79.25 at 10 (two nodes of 5); 9 GPUs:
+    # 1.493 x 53.3 = 79.6
+    (0.9, 10),
 ])
 def test_min_gpus_matches_a_scan_and_probes_few_counts(confidence, answer):
     calls: list[int] = []

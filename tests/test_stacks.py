@@ -8,6 +8,7 @@ import pytest
 
 import fmest_memory_theory.plugin as memory_plugin
 import fmest_time_roofline.plugin as time_plugin
+from fmest import to_job
 from fmest.convert import job_from_dict
 from fmest.errors import InputError
 from fmest.hookspecs import hookimpl
@@ -55,7 +56,7 @@ def test_names_case_insensitive_with_aliases(given, canonical):
 
 def test_unknown_stack_names_the_field():
     with pytest.raises(InputError) as err:
-        new_engine().context(_job({"stack": "jax-maxtext"}))
+        new_engine().context(_job({"stack": "jax-levanter"}))
     assert "training.stack" in str(err.value)
 
 
@@ -192,3 +193,27 @@ def test_memory_log_fields_are_checked_and_sourced():
         StackProfile(name="x", memory_log_counter="max_memory_allocated", memory_log_unit="MB")
     with pytest.raises(ValueError, match="give both"):
         StackProfile(name="x", memory_log_unit="GB")
+
+
+def test_maxtext_profile_fuses_like_a_compiled_step():
+    """MaxText's step is one XLA program (stacks.toml ``maxtext``, cited to its code): fused
+    elementwise chains and fp8 casts, TE's cuDNN attention, meta-device init. So an fp8 step
+    of Llama-3-70B under FSDP is faster than the bf16 one (on the eager default stack the
+    unfused delayed-scaling casts made it slower)."""
+    prof = next(p for p in load_profiles() if p.name == "maxtext")
+    assert {"norm", "activation", "rope", "fp8_cast", "loss"} <= set(prof.fused)
+    assert prof.attention_kernel == "te-fused" and prof.host_model_copy == "meta_init"
+    assert all(prof.sources.get(k) for k in ("fused", "attention_kernel", "overlap",
+                                             "fp8_recipe", "host_model_copy"))
+    engine = new_engine(entrypoints=True)
+
+    def step(stack: str, dtype: str) -> float:
+        job = to_job({"model": "meta-llama/Meta-Llama-3-70B",
+                      "training": {"stack": stack, "dtype": dtype, "seq_len": 8192,
+                                   "micro_batch_size": 2, "activation_checkpointing": "full"},
+                      "parallelism": {"fsdp": "full_shard"},
+                      "hardware": {"gpu": "H100-SXM-80GB", "gpus_per_node": 8, "nodes": 16}})
+        return engine.estimate(job, quantities=("memory", "time")).time.step_seconds
+
+    assert step("maxtext", "fp8") < step("maxtext", "bf16")
+    assert step("maxtext", "fp8") < step("pytorch", "fp8")

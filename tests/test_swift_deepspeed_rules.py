@@ -114,6 +114,20 @@ def test_zero3_sub_group_copy_on_qwen_readme_full_parameter(engine):
     assert est.components["optimizer_temporaries"] == pytest.approx(6e9, rel=1e-12)
 
 
+def test_zero3_sub_group_size_caps_the_copy(engine):
+    """``zero_optimization.sub_group_size`` (``parallelism.zero3_sub_group_elems``, the DeepSpeed
+    config reader's mapping): a 1e8 sub-group casts 6 bytes x 1e8 at a time, not x 1e9; ZeRO-2
+    has no sub-groups, so the field changes nothing there."""
+    job = _full(3)
+    job["parallelism"]["zero3_sub_group_elems"] = 100_000_000
+    est = _memory(engine, job)
+    assert est.components["optimizer_temporaries"] == pytest.approx(6e8, rel=1e-12)
+    two = _full(2, dp=2)
+    base = _memory(engine, two).components["optimizer_temporaries"]
+    two["parallelism"]["zero3_sub_group_elems"] = 100_000_000
+    assert _memory(engine, two).components["optimizer_temporaries"] == base
+
+
 def test_zero2_copy_is_the_partition(engine):
     n = load_preset("Qwen/Qwen-1_8B").param_counts().total
     est = _memory(engine, _full(2, dp=2))

@@ -65,16 +65,16 @@ def test_a_stack_with_its_own_group_uses_it(engine):
 
 def test_a_stack_without_a_group_widens_to_its_gpu_family_and_says_so(engine):
     tab = uncertainty.table()
-    assert "stack:pytorch" not in tab["time"] and "gpu:A100" in tab["time"]
-    report = fmest.estimate({**JOB, "training": {**JOB["training"], "stack": "pytorch"}},
+    assert "stack:torchtune" not in tab["time"] and "gpu:A100" in tab["time"]
+    report = fmest.estimate({**JOB, "training": {**JOB["training"], "stack": "torchtune"}},
                             engine=engine)
     detail = report.time.provenance.detail
-    assert "(gpu:A100, widened from stack:pytorch (too few sources): " in detail
+    assert "(gpu:A100, widened from stack:torchtune (too few sources): " in detail
     q = tab["time"]["gpu:A100"]
     assert report.time.provenance.interval == pytest.approx(
         (report.time.step_seconds * q["p10"], report.time.step_seconds * q["p90"]))
     # a GPU family without a group of its own widens to all rows
-    assert uncertainty.group("time", "pytorch", "TPU-v5p")[0] == "all"
+    assert uncertainty.group("time", "torchtune", "TPU-v5p")[0] == "all"
     assert uncertainty.group("time", None, "L40S-48GB")[0] == "all"
 
 

@@ -421,25 +421,29 @@ def _more_gpus(engine: "Engine", report: "Report") -> Optional[_Option]:
 def _larger_gpus(report: "Report", option,
                  judged: Optional["Judged"] = None) -> list[_Option]:
     """A GPU of the same vendor with more memory and a FLOP figure for the job's dtype, whose
-    usable memory is at least 90 % of the job's peak: smallest memory first, the fastest among
-    equals (at most two tried). ``judged``: the report's answer judged
+    usable memory holds the job's peak at its fit confidence less the part of it that depends
+    on the GPU (the CUDA context, scaled like the peak): smallest memory first, the fastest
+    among equals (at most two tried). ``judged``: the report's answer judged
     (:func:`_report_judged`), made here when not given."""
     from fmest.engine import usable_memory_bytes
 
     job, gpu, dtype = report.job, report.context.gpu, report.job.training.dtype
-    # the peak hardly moves with the GPU (its CUDA context, the allocator's reserve): a GPU
-    # whose usable memory is well below today's peak is not tried
+    # on another GPU the peak moves only by its CUDA context (the rest is the job's): a GPU
+    # whose usable memory is below today's peak at the confidence less the whole context
+    # cannot fit and is not tried (the two tries go to GPUs that can)
     assert report.memory is not None
     if judged is None:
         judged = _report_judged(report)
         assert judged is not None
-    need = judged.peak
+    scale = judged.peak / judged.point if judged.point else 1.0
+    context = float(report.memory.components.get("cuda_context", 0.0)) * scale
+    need = judged.peak - context
     share = usable_memory_bytes(job, report.context) / gpu.memory_bytes
     seen, larger = set(), []
     for spec in report.context.registries.gpus.values():
         if spec.name in seen or spec.vendor != gpu.vendor or \
                 spec.memory_bytes <= gpu.memory_bytes or spec.peak_flops_per_s(dtype) is None \
-                or spec.memory_bytes * share < 0.9 * need:
+                or spec.memory_bytes * share < need:
             continue
         seen.add(spec.name)
         larger.append(spec)

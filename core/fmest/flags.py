@@ -431,6 +431,10 @@ JOB_FLAGS: tuple[Flag, ...] = (
     Flag(names=("--zero3-max-live-params",), group=_PAR,
          path="parallelism.zero3_max_live_params", parse=parse_count_int, metavar="ELEMS",
          help="DeepSpeed stage3_max_live_parameters in elements (default 1e9)"),
+    Flag(names=("--zero3-sub-group-size",), group=_PAR,
+         path="parallelism.zero3_sub_group_elems", parse=parse_count_int, metavar="ELEMS",
+         help="DeepSpeed zero_optimization.sub_group_size in elements (default 1e9): the "
+              "ZeRO-3 step casts one sub-group's gradients to fp32 at a time"),
     Flag(names=("--hsdp-shard-size",), group=_PAR, path="parallelism.hsdp_shard_size",
          parse=parse_positive_int,
          help="shard group size for hybrid_shard (default: GPUs per node)"),

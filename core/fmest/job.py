@@ -523,13 +523,16 @@ class Parallelism:
     #: config.py at deepspeedai/DeepSpeed edaa7221); None = DeepSpeed's default:
     #: ``reduce_bucket_size`` 5e8 elements, ``overlap_comm`` true at stage 3 else false,
     #: ``contiguous_gradients`` true, ``stage3_prefetch_bucket_size`` 5e7,
-    #: ``stage3_max_live_parameters`` 1e9
+    #: ``stage3_max_live_parameters`` 1e9, ``sub_group_size`` 1e9 (``zero3_sub_group_elems``:
+    #: the ZeRO-3 optimizer step flattens and casts one sub-group of at most this many
+    #: partition elements at a time, ``stage3.py`` ``_prepare_fp32_grad_for_sub_group``)
     zero_reduce_bucket_elems: Optional[int] = field(default=None, validator=_non_negative_int)
     zero_overlap_comm: Optional[bool] = None
     zero_contiguous_gradients: Optional[bool] = None
     zero3_prefetch_bucket_elems: Optional[int] = field(default=None,
                                                        validator=_non_negative_int)
     zero3_max_live_params: Optional[int] = field(default=None, validator=_non_negative_int)
+    zero3_sub_group_elems: Optional[int] = field(default=None, validator=_positive_int)
 
     @property
     def model_parallel_size(self) -> int:

@@ -48,6 +48,7 @@ _BUFFER_FIELDS = {
     "prefetch_bucket_size": "parallelism.zero3_prefetch_bucket_elems",
     "stage3_max_live_parameters": "parallelism.zero3_max_live_params",
     "max_live_parameters": "parallelism.zero3_max_live_params",
+    "sub_group_size": "parallelism.zero3_sub_group_elems",
 }
 _SWITCH_FIELDS = {"overlap_comm": "parallelism.zero_overlap_comm",
                   "contiguous_gradients": "parallelism.zero_contiguous_gradients"}
@@ -60,8 +61,6 @@ _BUFFER_UNMODELLED = {
     "all parameters sharded",
     "stage3_model_persistence_threshold": "caps the unpartitioned persistent parameters; "
     "estimated as all parameters sharded",
-    "sub_group_size": "the optimizer step runs over sub-groups of this many elements (ZeRO-3 "
-    "/ offload tiles); their temporaries are not counted",
 }
 _BUFFER_IGNORED = {
     # utils.all_gather_dp_groups: all_gather_into_tensor writes straight into the flat
@@ -197,7 +196,8 @@ def _zero(zero: Any, sink: Sink, prefix: str) -> None:
                             "DeepSpeed's default instead")
         elif name in _BUFFER_FIELDS:
             sink.set(_BUFFER_FIELDS[name], int(sink.num(key, value)) if value else 0, key)
-            if _BUFFER_FIELDS[name].startswith("parallelism.zero3_"):
+            if _BUFFER_FIELDS[name] in ("parallelism.zero3_prefetch_bucket_elems",
+                                        "parallelism.zero3_max_live_params"):
                 sink.unmodelled(key, "kept in the job, not used by the memory model yet: "
                                 "ZeRO-3's gathered parameters are estimated as two layers and "
                                 "the root module")

@@ -24,7 +24,7 @@ Behaviour flags (see :class:`fmest.transforms.ShardingStrategy`), each with its 
 """
 
 import functools
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Optional, TypedDict
 
 from fmest.hookspecs import hookimpl
 
@@ -156,14 +156,16 @@ FP32_BYTES = 4.0
 
 
 def zero_step_grad_copy_rule(strategy: "ShardingStrategy", stack: Any,
-                             grad_bytes: float) -> tuple[float, float | None]:
+                             grad_bytes: float, sub_group_elements: Optional[int] = None
+                             ) -> tuple[float, float | None]:
     """(bytes per partition element, element cap or None) of the gradient copy DeepSpeed's
     ZeRO optimizers make at the step; (0, None) where there is none. One rule for the memory
     plugin (``fmest_memory_theory.estimator._zero_step_grad_copy``) and the planner's mirror.
 
     A strategy with DeepSpeed's reduce buckets that shards the optimizer (``stage_1_and_2.py``
     runs stages 1 and 2, ``stage3.py`` stage 3) flattens each group's (ZeRO-3: sub-group's,
-    capped at :data:`DEEPSPEED_SUB_GROUP_ELEMENTS`) gradient partition into a new
+    capped at ``sub_group_elements``, the job's ``parallelism.zero3_sub_group_elems``, else
+    :data:`DEEPSPEED_SUB_GROUP_ELEMENTS`) gradient partition into a new
     ``grad_bytes`` buffer and casts it to a new fp32 tensor, both alive at the cast
     (``step``: ``self.flatten(self.averaged_gradients[i])`` then ``.to(fp32)``;
     ``_prepare_fp32_grad_for_sub_group``), deepspeedai/DeepSpeed edaa7221; fp32 gradients: the
@@ -176,5 +178,6 @@ def zero_step_grad_copy_rule(strategy: "ShardingStrategy", stack: Any,
     if stack is not None and stack.profile.contiguous_grad_buffer \
             and "gradients" not in strategy.shards and grad_bytes == FP32_BYTES:
         return 0.0, None
-    cap = float(DEEPSPEED_SUB_GROUP_ELEMENTS) if "parameters" in strategy.shards else None
+    cap = float(sub_group_elements or DEEPSPEED_SUB_GROUP_ELEMENTS) \
+        if "parameters" in strategy.shards else None
     return grad_bytes + (FP32_BYTES if grad_bytes != FP32_BYTES else 0.0), cap

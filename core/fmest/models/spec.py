@@ -135,6 +135,19 @@ LAYER_NORM_MODEL_TYPES = {
                              "phi", "bloom", "opt", "gpt_bigcode", "gptj", "gpt_neo",
                              "starcoder2", "stablelm", "codegen", "bart")},
     "mpt": "low"}
+#: Model types whose transformers eager attention runs softmax in the scores' own dtype
+#: (``nn.functional.softmax(attn_weights, dim=-1)`` with no ``dtype=torch.float32``; Falcon's
+#: ``dtype=hidden_states.dtype``): transformers 5.24.0 ``models/gpt2/modeling_gpt2.py``
+#: ``eager_attention_forward`` line 64, ``t5/modeling_t5.py`` line 168, ``mt5/modeling_mt5.py``
+#: line 75, ``bart/modeling_bart.py`` line 133, ``falcon/modeling_falcon.py`` lines 352/396.
+#: Every other eager attention of the presets upcasts (llama, mistral, qwen2, gemma, phi3,
+#: gpt_neox, opt, bloom, olmo, starcoder2, stablelm: ``softmax(..., dtype=torch.float32)``;
+#: gptj, codegen: the scores' matmul itself in fp32; gpt_bigcode:
+#: ``attention_softmax_in_fp32``). Under torch.autocast softmax runs in fp32 whatever the
+#: code says (softmax is on autocast's fp32 list, aten/src/ATen/autocast_mode.cpp), so the
+#: difference shows only without autocast (precision ``pure``) or in fp32 training.
+EAGER_SOFTMAX_INPUT_DTYPE_MODEL_TYPES = frozenset({"gpt2", "t5", "mt5", "bart", "falcon",
+                                                   "RefinedWeb", "RefinedWebModel"})
 
 @frozen(kw_only=True, cache_hash=True)
 class ModelSpec:
@@ -199,6 +212,14 @@ class ModelSpec:
         (:data:`LAYER_NORM_MODEL_TYPES`: ``native`` or ``low``); ``""``: RMSNorm, which
         upcasts explicitly (``hidden_states.to(torch.float32)``)."""
         return LAYER_NORM_MODEL_TYPES.get(self.model_type, "")
+
+    @property
+    def eager_softmax_upcast(self) -> bool:
+        """Whether the model's transformers eager attention computes softmax in fp32 on its
+        own (an explicit ``dtype=torch.float32``): False for
+        :data:`EAGER_SOFTMAX_INPUT_DTYPE_MODEL_TYPES`, whose softmax keeps the scores'
+        dtype unless torch.autocast promotes it."""
+        return self.model_type not in EAGER_SOFTMAX_INPUT_DTYPE_MODEL_TYPES
 
     @property
     def num_decoder_layers(self) -> int:

@@ -709,7 +709,7 @@ def _probed_arrays(sel: dict, gpu, ctx: dict) -> dict:
         # DeepSpeed's step gradient copy (one rule with memory_theory): capped per ZeRO-3
         # sub-group, so it does not shrink with the shard divisor like the other temporaries
         copy_bpe, copy_cap = (0.0, None) if offload else zero_step_grad_copy_rule(
-            strategy, ctx["stack"], per_param)
+            strategy, ctx["stack"], per_param, job.parallelism.zero3_sub_group_elems)
         values = dict(copy_bpe=copy_bpe,
                       copy_cap=float("inf") if copy_cap is None else copy_cap,
             w_bytes=states.weights, master_bytes=states.master, opt_bytes=states.optimizer,

@@ -371,8 +371,9 @@ def _zero_step_grad_copy(setup: JobSetup, trainable: float, opt_div: float) -> f
     gradient partition to fp32 at the step (fmest.default_plugins.parallelism
     ``zero_step_grad_copy_rule``, formulas.zero_step_grad_copy_bytes); 0 where the rule says
     there is no copy."""
-    per_element, cap = zero_step_grad_copy_rule(setup.strategy, setup.stack,
-                                                setup.sizing.grad_bytes)
+    per_element, cap = zero_step_grad_copy_rule(
+        setup.strategy, setup.stack, setup.sizing.grad_bytes,
+        setup.parallelism.zero3_sub_group_elems)
     if not per_element:
         return 0.0
     return F.zero_step_grad_copy_bytes(trainable / opt_div, setup.sizing.grad_bytes,

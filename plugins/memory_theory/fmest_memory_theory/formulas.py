@@ -231,18 +231,22 @@ def norm_saved_bytes(tokens: float, hidden: float, act_bytes: int, *, upcast: bo
 
 def attention_core_bytes(*, tokens: float, batch: float, seq: float, heads: float,
                          q_dim: float, act_bytes: int, attention: str,
-                         dropout: float) -> float:
+                         dropout: float, softmax_fp32: bool = True) -> float:
     """Saved tensors of the attention core (after q/k/v, before the output projection).
 
     ``eager``: the b*a*s^2 probabilities in fp32 plus their compute-dtype copy
     (``EAGER_SOFTMAX_BYTES`` + act_bytes, only fp32 when computing in fp32), plus the dropout
     mask and dropped probabilities when attention dropout > 0 (Korthikanti eq. 1: 5as^2b for
-    fp16 with dropout). The output is rebuilt by a contiguous copy that the output projection
-    saves (counted by the caller). ``sdpa``/``flash``: no s^2 term; the kernel saves its output
-    and a fp32 log-sum-exp per head and query (Dao et al. 2022).
+    fp16 with dropout). ``softmax_fp32`` False (a model whose eager softmax keeps the scores'
+    dtype and no autocast to promote it: core ``EAGER_SOFTMAX_INPUT_DTYPE_MODEL_TYPES``): the
+    probabilities in the compute dtype only, the cast back a no-op. The output is rebuilt by a
+    contiguous copy that the output projection saves (counted by the caller).
+    ``sdpa``/``flash``: no s^2 term; the kernel saves its output and a fp32 log-sum-exp per
+    head and query (Dao et al. 2022).
     """
     if attention == "eager":
-        per_score = EAGER_SOFTMAX_BYTES + (act_bytes if act_bytes != EAGER_SOFTMAX_BYTES else 0)
+        softmax = EAGER_SOFTMAX_BYTES if softmax_fp32 else act_bytes
+        per_score = softmax + (act_bytes if act_bytes != softmax else 0)
         if dropout > 0:
             per_score += DROPOUT_MASK_BYTES + act_bytes
         return batch * heads * seq * seq * per_score

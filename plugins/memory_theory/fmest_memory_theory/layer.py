@@ -172,7 +172,8 @@ def attention_block_bytes(model: ModelSpec, dims: ModelNumbers, inputs: LayerInp
     core = F.attention_core_bytes(tokens=tokens, batch=inputs.batch, seq=inputs.seq,
                                   heads=model.num_attention_heads / tp, q_dim=dims.o_dim / tp,
                                   act_bytes=act, attention=inputs.attention,
-                                  dropout=model.dropout)
+                                  dropout=model.dropout,
+                                  softmax_fp32=model.eager_softmax_upcast or inputs.autocast)
     # output projection input: eager attention builds it by a contiguous copy; sdpa/flash
     # outputs are transposed into a contiguous copy too unless the block is compiled
     o_in = (tokens * dims.o_dim / tp * act * F.EAGER_ATTN_OUTPUT_COPIES
