@@ -49,9 +49,12 @@ RULES: tuple[tuple[str, str, str], ...] = (
     (r"^h10-flash-?attn|^h1[01]-flashattention", "flash-attention",
      "FlashAttention-1 and -2's papers and the flash-attention repository's training README "
      "(one training harness)"),
-    (r"^h11-dgxc-(llama31|nemotron4|ft-llama3)", "nvidia-dgxc-nemo",
+    (r"^h1[12]-dgxc-(llama31|llama4|nemotron4|ft-llama3|deepseek)", "nvidia-dgxc-nemo",
      "NVIDIA DGX Cloud benchmarking recipes run on NeMo (pre-training and fine-tuning READMEs "
-     "of one release)"),
+     "of two releases)"),
+    (r"^h12-(smol-training-playbook|hf-blog-smollm3)", "hf-smollm3",
+     "Hugging Face's SmolLM3 blog post and its training playbook (one team, one run)"),
+    (r"^h12-falcon-", "tii-falcon", "TII's Falcon model cards"),
     (r"^lambda-dtg-", "lambda-distributed-training-guide",
      "Lambda's distributed-training-guide chapters (one author, one set of scripts)"),
     (r"^llamafactory-", "llamafactory", "LLaMA-Factory's wiki comparison and its paper"),
