@@ -85,6 +85,14 @@ CASES = {
                                              "parallelism": {"zero3_sub_group_elems": 100_000_000},
                                              "workload": {"dataset_tokens": 1e9}},
                                             dict(gpus="A100-80GB", max_gpus=16), 0.05, 0.05),
+    # packed samples attending within themselves (torchtune's block-causal mask): the
+    # attention core over each sample's own length (time_roofline attention_context_len)
+    "llama3.1-8b-torchtune-packed": ({"model": "meta-llama/Llama-3.1-8B",
+                                      "training": {"stack": "torchtune", "seq_len": 8192,
+                                                   "padding": "packed"},
+                                      "workload": {"dataset_tokens": 1e9, "avg_seq_len": 400,
+                                                   "seq_len_std": 200}},
+                                     dict(gpus="H100-SXM", max_gpus=16), 0.15, 0.05),
     "mixtral-8x7b-megatron-core": ({"model": "mistralai/Mixtral-8x7B-v0.1",
                                     "training": {"stack": "megatron-core", "seq_len": 4096},
                                     "workload": {"dataset_tokens": 1e9}},

@@ -326,6 +326,12 @@ JOB_FLAGS: tuple[Flag, ...] = (
          help="how batches are formed: padded to --seq-len, to their longest sample (shapes "
               "vary: shorter steps, a larger allocator reserve), or packed (default: the "
               "stack's)"),
+    Flag(names=("--packed-attention",), group=_TRAIN, path="training.packed_attention",
+         choices=("document", "sequence"),
+         help="packed rows: each sample attends within itself, the kernel skipping the others "
+              "(FlashAttention varlen / position_ids, FlexAttention block mask, TE THD), or "
+              "causally over the whole row (default: the stack's, else sequence); document "
+              "with --avg-seq-len prices each sample's own attention"),
     Flag(names=("--truncation",), group=_TRAIN, path="training.truncation",
          choices=("truncate", "delete"),
          help="a sample over --seq-len: cut to it (default) or dropped (ms-swift 1.x)"),

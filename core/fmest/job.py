@@ -61,6 +61,13 @@ LORA_ADAPTER_DTYPES = ("fp32", "compute")
 #: DataCollatorWithPadding's default ``padding=True``: shapes vary), ``packed`` samples
 #: concatenated into ``seq_len`` rows (fixed shapes, no padding)
 PADDINGS = ("max_length", "longest", "packed")
+#: what attention sees in a packed row (``Training.packed_attention``): ``document`` (each
+#: sample attends within itself only and the kernel skips the other samples' blocks:
+#: FlashAttention varlen through position_ids / cu_seqlens, FlexAttention's block mask,
+#: Transformer Engine's THD packing) or ``sequence`` (causal attention over the whole row,
+#: samples see their predecessors: plain concatenation, or a dense mask whose masked blocks
+#: are still computed)
+PACKED_ATTENTIONS = ("document", "sequence")
 #: a sample longer than ``seq_len``: ``truncate`` (cut to it: HF/TRL/LLaMA-Factory) or
 #: ``delete`` (dropped: ms-swift 1.x ``truncation_strategy='delete'``,
 #: swift/llm/utils/template.py @ 46922151)
@@ -404,6 +411,12 @@ class Training:
     #: varying shapes; ``longest`` and ``max_length`` count real tokens in tokens/s
     #: (docs/allocator.md)
     padding: Optional[str] = field(default=None, validator=_choice((None,) + PADDINGS))
+    #: ``PACKED_ATTENTIONS``, for ``packed`` rows; None = the training stack's default
+    #: (stacks.toml ``packed_attention``), else ``sequence``. ``document`` with
+    #: ``workload.avg_seq_len`` prices each sample's own causal attention, sum of s_i^2 over
+    #: the row instead of seq_len^2 (time_roofline ``attention_context_len``)
+    packed_attention: Optional[str] = field(default=None,
+                                            validator=_choice((None,) + PACKED_ATTENTIONS))
     #: ``TRUNCATIONS``; None = ``truncate``
     truncation: Optional[str] = field(default=None, validator=_choice((None,) + TRUNCATIONS))
     #: training stack (issue 12): a registered profile name or alias, case-insensitive

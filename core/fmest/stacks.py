@@ -133,6 +133,9 @@ class StackProfile:
     #: ``training.padding`` of None takes it; None: not stated (fixed shapes, every sample
     #: counted at ``seq_len``: what fmest did before the field)
     padding: Optional[str] = field(default=None)
+    #: what attention sees in the stack's packed rows (fmest.job.PACKED_ATTENTIONS) when a
+    #: job packs and states none; None: ``sequence``
+    packed_attention: Optional[str] = field(default=None)
     #: gradient accumulation under FSDP's ``no_sync()`` (Lightning Fabric's
     #: ``no_backward_sync``): full unsharded gradients held until the last micro-batch
     fsdp_no_sync_accumulation: bool = False
@@ -258,6 +261,14 @@ class StackProfile:
 
         if value is not None and value not in PADDINGS:
             raise ValueError(f"StackProfile.padding: {value!r} not in {PADDINGS}")
+
+    @packed_attention.validator
+    def _check_packed_attention(self, attribute, value):
+        from fmest.job import PACKED_ATTENTIONS
+
+        if value is not None and value not in PACKED_ATTENTIONS:
+            raise ValueError(f"StackProfile.packed_attention: {value!r} not in "
+                             f"{PACKED_ATTENTIONS}")
 
     @pipeline_engine.validator
     def _check_pipeline_engine(self, attribute, value):
@@ -666,6 +677,18 @@ def padding_of(training, stack: Optional["ResolvedStack"]) -> Optional[str]:
     if training.padding is not None:
         return training.padding
     return stack.profile.padding if stack is not None else None
+
+
+def packed_attention_of(training, stack: Optional["ResolvedStack"]) -> Optional[str]:
+    """What attention sees in a packed row: ``training.packed_attention``, else the stack's
+    default (stacks.toml ``packed_attention``), else ``sequence``; None when the job's rows are
+    not packed (:func:`padding_of`)."""
+    if padding_of(training, stack) != "packed":
+        return None
+    if training.packed_attention is not None:
+        return training.packed_attention
+    own = stack.profile.packed_attention if stack is not None else None
+    return own or "sequence"
 
 
 def loss_compiled(training, stack: Optional["ResolvedStack"]) -> bool:

@@ -428,6 +428,10 @@ def map_config(doc: dict, sink: Sink) -> None:
             fixed = doc.get("pad_to_sequence_len")
             if packed:
                 sink.set("training.padding", "packed", key)
+                # "multi-packing with block diagonal attention and per sequence position_ids"
+                # (schemas/config.py sample_packing, line 688 @ 067b021c8; monkeypatch/
+                # multipack.py patches transformers' _get_unpad_data for FlashAttention varlen)
+                sink.set("training.packed_attention", "document", key)
             elif on or fixed:
                 sink.set("training.padding", "max_length", key)
             else:

@@ -41,6 +41,7 @@ _OWN = frozenset({
     "quantization_bit", "double_quantization", "cutoff_len", "flash_attn",
     "enable_liger_kernel", "pure_bf16", "disable_gradient_checkpointing", "stage",
     "use_unsloth_gc", "sequence_parallel_size", "oft_target", "freeze_vision_tower",
+    "packing", "neat_packing",
 })
 #: switches (``use_*: true``) and keys fmest reads but does not model: the answer is given
 #: without them and every output format warns (Sink.unmodelled)
@@ -341,6 +342,13 @@ def map_config(doc: dict, sink: Sink) -> None:
         elif name in ("packing", "neat_packing"):
             sink.bool_(key, value)
             sink.set("training.padding", _padding(doc), key)
+            if _padding(doc) == "packed" and (name == "neat_packing"
+                                               or not doc.get("neat_packing")):
+                # neat_packing: "Enable sequence packing without cross-attention"
+                # (src/llamafactory/hparams/data_args.py line 112 @ ff6d4d12e); packing alone
+                # concatenates samples under one causal mask
+                sink.set("training.packed_attention",
+                         "document" if doc.get("neat_packing") else "sequence", key)
         elif name == "stage":
             stage = str(value).strip().lower()
             if stage in ("sft", "pt"):

@@ -452,6 +452,11 @@ def _train(head: str, sub: str, names: dict, sink: Sink) -> None:
             # 3602360a562313afbf2ef6065fdf61f271a2c5b9)
             if sink.bool_(key, value):
                 sink.set("training.padding", "packed", key)
+                # packing turns padding_free on, and padding-free batches keep "sequences within
+                # the batch causally isolated" (flash attention required): swift/arguments/
+                # sft_args.py _check_padding_free, base_args/template_args.py lines 60-63 @
+                # 3602360a562313afbf2ef6065fdf61f271a2c5b9
+                sink.set("training.packed_attention", "document", key)
             elif sink.get("training.padding") is None:
                 sink.set("training.padding", "longest", key)
             else:

@@ -76,6 +76,18 @@ _LOG = {"generate_during_eval", "log_completions", "num_completions_to_print",
         "eval_packing", "num_generations_eval", "log_level_replica"}
 
 
+def _trl_packed_attention(doc: dict) -> str:
+    """What attention sees in TRL's packed rows: padding-free batches keep each sample causally
+    isolated (position_ids for FlashAttention varlen), and ``packing`` with the default
+    ``packing_strategy`` ``bfd`` (or ``bfd_split``) turns padding-free on whatever
+    ``padding_free`` says; ``wrapped`` packing without it concatenates samples under one causal
+    mask (huggingface/trl f2cd57710ae345ea6428ae95363267fcf38a3dc8 trl/trainer/sft_config.py
+    lines 81-89, trl/trainer/sft_trainer.py DataCollatorForLanguageModeling)."""
+    if doc.get("padding_free"):
+        return "document"
+    strategy = str(doc.get("packing_strategy") or "bfd").strip().lower()
+    return "document" if strategy in ("bfd", "bfd_split", "bfd-requeue") else "sequence"
+
 def detect(doc: dict) -> bool:
     return "model_name_or_path" in doc and bool(set(doc) & KEYS)
 
@@ -223,12 +235,16 @@ def map_config(doc: dict, sink: Sink) -> None:
             on = value is not None and sink.bool_(key, value)
             if on:
                 sink.set("training.padding", "packed", key)
+                sink.set("training.packed_attention", _trl_packed_attention(doc), key)
             elif sink.get("training.padding") is None:
                 sink.set("training.padding", "longest", key)
             else:
                 sink.ignore(key, "false; the other of packing / padding_free is on")
         elif name == "packing_strategy":
-            sink.ignore(key, "how sequences are packed; same tokens per sequence")
+            if doc.get("packing") or doc.get("padding_free"):
+                sink.set("training.packed_attention", _trl_packed_attention(doc), key)
+            else:
+                sink.ignore(key, "packing is off")
         elif name == "activation_offloading":
             sink.set("training.activation_offload", sink.bool_(key, value), key)
         elif name in ("max_prompt_length", "max_completion_length"):

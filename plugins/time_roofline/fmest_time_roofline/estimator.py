@@ -38,7 +38,12 @@ from fmest.physics.counting import (
     trainable_params,
 )
 from fmest.physics.time_constants import host_seconds_per_op
-from fmest.stacks import fp32_main_grads, scores_bytes, wgrad_accumulation_fused
+from fmest.stacks import (
+    fp32_main_grads,
+    packed_attention_of,
+    scores_bytes,
+    wgrad_accumulation_fused,
+)
 from fmest.stacks import padding_of as stacks_padding_of
 from fmest.transforms import CommunicationPlan, Transforms, transforms_of
 from fmest_time_roofline import formulas as F
@@ -217,6 +222,9 @@ class StepShape:
     #: routed rows per expert relative to balanced dropless routing under Megatron-Core's
     #: capacity factor (formulas.moe_capacity_row_factor: drop-and-pad > 1 at F > 1)
     expert_row_factor: float = 1.0
+    #: the length the attention core runs over when packed samples attend within
+    #: themselves (:func:`attention_context_len`); None: ``seq_len``
+    attention_len: Optional[float] = None
 
     @property
     def moe_recomputed(self) -> float:
@@ -251,6 +259,43 @@ def padded_seq_len(job, stack=None) -> Optional[float]:
     b = tr.micro_batch_size
     k = min(_NORMAL_MAX_MEAN, key=lambda n: abs(math.log(n) - math.log(b)))
     return min(float(tr.seq_len), w.avg_seq_len + _NORMAL_MAX_MEAN[k] * (w.seq_len_std or 0.0))
+
+
+def attention_context_len(job, stack=None) -> Optional[float]:
+    """The length the attention core of a packed row runs over when each sample attends within
+    itself (``packed_attention`` ``document``, :func:`fmest.stacks.packed_attention_of`: the
+    kernel skips the other samples' blocks) and the job states ``workload.avg_seq_len``: a row
+    of S tokens holds S / E[s] samples whose causal attention costs sum s_i^2 = S E[s] (1 +
+    cv^2) score elements against S^2 for the whole row (cv = ``seq_len_std`` / E[s]), so it
+    runs as over rows of E[s] (1 + cv^2) tokens, at most ``seq_len``. None otherwise: rows not
+    packed, attention over the whole row, no stated lengths, or eager attention (a dense
+    document mask computes every block)."""
+    tr, w = job.training, job.workload
+    if w.avg_seq_len is None or tr.attention == "eager" \
+            or packed_attention_of(tr, stack) != "document":
+        return None
+    mean = min(float(tr.seq_len), float(w.avg_seq_len))
+    cv = (w.seq_len_std or 0.0) / w.avg_seq_len if w.avg_seq_len > 0 else 0.0
+    return min(float(tr.seq_len), mean * (1.0 + cv * cv))
+
+
+def packed_attention_note(job, stack=None) -> Optional[str]:
+    """Why a packed job's attention is priced as it is (None when its rows are not packed)."""
+    kind = packed_attention_of(job.training, stack)
+    if kind is None:
+        return None
+    length = attention_context_len(job, stack)
+    if length is not None:
+        return (f"packed rows attend per sample (packed_attention document): attention as over "
+                f"{length:,.0f}-token rows, E[s] (1 + cv^2) of workload.avg_seq_len "
+                f"{job.workload.avg_seq_len:g}")
+    if kind == "document" and job.training.attention == "eager":
+        return ("packed rows attend per sample, but eager attention computes the whole row's "
+                "scores under its document mask")
+    if kind == "document":
+        return ("packed rows attend per sample (packed_attention document) but "
+                "workload.avg_seq_len is not stated: attention priced over whole rows")
+    return None
 
 
 def real_tokens_per_sample(model, job, stack=None) -> float:
@@ -297,13 +342,16 @@ def step_shape(job, model, layout, stack=None) -> StepShape:
         expert_row_factor=F.moe_capacity_row_factor(
             batch * seq_len / layout.cp / max(layout.tp, 1), model.experts_per_token or 0, model.num_experts or 0,
             training.moe_expert_capacity_factor, training.moe_drop_and_pad)
-        if model.is_moe else 1.0)
+        if model.is_moe else 1.0,
+        attention_len=None if (model.vision or model.is_encoder_decoder)
+        else attention_context_len(job, stack))
 
 
 def kernel_seq_len(shape: StepShape) -> float:
-    """Keys per query block the attention kernel sees: the sequence, split over the context-
-    parallel ranks (ring attention runs the kernel on ``seq / cp`` blocks)."""
-    return shape.seq_len / shape.cp
+    """Keys per query block the attention kernel sees: the sequence (a packed sample's length
+    when samples attend within themselves: ``StepShape.attention_len``), split over the
+    context-parallel ranks (ring attention runs the kernel on ``seq / cp`` blocks)."""
+    return (shape.attention_len or shape.seq_len) / shape.cp
 
 
 @frozen(kw_only=True)
@@ -533,7 +581,10 @@ def attention_times(job, model, shape: StepShape, rates: Rates, gpu) -> Attentio
     efficiency (FLOPs counted the FlashAttention way, backward 2.5x); eager attention as two
     GEMMs of the (s x d) @ (d x s) shape."""
     eager = job.training.attention == "eager"
-    fwd_flops = F.attention_forward_flops_per_token(model, shape.seq_len, causal=not eager) \
+    # packed samples attending within themselves: each token's context is its own sample
+    # (StepShape.attention_len); eager attention never sets it
+    fwd_flops = F.attention_forward_flops_per_token(model, shape.attention_len or shape.seq_len,
+                                                    causal=not eager) \
         * shape.tokens / shape.tp / shape.pp
     bwd_factor = 2.0 if eager else F.FLASH_BACKWARD_FLOPS_FACTOR
     if eager:
@@ -1213,6 +1264,9 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
         host_notes.append(f"MoE dispatcher host syncs: the GPU waits {accum * sync_wait:.3g} s per "
                           f"step for the host after each MoE layer's sync "
                           f"(formulas.moe_sync_exposed_seconds; in framework_overhead)")
+    packed_note = packed_attention_note(job, stack)
+    if packed_note is not None:
+        host_notes.append(packed_note)
     figures = _flops_figures(model, job.training, shape, matmuls.lora_modules, step, gpu, layout)
     mfu_notes: list[str] = []
     if job.options.mfu is not None:

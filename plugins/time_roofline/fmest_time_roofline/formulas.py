@@ -861,7 +861,7 @@ def linear_forward_flops_per_token(model) -> float:
     return total
 
 
-def attention_context_tokens(seq_len: int, *, causal: bool = True,
+def attention_context_tokens(seq_len: float, *, causal: bool = True,
                              sliding_window: Optional[int] = None) -> float:
     """Average number of keys a query attends to: ``s/2`` under a causal mask (the lower
     triangle; flash kernels skip the masked blocks), ``s`` without, at most the window."""
@@ -871,7 +871,7 @@ def attention_context_tokens(seq_len: int, *, causal: bool = True,
     return ctx
 
 
-def attention_forward_flops_per_token(model, seq_len: int, *, causal: bool = True) -> float:
+def attention_forward_flops_per_token(model, seq_len: float, *, causal: bool = True) -> float:
     """Forward FLOPs of the attention core (Q K^T and A V) per token over all layers:
     ``2 * heads * (d_qk + d_v) * context`` per layer (Narayanan et al. 2021, arXiv:2104.04473,
     eq. 2 term ``s/(6h)``; Chinchilla, Hoffmann et al. 2022, Table 4), with the causal half.
