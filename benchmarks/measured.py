@@ -41,7 +41,9 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    ``h100-pcie``, ``h100-sxm``, ``h200``/``gh200`` -> H200-SXM-141GB (GH200's Hopper GPU),
    ``b200`` -> B200-SXM-180GB, ``v100-sxm-32/16``, ``gaudi2``, ``mi250x``, ``mi300x``. A name
    stating no model (``not stated``, ``8GB GPU``: the table has no 8 GB GPU) is unsupported.
-3. **dtype**: ``bf16``/``fp16``/``fp32`` as written; ``fp8`` and ``bf16+float8`` -> ``fp8``.
+3. **dtype**: ``bf16``/``fp16``/``fp32`` as written; ``fp8`` and ``bf16+float8`` -> ``fp8``; an
+   ``fp32`` row whose ``other`` states TF32 matmuls (``set_float32_matmul_precision('high')``,
+   ``allow_tf32 = True``, ``tf32=true``) -> ``training.tf32``.
    **Precision**: ``precision=X`` in ``other`` wins; else "pure bf16" stated, or a full fine-tune
    whose ``other`` states ``torch_dtype=bfloat16|float16`` (model loaded in half precision: HF
    Trainer and accelerate keep the loaded dtype for weights, grads and optimizer states; LoRA
@@ -967,6 +969,12 @@ def _zero_buffer_sizes(other: str, stage: int) -> dict:
     return out
 
 
+#: fp32 matmuls stated to run as TF32 (rule 3): "TF32 matmuls", torch's
+#: ``set_float32_matmul_precision('high'|'medium')``, ``allow_tf32 = True``, ``tf32=True``
+_TF32_STATED = re.compile(r"tf32 matmul|set_float32_matmul_precision\(\s*['\"](?:high|medium)"
+                          r"|allow_tf32\s*=\s*true|\btf32\s*[=:]\s*true", re.I)
+
+
 #: a stated virtual-pipeline size (rule 8): "vp=5", "VP=8" in a copied table, "-vp 12" on a
 #: launcher's command line; "vp=NA" / "VP=-" state none
 _VP_STATED = re.compile(r"(?<![a-z_])vp\s*[=:]?\s*(\d+)\b", re.I)
@@ -1094,6 +1102,8 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     else:
         training["dtype"] = next((d for d in ("fp16", "fp32", "bf16") if dtype_raw.startswith(d)),
                                  "bf16")
+    if training["dtype"] == "fp32" and _TF32_STATED.search(row["other"] or ""):
+        training["tf32"] = True
     precision = kv.get("precision", "").split(" ")[0].lower()
     precision = {"bf16-true": "pure", "16-true": "pure", "bf16-mixed": "amp",
                  "16-mixed": "amp"}.get(precision, precision)

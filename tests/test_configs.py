@@ -91,13 +91,14 @@ def test_training_args_mapping():
     assert m.data["training"] == {
         "micro_batch_size": 4, "grad_accum_steps": 8, "dtype": "bf16", "precision": "amp",
         "optimizer": "adamw_torch_fused", "activation_checkpointing": "full", "compile": False,
-        "stack": "hf-trainer"}
+        "stack": "hf-trainer", "tf32": True}
     assert m.data["parallelism"] == {"fsdp": "full_shard", "cpu_offload": "params",
                                      "fsdp_backward_prefetch": "pre"}
     assert m.data["workload"] == {"epochs": 2.0}
     assert m.origins["training.micro_batch_size"].endswith(
         "training_args.json: per_device_train_batch_size")
-    assert any("tf32" in i for i in m.ignored)
+    # tf32: true is read (an fp32 job's GEMMs on tensor cores), no longer ignored
+    assert not any("tf32" in i for i in m.ignored)
 
 
 def test_training_args_loads_the_deepspeed_file_it_names_and_resolves_its_autos():

@@ -93,6 +93,11 @@ CASES = {
                                       "workload": {"dataset_tokens": 1e9, "avg_seq_len": 400,
                                                    "seq_len_std": 200}},
                                      dict(gpus="H100-SXM", max_gpus=16), 0.15, 0.05),
+    # fp32 with TF32 matmuls (training.tf32): the GEMMs at the TF32 tensor-core peak
+    "gpt2-xl-fp32-tf32": ({"model": "openai-community/gpt2-xl",
+                           "training": {"dtype": "fp32", "tf32": True, "seq_len": 1024},
+                           "workload": {"dataset_tokens": 1e9}},
+                          dict(gpus="A100-80GB", max_gpus=16), 0.15, 0.05),
     "mixtral-8x7b-megatron-core": ({"model": "mistralai/Mixtral-8x7B-v0.1",
                                     "training": {"stack": "megatron-core", "seq_len": 4096},
                                     "workload": {"dataset_tokens": 1e9}},

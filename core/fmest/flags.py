@@ -366,6 +366,9 @@ JOB_FLAGS: tuple[Flag, ...] = (
          help="training stack (fmest stacks): pytorch, hf-trainer, deepspeed, megatron-core, "
               "megatron-deepspeed, torchtitan, torchtune, llm-foundry, unsloth; aliases such "
               "as nemo, megatron; any case"),
+    _bool("--tf32", group=_TRAIN, path="training.tf32",
+          help="fp32 matmuls as TF32 on tensor cores (torch allow_tf32 / "
+               "set_float32_matmul_precision('high'); default off, PyTorch's since 1.12)"),
     _bool("--liger", group=_TRAIN, path="training.liger",
           help="Liger kernels: fused RMSNorm, SwiGLU, RoPE, linear cross-entropy"),
     _names("--fused-kernels", group=_TRAIN, path="training.fused_kernels", metavar="OP",

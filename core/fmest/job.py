@@ -387,6 +387,12 @@ class Training:
     activation_offload: bool = False
     optimizer_in_backward: bool = False
     compile: bool = False
+    #: fp32 matmuls on tensor cores as TF32 (``torch.backends.cuda.matmul.allow_tf32`` /
+    #: ``torch.set_float32_matmul_precision("high")``; transformers TrainingArguments ``tf32``);
+    #: None = PyTorch's default, off for matmuls since 1.12 (the "TensorFloat-32 (TF32) on
+    #: Ampere (and later) devices" note of the torch.backends docs). Only an fp32 job's GEMMs
+    #: change, and only on a GPU with TF32 units (the GPU table's ``tf32_tflops``)
+    tf32: Optional[bool] = None
     #: whether ``compile`` also compiles the loss function (Inductor fuses the fp32 upcast, the
     #: log-softmax and its gradient: the compute-dtype logits and one compute-dtype gradient
     #: instead of three fp32 [tokens, vocab] tensors); None = the training stack's default

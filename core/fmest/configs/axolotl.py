@@ -85,7 +85,6 @@ _IGNORED = {
     "torch_compile_mode": "compile details; fmest only knows whether the model is compiled",
     "ddp_timeout": "launch setting",
     "ddp_broadcast_buffers": "launch setting", "ddp_find_unused_parameters": "launch setting",
-    "tf32": "tf32 changes speed, not memory",
     "max_packed_sequence_len": DATA, "sequence_len_overflow_handling": DATA,
     "group_size": DATA, "special_tokens_reference": DATA, "default_system_message": DATA,
     "chat_template_jinja": DATA, "is_preprocess": DATA, "num_dataset_shards_to_save": DATA,
@@ -417,6 +416,9 @@ def map_config(doc: dict, sink: Sink) -> None:
                 sink.ignore(key, "false")
             else:
                 sink.unmodelled(key, _UNMODELLED[name])
+        elif name == "tf32":
+            # axolotl passes tf32 to TrainingArguments (torch allow_tf32 for fp32 matmuls)
+            sink.set("training.tf32", sink.bool_(key, value), key)
         elif name in ("sample_packing", "pad_to_sequence_len"):
             # axolotl (axolotl-ai-cloud/axolotl 067b021c8b87a9e5e380b9173c704cf7340e30f5
             # src/axolotl/utils/schemas/config.py): sample_packing packs samples into

@@ -97,6 +97,14 @@ class Rates:
     notes: tuple = ()
 
 
+def matmul_dtype(training, gpu) -> str:
+    """The format an fp32 job's GEMMs run in: ``tf32`` with ``training.tf32`` on a GPU with
+    TF32 units (the GPU table's ``tf32_tflops``), else the training dtype."""
+    if training.dtype == "fp32" and training.tf32 and gpu.peak_flops_per_s("tf32"):
+        return "tf32"
+    return training.dtype
+
+
 def device_rates(job, gpu, stack=None, model=None,
                  attention_seq_len: Optional[float] = None) -> Optional[Rates]:
     """Phase 1: peaks (power-cap derated) and efficiencies; ``None`` when the GPU table lacks
@@ -107,7 +115,8 @@ def device_rates(job, gpu, stack=None, model=None,
     training, notes = job.training, []
     act_dtype = F.storage_dtype(training.dtype)
     derate = F.power_cap_derate(gpu.name)
-    lin_peak = gpu.peak_flops_per_s(training.dtype)
+    lin_dtype = matmul_dtype(training, gpu)
+    lin_peak = gpu.peak_flops_per_s(lin_dtype)
     attn_peak = gpu.peak_flops_per_s(act_dtype if act_dtype != "fp32" else "fp32")
     if not lin_peak or not attn_peak or not gpu.hbm_bytes_per_s:
         return None
@@ -120,6 +129,12 @@ def device_rates(job, gpu, stack=None, model=None,
     fraction, gemm_note = F.gemm_fraction_and_note(gpu.name, training.dtype)
     if gemm_note:
         notes.append(gemm_note)
+    if lin_dtype == "tf32":
+        notes.append(f"fp32 GEMMs as TF32 (training.tf32): {gpu.name}'s TF32 tensor-core peak "
+                     f"at its bf16 GEMM fraction {fraction:.3f} (no TF32 GEMM measurement)")
+    elif training.dtype == "fp32" and training.tf32:
+        notes.append(f"training.tf32: {gpu.name} has no TF32 units (no tf32 peak in the GPU "
+                     f"table): fp32 GEMMs at its fp32 rate")
     kernel = stack.profile.attention_kernel if stack is not None else "sdpa"
     fwd_eff, bwd_eff, att_notes = attention_efficiencies(job, gpu, kernel, model,
                                                          attention_seq_len)
@@ -1151,7 +1166,7 @@ def _flops_figures(model, training, shape: StepShape, lora_mods, step: float, gp
                                        checkpointing=shape.checkpointing)
     samples = shape.micro_batch * shape.grad_accum * shape.dp
     layer_tokens = samples * shape.seq_len
-    nominal_peak = gpu.peak_flops_per_s(shape.linear_dtype)
+    nominal_peak = gpu.peak_flops_per_s(matmul_dtype(training, gpu))
     model_flops = flops["model"] * layer_tokens
     # full checkpointing of a share of the blocks recomputes that share
     recompute = flops["recompute"] * (shape.recompute_share if shape.checkpointing == "full"

@@ -110,10 +110,13 @@ def training_arguments_fields(hf: dict, path: str) -> tuple[dict, list[str]]:
         elif k in ("bf16", "fp16") and _bool(value, p):
             out["training"]["dtype"] = k
             out["training"].setdefault("precision", "amp")  # HF Trainer: fp32 weights + autocast
-        elif k in ("bf16", "fp16", "tf32", "bf16_full_eval", "fp16_full_eval"):
-            if k == "tf32" and value is not None and _bool(value, p):
-                ignored.append(f"{p}: tf32 matmuls change speed, not memory (time plugins read "
-                               "--dtype fp32 as tf32 tensor-core capable)")
+        elif k == "tf32":
+            # TrainingArguments tf32 sets torch.backends.cuda.matmul.allow_tf32 (None: torch's
+            # default, off): an fp32 job's GEMMs then run on tensor cores
+            if value is not None:
+                out["training"]["tf32"] = _bool(value, p)
+        elif k in ("bf16", "fp16", "bf16_full_eval", "fp16_full_eval"):
+            pass
         elif k == "optim":
             out["training"]["optimizer"] = str(value)
         elif k == "num_train_epochs":
