@@ -44,7 +44,12 @@ RULES: tuple[tuple[str, str, str], ...] = (
      "Google Vertex AI OpenLLaMA reports (one notebook family)"),
     (r"^intel-gaudi2-training-perf-", "intel-gaudi2-training-perf",
      "Intel Gaudi2 model-performance pages, one per release"),
-    (r"^xtuner-", "xtuner", "XTuner's speed benchmark and long-sequence documents"),
+    (r"^(h13-)?xtuner-", "xtuner", "XTuner's speed benchmark, long-sequence and Megatron MoE "
+     "documents"),
+    (r"^(ms-swift-benchmark-doc|h13-ms-swift-)", "ms-swift-docs",
+     "ModelScope ms-swift's benchmark and best-practice documents"),
+    (r"^(h9-colossalai-|h13-colossalchat-)", "colossalai",
+     "hpcaitech ColossalAI's README benchmark and ColossalChat examples"),
     (r"^litgpt-", "litgpt", "LitGPT's resource tables and config-hub tables"),
     (r"^h10-flash-?attn|^h1[01]-flashattention", "flash-attention",
      "FlashAttention-1 and -2's papers and the flash-attention repository's training README "
