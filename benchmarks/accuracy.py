@@ -243,6 +243,26 @@ BIGSCIENCE_PR251_DATE = (2022, 2, 21)
 MEGATRON_VOCAB_DIVISOR = 128
 
 
+#: Sources whose TFLOP/s come from ArcticTraining's own count (the ALST paper, arXiv 2506.13996:
+#: "the Megatron-LM flos formula taking into account repeated forwards"; snowflakedb/
+#: ArcticTraining arctic_training/metrics.py @02307413a12ad40ecd3aafeee93ad03f590c7b9f
+#: ``Metrics._estimate_decoder_transformer_tflos``): ``8 N s + 16 L s^2 h`` per sequence of
+#: ``s`` tokens, ``N`` every parameter of the model (embeddings included), ``8`` = 2 FLOPs per
+#: parameter x (forward, backward twice, the checkpointed forward again), the attention term
+#: over the full (unmasked) ``s x s`` scores, both matmuls, the same four passes. Checked on the
+#: paper's own figure: Table 1's 3.7M-token row (recipe max_length 3,800,000, 8 H100, 6455 s)
+#: gives 591 TFLOP/s per GPU against the 590.6 printed.
+ARCTIC_FLOPS_SOURCES = frozenset({"h14-alst-paper-2506-13996v1"})
+
+
+def arctic_training_flops(model, *, seq: int, sequences: float) -> float:
+    """FLOPs of ``sequences`` sequences of ``seq`` tokens as ArcticTraining counts them
+    (:data:`ARCTIC_FLOPS_SOURCES`)."""
+    n = model.param_counts().total
+    return sequences * (8.0 * n * seq
+                        + 16.0 * model.num_layers * seq * seq * model.hidden_size)
+
+
 def is_bigscience_megatron_deepspeed(row: dict) -> bool:
     """A row whose TFLOP/s come from the BigScience Megatron-DeepSpeed fork's log line."""
     text = f"{row.get('stack_version') or ''} {row.get('other') or ''}".lower()
@@ -327,6 +347,13 @@ def predicted_rate(row: dict, job: dict, report) -> Optional[float]:
             model_flops = megatron_model_flops(report.context.model, tokens, tr["seq_len"])
             if model_flops is not None:
                 return model_flops / (t.step_seconds * world) / 1e12
+        if row.get("source") in ARCTIC_FLOPS_SOURCES:
+            # like with like: the trainer's own count over the step's sequences
+            tr = job["training"]
+            sequences = tr["micro_batch_size"] * tr["grad_accum_steps"] * \
+                report.context.layout.dp
+            return arctic_training_flops(report.context.model, seq=tr["seq_len"],
+                                         sequences=sequences) / (t.step_seconds * world) / 1e12
         if is_bigscience_megatron_deepspeed(row):
             # like with like: the fork's own log-line count, with the run's recompute
             tr = job["training"]

@@ -122,9 +122,11 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
    ``fsdp`` -> ``fsdp=full_shard``; ``fsdp-hybrid`` -> ``hybrid_shard`` sharded within a node
    (``hsdp_shard_size`` = GPUs per node); ``fsdp-grad-op`` -> ``shard_grad_op``; ``none``/``0``/
    empty -> no sharding. A CPU offload stated in ``other`` (``offload=...``, "cpu offload",
-   "offload to CPU"; not when negated or false) -> ``cpu_offload=params`` when the text names
-   parameters or the row is FSDP (FSDP's ``CPUOffload`` has only ``offload_params``: parameters,
-   gradients and the optimizer step move to the host), else ``optimizer`` (ZeRO-Offload).
+   "offload(ed|ing) to CPU", "CPU optimizer offload(ing)", "optimizer (states) offload"; not
+   when negated or false, nor an offload of the activation checkpoints, rule 9) ->
+   ``cpu_offload=params`` when the text names parameters or weights or the row is FSDP (FSDP's
+   ``CPUOffload`` has only ``offload_params``: parameters, gradients and the optimizer step move
+   to the host), else ``optimizer`` (ZeRO-Offload).
 7. **Layout**: ``tp``/``pp``/``cp``/``ep`` as given (1 if empty); ``dp`` as given, else ``num_gpus
    / (tp*pp*cp)`` (expert parallelism lives inside DP, Megatron-Core's layout). A row whose
    ``dp*tp*pp*cp`` differs from ``num_gpus`` is unsupported. GPUs per node = min(8, GPUs). TP on
@@ -738,19 +740,31 @@ def _litgpt_model_config(model: str) -> Optional[dict]:
     return cfg
 
 
-_OFFLOAD = re.compile(r"(?<!no )(?<!without )(cpu[ _-]offload|offload to cpu|offload=)([^;]{0,60})")
+_OFFLOAD = re.compile(r"(?<!no )(?<!without )(cpu[ _-]offload|offload(?:ed|ing)? to (?:the )?cpu"
+                      r"|cpu optimizer offload|optimizer (?:states? )?offload|offload=)"
+                      r"([^;]{0,60})")
+#: an offload of the activation checkpoints (rule 9's ``activation_offload``), not of model
+#: states: "activation-checkpoint offload to CPU", ``activation_checkpoint_cpu_offload``
+_ACTIVATION_OFFLOAD_BEFORE = re.compile(r"(activation|checkpoint)[\w -]{0,3}$")
 
 
 def _cpu_offload(low: str, fsdp: bool = False) -> str:
-    """Rule 6: ``params`` when the offload named moves parameters (always under FSDP, whose
-    ``CPUOffload`` has only ``offload_params``), ``optimizer`` otherwise, "" when none is
-    stated (or it is negated / false)."""
+    """Rule 6: ``params`` when an offload named moves parameters or weights (always under
+    FSDP, whose ``CPUOffload`` has only ``offload_params``), ``optimizer`` otherwise, "" when
+    none is stated (or it is negated / false). An offload of the activation checkpoints is
+    not a model-state offload (rule 9)."""
+    found = ""
     for match in _OFFLOAD.finditer(low):
         tail = match.group(2)
         if re.match(r"\W*(false|none|no\b|0\b)", tail):
             continue
-        return "params" if ("param" in tail or fsdp) else "optimizer"
-    return ""
+        if _ACTIVATION_OFFLOAD_BEFORE.search(low[max(0, match.start() - 24):match.start()]):
+            continue
+        before = low[max(0, match.start() - 24):match.start()]
+        if fsdp or "param" in tail or "param" in before or "weights" in before:
+            return "params"
+        found = "optimizer"
+    return found
 
 
 def _fused_names(model: str, model_config: Optional[dict]) -> dict[str, str]:

@@ -44,10 +44,10 @@ RULES: tuple[tuple[str, str, str], ...] = (
      "Google Vertex AI OpenLLaMA reports (one notebook family)"),
     (r"^intel-gaudi2-training-perf-", "intel-gaudi2-training-perf",
      "Intel Gaudi2 model-performance pages, one per release"),
-    (r"^(h13-)?xtuner-", "xtuner", "XTuner's speed benchmark, long-sequence and Megatron MoE "
-     "documents"),
-    (r"^(ms-swift-benchmark-doc|h13-ms-swift-)", "ms-swift-docs",
-     "ModelScope ms-swift's benchmark and best-practice documents"),
+    (r"^(h1[34]-)?xtuner-", "xtuner", "XTuner's speed benchmark, long-sequence, Megatron MoE "
+     "and model-config README documents"),
+    (r"^(ms-swift-benchmark-doc|h1[34]-ms-swift-)", "ms-swift-docs",
+     "ModelScope ms-swift's benchmark, best-practice and Megatron-SWIFT documents"),
     (r"^(h9-colossalai-|h13-colossalchat-)", "colossalai",
      "hpcaitech ColossalAI's README benchmark and ColossalChat examples"),
     (r"^litgpt-", "litgpt", "LitGPT's resource tables and config-hub tables"),
@@ -63,6 +63,8 @@ RULES: tuple[tuple[str, str, str], ...] = (
     (r"^lambda-dtg-", "lambda-distributed-training-guide",
      "Lambda's distributed-training-guide chapters (one author, one set of scripts)"),
     (r"^llamafactory-", "llamafactory", "LLaMA-Factory's wiki comparison and its paper"),
+    (r"^h14-(starcoder|santacoder)-model-card", "bigcode-model-cards",
+     "BigCode's StarCoder and SantaCoder model cards (one team, one Megatron-LM fork)"),
 )
 
 

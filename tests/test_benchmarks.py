@@ -147,6 +147,32 @@ def test_mapping_cpu_offload_reads_negations():
     assert measured._cpu_offload("fsdp with cpu offload (offload=params/grads)") == "params"
     assert measured._cpu_offload("zero-3 with cpu offload of optimizer states") == "optimizer"
     assert measured._cpu_offload("cpu_offload=true", fsdp=True) == "params"
+
+
+def test_mapping_cpu_offload_reads_other_phrasings():
+    # ALST / Ulysses documents: "optimizer states offloaded to CPU", "CPU optimizer offloading"
+    assert measured._cpu_offload("deepspeed zero-3 with optimizer states offloaded to cpu; x") \
+        == "optimizer"
+    assert measured._cpu_offload("zero-3, cpu optimizer offloading, gradient checkpointing") \
+        == "optimizer"
+    assert measured._cpu_offload("zero-3 with optimizer and parameters offloaded to cpu)") \
+        == "params"
+    assert measured._cpu_offload("model weights offload to cpu (zero-3 offload_param)") \
+        == "params"
+    # an offload of the activation checkpoints moves no model state (rule 9)
+    assert measured._cpu_offload("liger + tiledmlp + activation-checkpoint offload to cpu") == ""
+    assert measured._cpu_offload("recipe (tiled_mlp_compute, activation_checkpoint_cpu_offload)") \
+        == ""
+
+
+def test_arctic_training_flops_reproduces_the_alst_papers_figure():
+    # ALST paper Table 1, last row: Llama-3.1-8B, recipe max_length 3,800,000, one sequence
+    # over 8 H100 (Ulysses SP 8), 1:47:35 per iteration, 590.6 TFLOPS per GPU printed
+    from fmest.models.presets import load_preset
+
+    model = load_preset("meta-llama/Llama-3.1-8B")
+    flops = accuracy.arctic_training_flops(model, seq=3_800_000, sequences=1)
+    assert flops / (6455 * 8) / 1e12 == pytest.approx(590.6, rel=0.01)
     job = measured.map_row(_row(other="lightning fsdp, no cpu offload")).job
     assert "cpu_offload" not in job["parallelism"]
 
