@@ -197,7 +197,11 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
     ``bigscience_before_bf16_optimizer``); a row of that fork -> ``hardware.cuda_version`` 11.5
     (``BIGSCIENCE_CUDA``: its cuBLAS runs misaligned eager-attention GEMMs the pre-11.7 way);
     "chunked CE" -> ``loss=chunked``; ``liger=true``
-    (Liger fused linear cross-entropy) or a fused cross-entropy named in ``other`` ->
+    (Liger fused linear cross-entropy), a fused cross-entropy named in ``other`` or a "fused
+    (chunked) LM head" (prime-rl's RL trainer: ``FusedOutputLinear`` computes the log-probs and
+    entropy over 2048-column vocabulary chunks, never the full logits; ``fused_lm_head_chunk_size``
+    auto = 2048 for RL, disabled for SFT: PrimeIntellect-ai/prime-rl @b798a90d
+    src/prime_rl/trainer/models/layers/lm_head.py, rl/config.py, sft/config.py) ->
     ``loss=fused``; "activation offloading" -> ``activation_offload``. ``litgpt`` LoRA/QLoRA
     rows -> ``loss=chunked``: Lit-GPT's finetune/lora.py always computes the head and the
     cross-entropy in 128-token chunks (``lm_head_chunk_size=128``, ``chunked_cross_entropy``),
@@ -235,7 +239,10 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
     samples to its own longest (``get_batch`` in finetune/lora.py at Lit-GPT 8641822), so the
     time per iteration follows the mean padded length, which the source does not give (it
     publishes the longest Alpaca sample per tokenizer only). Its memory rows keep the longest:
-    the first iteration runs it (``longest_seq_ix``).
+    the first iteration runs it (``longest_seq_ix``). A throughput row whose timed step also
+    writes the model's weights to disk ("writes the updated weights to disk ... inside the
+    timed step": prime-rl's RL benchmark, whose filesystem weight broadcast saves the whole
+    model every step) is unsupported: fmest estimates the training step, not a checkpoint write.
 14. **Padding**: a row whose ``other`` states the dataset's length distribution ("token length
     M+-S") and that ``seq_len`` caps unpacked samples (rule 13's wording) runs with
     ``training.padding = longest`` and ``workload.avg_seq_len`` / ``seq_len_std`` = M / S; where
@@ -348,6 +355,11 @@ VARIABLE_LENGTH = re.compile(r"seq_len is the cap|variable-length samples trunca
 #: ``other`` wording of a seq_len that is only the longest of variable-length samples, each
 #: micro-batch padded to its own longest (rule 13: LitGPT's resource tables)
 LONGEST_SAMPLE_ONLY = re.compile(r"first iteration runs the longest example", re.I)
+#: ``other`` wording of a timed step that also writes the model's weights to disk (rule 13:
+#: prime-rl's RL benchmark step includes the filesystem weight broadcast, safetensors of the
+#: whole model every step; PrimeIntellect-ai/prime-rl @b798a90d src/prime_rl/trainer/rl/train.py)
+WEIGHTS_WRITTEN_IN_STEP = re.compile(r"writes the updated weights to disk[^;]*inside the timed "
+                                     r"step", re.I)
 #: ``other`` wording of a stated sample-length distribution (rule 14): "token length M+-S"
 LENGTH_DISTRIBUTION = re.compile(r"token length (\d+(?:\.\d+)?) ?\+-(\d+(?:\.\d+)?)", re.I)
 #: AutoGPTQ's triton kernels named in ``other`` (rule 4: the kernel dequantizes inside its own
@@ -1097,6 +1109,9 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         return None, f"technique {tech!r}"  # rule 4 first: it names the missing feature
     if row["kind"] == "throughput" and VARIABLE_LENGTH.search(other):  # rule 13
         return None, "tokens per sample not stated (seq_len caps variable-length samples)"
+    if row["kind"] == "throughput" and WEIGHTS_WRITTEN_IN_STEP.search(other):  # rule 13
+        return None, ("the timed step includes writing the model's weights to disk, which "
+                      "fmest does not estimate")
     if row["kind"] == "throughput" and LONGEST_SAMPLE_ONLY.search(other):  # rule 13
         return None, ("tokens per iteration not stated (each micro-batch is padded to its own "
                       "longest sample; only the dataset's longest is published)")
@@ -1343,7 +1358,8 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         training["masked_softmax_fusion"] = False
     if "chunked ce" in low or "cewithchunkedoutputloss" in low:
         training["loss"] = "chunked"
-    elif _true(kv.get("liger")) or re.search(r"fused[- ]linear[- ]cross|flce=true", low):
+    elif _true(kv.get("liger")) or re.search(r"fused[- ]linear[- ]cross|flce=true", low) \
+            or re.search(r"fused (chunked )?lm head(?! disabled)", low):
         training["loss"] = "fused"
     if "activation offloading" in low and "no activation offloading" not in low:
         training["activation_offload"] = True

@@ -63,6 +63,8 @@ RULES: tuple[tuple[str, str, str], ...] = (
     (r"^lambda-dtg-", "lambda-distributed-training-guide",
      "Lambda's distributed-training-guide chapters (one author, one set of scripts)"),
     (r"^llamafactory-", "llamafactory", "LLaMA-Factory's wiki comparison and its paper"),
+    (r"^h15-prime-rl-", "prime-rl",
+     "PrimeIntellect prime-rl's nightly trainer benchmarks (one script, main and a PR head)"),
     (r"^h14-(starcoder|santacoder)-model-card", "bigcode-model-cards",
      "BigCode's StarCoder and SantaCoder model cards (one team, one Megatron-LM fork)"),
 )

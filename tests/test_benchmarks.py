@@ -165,6 +165,25 @@ def test_mapping_cpu_offload_reads_other_phrasings():
         == ""
 
 
+def test_mapping_reads_prime_rl_fused_lm_head_as_a_fused_loss():
+    # prime-rl's RL trainer computes log-probs over vocabulary chunks (FusedOutputLinear);
+    # its SFT trainer disables that head and materializes the logits
+    rl = measured.map_row(_row(other="fused chunked LM head (fused_lm_head_chunk_size "
+                                     "auto=2048)"))
+    sft = measured.map_row(_row(other="fused LM head disabled for SFT, full logits + torch "
+                                      "CrossEntropyLoss"))
+    assert rl.job["training"]["loss"] == "fused"
+    assert sft.job["training"].get("loss", "standard") == "standard"
+
+
+def test_a_timed_step_that_writes_the_weights_to_disk_is_unsupported():
+    text = ("each RL step (steps 1-3) also writes the updated weights to disk (filesystem "
+            "weight broadcast, safetensors), inside the timed step")
+    assert measured.map_row(_row(other=text)).job is None
+    assert measured.map_row(_row(other=text, kind="memory", unit="GiB",
+                                 measure_type="max_memory_reserved")).job is not None
+
+
 def test_arctic_training_flops_reproduces_the_alst_papers_figure():
     # ALST paper Table 1, last row: Llama-3.1-8B, recipe max_length 3,800,000, one sequence
     # over 8 H100 (Ulysses SP 8), 1:47:35 per iteration, 590.6 TFLOPS per GPU printed
