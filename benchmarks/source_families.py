@@ -42,8 +42,9 @@ RULES: tuple[tuple[str, str, str], ...] = (
     (r"^kempnerforge-", "kempnerforge", "KempnerForge scaling reports"),
     (r"^google-vertex-openllama", "google-vertex-openllama",
      "Google Vertex AI OpenLLaMA reports (one notebook family)"),
-    (r"^intel-gaudi2-training-perf-", "intel-gaudi2-training-perf",
-     "Intel Gaudi2 model-performance pages, one per release"),
+    (r"^(intel-gaudi2-training-perf-|h15-(habana-dev|intel-gaudi)-model-perf-)",
+     "intel-gaudi2-training-perf",
+     "Intel Gaudi (Habana) model-performance pages, one per release"),
     (r"^(h1[34]-)?xtuner-", "xtuner", "XTuner's speed benchmark, long-sequence, Megatron MoE "
      "and model-config README documents"),
     (r"^(ms-swift-benchmark-doc|h1[34]-ms-swift-)", "ms-swift-docs",
