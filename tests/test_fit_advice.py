@@ -71,7 +71,11 @@ def test_every_change_offered_fits_when_applied(engine, capsys, argv, confidence
 def test_the_issue_example_offers_the_expected_kinds(engine, capsys):
     advice = _json(engine, NO_FIT_AT_90, capsys)["memory"]["to_make_it_fit"]
     changes = [a["change"] for a in advice]
-    assert "--optimizer adamw_8bit" in changes
+    # the 8-bit optimizer lands at P(fit) 0.8995 under the interval refitted with parts r9/r10
+    # (2026-11-27): offered when judged at 85 %, not at the default 90 %
+    eight_bit = _json(engine, [*NO_FIT_AT_90, "--fit-confidence", "0.85"],
+                      capsys)["memory"]["to_make_it_fit"]
+    assert "--optimizer adamw_8bit" in [a["change"] for a in eight_bit]
     assert "--technique lora" in changes
     assert any(c.startswith("--zero 3 --gpus-per-node") for c in changes)   # shard + GPUs
     assert any(c.startswith("--gpu ") for c in changes)
@@ -157,7 +161,8 @@ def test_the_table_lists_the_changes_under_the_verdict(engine, capsys):
     verdict = next(i for i, ln in enumerate(lines) if "verdict:" in ln)
     head = next(i for i, ln in enumerate(lines) if ln.strip().startswith("to make it fit"))
     assert head > verdict
-    assert lines[head + 1].strip().startswith("1. --optimizer adamw_8bit (")
+    first = _json(engine, NO_FIT_AT_90, capsys)["memory"]["to_make_it_fit"][0]["change"]
+    assert lines[head + 1].strip().startswith(f"1. {first} (")
     assert "step " in lines[head + 1] and "GiB" in lines[head + 1]
     capsys.readouterr()
     assert main(["estimate", *FITS], engine=engine) == 0
