@@ -770,9 +770,9 @@ def _cpu_offload(low: str, fsdp: bool = False) -> str:
         tail = match.group(2)
         if re.match(r"\W*(false|none|no\b|0\b)", tail):
             continue
-        if _ACTIVATION_OFFLOAD_BEFORE.search(low[max(0, match.start() - 24):match.start()]):
-            continue
         before = low[max(0, match.start() - 24):match.start()]
+        if _ACTIVATION_OFFLOAD_BEFORE.search(before):
+            continue
         if fsdp or "param" in tail or "param" in before or "weights" in before:
             return "params"
         found = "optimizer"
