@@ -72,8 +72,12 @@ def test_microbench_tiny_rows(runs):
     mb = _load("fmest_gpu_microbench", GPU / "microbench.py")
     header, rows = _rows(out / "microbench_cpu.csv")
     assert header == list(mb.CSV_FIELDS)
-    assert {r["kind"] for r in rows} == {"launch", "hbm", "mamf", "sustained", "gemm", "align",
-                                         "attention", "adamw"}
+    assert {r["kind"] for r in rows} == {"launch", "hbm", "mamf", "sustained", "tf32", "gemm",
+                                         "align", "attention", "adamw", "cpu_adamw"}
+    tf32 = {r["dtype"] for r in rows if r["kind"] == "tf32" and r["status"] == "ok"}
+    assert tf32 == {"tf32", "fp32"}
+    cpu = [r for r in rows if r["kind"] == "cpu_adamw"]
+    assert len(cpu) == 2 and all(float(r["ns_per_param"]) > 0 for r in cpu)
     ok = [r for r in rows if r["status"] == "ok"]
     assert len(ok) >= 30
     for r in ok:

@@ -529,6 +529,65 @@ class Bench:
                            f"{flops / (burst / 1e3) / 1e12:.1f} TFLOP/s over {len(first)} "
                            f"iterations; last {acc / 2e3:.2f} s: {len(last)} iterations")
 
+    def tf32(self):
+        """fp32 GEMMs with TF32 tensor cores on (``torch.backends.cuda.matmul.allow_tf32``,
+        what ``torch.set_float32_matmul_precision("high")`` sets) and off: the rate fmest should
+        give fp32 matmuls (its time model has no TF32 row measured yet). Square sizes as in
+        ``mamf`` (B transposed, L2 flushed)."""
+        sizes = (128,) if self.args.tiny else (4096, 8192)
+        old = torch.backends.cuda.matmul.allow_tf32 if self.device.type == "cuda" else None
+        try:
+            for tf32_on in (True, False):
+                for s in sizes if tf32_on else sizes[:1]:
+                    meta = dict(kind="tf32", case="square", shape=f"{s}x{s}x{s}",
+                                dtype="tf32" if tf32_on else "fp32", backend="torch.mm",
+                                **{"pass": "fwd"})
+                    if self.device.type == "cuda":
+                        torch.backends.cuda.matmul.allow_tf32 = tf32_on
+                    self._gemm_case(meta, s, s, s, torch.float32, "square")
+        finally:
+            if old is not None:
+                torch.backends.cuda.matmul.allow_tf32 = old
+
+    def cpu_adamw(self):
+        """``torch.optim.AdamW`` on the host CPU (fp32 parameters, fused and foreach) over all
+        its threads: the rate of an optimizer step offloaded to CPU memory, beside fmest's
+        ``CPU_ADAM_PARAMS_PER_S`` (DeepSpeed's CPUAdam is an AVX C++ op, not timed here; this
+        is PyTorch's own kernel on the same host)."""
+        n = 20_000 if self.args.tiny else 100_000_000
+        chunk = 2**12 if self.args.tiny else 2**24
+        cpu = torch.device("cpu")
+        threads = torch.get_num_threads()
+        model = ""
+        try:
+            for line in open("/proc/cpuinfo", encoding="utf-8"):
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+        for impl in ("fused", "foreach"):
+            meta = dict(kind="cpu_adamw", case=f"AdamW({impl}=True) on CPU",
+                        shape=f"{n} params, {threads} threads, {model or 'cpu'}"[:120],
+                        dtype="fp32", backend=impl)
+            st = {}
+
+            def setup(impl=impl, st=st):
+                sizes_ = [chunk] * (n // chunk) + ([n % chunk] if n % chunk else [])
+                ps = [torch.nn.Parameter(torch.randn(c, device=cpu)) for c in sizes_]
+                for p in ps:
+                    p.grad = torch.randn_like(p)
+                opt = torch.optim.AdamW(ps, lr=1e-4, **{impl: True})
+                opt.step()
+                st.update(ps=ps, opt=opt)
+                return opt.step
+            dev, self.device = self.device, cpu   # time on the host clock
+            try:
+                self.run_case(meta, setup, params=n, nbytes=7 * 4 * n)
+            finally:
+                self.device = dev
+            st.clear()
+
     def preset_layers(self, name: str) -> list[tuple[str, int, int]]:
         """(layer, out features N, in features K) of one transformer block + the LM head."""
         cfg = load_preset(name)["config"]
@@ -786,6 +845,11 @@ def summarise(rows: list[dict], env: dict, budget: Budget, args) -> dict:
         if r["kind"] == "adamw":
             summary.setdefault("adamw_ns_per_param", {})[
                 f"{r['dtype']} {r['backend']} {r['shape']}"] = num(r, "ns_per_param")
+        if r["kind"] == "tf32":
+            summary.setdefault("tf32_tflops", {})[f"{r['dtype']} {r['shape']}"] = num(r, "tflops")
+        if r["kind"] == "cpu_adamw":
+            summary.setdefault("cpu_adamw_params_per_s", {})[
+                f"{r['backend']} {r['shape']}"] = 1e9 / num(r, "ns_per_param")
         if r["kind"] == "launch":
             summary[f"launch_{r['case']}_us"] = num(r, "us_per_launch")
         if r["kind"] == "sustained":
@@ -806,10 +870,11 @@ def main(argv=None) -> int:
                     help="wall-clock budget; cases after it are recorded as skipped")
     ap.add_argument("--out", default=None, help="output folder (default $OUT or /tmp/fmest_gpu_out)")
     ap.add_argument("--presets", nargs="+", default=list(DEFAULT_PRESETS))
-    ap.add_argument("--kinds", nargs="+", default=["launch", "hbm", "mamf", "sustained", "gemm",
-                                                   "align", "attention", "adamw"],
-                    choices=["launch", "hbm", "mamf", "sustained", "gemm", "align", "attention",
-                             "adamw"])
+    ap.add_argument("--kinds", nargs="+", default=["launch", "hbm", "mamf", "sustained", "tf32",
+                                                   "gemm", "align", "attention", "adamw",
+                                                   "cpu_adamw"],
+                    choices=["launch", "hbm", "mamf", "sustained", "tf32", "gemm", "align",
+                             "attention", "adamw", "cpu_adamw"])
     ap.add_argument("--sustained-s", type=float, default=4.0,
                     help="seconds of back-to-back GEMMs per dtype in the sustained case")
     ap.add_argument("--warmup", type=int, default=None, help="default 3 (--tiny: 1)")
