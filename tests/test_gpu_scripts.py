@@ -83,7 +83,7 @@ def test_microbench_tiny_rows(runs):
     for r in ok:
         assert float(r["median_ms"]) > 0 and r["torch"] and r["date"], r
         rate = {"gemm": "tflops", "mamf": "tflops", "align": "tflops", "attention": "tflops",
-                "sustained": "tflops",
+                "sustained": "tflops", "tf32": "tflops", "cpu_adamw": "ns_per_param",
                 "hbm": "gb_per_s", "adamw": "ns_per_param", "launch": "us_per_launch"}[r["kind"]]
         assert float(r[rate]) > 0, r
     # FLOP counts: 2*m*n*k for GEMMs; FlashAttention's causal count for attention
