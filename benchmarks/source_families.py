@@ -64,6 +64,8 @@ RULES: tuple[tuple[str, str, str], ...] = (
     (r"^lambda-dtg-", "lambda-distributed-training-guide",
      "Lambda's distributed-training-guide chapters (one author, one set of scripts)"),
     (r"^llamafactory-", "llamafactory", "LLaMA-Factory's wiki comparison and its paper"),
+    (r"^fmest-gpu-probe-", "fmest-gpu-probe",
+     "fmest's own benchmarks/gpu/memory_probe.py runs (same harness and cases, one per lent GPU)"),
     (r"^h15-prime-rl-", "prime-rl",
      "PrimeIntellect prime-rl's nightly trainer benchmarks (one script, main and a PR head)"),
     (r"^h14-(starcoder|santacoder)-model-card", "bigcode-model-cards",
