@@ -131,7 +131,9 @@ def device_rates(job, gpu, stack=None, model=None,
         notes.append(gemm_note)
     if lin_dtype == "tf32":
         notes.append(f"fp32 GEMMs as TF32 (training.tf32): {gpu.name}'s TF32 tensor-core peak "
-                     f"at its bf16 GEMM fraction {fraction:.3f} (no TF32 GEMM measurement)")
+                     f"at its bf16 GEMM fraction {fraction:.3f} (measured on an H100, TF32 "
+                     f"GEMMs reach the fraction of their peak bf16 ones do: 0.811 vs 0.804 "
+                     f"at their best shapes, benchmarks/gpu/results/H100-SXM-80GB-2026-11-27)")
     elif training.dtype == "fp32" and training.tf32:
         notes.append(f"training.tf32: {gpu.name} has no TF32 units (no tf32 peak in the GPU "
                      f"table): fp32 GEMMs at its fp32 rate")
@@ -1104,17 +1106,20 @@ def optimizer_and_offload_seconds(job, model, shape: StepShape, transforms: Tran
                 / max(1, transforms.sharding.optimizer_divisor), gpu)
         notes.append("CPU offload: optimizer update on the host CPU (ZeRO-Offload CPU-Adam rate)")
     else:
+        # bitsandbytes' 8-bit Adam runs its own one-pass kernel per tensor whatever the
+        # foreach/fused setting (bitsandbytes optim/optimizer.py ``Optimizer2State.update_step``)
+        impl = "fused" if optimizer_name in F.BNB_8BIT_ADAM_OPTIMIZERS else sizing.impl
         per_param = F.optimizer_update_bytes_per_param(
             states=sizing.states, state_bytes=sizing.state_bytes + sizing.state_overhead_bytes,
             param_bytes=sizing.trainable_bytes, grad_bytes=sizing.grad_bytes,
-            master_bytes=sizing.master_bytes, impl=sizing.impl)
+            master_bytes=sizing.master_bytes, impl=impl)
         # at the bandwidth the optimizer's kernels reach (torch AdamW: measured; others: the
         # streaming HBM efficiency)
         opt_t = F.memory_bound_seconds(
             opt_params * per_param, rates.hbm_bytes_per_s,
-            efficiency=F.optimizer_bandwidth_fraction(optimizer_name, sizing.impl,
+            efficiency=F.optimizer_bandwidth_fraction(optimizer_name, impl,
                                                       sizing.trainable_bytes,
-                                                      sizing.master_bytes))
+                                                      sizing.master_bytes, gpu_name=gpu.name))
     if training.activation_offload:
         acts = _activation_bytes(memory, model, shape.tokens, shape.stage_layers,
                                  shape.act_bytes) if shape.recompute_share < 1.0 else 0.0

@@ -129,21 +129,27 @@ MAMF_FRACTION_DEFAULT = 0.80
 #:   iterations 822 and 805: the clock drops within the first tens of ms) = 0.720 of 989.4;
 #:   fp8 16384^3 median 6.625 ms = 1328 TFLOP/s = 0.671 of 1978.9. The long preset GEMMs of
 #:   the same run agree (LM heads at 16384 tokens: 690-720 bf16 TFLOP/s).
+#: * H100 SXM 80GB (fmest microbench, 2026-11-27, benchmarks/gpu/results/H100-SXM-80GB-2026-11-27/
+#:   microbench_H100-SXM-80GB.csv ``sustained`` rows): one 8192^3 GEMM back to back for 4 s,
+#:   every iteration timed; the median of the last 2.2 s: bf16 1.621 ms = 678.3 TFLOP/s = 0.686
+#:   of 989.4 (first 50 ms: 773.9), fp8 0.9078 ms = 1211 TFLOP/s = 0.612 of 1978.9 (first
+#:   50 ms: 1407.5). Its MAMF sweep's best iteration was 795.9 bf16 (0.804).
 #: * A100 SXM (He 2024): 8192^3 bf16 through PyTorch/cuBLAS on normally distributed inputs,
 #:   257-258 TFLOP/s = 0.824 of 312 (zeros: 295).
 #:
-#: H100 SXM and H800 are the H200's GH100 die with the same 132 SMs, clocks and 700 W limit
-#: (gpus.csv): the H200 figure is theirs (the H100-SXM-96GB's 500 W cap stays in
-#: ``POWER_CAP_DERATE``); A800 is the A100 SXM die. A GPU without a figure keeps its MAMF
+#: H800 is the H100 SXM's board (GH100, 132 SMs, HBM3 80 GB, 700 W; gpus.csv): the H100
+#: figure is its (the H100-SXM-96GB's 500 W cap stays in ``POWER_CAP_DERATE`` on top);
+#: the H200 is the same die with HBM3e and keeps its own figure (its 20-iteration medians, not
+#: the 4 s method, which had not been written when it ran); A800 is the A100 SXM die. A GPU without a figure keeps its MAMF
 #: fraction times the mean sustained/MAMF ratio of the measured GPUs
 #: (:func:`gemm_fraction_and_note`, which says so).
 SUSTAINED_GEMM_FRACTION_BF16 = {
-    "H200": 0.720, "H100-SXM": 0.720, "H800": 0.720, "A100-SXM": 0.824, "A800": 0.824,
+    "H200": 0.720, "H100-SXM": 0.686, "H800": 0.686, "A100-SXM": 0.824, "A800": 0.824,
 }
-SUSTAINED_GEMM_FRACTION_FP8 = {"H200": 0.671, "H100-SXM": 0.671, "H800": 0.671}
-#: the GPUs measured themselves (the others of the tables above share their die): the
+SUSTAINED_GEMM_FRACTION_FP8 = {"H200": 0.671, "H100-SXM": 0.612, "H800": 0.612}
+#: the GPUs measured themselves (the others of the tables above share their board): the
 #: sustained/MAMF ratio of a GPU without a figure is the mean over these
-SUSTAINED_GEMM_MEASURED = {"bf16": ("H200", "A100-SXM"), "fp8": ("H200",)}
+SUSTAINED_GEMM_MEASURED = {"bf16": ("H200", "H100-SXM", "A100-SXM"), "fp8": ("H200", "H100-SXM")}
 
 #: Clock derate of power-capped parts, applied to every FLOP peak. H100-SXM-96GB (Meta Grand
 #: Teton, 500 W default limit, torchtitan docs/performance.md): the TorchTitan paper
@@ -449,33 +455,63 @@ FP8_CAST_BYTES_PER_ELEMENT = 33.0
 FOREACH_OPTIMIZER_PASS_FACTOR = 3.0
 #: Fraction of peak HBM bandwidth torch.optim.AdamW's kernels reach on the bytes
 #: :func:`optimizer_update_bytes_per_param` counts (the foreach figure on its
-#: ``FOREACH_OPTIMIZER_PASS_FACTOR`` passes), by implementation and parameters (fp32: fp32
-#: parameters or an fp32 master copy; bf16: bf16/fp16 parameters and states). Measured by fmest on
-#: an H200 (4.8 TB/s), 2026-11-27, benchmarks/gpu/results/H200-SXM-141GB-2026-11-27/
-#: microbench_H200-SXM-141GB.csv ``adamw`` rows, 1e9 parameters: fused fp32 8.072 ms for 28
-#: bytes/param = 0.723, fused bf16 5.126 ms for 14 = 0.569, foreach fp32 21.72 ms for 84 =
-#: 0.806, foreach bf16 13.04 ms for 42 = 0.671 (the 1e8 and 3e8 rows within 4 %). The fused
-#: kernel computes in fp32 per element, so it stays below a streaming copy (0.875 on the same
-#: GPU) and further at 2-byte elements. Other optimizers (bitsandbytes 8-bit, Lion, SGD,
-#: Adafactor) have no measured figure and stream at ``HBM_EFFICIENCY``.
-ADAMW_BANDWIDTH_FRACTION = {"fused_fp32": 0.723, "fused_bf16": 0.569,
-                            "foreach_fp32": 0.806, "foreach_bf16": 0.671}
-#: the optimizer names (fmest's catalogue, core default_plugins/optimizers.py) that run
-#: torch.optim.AdamW's kernels. The catalogue's ``adamw`` also answers for apex's and
-#: DeepSpeed's fused Adam (its aliases): multi-tensor kernels doing the same fp32 per-element
-#: update, given torch's measured figure as the nearest one (none of their own was found)
+#: ``FOREACH_OPTIMIZER_PASS_FACTOR`` passes), by GPU, implementation and parameters (fp32: fp32
+#: parameters or an fp32 master copy; bf16: bf16/fp16 parameters and states). Measured by fmest's
+#: ``benchmarks/gpu/microbench.py`` ``adamw`` rows, 1e9 parameters (the 1e8 and 3e8 rows within
+#: 4 %), 2026-11-27:
+#:
+#: * H200 (4.8 TB/s), benchmarks/gpu/results/H200-SXM-141GB-2026-11-27/microbench_H200-SXM-141GB.csv:
+#:   fused fp32 8.072 ms for 28 bytes/param = 0.723, fused bf16 5.126 ms for 14 = 0.569, foreach
+#:   fp32 21.72 ms for 84 = 0.806, foreach bf16 13.04 ms for 42 = 0.671.
+#: * H100 SXM (3.35 TB/s), benchmarks/gpu/results/H100-SXM-80GB-2026-11-27/microbench_H100-SXM-80GB.csv:
+#:   fused fp32 10.67 ms = 0.783, fused bf16 6.159 ms = 0.679, foreach fp32 29.9 ms = 0.839,
+#:   foreach bf16 16.52 ms = 0.759.
+#:
+#: The fused kernel computes in fp32 per element, so it stays below a streaming copy (0.875 on
+#: the H200, 0.897 on the H100) and further at 2-byte elements. H800 is the H100 SXM's board
+#: (same HBM3); a GPU without a figure gets the mean of the measured GPUs
+#: (``ADAMW_BANDWIDTH_FRACTION``). Other optimizers without a figure (Lion, SGD, Adafactor)
+#: stream at ``HBM_EFFICIENCY``.
+ADAMW_BANDWIDTH_FRACTION_H200 = {"fused_fp32": 0.723, "fused_bf16": 0.569, "foreach_fp32": 0.806,
+                                 "foreach_bf16": 0.671}
+ADAMW_BANDWIDTH_FRACTION_H100 = {"fused_fp32": 0.783, "fused_bf16": 0.679, "foreach_fp32": 0.839,
+                                 "foreach_bf16": 0.759}
+ADAMW_BANDWIDTH_FRACTION_BY_GPU = {"H200": ADAMW_BANDWIDTH_FRACTION_H200,
+                                   "H100-SXM": ADAMW_BANDWIDTH_FRACTION_H100,
+                                   "H800": ADAMW_BANDWIDTH_FRACTION_H100}
+ADAMW_BANDWIDTH_FRACTION = {
+    key: round((ADAMW_BANDWIDTH_FRACTION_H200[key] + ADAMW_BANDWIDTH_FRACTION_H100[key]) / 2, 4)
+    for key in ADAMW_BANDWIDTH_FRACTION_H200}
+#: bitsandbytes' block-wise 8-bit AdamW (``bnb.optim.AdamW8bit``, one fused kernel per
+#: parameter tensor that dequantizes both states through a 256-entry code map, updates and
+#: re-quantizes them with a per-block absmax) is not bandwidth-bound: fmest's H100 microbench
+#: (same CSV, ``AdamW8bit (bitsandbytes)`` rows, bitsandbytes 0.50.2, bf16 parameters in
+#: 2^24-element tensors) timed 33.22 ms per 1e9 parameters (1e8: 35.06 ms per 1e8 x 10, 3e8:
+#: 34.31), i.e. 301 GB/s on the 10.008 bytes per parameter :func:`optimizer_update_bytes_per_param`
+#: counts for it (bf16 parameter and gradient, two 1-byte states + one fp32 absmax per 2048
+#: values) = 0.090 of the H100's 3.35 TB/s: about 5.4x the fused torch AdamW's time per
+#: parameter. One GPU measured: the fraction is applied to every GPU's bandwidth.
+BNB_8BIT_BANDWIDTH_FRACTION = 0.090
+#: the catalogue names that run bitsandbytes' 8-bit Adam kernel (core default_plugins/optimizers.py)
+BNB_8BIT_ADAM_OPTIMIZERS = frozenset({"adamw_8bit", "paged_adamw_8bit"})
 TORCH_ADAMW_OPTIMIZERS = frozenset({"adamw", "adamw_torch_fused"})
 
 
 def optimizer_bandwidth_fraction(optimizer: str, impl: str, param_bytes: float,
-                                 master_bytes: float = 0.0) -> float:
-    """The fraction of peak HBM bandwidth an optimizer update streams its bytes at:
-    ``ADAMW_BANDWIDTH_FRACTION`` for torch's AdamW (fp32 figure when the parameters or a
-    master copy are fp32), else ``HBM_EFFICIENCY``."""
+                                 master_bytes: float = 0.0, gpu_name: str = "") -> float:
+    """The fraction of peak HBM bandwidth an optimizer update streams its bytes at: torch's
+    AdamW at ``ADAMW_BANDWIDTH_FRACTION_BY_GPU`` for ``gpu_name`` (the mean
+    ``ADAMW_BANDWIDTH_FRACTION`` for a GPU not measured; fp32 figure when the parameters or a
+    master copy are fp32), bitsandbytes' 8-bit Adam at ``BNB_8BIT_BANDWIDTH_FRACTION``, else
+    ``HBM_EFFICIENCY``."""
+    if optimizer in BNB_8BIT_ADAM_OPTIMIZERS:
+        return BNB_8BIT_BANDWIDTH_FRACTION
     if optimizer not in TORCH_ADAMW_OPTIMIZERS:
         return HBM_EFFICIENCY
     width = "fp32" if (master_bytes or param_bytes >= 4) else "bf16"
-    return ADAMW_BANDWIDTH_FRACTION.get(f"{impl}_{width}", HBM_EFFICIENCY)
+    table = value_by_gpu_prefix(ADAMW_BANDWIDTH_FRACTION_BY_GPU, gpu_name, None) \
+        if gpu_name else None
+    return (table or ADAMW_BANDWIDTH_FRACTION).get(f"{impl}_{width}", HBM_EFFICIENCY)
 
 
 def fp8_cast_bytes_per_element(stack_bytes: Optional[float] = None, *,
