@@ -114,9 +114,9 @@ def test_zero3_hooks_serialize_over_two_ranks(engine):
     ctx = engine.estimate(job, quantities=("time",)).context
     shape = E.step_shape(job, ctx.model, ctx.layout)
     assert E.zero3_hook_host_seconds(job, ctx.model, shape, None) == pytest.approx(hooks)
-    # eager dispatch per micro-batch: 32 x 70 + 31 forward ops at 19.5 us and 32 x 268 + 34
-    # backward ops at 10.3 us (formulas.host_dispatch_seconds), x 8
-    dispatch = ((32 * 70 + 31) * 19.5e-6 + (32 * 268 + 34) * 10.3e-6) * 8
+    # eager dispatch per micro-batch: 32 x 70 + 31 forward ops at 21.7 us and 32 x 268 + 34
+    # backward ops at 13.8 us (formulas.host_dispatch_seconds), x 8
+    dispatch = ((32 * 70 + 31) * 21.7e-6 + (32 * 268 + 34) * 13.8e-6) * 8
     busy = sum(v for k, v in plain.breakdown.items() if k != "framework_overhead")
     gpu = busy / (1 - F.FRAMEWORK_OVERHEAD_FRACTION)
     assert plain.step_seconds == pytest.approx(max(gpu, dispatch + hooks), rel=1e-9)

@@ -87,8 +87,11 @@ def test_step_time_follows_the_source_length():
 
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
+            # micro-batch 8: a GPU-bound step (at micro-batch 1 the host's eager dispatch sets
+            # the step, whatever the source length)
             assert main(["estimate", "--model", "google/flan-t5-xl", "--gpu", "A100-SXM-80GB",
-                         "--source-len", str(src), "--target-len", "128", "--format", "json"],
+                         "--source-len", str(src), "--target-len", "128", "--micro-batch", "8",
+                         "--format", "json"],
                         engine=new_engine(entrypoints=True)) == 0
         return json.loads(buf.getvalue())["time"]["step_seconds"]
     assert step(1024) > step(128)

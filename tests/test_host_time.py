@@ -3,9 +3,9 @@
 Hand-derived values from the constants' definitions in
 plugins/time_roofline/fmest_time_roofline/formulas.py and core/fmest/physics/time_constants.py:
 forward ops (EAGER_FORWARD_OPS_*: 77 / 70 per layer without / with checkpointing, 14 per LoRA
-module, 31 outside) at HOST_SECONDS_PER_FORWARD_OP = 19.5 us, backward ops
+module, 31 outside) at HOST_SECONDS_PER_FORWARD_OP = 21.7 us, backward ops
 (EAGER_BACKWARD_OPS_*: 142 / 268, 10.25 / 23.25 per LoRA module, 34 outside) at
-HOST_SECONDS_PER_BACKWARD_OP = 10.3 us; ZeRO-3's hook op-equivalents
+HOST_SECONDS_PER_BACKWARD_OP = 13.8 us; ZeRO-3's hook op-equivalents
 (ZERO3_HOOK_OPS_PER_LAYER) at HOST_SECONDS_PER_EAGER_OP = 10 us."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from fmest.convert import job_from_dict
 from fmest.testing import new_engine
 from fmest_time_roofline import formulas as F
 
-FWD, BWD, HOOK = 19.5e-6, 10.3e-6, 10e-6
+FWD, BWD, HOOK = 21.7e-6, 13.8e-6, 10e-6
 
 
 def _plain(layers: int, ckpt: bool, lora_modules: int = 0) -> float:

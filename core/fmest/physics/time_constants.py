@@ -241,20 +241,25 @@ CPU_ADAM_PARAMS_PER_S_PER_NODE = 1.0e9
 #: the two (``host_dispatch_seconds``). Check, not fit: the Qwen README's 256-token LoRA rows
 #: (A100, 1.8B/7B/14B) imply 9.6-10.7 us per op with the counts below.
 HOST_SECONDS_PER_EAGER_OP = 10e-6
-#: Host seconds per dispatched ATen op of eager transformers code, by pass, measured on a GPU
-#: host: ``benchmarks/gpu/host_overhead.py`` on fmest's lent H200 machine, 2026-11-27 (Intel Xeon,
-#: 16 cores, torch 2.11.0+cu130, transformers 5.17.0, peft 0.21.0). A LlamaForCausalLM at hidden
-#: 64, seq 16 (host-bound: the GPU wait after backward stayed under 0.11 ms) at 2 and 6 layers,
-#: median of 40 steps; per pass (time difference) / (traced op difference); the mean over 4
-#: modes (full, PEFT LoRA q/k/v/o) x (no / full checkpointing) x 2 runs: forward 19.5 us (runs
-#: 9.9-36.1, sd 9.1), backward 10.3 us (8.2-12.8, sd 1.8)
-#: (benchmarks/gpu/results/H200-SXM-141GB-2026-11-27/host_overhead/). The forward's ops run
+#: Host seconds per dispatched ATen op of eager transformers code, by pass, measured on GPU
+#: hosts: ``benchmarks/gpu/host_overhead.py`` on fmest's lent H200 and H100 machines, 2026-11-27
+#: (Intel Xeon, 16 cores, Firecracker VMs, torch 2.11.0+cu130, transformers 5.17.0, peft 0.21.0).
+#: A LlamaForCausalLM at seq 16 and hidden 64 (host-bound: the GPU wait after backward stayed
+#: under 0.17 ms), on the H100 also at hidden 2048 (real tensor sizes, short kernels), at 2 and
+#: 6 (H200) or 2 and 10 (H100) layers, median of 40 steps; per pass (time difference) / (traced
+#: op difference). The mean over the 14 mode-runs (full, PEFT LoRA q/k/v/o; no / full
+#: checkpointing; H200 2 runs of 4 modes, H100 4 modes at hidden 64 and 2 at 2048): forward
+#: 21.7 us (runs 9.9-36.1, sd 9.3), backward 13.8 us (8.2-30.1, sd 5.7)
+#: (benchmarks/gpu/results/H200-SXM-141GB-2026-11-27/host_overhead/,
+#: benchmarks/gpu/results/H100-SXM-80GB-2026-11-27/host_overhead/; the H200 runs alone: 19.5 and
+#: 10.3 us). The spread is the hosts' own (the same mode differs up to 2x between runs), which
+#: the time interval of a host-bound answer carries. The forward's ops run
 #: under the modules' Python (``nn.Module.__call__``, transformers' attention dispatch, PEFT's
 #: adapter loop); the backward's come from the autograd engine's C++ (and, under checkpointing,
 #: the recompute). They price the eager transformers layer (formulas.host_dispatch_seconds);
 #: ``HOST_SECONDS_PER_EAGER_OP`` stays the unit of the Megatron-Core and ZeRO-3 op counts.
-HOST_SECONDS_PER_FORWARD_OP = 19.5e-6
-HOST_SECONDS_PER_BACKWARD_OP = 10.3e-6
+HOST_SECONDS_PER_FORWARD_OP = 21.7e-6
+HOST_SECONDS_PER_BACKWARD_OP = 13.8e-6
 #: Host time per op on a GPU whose host CPU is NVIDIA Grace (Arm Neoverse V2), relative to the
 #: x86 hosts ``HOST_SECONDS_PER_EAGER_OP`` stands for: the same ``torch.nn.Linear`` forward (BF16,
 #: hidden 2048, 8192 tokens) took 37.08 us of CPU time per call on GB200 and 33.17 us on GH200
