@@ -119,8 +119,10 @@ def test_zero3_hooks_serialize_over_two_ranks(engine):
     dispatch = ((32 * 70 + 31) * 21.7e-6 + (32 * 268 + 34) * 13.8e-6) * 8
     busy = sum(v for k, v in plain.breakdown.items() if k != "framework_overhead")
     gpu = busy / (1 - F.FRAMEWORK_OVERHEAD_FRACTION)
-    assert plain.step_seconds == pytest.approx(max(gpu, dispatch + hooks), rel=1e-9)
-    assert t.step_seconds == pytest.approx(max(gpu, dispatch) + hooks, rel=1e-9)
+    # the optimizer's kernels follow the host's last dispatch on a host-bound step
+    opt = plain.breakdown["optimizer_step"]
+    assert plain.step_seconds == pytest.approx(max(gpu, dispatch + hooks + opt), rel=1e-9)
+    assert t.step_seconds == pytest.approx(max(gpu, dispatch + opt) + hooks, rel=1e-9)
 
 
 def test_zero3_single_rank_keeps_the_larger(engine):

@@ -597,8 +597,9 @@ def step_seconds(cfg: dict, parts: Optional[dict] = None) -> np.ndarray:
     # (time_roofline estimator.apply_deepspeed_runtime)
     hooks = np.where(cfg["dp"] * cfg["cp"] > 1,
                      accum * cfg.get("zero3_hooks", 0.0) / cfg["pp"], 0.0)
+    # the optimizer's kernels follow the host's last dispatch (time_roofline step_breakdown)
     step = np.maximum(busy * (1.0 + cfg["overhead_fraction"]) + accum * sync_wait,
-                      host - hooks) + hooks
+                      host - hooks + opt_t) + hooks
     if parts is not None:
         parts.update(core=accum * core, communication_tp=accum * tp_t,
                      communication_pp=accum * pp_t, communication_ep=accum * ep_t,

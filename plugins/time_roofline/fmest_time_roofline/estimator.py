@@ -1268,17 +1268,21 @@ def step_breakdown(job, ctx, memory=None) -> Optional[dict]:
     # launch and framework overhead includes the MoE dispatcher syncs' exposed host time
     parts["framework_overhead"] += accum * sync_wait
     host = eager_host_seconds(job, model, shape, stack, matmuls.lora_modules)
-    host_bound = host > busy + parts["framework_overhead"]
+    # the optimizer's kernels run once the backward's last kernel has been issued and run: on
+    # a host-bound step they follow the host's dispatch instead of hiding under it
+    host_bound = host + opt_t > busy + parts["framework_overhead"]
     if host_bound:
-        # the GPU waits for the host to dispatch eager ops: the step is the host's time
-        parts["framework_overhead"] = host - busy
+        # the GPU waits for the host to dispatch eager ops: the step is the host's time, then
+        # the optimizer step
+        parts["framework_overhead"] = host + opt_t - busy
     stack_notes: list[str] = []
     if stack is not None:
         parts, stack_notes = apply_stack_time(job, model, shape, rates, matmuls, attention,
                                               transforms, stack, parts, gpu, layout, host=host)
     step = sum(parts.values())
     host_notes = [f"host-bound: eager PyTorch dispatches its ops in {host:.3g} s per step, more "
-                  f"than the GPU's {busy:.3g} s of work (formulas.host_dispatch_seconds)"] \
+                  f"than the GPU's {busy - opt_t:.3g} s of forward and backward work "
+                  f"(formulas.host_dispatch_seconds); the optimizer's {opt_t:.3g} s follow"] \
         if host_bound else []
     if sync_wait > 0:
         host_notes.append(f"MoE dispatcher host syncs: the GPU waits {accum * sync_wait:.3g} s per "
@@ -1466,7 +1470,8 @@ def apply_deepspeed_runtime(job, model, shape: StepShape, matmuls: MatmulTimes, 
     gpu_t = busy / (1.0 - F.FRAMEWORK_OVERHEAD_FRACTION)
     # the ZeRO-3 hooks' host time runs while the GPU waits; the eager ops' dispatch overlaps
     # their kernels (the larger of the two)
-    parts["framework_overhead"] = max(gpu_t, host - hooks) + hooks - busy
+    opt = parts.get("optimizer_step", 0.0)   # after the host's last dispatch (step_breakdown)
+    parts["framework_overhead"] = max(gpu_t, host - hooks + opt) + hooks - busy
     if hooks:
         notes.append(f"DeepSpeed ZeRO-3 over {shape.dp * shape.cp} ranks: the fetch hooks "
                      f"block the host on in-flight all-gathers, so their {hooks:.3g} s of host "
