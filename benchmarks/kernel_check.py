@@ -39,6 +39,23 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 #: kernels filling at least this share of the measured step: the step is GPU-bound
 GPU_BOUND_SHARE = 0.75
 _KERNEL = re.compile(r"gpu_kernel_time_s=([0-9.]+)")
+_CLASSES = re.compile(r"gpu_kernel_classes_s=([a-z0-9_:./]+)")
+
+
+def kernel_classes(other: str) -> dict[str, float]:
+    """The probe's kernel time by class (``gpu_kernel_classes_s=gemm:0.1/attention:0.02``;
+    probes from 2026-11-27 on the H100 and before carry none)."""
+    m = _CLASSES.search(other or "")
+    if not m:
+        return {}
+    out = {}
+    for item in m.group(1).split("/"):
+        name, _, sec = item.partition(":")
+        try:
+            out[name] = float(sec)
+        except ValueError:
+            continue
+    return out
 _NOT_GPU_WORK = ("framework_overhead", "optimizer_step", "offload")
 
 
@@ -83,6 +100,7 @@ def compare(rows: list[dict]) -> list[dict]:
         out.append({
             "id": row["id"], "gpu": row["gpu"], "technique": row["technique"],
             "measured_step_s": step, "measured_kernels_s": kernels,
+            "measured_kernel_classes_s": kernel_classes(row["other"]),
             "fmest_kernels_s": fmest_fb, "fmest_optimizer_s": opt,
             "fmest_step_s": time.step_seconds,
             "kernel_ratio": fmest_fb / kernels,
@@ -146,7 +164,10 @@ def main(argv=None) -> int:
         for r in records:
             print(f"  {r['id'][-60:]:<60} {r['measured_step_s']:7.3f} "
                   f"{r['measured_kernels_s']:7.3f} {r['fmest_kernels_s']:8.3f} "
-                  f"{r['kernel_ratio']:6.2f} {100 * r['idle_share']:5.1f}%")
+                  f"{r['kernel_ratio']:6.2f} {100 * r['idle_share']:5.1f}%"
+                  + ("  " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(
+                      r["measured_kernel_classes_s"].items(), key=lambda kv: -kv[1])[:4])
+                     if r["measured_kernel_classes_s"] else ""))
     return 0
 
 

@@ -10,8 +10,9 @@ arguments, still 16 tokens: short kernels). It times forward and backward separa
 autograd engine's C++ thread) at 2 and 10 layers; the difference over 8 is one layer's host time (the first run,
 2026-11-27, used 2 and 6).
 The same passes are counted with a ``TorchDispatchMode`` (the count script's method), so each
-mode's seconds per op is (time difference) / (op difference). Modes: full fine-tuning and PEFT
-LoRA (q/k/v/o, r 8, dropout 0.05, the count script's setting), without and with non-reentrant
+mode's seconds per op is (time difference) / (op difference). Modes: full fine-tuning, PEFT
+LoRA (q/k/v/o, r 8, dropout 0.05, the count script's setting) and, on CUDA with bitsandbytes,
+QLoRA (the same LoRA on NF4 ``Linear4bit`` decoder linears), without and with non-reentrant
 activation checkpointing. ``gpu_wait_s`` (the wait in ``torch.cuda.synchronize`` after the
 backward) shows whether the GPU kept up: near zero means the pass was host-bound.
 
@@ -40,7 +41,28 @@ from count_eager_ops import _Count  # noqa: E402  the count script's op counter
 LAYERS = (2, 10)
 
 
-def build(layers: int, *, lora: bool, ckpt: bool, device, dtype, hidden: int = 64):
+def quantize_4bit(model, device) -> int:
+    """Replace the decoder layers' linears by bitsandbytes NF4 ``Linear4bit`` (double
+    quantization, bf16 compute), as ``memory_probe.py``'s QLoRA cases do; the LM head stays."""
+    import bitsandbytes as bnb
+
+    n = 0
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if not isinstance(child, torch.nn.Linear) or "layers" not in f"{name}.{child_name}":
+                continue
+            q = bnb.nn.Linear4bit(child.in_features, child.out_features,
+                                  bias=child.bias is not None, compute_dtype=torch.bfloat16,
+                                  compress_statistics=True, quant_type="nf4", device="cpu")
+            q.weight = bnb.nn.Params4bit(child.weight.data.cpu(), requires_grad=False,
+                                         compress_statistics=True, quant_type="nf4")
+            setattr(module, child_name, q.to(device))
+            n += 1
+    return n
+
+
+def build(layers: int, *, lora: bool, ckpt: bool, device, dtype, hidden: int = 64,
+          qlora: bool = False):
     import transformers
 
     heads = max(4, hidden // 64)
@@ -50,6 +72,9 @@ def build(layers: int, *, lora: bool, ckpt: bool, device, dtype, hidden: int = 6
                                    attn_implementation="sdpa")
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(cfg).to(device=device, dtype=dtype)
+    if qlora:
+        quantize_4bit(model, device)
+        lora = True
     if lora:
         import peft
 
@@ -74,8 +99,9 @@ def sync(device) -> None:
 
 
 def measure(layers: int, *, lora: bool, ckpt: bool, device, dtype, steps: int, warmup: int,
-            hidden: int = 64) -> dict:
-    model = build(layers, lora=lora, ckpt=ckpt, device=device, dtype=dtype, hidden=hidden)
+            hidden: int = 64, qlora: bool = False) -> dict:
+    model = build(layers, lora=lora, ckpt=ckpt, device=device, dtype=dtype, hidden=hidden,
+                  qlora=qlora)
     ids = torch.randint(0, 128, (1, 16), device=device)
     fwd_s, bwd_s, wait_s = [], [], []
     for i in range(warmup + steps):
@@ -143,22 +169,38 @@ def main(argv=None) -> int:
     except OSError:
         pass
     print(json.dumps(env), flush=True)
+    try:
+        import bitsandbytes as bnb
+        bnb_v = getattr(bnb, "__version__", "present")
+    except Exception as exc:  # noqa: BLE001 - ImportError or a CUDA setup error
+        bnb_v = f"absent ({type(exc).__name__})"
+    env["bitsandbytes"] = bnb_v
     rows, summary = [], []
     widths = args.hidden or ([64, 2048] if device.type == "cuda" else [64])
-    modes = [(hidden, lora, ckpt) for hidden in widths for lora in (False, True)
-             for ckpt in (False, True) if not (lora and peft_v == "absent")]
-    for hidden, lora, ckpt in modes:
+    # technique: full, PEFT LoRA, and QLoRA (PEFT LoRA on bitsandbytes NF4 linears: its
+    # per-linear Python autograd function and dequantize ops; CUDA and bitsandbytes only).
+    # The narrow model's modes first, then 2048 with the adapters first (the H100 run's
+    # budget ended before its 2048-wide LoRA modes).
+    techs = [t for t in ("full", "lora", "qlora") if not (t != "full" and peft_v == "absent")
+             and not (t == "qlora" and (device.type != "cuda" or bnb_v.startswith("absent")))]
+    modes = []
+    for hidden in widths:
+        order = techs if hidden == widths[0] else [t for t in techs if t != "full"] + ["full"]
+        modes += [(hidden, t, ckpt) for t in order for ckpt in (False, True)]
+    for hidden, tech, ckpt in modes:
+        lora = tech != "full"
         if time.perf_counter() - started > args.budget_s:
-            print(f"budget {args.budget_s:.0f} s spent: hidden={hidden} lora={lora} ckpt={ckpt} "
+            print(f"budget {args.budget_s:.0f} s spent: hidden={hidden} {tech} ckpt={ckpt} "
                   "not run", flush=True)
             continue
         res = {n: measure(n, lora=lora, ckpt=ckpt, device=device, dtype=dtype,
-                          steps=args.steps, warmup=args.warmup, hidden=hidden) for n in LAYERS}
+                          steps=args.steps, warmup=args.warmup, hidden=hidden,
+                          qlora=tech == "qlora") for n in LAYERS}
         for r in res.values():
-            rows.append(dict(r, hidden=hidden, lora=lora, checkpointing=ckpt))
+            rows.append(dict(r, hidden=hidden, lora=lora, technique=tech, checkpointing=ckpt))
         lo, hi = res[LAYERS[0]], res[LAYERS[-1]]
         span = LAYERS[-1] - LAYERS[0]
-        s = {"hidden": hidden, "lora": lora, "checkpointing": ckpt}
+        s = {"hidden": hidden, "lora": lora, "technique": tech, "checkpointing": ckpt}
         for part in ("forward", "backward"):
             dt = (hi[f"{part}_s"] - lo[f"{part}_s"]) / span
             dops = (hi[f"{part}_ops"] - lo[f"{part}_ops"]) / span
@@ -173,7 +215,7 @@ def main(argv=None) -> int:
         s["outside_s"] = lo["forward_s"] + lo["backward_s"] - LAYERS[0] * tot_dt
         s["max_gpu_wait_s"] = max(lo["gpu_wait_s"], hi["gpu_wait_s"])
         summary.append(s)
-        print(f"hidden={hidden:<5d} lora={lora!s:5s} ckpt={ckpt!s:5s} per layer: fwd {s['forward_ops_per_layer']:5.0f} ops "
+        print(f"hidden={hidden:<5d} {tech:5s} ckpt={ckpt!s:5s} per layer: fwd {s['forward_ops_per_layer']:5.0f} ops "
               f"{1e3 * s['forward_s_per_layer']:6.3f} ms ({s['forward_us_per_op']:5.1f} us/op)  "
               f"bwd {s['backward_ops_per_layer']:5.0f} ops {1e3 * s['backward_s_per_layer']:6.3f} ms "
               f"({s['backward_us_per_op']:5.1f} us/op)  all {s['us_per_op']:5.1f} us/op; "

@@ -478,7 +478,9 @@ def run_steps(model, case, args, device, devmem, snapshot_path):
         out["max_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
         out["max_reserved_bytes"] = torch.cuda.max_memory_reserved(device)
         if args.kernel_time and not recording:
-            out["gpu_kernel_time_s"] = profiled_kernel_seconds(model, ids, ctx, device)
+            prof = profiled_kernel_seconds(model, ids, ctx, device)
+            if prof is not None:
+                out["gpu_kernel_time_s"], out["gpu_kernel_classes_s"] = prof
     return out
 
 
@@ -486,8 +488,9 @@ def profiled_kernel_seconds(model, ids, ctx, device):
     """The GPU's busy time in one more training step (forward + backward, the optimizer left
     out: its state is gone): the sum of the CUDA kernels' own device times that
     ``torch.profiler`` records (``self_device_time_total`` over ``key_averages()``, memcpys and
-    memsets included). Against the measured step time it says how much of the step the GPU
-    worked (a host-bound step: far less than the step). None when the profiler fails."""
+    memsets included), and that sum split by :func:`kernel_class` (seconds per class). Against
+    the measured step time it says how much of the step the GPU worked (a host-bound step: far
+    less than the step). None when the profiler fails."""
     try:
         from torch.profiler import ProfilerActivity, profile
         torch.cuda.synchronize(device)
@@ -498,13 +501,44 @@ def profiled_kernel_seconds(model, ids, ctx, device):
             torch.cuda.synchronize(device)
         model.zero_grad(set_to_none=True)
         del loss
-        total_us = sum(getattr(e, "self_device_time_total", 0.0) or 0.0
-                       for e in prof.key_averages())
-        return total_us / 1e6
+        classes: dict[str, float] = {}
+        total_us = 0.0
+        for e in prof.key_averages():
+            us = getattr(e, "self_device_time_total", 0.0) or 0.0
+            if us <= 0:
+                continue
+            total_us += us
+            cls = kernel_class(e.key)
+            classes[cls] = classes.get(cls, 0.0) + us / 1e6
+        return total_us / 1e6, classes
     except Exception as exc:  # noqa: BLE001 - a profiler failure must not lose the case
         print(f"[memory_probe] kernel-time profile failed: {type(exc).__name__}: {exc}",
               flush=True)
         return None
+
+
+#: kernel-name fragments -> class (first match wins; lower case): cuBLAS/CUTLASS GEMMs, the
+#: SDPA backends' attention kernels, bitsandbytes' 4-bit kernels, the optimizers' multi-tensor
+#: kernels, reductions (norms, softmax, loss), copies, then elementwise
+KERNEL_CLASSES = (
+    (("kdequantize", "kgemm_4bit", "kquantize", "bitsandbytes"), "bnb4bit"),
+    (("flash", "fmha", "attention", "sdpa", "efficient_attention"), "attention"),
+    (("gemm", "xmma", "cutlass", "cublas", "sm90_", "sm80_", "ampere_", "hopper_", "gemv",
+      "splitk", "nvjet"), "gemm"),
+    (("multi_tensor", "fused_adam", "adam", "optimizer"), "optimizer"),
+    (("reduce", "softmax", "norm", "cross_entropy", "nll_loss", "log_softmax"), "reduction"),
+    (("memcpy", "memset", "copy", "cat"), "copy"),
+    (("elementwise", "vectorized", "unrolled", "pointwise", "triton"), "elementwise"),
+)
+
+
+def kernel_class(name: str) -> str:
+    """The class of a CUDA kernel (or memcpy/memset) name for the probe's kernel-time split."""
+    low = name.lower()
+    for fragments, cls in KERNEL_CLASSES:
+        if any(f in low for f in fragments):
+            return cls
+    return "other"
 
 
 def forward(model, ids):
@@ -609,6 +643,10 @@ def evidence_rows(case, res, env, params_b, notes, devmem, args) -> list[dict]:
     if res.get("gpu_kernel_time_s") is not None:
         timing.append(f"gpu_kernel_time_s={res['gpu_kernel_time_s']:.5f} (sum of CUDA kernel "
                       "times of one more forward+backward, torch.profiler)")
+    if res.get("gpu_kernel_classes_s"):
+        split = "/".join(f"{k}:{v:.5f}" for k, v in sorted(res["gpu_kernel_classes_s"].items(),
+                                                           key=lambda kv: -kv[1]))
+        timing.append(f"gpu_kernel_classes_s={split}")
     rows.append(dict(base, id=f"{key}-tps", kind="throughput", oom="",
                      other="; ".join(other + timing),
                      measured_value=f"{tps:.2f}", unit="tokens_per_sec_per_gpu", measure_type="",
@@ -683,6 +721,7 @@ def main(argv=None) -> int:
     print(f"memory_probe on {env['gpu']} ({label}), impl {args.impl}, {len(cases)} cases, "
           f"budget {args.budget_s:g} s -> {writer.path}", flush=True)
     current = {"key": None, "model": None, "params_b": 0.0, "notes": []}
+    longest: dict = {}   # (preset, technique) -> the longest case's seconds per 2048 tokens
     try:
         for case in cases:
             cid = case_id(case)
@@ -696,6 +735,15 @@ def main(argv=None) -> int:
             if budget.spent(args.min_case_s):
                 rec.update(status="skipped", reason=budget.reason() +
                            f" (a case needs >= {args.min_case_s:g} s)")
+                print(f"[memory_probe {budget.elapsed():6.1f}s] skipped {cid}: {rec['reason']}")
+                continue
+            # a case like one that already ran (same model and technique) is not started when
+            # the budget left is under 1.2x that case's time: a run past the caller's hard limit
+            # loses the case and the JSON (the H100 run's last QLoRA case, 2026-11-27)
+            like = longest.get((case["preset"], case["technique"]), 0.0)
+            if like and budget.spent(1.2 * like * max(1.0, case["seq"] * case["mb"] / 2048)):
+                rec.update(status="skipped", reason=budget.reason() + f" (a like case took "
+                           f"{like:.0f} s at 2048 tokens)")
                 print(f"[memory_probe {budget.elapsed():6.1f}s] skipped {cid}: {rec['reason']}")
                 continue
             t_case = time.perf_counter()
@@ -752,6 +800,9 @@ def main(argv=None) -> int:
                         p.grad = None
                 free_memory(device)
             res["case_wall_s"] = round(time.perf_counter() - t_case, 2)
+            per_2048 = res["case_wall_s"] * 2048 / max(1, case["seq"] * case["mb"])
+            key2 = (case["preset"], case["technique"])
+            longest[key2] = max(longest.get(key2, 0.0), per_2048)
             rec.update({k: v for k, v in res.items()})
             if res["status"] in ("ok", "oom"):
                 for row in evidence_rows(case, res, env, current["params_b"], current["notes"],
@@ -764,19 +815,27 @@ def main(argv=None) -> int:
                     if res["status"] == "ok" else res.get("reason", ""))
             print(f"[memory_probe {budget.elapsed():6.1f}s] {res['status']:7s} {cid}: {what} "
                   f"({res['case_wall_s']} s)", flush=True)
+            write_report(out, label, report, budget, writer, final=False)
     finally:
         current.update(model=None)
         writer.close()
-        counts: dict = {}
-        for rec in report["cases"]:
-            counts[rec.get("status", "?")] = counts.get(rec.get("status", "?"), 0) + 1
-        report.update(status_counts=counts, elapsed_s=round(budget.elapsed(), 1),
-                      rows=len(writer.rows))
-        (out / f"memory_probe_{label}.json").write_text(
-            json.dumps(report, indent=1, default=str), encoding="utf-8")
+        counts = write_report(out, label, report, budget, writer, final=True)
         print(f"memory_probe: {counts}, {len(writer.rows)} rows -> {writer.path} "
               f"({budget.elapsed():.1f} s)", flush=True)
     return 0
+
+
+def write_report(out: Path, label: str, report: dict, budget, writer, *, final: bool) -> dict:
+    """Write the JSON report (after every case too, so a run killed by the caller's time limit
+    keeps what it finished; ``complete`` says whether the run ended normally)."""
+    counts: dict = {}
+    for rec in report["cases"]:
+        counts[rec.get("status", "?")] = counts.get(rec.get("status", "?"), 0) + 1
+    report.update(status_counts=counts, elapsed_s=round(budget.elapsed(), 1),
+                  rows=len(writer.rows), complete=final)
+    (out / f"memory_probe_{label}.json").write_text(
+        json.dumps(report, indent=1, default=str), encoding="utf-8")
+    return counts
 
 
 if __name__ == "__main__":
