@@ -484,7 +484,12 @@ def step_seconds(cfg: dict, parts: Optional[dict] = None) -> np.ndarray:
     # GEMM rows grow with the micro-batch: fewer padded tiles and partial waves per token
     # (time_roofline's gemm_shape_efficiency: tile and wave quantization on the GPU's SMs),
     # approximated as time per token ~ c_inf + (c_1 - c_inf) / mb through probes at 1 and 4
-    shape = 1.0 - cfg["compute_mb_share"] + cfg["compute_mb_share"] / cfg["mb"]
+    # An MoE expert's GEMM rows grow with expert parallelism too: each of the E/ep local experts
+    # takes the tokens of its ep ranks (time_roofline step_shape: rows T k ep etp / (tp E)), so
+    # the probes' micro-batch curve (tp = ep = 1) is read at mb x ep x etp / tp
+    # (a dense model: ep 1 and no expert TP, so the micro-batch itself)
+    rows = cfg["mb"] * cfg.get("ep", 1.0) * expert_tp(cfg) / cfg["tp"]
+    shape = 1.0 - cfg["compute_mb_share"] + cfg["compute_mb_share"] / rows
     compute = ((cfg["compute_repl"] + cfg["compute_split"] / cfg["tp"] - head_c) / cfg["pp"]
                + head_c) * tokens * shape
     membound = (np.where(cfg["sp"], cfg["membound_sp"] / cfg["tp"],
