@@ -43,21 +43,17 @@ LAYERS = (2, 10)
 
 def quantize_4bit(model, device) -> int:
     """Replace the decoder layers' linears by bitsandbytes NF4 ``Linear4bit`` (double
-    quantization, bf16 compute), as ``memory_probe.py``'s QLoRA cases do; the LM head stays."""
-    import bitsandbytes as bnb
+    quantization, bf16 compute: ``memory_probe.nf4_linear``, as its QLoRA cases); the LM head
+    stays."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from memory_probe import nf4_linear
 
     n = 0
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
-            if not isinstance(child, torch.nn.Linear) or "layers" not in f"{name}.{child_name}":
-                continue
-            q = bnb.nn.Linear4bit(child.in_features, child.out_features,
-                                  bias=child.bias is not None, compute_dtype=torch.bfloat16,
-                                  compress_statistics=True, quant_type="nf4", device="cpu")
-            q.weight = bnb.nn.Params4bit(child.weight.data.cpu(), requires_grad=False,
-                                         compress_statistics=True, quant_type="nf4")
-            setattr(module, child_name, q.to(device))
-            n += 1
+            if isinstance(child, torch.nn.Linear) and "layers" in f"{name}.{child_name}":
+                setattr(module, child_name, nf4_linear(child, device))
+                n += 1
     return n
 
 

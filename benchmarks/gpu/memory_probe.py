@@ -204,6 +204,21 @@ class LoRALinear(nn.Module):
         return self.base(x) + (self.lora_B(self.lora_A(x.float())) * self.scaling).to(x.dtype)
 
 
+def nf4_linear(lin: nn.Linear, device) -> nn.Module:
+    """``lin`` as a bitsandbytes NF4 ``Linear4bit`` with double quantization and bf16 compute
+    (the probe's QLoRA base; ``host_overhead.py`` quantizes its QLoRA mode with it too)."""
+    import bitsandbytes as bnb
+
+    q = bnb.nn.Linear4bit(lin.in_features, lin.out_features, bias=lin.bias is not None,
+                          compute_dtype=torch.bfloat16, compress_statistics=True,
+                          quant_type="nf4", device="cpu")
+    q.weight = bnb.nn.Params4bit(lin.weight.data.cpu(), requires_grad=False,
+                                 compress_statistics=True, quant_type="nf4")
+    if lin.bias is not None:
+        q.bias = nn.Parameter(lin.bias.data.clone(), requires_grad=False)
+    return q.to(device)
+
+
 def _replace_linears(model: nn.Module, make) -> int:
     n = 0
     for _name, module in list(model.named_modules()):
@@ -252,18 +267,7 @@ def build_model(case: dict, args, device, versions: dict):
     params_b = sum(p.numel() for p in model.parameters()) / 1e9
     tech = case["technique"]
     if tech == "qlora":
-        import bitsandbytes as bnb
-
-        def quant(lin):
-            q = bnb.nn.Linear4bit(lin.in_features, lin.out_features, bias=lin.bias is not None,
-                                  compute_dtype=torch.bfloat16, compress_statistics=True,
-                                  quant_type="nf4", device="cpu")
-            q.weight = bnb.nn.Params4bit(lin.weight.data.cpu(), requires_grad=False,
-                                         compress_statistics=True, quant_type="nf4")
-            if lin.bias is not None:
-                q.bias = nn.Parameter(lin.bias.data.clone(), requires_grad=False)
-            return q.to(device)
-        n = _replace_linears(model, quant)
+        n = _replace_linears(model, lambda lin: nf4_linear(lin, device))
         notes.append(f"quantization=bnb.nf4-dq ({n} projections, bitsandbytes "
                      f"{versions.get('bitsandbytes')}, compute bf16)")
         free_memory(device)
