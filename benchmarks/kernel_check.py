@@ -36,6 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from gemm_check import _quantile  # noqa: E402  the same nearest-rank quantile
+
 #: kernels filling at least this share of the measured step: the step is GPU-bound
 GPU_BOUND_SHARE = 0.75
 _KERNEL = re.compile(r"gpu_kernel_time_s=([0-9.]+)")
@@ -57,11 +59,6 @@ def kernel_classes(other: str) -> dict[str, float]:
             continue
     return out
 _NOT_GPU_WORK = ("framework_overhead", "optimizer_step", "offload")
-
-
-def _quantile(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
 
 
 def probe_rows() -> list[dict]:
