@@ -552,7 +552,7 @@ def apply_to_sizing(stack: Optional[ResolvedStack], sizing, training, strategy, 
     if stack is None:
         return evolve(sizing, **changes) if changes else sizing
     impl = stack.optimizer_impl(training.optimizer_impl)
-    if (impl != sizing.impl and training.optimizer_impl == "auto"
+    if (impl != sizing.impl and training.optimizer_impl == "auto" and not optimizer.own_kernel
             and impl in optimizer.step_temp_states):   # an implementation this optimizer has
         changes.update(impl=impl, temp_states=optimizer.step_temp_states[impl])
     if (stated is None and training.technique in ("lora", "qlora")

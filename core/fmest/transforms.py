@@ -115,7 +115,9 @@ class OptimizerSpec:
     moments. ``step_temp_states`` is how many parameter-sized temporaries the update allocates
     per implementation (the foreach AdamW ``_foreach_sqrt`` buffer is one whole parameter copy;
     fused and for-loop implementations hold ~none). ``paged`` optimizers may be evicted to host
-    memory under pressure.
+    memory under pressure. ``own_kernel`` optimizers (bitsandbytes', torchao's) run their own
+    update kernel whatever ``training.optimizer_impl`` or a stack asks of torch's optimizers:
+    their ``default_impl`` names that kernel's shape (``fused``: one pass per tensor).
     """
 
     name: str
@@ -128,11 +130,15 @@ class OptimizerSpec:
     step_temp_states: dict[str, float] = field(factory=lambda: {"foreach": 1.0, "fused": 0.0,
                                                                   "for_loop": 0.0})
     default_impl: str = "foreach"
+    own_kernel: bool = False
     source: str = ""
 
     def implementation(self, training) -> str:
-        """``training.optimizer_impl``, or this optimizer's default for ``auto``."""
-        return training.optimizer_impl if training.optimizer_impl != "auto" else self.default_impl
+        """``training.optimizer_impl``, or this optimizer's default for ``auto`` (always the
+        default for an ``own_kernel`` optimizer)."""
+        if self.own_kernel or training.optimizer_impl == "auto":
+            return self.default_impl
+        return training.optimizer_impl
 
     def sizing(self, training, precision: str) -> OptimizerSizing:
         """Per-element bytes under ``precision`` (``pure``/``amp``/``master``, see

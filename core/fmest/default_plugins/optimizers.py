@@ -52,10 +52,27 @@ _BNB_BLOCK_OVERHEAD = 4.0 / 2048  # one fp32 absmax per 2048-value block (Dettme
 _AO8_BLOCK_OVERHEAD = 4.0 / 256  # torchao OptimState8bit: fp32 scale per 256 (subclass_8bit.py)
 _AO4_BLOCK_OVERHEAD = 4.0 / 128  # torchao OptimState4bit: fp32 scale per 128 (subclass_4bit.py)
 
+#: the built-in optimizers that run their own update kernel, one pass per tensor, whatever
+#: foreach/fused setting is asked (``OptimizerSpec.own_kernel``): bitsandbytes'
+#: ``Optimizer1State``/``Optimizer2State.update_step`` (bitsandbytes/optim/optimizer.py) and
+#: torchao's low-bit optimizers (torchao/optim/adam.py: one compiled step per parameter)
+_OWN_KERNEL = frozenset({
+    "adamw_8bit", "paged_adamw_8bit", "paged_adamw", "lion_8bit", "paged_lion_8bit",
+    "paged_lion", "adamw_torch_8bit", "adamw_torch_4bit", "rmsprop_bnb_8bit", "ademamix",
+    "ademamix_8bit", "paged_ademamix", "paged_ademamix_8bit"})
+
+
 @functools.lru_cache(maxsize=1)
 def builtin_optimizers() -> tuple["OptimizerSpec", ...]:
     """The built-in optimizers, built on first use (loading the default plugins, as
     ``fmest --help`` does, builds nothing)."""
+    from attrs import evolve
+
+    return tuple(evolve(spec, own_kernel=True) if spec.name in _OWN_KERNEL else spec
+                 for spec in _specs())
+
+
+def _specs() -> tuple["OptimizerSpec", ...]:
     from fmest.transforms import OptimizerSpec
 
     return (

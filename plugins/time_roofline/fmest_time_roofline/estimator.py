@@ -1106,9 +1106,8 @@ def optimizer_and_offload_seconds(job, model, shape: StepShape, transforms: Tran
                 / max(1, transforms.sharding.optimizer_divisor), gpu)
         notes.append("CPU offload: optimizer update on the host CPU (ZeRO-Offload CPU-Adam rate)")
     else:
-        # bitsandbytes' 8-bit Adam runs its own one-pass kernel per tensor whatever the
-        # foreach/fused setting (bitsandbytes optim/optimizer.py ``Optimizer2State.update_step``)
-        impl = "fused" if optimizer_name in F.BNB_8BIT_ADAM_OPTIMIZERS else sizing.impl
+        # (an own-kernel optimizer's sizing names its kernel: OptimizerSpec.own_kernel)
+        impl = sizing.impl
         per_param = F.optimizer_update_bytes_per_param(
             states=sizing.states, state_bytes=sizing.state_bytes + sizing.state_overhead_bytes,
             param_bytes=sizing.trainable_bytes, grad_bytes=sizing.grad_bytes,

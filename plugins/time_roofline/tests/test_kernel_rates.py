@@ -283,3 +283,22 @@ def test_adamw_bandwidth_fraction_lookup():
         pytest.approx((0.671 + 0.759) / 2)
     assert F.optimizer_bandwidth_fraction("adamw_8bit", "fused", 2) == F.BNB_8BIT_BANDWIDTH_FRACTION
     assert F.optimizer_bandwidth_fraction("lion", "foreach", 4) == F.HBM_EFFICIENCY
+
+
+def test_own_kernel_optimizers_ignore_the_foreach_setting():
+    """bitsandbytes' AdamW8bit runs one pass per tensor whatever ``optimizer_impl`` says
+    (OptimizerSpec.own_kernel): its step time is the same under foreach and fused, at
+    BNB_8BIT_BANDWIDTH_FRACTION on its one-pass bytes; torch's AdamW still triples its passes."""
+    import fmest
+    from fmest.engine import Engine
+
+    engine = Engine()
+
+    def opt_seconds(optimizer, impl):
+        job = fmest.to_job({"model": "meta-llama/Llama-2-7b-hf",
+                            "hardware": {"gpu": "H100-SXM-80GB"},
+                            "training": {"optimizer": optimizer, "optimizer_impl": impl}})
+        return engine.estimate(job, quantities=("memory", "time")).time.breakdown["optimizer_step"]
+
+    assert opt_seconds("adamw_8bit", "foreach") == pytest.approx(opt_seconds("adamw_8bit", "fused"))
+    assert opt_seconds("adamw", "foreach") > 2 * opt_seconds("adamw", "fused")
