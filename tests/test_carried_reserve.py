@@ -47,6 +47,70 @@ def test_replay_flat_copies_larger_than_cached_blocks_map_new_segments():
     assert small.max_memory_reserved == backward_reserved
 
 
+def _recompute_events(layers: int, saved: int, work: list[int], flat: list[int], state: int):
+    """A checkpointed backward: each layer re-allocates its working set as separate tensors
+    and frees them (and its checkpoint) before the next layer's; then the step's copies."""
+    ev = [("m", "state", state)] + [("m", f"s{i}", saved) for i in range(layers)]
+    for i in reversed(range(layers)):
+        ev += [("m", f"w{i}_{j}", size) for j, size in enumerate(work)]
+        ev += [("f", f"w{i}_{j}") for j in range(len(work))] + [("f", f"s{i}")]
+    ev += [("m", f"t{k}", size) for k, size in enumerate(flat)]
+    ev += [("f", f"t{k}") for k in range(len(flat))]
+    return ev
+
+
+def test_replay_a_working_set_larger_than_the_copy_gives_it_no_block():
+    """A layer's working set larger in total than the copy, made of tensors each smaller than
+    it: every request above 10 MiB maps a segment of its own size and blocks of different
+    segments never merge, so the copies still map new segments (the rule compares the copy
+    with the largest single tensor, memory_theory ``largest_freed_tensors``)."""
+    work = [134 * MIB, 117 * MIB, 352 * MIB, 58 * MIB, 58 * MIB, 117 * MIB, 176 * MIB,
+            400 * MIB, 200 * MIB]
+    flat = [1100 * MIB, 2200 * MIB]
+    assert sum(work) > flat[0] > max(work)
+    with_copies = replay(_recompute_events(12, 56 * MIB, work, flat, 20000 * MIB))
+    without = replay(_recompute_events(12, 56 * MIB, work, [], 20000 * MIB))
+    assert with_copies.max_memory_reserved - without.max_memory_reserved == sum(flat)
+    # one tensor as large as the copy is reused by it
+    big = replay(_recompute_events(12, 56 * MIB, work + [1100 * MIB], flat[:1], 20000 * MIB))
+    big_without = replay(_recompute_events(12, 56 * MIB, work + [1100 * MIB], [], 20000 * MIB))
+    assert big.max_memory_reserved == big_without.max_memory_reserved
+
+
+def test_engine_compares_the_copy_with_single_tensors_not_the_working_set():
+    """BLOOM-like Megatron-DeepSpeed ZeRO-1 stage (hidden 14336, tp 8, pp 12, full
+    checkpointing, micro-batch 2): one layer's working set exceeds the compute-dtype flat copy,
+    every single tensor (and the embedding's gradient) is smaller, so the step's copies sit on
+    top of the backward's reserved bytes."""
+    from fmest_memory_theory import estimator as E
+
+    job = job_from_dict({
+        "model": "bloom-like", "model_config": {
+            "architectures": ["BloomForCausalLM"], "model_type": "bloom", "n_embed": 14336,
+            "n_layer": 72, "num_attention_heads": 64, "vocab_size": 250880},
+        "training": {"dtype": "bf16", "seq_len": 2048, "micro_batch_size": 2,
+                     "grad_accum_steps": 256, "activation_checkpointing": "full",
+                     "attention": "eager", "main_grads_dtype": "compute",
+                     "stack": "megatron-deepspeed"},
+        "parallelism": {"dp": 4, "tp": 8, "pp": 12, "zero_stage": 1},
+        "hardware": {"gpu": "A100-SXM-80GB", "gpus_per_node": 8, "nodes": 48}})
+    eng = new_engine(*PLUGINS)
+    job = eng.resolve_job(job)
+    ctx = eng.context(job)
+    setup = E.job_setup(job, ctx)
+    stage = E.pipeline_stages(72, 12, "1f1b", 256, 1)[0]
+    peak = E.stage_peak(setup, stage)
+    state = E.model_state_terms(setup, E.stage_params(setup, stage))
+    copy_block = state.flat_temps * 2 / (2 + 4)       # the bf16 flat copy, then its fp32 cast
+    assert peak.layer_block > copy_block > max(peak.largest_layer_tensor,
+                                               peak.largest_grad_tensor, peak.transient_block)
+    assert peak.step_new_segments == state.flat_temps
+    m = eng.estimate(job, quantities=("memory",)).memory
+    backward = m.metrics["allocated_bytes_backward"]
+    reserved = m.total_bytes - m.components["cuda_context"]
+    assert reserved >= backward + state.flat_temps
+
+
 def _job(zero: int, dtype: str = "fp16", stack: str = "megatron-deepspeed"):
     return job_from_dict({
         "model": "llama-2-13b",

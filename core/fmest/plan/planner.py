@@ -382,7 +382,25 @@ class _Calibration:
         """The reserve's per-layer block per token of a layout (memory_theory's
         ``allocator_layer_block_bytes`` at the activation probe's larger micro-batch; 0 where
         the estimate gives none or the engine refuses the probe)."""
-        def probe() -> float:
+        return self._layer_probe(rep, ckpt, tp, sp, pp, vstages, ep)[0]
+
+    def tensor_slope(self, rep: str, ckpt: str, tp: int, sp: bool, pp: int,
+                     vstages: int, ep: int = 1) -> float:
+        """The largest single tensor of a layer per token (memory_theory's
+        ``allocator_largest_layer_tensor_bytes``, same probe as :meth:`layer_slope`)."""
+        return self._layer_probe(rep, ckpt, tp, sp, pp, vstages, ep)[1]
+
+    def grad_block(self, rep: str, ckpt: str, tp: int, sp: bool, pp: int,
+                   vstages: int, ep: int = 1) -> float:
+        """The largest weight gradient the busiest stage frees, bytes (memory_theory's
+        ``allocator_largest_grad_tensor_bytes``, same probe as :meth:`layer_slope`)."""
+        return self._layer_probe(rep, ckpt, tp, sp, pp, vstages, ep)[2]
+
+    def _layer_probe(self, rep: str, ckpt: str, tp: int, sp: bool, pp: int,
+                     vstages: int, ep: int) -> tuple[float, float, float]:
+        """(layer block per token, largest layer tensor per token, largest weight gradient)
+        from one memory probe of the layout at micro-batch 16 ((0, 0, 0) where refused)."""
+        def probe() -> tuple[float, float, float]:
             par = dict(cal._single(**cal._sharding_fields(rep)), tp=tp, sequence_parallel=sp,
                        pp=pp, pp_virtual_stages=vstages, ep=ep, dp=ep,
                        pp_schedule="interleaved" if vstages > 1 else "1f1b")
@@ -392,10 +410,13 @@ class _Calibration:
                                     training={"micro_batch_size": mb,
                                               "grad_accum_steps": max(2, pp * vstages),
                                               "activation_checkpointing": ckpt})
-            block = (est.metrics or {}).get("allocator_layer_block_bytes", 0.0)
-            return float(block) / (mb * job.training.seq_len / par.get("cp", 1))
+            metrics = est.metrics or {}
+            tokens = mb * job.training.seq_len / par.get("cp", 1)
+            return (float(metrics.get("allocator_layer_block_bytes", 0.0)) / tokens,
+                    float(metrics.get("allocator_largest_layer_tensor_bytes", 0.0)) / tokens,
+                    float(metrics.get("allocator_largest_grad_tensor_bytes", 0.0)))
         return self._guarded(("layer", rep, ckpt, tp, sp, pp, vstages, ep), self._slopes,
-                             probe, 0.0)
+                             probe, (0.0, 0.0, 0.0))
 
     def cp_core(self, gpu: str, ckpt: str, tp: int, cp: int, gpus_per_node: int,
                 sp: bool) -> tuple[float, float]:
@@ -629,6 +650,8 @@ def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
         return None, total
     cfg["act_per_token"] = _activation_slopes(cfg, ctx)
     cfg["layer_per_token"] = _layer_slopes(cfg, ctx)
+    cfg["tensor_per_token"] = _per_layout(cfg, ctx, ctx["calib"].tensor_slope)
+    cfg["grad_block"] = _per_layout(cfg, ctx, ctx["calib"].grad_block)
     cfg["memory"] = vec.memory_bytes(cfg)
     cfg = pruner.apply(cfg, sp.RULE["fit"],
                        cfg["memory"] * ctx["fit_factor"] > opt.spec.capacity_bytes)

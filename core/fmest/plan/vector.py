@@ -285,8 +285,12 @@ def memory_bytes(cfg: dict) -> np.ndarray:
     # + the copies, at most the device
     flat = bpe * np.minimum(trainable / opt_div, cap)
     smaller = flat * np.where(bpe > FP32_BYTES, (bpe - FP32_BYTES) / np.maximum(bpe, 1e-9), 1.0)
-    largest = np.maximum(0.0 if transient is None else transient,
-                         0.0 if layer is None else layer)
+    # the largest single block the step frees: the logits-sized transient, a layer's largest
+    # tensor, the largest weight gradient (memory_theory ``largest_freed_tensors``)
+    largest = np.maximum.reduce([np.broadcast_to(0.0 if transient is None else transient,
+                                                 flat.shape),
+                                 cfg.get("tensor_per_token", 0.0) * tokens,
+                                 np.broadcast_to(cfg.get("grad_block", 0.0), flat.shape)])
     carried = device_total(backward, context, 0.0, cfg.get("expandable", False),
                            cfg.get("reserve_fraction"), transient, 0.0, layer) + flat
     carried = np.where(np.asarray(capacity) > 0, np.minimum(carried, capacity), carried)

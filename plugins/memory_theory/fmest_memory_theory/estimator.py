@@ -703,6 +703,10 @@ class Activations:
     #: the fp32 logits of the model output the training loop holds from the loss to the end of
     #: the step (stacks.toml ``output_logits_held``)
     output_logits: float = 0.0
+    #: the largest single tensor a layer's forward or backward allocates and frees, and the
+    #: largest weight gradient the stage frees (:func:`largest_freed_tensors`)
+    largest_layer_tensor: float = 0.0
+    largest_grad_tensor: float = 0.0
 
 
 def _layer_inputs(setup: JobSetup) -> LayerInputs:
@@ -989,7 +993,8 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
     logits and loss, and one layer's backward working set."""
     training, par, lay, model = setup.training, setup.parallelism, setup.layout, setup.model
     act, tokens = setup.act_bytes, setup.tokens
-    saved_l, work_l = _layer_bytes(setup, _layer_inputs(setup))
+    inputs = _layer_inputs(setup)
+    saved_l, work_l = _layer_bytes(setup, inputs)
     resident_layers = 1 if training.activation_offload else stage.layers * stage.inflight
     saved_all = saved_l * resident_layers
     if model.is_encoder_decoder and not training.activation_offload:
@@ -1077,9 +1082,48 @@ def activation_terms(setup: JobSetup, params: StageParams, state: ModelState,
         # backward, the other blocks' input gradients are held beside the usual working set
         kept = max(stage.layers * training.recompute_share - 1, 0) * tokens * model.hidden_size \
             * (_stream_bytes(setup) or act) / (lay.tp if par.sequence_parallel else 1)
+    layer_tensor, grad_tensor = largest_freed_tensors(setup, params, inputs)
     return Activations(saved_layer=saved_l, work_layer=work_l, saved_all=saved_all,
                        logits_held=held, logits_fwd_extra=fwd_tr, logits_bwd_extra=bwd_tr,
-                       head_grad=head_grad, kept_input_grads=kept, output_logits=out_logits)
+                       head_grad=head_grad, kept_input_grads=kept, output_logits=out_logits,
+                       largest_layer_tensor=layer_tensor, largest_grad_tensor=grad_tensor)
+
+
+def largest_freed_tensors(setup: JobSetup, params: StageParams,
+                          inputs: LayerInputs) -> tuple[float, float]:
+    """The largest single tensors the forward and backward of a stage allocate and free besides
+    the logits (``StagePeak.transient_block``): a layer's fused q/k/v output, its MLP input
+    projection's output (gate and up as one tensor when gated, as Megatron's ``linear_fc1``
+    writes them), eager attention's score matrix (fp32 when the softmax upcasts), and under
+    full training one weight's gradient (the largest layer linear, the stage's embedding or
+    head), which a ZeRO engine frees once copied into its buckets.
+
+    Each such request above 10 MiB maps a segment of its own rounded size and blocks of
+    different segments never merge (pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp @
+    eb42ad6eca0ce61e7c581212b4bf32f991425571: ``get_allocation_size``, ``try_merge_blocks``),
+    so the largest free block the backward leaves cached is at most the largest of these
+    single tensors, not a layer's working set as a whole. Returns (the layer's, which grows
+    with the micro-batch's tokens; the weight gradient's, which does not) (:func:`stage_peak`'s test for the
+    step's flat copies; replayed in tests/test_carried_reserve.py). Each term is an upper
+    bound (separate q, k and v projections write smaller tensors), so the rule errs towards
+    reusing a cached block."""
+    model, dims, tp = setup.model, setup.dims, inputs.tp
+    act, tokens = inputs.act_bytes, inputs.tokens
+    kv_split = min(tp, max(1, model.num_kv_heads))
+    qkv = tokens * (dims.q_dim / tp + (dims.k_dim + dims.v_dim) / kv_split) * act
+    widest = model.moe_intermediate_size * (model.experts_per_token or 1) \
+        if model.is_moe and model.moe_intermediate_size else model.intermediate_size
+    mlp = tokens * widest * (2 if model.gated_mlp else 1) / tp * act
+    scores = 0.0
+    if inputs.attention == "eager":
+        softmax_fp32 = model.eager_softmax_upcast or inputs.autocast
+        scores = inputs.batch * model.num_attention_heads / tp * inputs.seq * inputs.seq * (
+            F.EAGER_SOFTMAX_BYTES if softmax_fp32 else act)
+    grad = 0.0
+    if setup.lora is None:
+        grad = max(dims.largest_quantizable_params / tp, params.embedding, params.head) \
+            * setup.sizing.weight_bytes
+    return max(qkv, mlp, scores), grad
 
 
 def fsdp1_keeps_checkpoint_inputs(setup: JobSetup) -> bool:
@@ -1208,6 +1252,10 @@ class StagePeak:
     #: the backward frees are all smaller than them: new segments on top of what the
     #: backward left cached (:func:`assemble`)
     step_new_segments: float = 0.0
+    #: the largest single tensors besides the logits the stage frees: a layer's and a
+    #: weight gradient's (``Activations.largest_layer_tensor``, ``largest_grad_tensor``)
+    largest_layer_tensor: float = 0.0
+    largest_grad_tensor: float = 0.0
 
 
 def stage_peak(setup: JobSetup, stage: Stage) -> StagePeak:
@@ -1225,17 +1273,20 @@ def stage_peak(setup: JobSetup, stage: Stage) -> StagePeak:
     pinned = acts.kept_input_grads > 0 and best == "backward" \
         and phases[best]["activations"] > acts.saved_all + acts.work_layer
     # the flat step copies reuse no cached block when each is larger than the largest block
-    # the forward and backward free (the logits-sized transient, one layer's working set)
+    # the forward and backward free (the logits-sized transient, the largest single tensor
+    # of a layer or weight gradient: largest_freed_tensor)
     # (fp32 gradients: one fp32 copy; else the compute-dtype flat copy and its fp32 cast)
     g = float(setup.sizing.grad_bytes)
     flat_block = state.flat_temps if g == F.FP32_BYTES else state.flat_temps * g / (g + F.FP32_BYTES)
-    new_segments = state.flat_temps \
-        if flat_block > max(block, acts.saved_layer + acts.work_layer) else 0.0
+    largest = max(acts.largest_layer_tensor, acts.largest_grad_tensor)
+    new_segments = state.flat_temps if flat_block > max(block, largest) else 0.0
     return StagePeak(allocated=totals[best], phase=best, components=phases[best],
                      phase_allocated=totals, stage=stage.name, transient_block=block,
                      layer_block=acts.saved_layer + acts.work_layer,
                      stream_pools=_stream_pool_bytes(setup, params, state, buffers, acts, stage),
-                     pinned=pinned, step_new_segments=new_segments)
+                     pinned=pinned, step_new_segments=new_segments,
+                     largest_layer_tensor=acts.largest_layer_tensor,
+                     largest_grad_tensor=acts.largest_grad_tensor)
 
 
 def _stream_pool_bytes(setup: JobSetup, params: StageParams, state: ModelState,
@@ -1378,6 +1429,10 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
     # the reserve's per-layer abscissa (one layer's backward working set): what the planner's
     # probe reads to mirror the two-term reserve (fmest.plan.planner ``_layer_slopes``)
     metrics["allocator_layer_block_bytes"] = float(peak.layer_block)
+    # the largest single tensor the step frees besides the logits: what the planner mirrors
+    # to test whether DeepSpeed's flat step copies find a cached block
+    metrics["allocator_largest_layer_tensor_bytes"] = float(peak.largest_layer_tensor)
+    metrics["allocator_largest_grad_tensor_bytes"] = float(peak.largest_grad_tensor)
     return MemoryEstimate(
         total_bytes=total, components=components, phase=peak.phase, metrics=metrics,
         phase_peaks_bytes=phase_peaks, host_bytes=int(_host_bytes(setup)),
