@@ -171,3 +171,30 @@ def test_every_corpus_yaml_answers_or_refuses(rel):
     if "error" in out and out["error"]["field"].startswith("model"):
         out = run_cli("--config", str(CORPUS / rel), "--model", "meta-llama/Llama-3.1-8B")
     assert "error" in out or out["model"]["total_params"] > 0
+
+
+def _trl_sft(tmp_path, **extra) -> dict:
+    doc = {"model_name_or_path": "Qwen/Qwen3-8B", "dataset_name": "trl-lib/Capybara",
+           "max_length": 4096, "bf16": True, "per_device_train_batch_size": 1, **extra}
+    path = tmp_path / "sft" / "config.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(yaml.safe_dump(doc))
+    return load_configs([str(path)]).data
+
+
+def test_trl_sft_default_loss_is_chunked_nll(tmp_path):
+    """TRL >= 1.7 runs SFT with loss_type chunked_nll unless set (huggingface/trl b58947c7e):
+    the lm_head and cross-entropy in 256-token chunks, never the logits (fmest's fused loss);
+    nll and dft project every token; Liger keeps its own fused loss."""
+    assert _trl_sft(tmp_path)["training"]["loss"] == "fused"
+    assert _trl_sft(tmp_path, loss_type="chunked_nll")["training"]["loss"] == "fused"
+    assert _trl_sft(tmp_path, loss_type="nll")["training"].get("loss", "standard") == "standard"
+    assert _trl_sft(tmp_path, loss_type="dft")["training"].get("loss", "standard") == "standard"
+    liger = _trl_sft(tmp_path, use_liger_kernel=True, loss_type="nll")["training"]
+    assert liger["loss"] == "fused" and liger["liger"] is True
+    with pytest.raises(Exception) as err:
+        _trl_sft(tmp_path, use_liger_kernel=True, loss_type="chunked_nll")
+    assert "loss_type" in str(err.value)
+    with pytest.raises(Exception) as err:
+        _trl_sft(tmp_path, loss_type="sigmoid")
+    assert "loss_type" in str(err.value) and "chunked_nll" in str(err.value)

@@ -263,12 +263,48 @@ def map_config(doc: dict, sink: Sink) -> None:
             sink.ignore(key, DATA)
         elif name in _LOADING:
             sink.ignore(key, "loading only")
+        elif name == "loss_type" and kind == "sft":
+            continue   # after TrainingArguments (use_liger_kernel): _sft_loss
         elif name in _HYPER:
             sink.ignore(key, HYPERPARAM)
         elif name in _LOG:
             sink.ignore(key, LOGGING)
     map_keys(rest, sink)
+    if kind == "sft":
+        _sft_loss(doc, sink)
     _notes(kind, why, doc, peft, sink)
+
+
+#: SFTConfig ``loss_type`` values (huggingface/trl f2cd57710ae345ea6428ae95363267fcf38a3dc8
+#: trl/trainer/sft_config.py): ``chunked_nll`` never materialises the logits
+#: (sft_trainer.py ``_chunked_cross_entropy_loss``: the ``lm_head`` projection and the
+#: cross-entropy of 256 valid tokens at a time, ``_CHUNKED_LM_HEAD_CHUNK_SIZE``, each chunk
+#: under gradient checkpointing): fmest's ``fused`` loss; ``nll`` and ``dft`` project every
+#: token: ``standard``
+_SFT_LOSSES = {"chunked_nll": "fused", "nll": "standard", "dft": "standard"}
+
+
+def _sft_loss(doc: dict, sink: Sink) -> None:
+    """The SFT trainer's loss: ``loss_type``, unset -> ``chunked_nll`` (TRL >= 1.7.0, commit
+    b58947c7e "Default SFT loss to chunked_nll", 2026-06-14) unless ``use_liger_kernel``
+    (then ``nll``, and Liger's fused linear cross-entropy, set by TrainingArguments)."""
+    liger = sink.get("training.liger") is True
+    if "loss_type" not in doc:
+        if not liger:
+            sink.set("training.loss", "fused", "loss_type (unset: TRL >= 1.7 SFT default "
+                     "chunked_nll, the lm_head and cross-entropy in 256-token chunks without "
+                     "the logits; before 1.7 the default was nll: --loss standard)")
+        return
+    value = sink.choice("loss_type", str(doc["loss_type"]).strip().lower(), _SFT_LOSSES)
+    if value == "fused" and liger:
+        raise sink.error("loss_type", "chunked_nll is not compatible with use_liger_kernel "
+                         "(TRL's SFTTrainer refuses it)", value=doc["loss_type"],
+                         accepted=("nll", "dft", "use_liger_kernel: false"))
+    if liger:
+        sink.ignore("loss_type", f"{doc['loss_type']}: Liger's fused linear cross-entropy "
+                    "(use_liger_kernel) computes it")
+    else:
+        sink.set("training.loss", value, "loss_type")
 
 
 def _notes(kind: str, why: str, doc: dict, peft: bool, sink: Sink) -> None:
