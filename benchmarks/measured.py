@@ -202,7 +202,10 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
     entropy over 2048-column vocabulary chunks, never the full logits; ``fused_lm_head_chunk_size``
     auto = 2048 for RL, disabled for SFT: PrimeIntellect-ai/prime-rl @b798a90d
     src/prime_rl/trainer/models/layers/lm_head.py, rl/config.py, sft/config.py) ->
-    ``loss=fused``; "activation offloading" -> ``activation_offload``. ``litgpt`` LoRA/QLoRA
+    ``loss=fused``; TRL's SFT ``loss_type chunked_nll`` (the ``lm_head`` and cross-entropy of
+    256 valid tokens at a time under checkpointing, never the full logits: huggingface/trl
+    f2cd57710 trl/trainer/sft_trainer.py ``_chunked_cross_entropy_loss``; fmest's TRL reader,
+    core/fmest/configs/trl.py) -> ``loss=fused``; "activation offloading" -> ``activation_offload``. ``litgpt`` LoRA/QLoRA
     rows -> ``loss=chunked``: Lit-GPT's finetune/lora.py always computes the head and the
     cross-entropy in 128-token chunks (``lm_head_chunk_size=128``, ``chunked_cross_entropy``),
     at 8641822 and in the 2024 package alike (litgpt/finetune/lora.py, adapter.py,
@@ -1359,7 +1362,8 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     if "chunked ce" in low or "cewithchunkedoutputloss" in low:
         training["loss"] = "chunked"
     elif _true(kv.get("liger")) or re.search(r"fused[- ]linear[- ]cross|flce=true", low) \
-            or re.search(r"fused (chunked )?lm head(?! disabled)", low):
+            or re.search(r"fused (chunked )?lm head(?! disabled)", low) \
+            or re.search(r"loss_type[ =:]*\W?chunked_nll", low):
         training["loss"] = "fused"
     if "activation offloading" in low and "no activation offloading" not in low:
         training["activation_offload"] = True
