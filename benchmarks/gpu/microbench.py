@@ -28,7 +28,9 @@ Cases, in this order (the most informative first, so a short budget keeps them):
   bf16; and ``fwd`` in fp8 (e4m3, ``torch._scaled_mm``, per-tensor scale 1, bf16 output) when
   the GPU has fp8 (compute capability >= 8.9), else recorded as skipped. FLOPs = 2*T*N*K.
 * ``attention``: ``torch.nn.functional.scaled_dot_product_attention``, causal, bf16, each
-  backend forced with ``torch.nn.attention.sdpa_kernel`` (flash / efficient / math), seq len
+  backend forced with ``torch.nn.attention.sdpa_kernel`` (flash / efficient / math; cudnn and
+  no forced backend, ``default``, whose ``case`` names the backend SDPA picks, at head dim 128
+  and seq 2048/8192/16384 only: recent PyTorch prefers cuDNN attention on sm90/sm100), seq len
   512..16384 at batch 16384/seq and model dim 2048 (heads = 2048/head_dim), head dim 64 and
   128: the grid and the FLOP count of the FlashAttention benchmark (Dao-AILab/flash-attention,
   benchmarks/benchmark_flash_attention.py at 0469c72723278048f1b1bd29f6c6155b5ef98369:
@@ -679,21 +681,33 @@ class Bench:
         dtype = torch.bfloat16
         backends = (("flash", SDPBackend.FLASH_ATTENTION),
                     ("efficient", SDPBackend.EFFICIENT_ATTENTION),
-                    ("math", SDPBackend.MATH))
+                    ("math", SDPBackend.MATH),
+                    # cuDNN fused attention, and no forced backend: what SDPA picks by itself
+                    # (PyTorch >= 2.x on sm90/sm100 with cuDNN > 9.15 puts cuDNN first,
+                    # aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
+                    # check_prefer_cudnn_attention; fmest's time model reads sdpa as FA2)
+                    ("cudnn", getattr(SDPBackend, "CUDNN_ATTENTION", None)),
+                    ("default", None))
         for bname, backend in backends:
-            for d in (64, 128):
-                for s in seqs:
+            extra = bname in ("cudnn", "default")
+            for d in ((128,) if extra and not self.args.tiny else (64, 128)):
+                for s in (tuple(x for x in seqs if x in (2048, 8192, 16384)) or seqs
+                          if extra else seqs):
                     b = max(1, total // s)
                     heads = dim // d
                     fwd = 4 * b * s * s * heads * d / 2   # causal: half (FA benchmark flops())
                     base = dict(kind="attention", case="sdpa_causal",
                                 shape=f"b={b} s={s} heads={heads} d={d}", dtype="bf16",
                                 backend=bname)
-                    if bname == "efficient" and self.device.type != "cuda":
+                    if bname in ("efficient", "cudnn") and (self.device.type != "cuda"
+                                                            or backend is None and bname != "default"):
                         for p in ("fwd", "fwd+bwd"):
                             self.row(**base, **{"pass": p}, status="skipped",
-                                     reason="the memory-efficient SDPA backend needs CUDA")
+                                     reason=f"the {bname} SDPA backend needs CUDA (and a torch "
+                                            "that has it)")
                         continue
+                    if bname == "default":
+                        base["case"] = f"sdpa_causal picks {self._sdpa_choice(b, heads, s, d, dtype)}"
                     if bname == "math" and s > self.args.math_max_seq:
                         for p in ("fwd", "fwd+bwd"):
                             self.row(**base, **{"pass": p}, status="skipped",
@@ -709,6 +723,9 @@ class Bench:
                         st.update(q=q, k=k, v=v, dout=torch.randn_like(q))
 
                         def f(st=st):
+                            if backend is None:      # SDPA's own choice
+                                return F.scaled_dot_product_attention(st["q"], st["k"], st["v"],
+                                                                      is_causal=True)
                             with sdpa_kernel([backend]):
                                 return F.scaled_dot_product_attention(st["q"], st["k"], st["v"],
                                                                       is_causal=True)
@@ -726,6 +743,22 @@ class Bench:
                     st.clear()
                     self.run_case(dict(base, **{"pass": "fwd+bwd"}), setup_fb, flops=3.5 * fwd)
                     st.clear()
+
+    def _sdpa_choice(self, b: int, heads: int, s: int, d: int, dtype) -> str:
+        """The backend ``F.scaled_dot_product_attention`` picks for these shapes with no
+        backend forced (``torch._fused_sdp_choice``, the dispatcher's own call; ``unknown``
+        where this torch has no such function)."""
+        from torch.nn.attention import SDPBackend
+        choose = getattr(torch, "_fused_sdp_choice", None)
+        if choose is None:
+            return "unknown"
+        q = torch.empty(b, heads, s, d, device=self.device, dtype=dtype, requires_grad=True)
+        try:
+            picked = choose(q, q, q, None, 0.0, True)
+        except Exception:     # noqa: BLE001 - a torch without this signature
+            return "unknown"
+        names = {int(v): n.lower() for n, v in SDPBackend.__members__.items()}
+        return names.get(int(picked), str(picked))
 
     # -- optimizer step
     def adamw(self):
