@@ -227,10 +227,33 @@ def test_to_evidence_applies_its_three_rules(tmp_path):
         dict(base, id="b", kind="throughput", technique="full",
              other="precision=pure; memory history recorded in this case", measured_value="2"),
     ])
-    write("memory_probe_run2_X.csv", [dict(base, id="a", kind="memory", technique="qlora",
-                                           other="y", measured_value="3")])
+    write("memory_probe_run2_X.csv", [
+        dict(base, id="a", kind="memory", technique="qlora", other="y", measured_value="3"),
+        # a case that began with another case's 0.979 GiB still allocated, and one with 10 MiB
+        dict(base, id="c", kind="memory", technique="full",
+             other="foreign_allocated_at_start_gib=0.979", measured_value="4"),
+        dict(base, id="d", kind="memory", technique="full",
+             other="foreign_allocated_at_start_gib=0.010", measured_value="5")])
     rows = {r["id"]: r for r in mod.convert(tmp_path, {"bitsandbytes": "0.50.2"})}
-    assert set(rows) == {"a", "b"}
+    assert set(rows) == {"a", "b", "c", "d"}
+    assert "0.979 GiB" in rows["c"]["suspect"] and not rows["d"]["suspect"]
     assert rows["a"]["measured_value"] == "3" and "precision=pure" in rows["a"]["other"]
     assert rows["b"]["suspect"] and "precision=pure (" not in rows["b"]["other"]
     assert rows["a"]["stack_version"] == "bitsandbytes 0.50.2"
+
+
+def test_memory_probe_release_model_frees_storage_a_stray_reference_keeps():
+    """memory_probe.release_model: a reference that outlives the model (the 2026-11-27 runs
+    kept an 8B model's lm_head weight alive into the next case) keeps only an empty tensor;
+    model_state_bytes counts tied weights once."""
+    import torch
+
+    mp = _load("fmest_memory_probe", GPU / "memory_probe.py")
+    model = torch.nn.Sequential(torch.nn.Embedding(64, 8), torch.nn.Linear(8, 64, bias=False))
+    model[1].weight = model[0].weight          # tied, as Llama-3.2-1B's head
+    assert mp.model_state_bytes(model) == 64 * 8 * 4
+    stray = model[1].weight
+    stray.grad = torch.ones_like(stray)
+    mp.release_model(model)
+    assert stray.numel() == 0 and stray.grad is None
+    mp.release_model(None)

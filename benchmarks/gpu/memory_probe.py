@@ -297,6 +297,31 @@ def build_model(case: dict, args, device, versions: dict):
     return model, params_b, notes
 
 
+def release_model(model) -> None:
+    """Give back a model's parameter, gradient and buffer storage whatever still refers to its
+    tensors: each ``.data`` becomes an empty tensor. The 2026-11-27 runs found a case right
+    after a Llama-3.1-8B case starting with a 1002 MiB block still allocated (the 8B model's
+    untied lm_head weight, 128256 x 4096 bf16) although the model had been dropped and
+    ``gc.collect`` run: some reference outlived it, and the next case's counters included it."""
+    if model is None:
+        return
+    with torch.no_grad():
+        for t in list(model.parameters()) + list(model.buffers()):
+            t.grad = None
+            t.data = torch.empty(0, dtype=t.dtype, device=t.device)
+
+
+def model_state_bytes(model) -> int:
+    """Bytes of the model's own parameters and buffers (each storage once)."""
+    seen, total = set(), 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        st = t.untyped_storage()
+        if st.data_ptr() not in seen:
+            seen.add(st.data_ptr())
+            total += st.nbytes()
+    return total
+
+
 def set_checkpointing(model, case: dict) -> None:
     on = case["ac"]
     inner = model
@@ -597,6 +622,9 @@ def evidence_rows(case, res, env, params_b, notes, devmem, args) -> list[dict]:
     if res.get("device_used_before_bytes") is not None:
         other.append(f"device_used_before_model_build_gib="
                      f"{res['device_used_before_bytes'] / GIB:.3f}")
+    if res.get("foreign_allocated_bytes") is not None:
+        other.append(f"foreign_allocated_at_start_gib="
+                     f"{res['foreign_allocated_bytes'] / GIB:.3f}")
     if res.get("note"):
         other.append(res["note"])
     if args.mem_fraction:
@@ -757,6 +785,7 @@ def main(argv=None) -> int:
             try:
                 key = (case["preset"], case["technique"], case["impl"])
                 if current["key"] != key:
+                    release_model(current["model"])
                     current.update(key=None, model=None)
                     free_memory(device)
                     res["device_used_before_bytes"] = devmem.used()
@@ -770,6 +799,11 @@ def main(argv=None) -> int:
                 free_memory(device)
                 if device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(device)
+                    # what is allocated besides the model when the case starts: the counters of
+                    # a case that starts with foreign blocks include them (to_evidence.py marks
+                    # its memory rows suspect)
+                    res["foreign_allocated_bytes"] = max(
+                        0, torch.cuda.memory_allocated(device) - model_state_bytes(model))
                 stage = "steps"
                 snap = None
                 if snap_id == cid and not report["snapshot"]:
@@ -795,6 +829,7 @@ def main(argv=None) -> int:
                 if device.type == "cuda":
                     res["max_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
                 if stage == "build" or res["status"] == "error":
+                    release_model(current["model"])
                     current.update(key=None, model=None)
             finally:
                 if hook is not None:
@@ -821,6 +856,7 @@ def main(argv=None) -> int:
                   f"({res['case_wall_s']} s)", flush=True)
             write_report(out, label, report, budget, writer, final=False)
     finally:
+        release_model(current["model"])
         current.update(model=None)
         writer.close()
         counts = write_report(out, label, report, budget, writer, final=True)

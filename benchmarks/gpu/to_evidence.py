@@ -13,6 +13,9 @@ rules, each stated in ``benchmarks/data/parts/gpu_probe_SOURCES.md``:
   say so.
 * The tokens/s row of the case that recorded the allocator history (``memory history recorded``
   in ``other``) is marked ``suspect``: recording stack traces slows every allocation.
+* The memory rows of a case that started with more than 64 MiB allocated besides its model
+  (``foreign_allocated_at_start_gib`` in ``other``, measured by the probe since 2026-11-28)
+  are marked ``suspect``: the case's counters include blocks another case left.
 * ``--package-version NAME=VERSION`` replaces a ``NAME present (version unknown)`` in
   ``stack_version`` (a package carried without its dist-info reports no version).
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import re
 import sys
 from pathlib import Path
 
@@ -33,6 +37,9 @@ LORA_PRECISION = ("precision=pure (bf16 base weights, no autocast; PEFT keeps th
                   "their gradients and AdamW states in fp32: get_peft_model "
                   "autocast_adapter_dtype=True)")
 HISTORY = "memory history recorded"
+#: more than this allocated besides the model when a case starts makes its memory rows suspect
+FOREIGN_LIMIT_GIB = 64 / 1024
+FOREIGN = re.compile(r"foreign_allocated_at_start_gib=([\d.]+)")
 
 
 def convert(folder: Path, versions: dict[str, str]) -> list[dict]:
@@ -48,6 +55,11 @@ def convert(folder: Path, versions: dict[str, str]) -> list[dict]:
             row["other"] = f"{row['other']}; {LORA_PRECISION}"
         if row["kind"] == "throughput" and HISTORY in row["other"] and not row["suspect"]:
             row["suspect"] = "step time inflated: this case recorded the allocator history"
+        foreign = FOREIGN.search(row["other"])
+        if row["kind"] == "memory" and row["oom"] != "true" and foreign and not row["suspect"] \
+                and float(foreign.group(1)) > FOREIGN_LIMIT_GIB:
+            row["suspect"] = (f"{foreign.group(1)} GiB besides the model was allocated when the "
+                              "case began (left by another case): the counters include it")
         for name, version in versions.items():
             row["stack_version"] = row["stack_version"].replace(
                 f"{name} present (version unknown)", f"{name} {version}")
