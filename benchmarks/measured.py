@@ -1017,7 +1017,9 @@ def _stated_vp(other: str) -> int:
 
 #: torchtitan commits the evidence rows name, with their commit dates (the mirror
 #: pytorch/torchtitan, ``git log -1 --format=%cd``), for rule 11's compiled loss
-TORCHTITAN_COMMIT_DATES = {"9dec370": "2024-12-26", "6a6f755d": "2024-12-03"}
+TORCHTITAN_COMMIT_DATES = {"9dec370": "2024-12-26", "6a6f755d": "2024-12-03",
+                           "83c879f1": "2024-03-28", "eddce126": "2025-01-23",
+                           "069bae286": "2025-02-27", "820504e": "2025-06-13"}
 #: when torchtitan's ``--compile`` left the loss eager: before e10cb9494 (2024-10-22, "compile
 #: it if compiling") and from e8977b007 (2024-12-18, "turning off compile on loss function")
 #: until bbb1b616e (2025-04-02, ``build_cross_entropy_loss`` compiles it again)
@@ -1082,11 +1084,13 @@ def bigscience_fused_softmax_before_sync(row: dict, training: dict, par: dict,
 
 
 def _torchtitan_eager_loss(low: str) -> bool:
-    """Rule 11: a torchtitan row naming a commit of a window in which ``--compile`` did not
-    compile the loss (``TORCHTITAN_EAGER_LOSS_WINDOWS``) -> ``compile_loss`` false; a row
-    without a dated commit keeps the stack's default (compiled)."""
+    """Rule 11: a torchtitan row naming a torchtitan commit in ``other`` or ``stack_version``
+    (``TORCHTITAN_COMMIT_DATES``, as ``torchtitan @<hash>``, ``torchtrain @<hash>`` (its first
+    name) or the hash alone: the rule runs on torchtitan rows only) of a window in which ``--compile`` did not compile the loss
+    (``TORCHTITAN_EAGER_LOSS_WINDOWS``) -> ``compile_loss`` false; a row without a dated
+    commit keeps the stack's default (compiled)."""
     for commit, date in TORCHTITAN_COMMIT_DATES.items():
-        if re.search(rf"torchtitan\s*@?\s*{commit}", low):
+        if re.search(rf"\b{commit}", low):
             return any(lo <= date < hi for lo, hi in TORCHTITAN_EAGER_LOSS_WINDOWS)
     return False
 
@@ -1350,7 +1354,8 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
                                                r"compile_model=true", low)) \
             and "compile off" not in low and "compile false" not in low:
         training["compile"] = True
-        if stack == "torchtitan" and _torchtitan_eager_loss(low):
+        if stack == "torchtitan" and _torchtitan_eager_loss(
+                f"{low} {(row.get('stack_version') or '').lower()}"):
             training["compile_loss"] = False
     if stack == "megatron-deepspeed" and (row["dtype"] or "").lower() == "bf16" \
             and "main_grads_dtype" in _training_fields() and bigscience_before_bf16_optimizer(row):
