@@ -196,6 +196,11 @@ tuned per row. ``other`` is read as ``key=value; key=value`` where the parts wri
     BF16_Optimizer that accumulates gradients in fp32 was in use from the 02-28 tables on,
     ``bigscience_before_bf16_optimizer``); a row of that fork -> ``hardware.cuda_version`` 11.5
     (``BIGSCIENCE_CUDA``: its cuBLAS runs misaligned eager-attention GEMMs the pre-11.7 way);
+    a PyTorch release stated in ``stack_version`` or ``other`` (``torch 2.11.0+cu130``,
+    ``pytorch 2.4``, ``torch==2.1``, a nightly's ``torch nightly >= 2.2.0.dev``) ->
+    ``hardware.torch_version`` MAJOR.MINOR (``stated_torch_version``); fmest's GPU probe's
+    "attention=sdpa restricted to flash/efficient backends" -> ``attention=flash`` (it forces
+    SDPA's flash backend, not SDPA's own choice);
     "chunked CE" -> ``loss=chunked``; ``liger=true``
     (Liger fused linear cross-entropy), a fused cross-entropy named in ``other`` or a "fused
     (chunked) LM head" (prime-rl's RL trainer: ``FusedOutputLinear`` computes the log-probs and
@@ -949,6 +954,20 @@ def _foak_fused_kernels(framework_config: str, model: str) -> tuple[str, ...]:
 BIGSCIENCE_CUDA = "11.5"
 
 
+#: rule 11: the PyTorch release a row states (``torch 2.11.0+cu130``, ``pytorch 2.4``,
+#: ``torch==2.1``, or a nightly's stated line ``torch nightly >= 2.2.0.dev``)
+TORCH_STATED = re.compile(r"\b(?:py)?torch(?: nightly >=|==| v?)\s*(\d\.\d{1,2})\b")
+
+
+def stated_torch_version(row: dict) -> Optional[str]:
+    """Rule 11: ``hardware.torch_version`` (MAJOR.MINOR) from ``stack_version`` or ``other``."""
+    for text in (row.get("stack_version") or "", row.get("other") or ""):
+        m = TORCH_STATED.search(text.lower())
+        if m:
+            return m.group(1)
+    return None
+
+
 @functools.lru_cache(maxsize=None)
 def _hardware_fields() -> frozenset:
     """The fields fmest's ``Hardware`` has (the mapper sets only those)."""
@@ -1348,6 +1367,10 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
     stated_attention = re.search(r"\battention=(sdpa|eager|flash)\b", low)
     if stated_attention:   # the kernel the row's code runs, stated with its source
         training["attention"] = stated_attention.group(1)
+        if re.search(r"attention=sdpa restricted to flash", low):
+            # fmest's GPU probe forces SDPA's flash (and efficient) backends: not SDPA's own
+            # choice, which is cuDNN on sm90 from PyTorch 2.11
+            training["attention"] = "flash"
     # rule 11
     if (_true(kv.get("compile")) or re.search(r"torch\.compile|\+ ?compile|compile \+|"
                                                r"compile (true|on)|, compile,|"
@@ -1397,6 +1420,9 @@ def _job(row: dict, stack: str) -> tuple[Optional[dict], str]:
         # (bigscience-workshop/bigscience @59a90eec train/tr11-176B-ml/README.md; the earlier JZ
         # environment, pt-1.10.1 / CUDA 11.3 in jz/envs/README.md, is in the same <= 11.6 range)
         hardware["cuda_version"] = BIGSCIENCE_CUDA
+    torch_version = stated_torch_version(row)
+    if torch_version and "torch_version" in _hardware_fields():
+        hardware["torch_version"] = torch_version
     job = {"model": model, "training": training, "parallelism": par, "hardware": hardware}
     if model_config is not None:
         job["model_config"] = model_config

@@ -201,6 +201,13 @@ def job_from_dict(data: Any) -> Job:
     config = data.get("model_config")
     if config is not None and not isinstance(config, dict):
         raise InputError("model_config", "expected a Hugging Face config object", value=config)
+    hw = data.get("hardware")
+    for key in ("torch_version", "cuda_version"):
+        value = hw.get(key) if isinstance(hw, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            # YAML and JSON read 2.10 as the number 2.1: the release would be misread silently
+            raise InputError(f"hardware.{key}", "give the version as a string (quoted in YAML), "
+                             "e.g. '2.10': a number loses its trailing zeros", value=value)
     sections = {name: _section(cls, data.get(name, {}), name) for name, cls in SECTIONS.items()}
     mode = data.get("mode", "training")
     return Job(model=model.strip(), model_config=config,

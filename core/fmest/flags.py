@@ -466,6 +466,11 @@ JOB_FLAGS: tuple[Flag, ...] = (
          help="CUDA toolkit of the run's PyTorch (torch.version.cuda, e.g. 11.5): before "
               "11.7, cuBLAS ran GEMMs with a misaligned operand (eager attention with a head "
               "dim not a multiple of 8) far slower; default: a current one"),
+    Flag(names=("--torch-version",), group=_HW, path="hardware.torch_version", metavar="X.Y",
+         help="PyTorch release of the run (e.g. 2.4, 2.11): SDPA runs cuDNN attention first "
+              "on H100/B200 from 2.11 (2.10 with CUDA 13), FSDP2 kept its reduce-scatter "
+              "input in a side stream's pool before 2.5; default: unstated (FlashAttention-2 "
+              "first, FSDP2 as in 2.5+)"),
     # workload
     Flag(names=("--dataset-tokens",), group=_WORK, path="workload.dataset_tokens",
          parse=parse_count, metavar="N", help="tokens in the dataset, e.g. 2e10"),

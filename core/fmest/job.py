@@ -156,6 +156,27 @@ def _cuda_version(inst, attribute, value):
                          "'11.5' or '12.4'", value=value)
 
 
+_TORCH_VERSION = re.compile(r"^[12]\.\d{1,2}(\.\d+)?(\+[a-z0-9.]+)?$")
+
+
+def _torch_version(inst, attribute, value):
+    """A PyTorch release: ``MAJOR.MINOR`` (``2.4``, ``2.11``), optionally with the patch
+    and a local build tag as ``torch.__version__`` prints it (``2.11.0+cu130``), or None."""
+    if value is None:
+        return
+    if not isinstance(value, str) or not _TORCH_VERSION.match(value):
+        raise InputError(attribute.name, "is a PyTorch release, MAJOR.MINOR[.PATCH], e.g. "
+                         "'2.4' or '2.11.0'", value=value)
+
+
+def torch_at_least(version: Optional[str], major: int, minor: int) -> Optional[bool]:
+    """Whether ``hardware.torch_version`` is at least ``major.minor`` (None: not stated)."""
+    if version is None:
+        return None
+    got = tuple(int(x) for x in version.split("+")[0].split(".")[:2])
+    return got >= (major, minor)
+
+
 def _at_most_one(inst, attribute, value):
     if value is not None and value > 1:
         raise InputError(attribute.name, "is a fraction of peak and must be at most 1",
@@ -575,6 +596,13 @@ class Hardware:
     #: misaligned operand (fmest/data/gemm_alignment.csv: before 11.7 a bf16 one ran ~11x
     #: slower on A100). None = a current toolkit (11.7 or later)
     cuda_version: Optional[str] = field(default=None, validator=_cuda_version)
+    #: the run's PyTorch release (``MAJOR.MINOR``, what ``torch.__version__`` starts with), for
+    #: the behaviours that changed between releases: which kernel
+    #: ``scaled_dot_product_attention`` runs first on sm90/sm100 (cuDNN attention from 2.11, and
+    #: 2.10 built with CUDA 13), and where FSDP2 allocates its reduce-scatter input (the
+    #: reduce-scatter stream's pool before 2.5). None = not stated: the behaviour of most
+    #: releases (SDPA's FlashAttention-2 backend first; FSDP2 as in 2.5 and later)
+    torch_version: Optional[str] = field(default=None, validator=_torch_version)
 
 
 @frozen(kw_only=True)

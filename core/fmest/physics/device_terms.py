@@ -279,16 +279,37 @@ def stream_pool_extra_bytes(phase_allocated: Mapping[str, float],
     return max(0.0, held - max(phase_allocated.values()))
 
 
+#: PyTorch releases before this one (MAJOR, MINOR) allocated FSDP2's reduce-scatter input inside
+#: the reduce-scatter stream (``foreach_reduce_scatter``: ``torch.empty(..., dtype=reduce_dtype)``
+#: under ``torch.cuda.stream(reduce_scatter_stream)``); pytorch/pytorch PR #129721 (2024-06-27,
+#: "Ran reduce-scatter copy-in in default stream", first in 2.5) moved it to the default stream
+FSDP2_RS_INPUT_DEFAULT_STREAM_FROM = (2, 5)
+
+
+def fsdp2_rs_input_in_side_pool(torch_version: str | None) -> bool:
+    """Whether the run's PyTorch (``hardware.torch_version``) keeps FSDP2's reduce-scatter
+    input in the reduce-scatter stream's pool (before 2.5; not stated: no)."""
+    if torch_version is None:
+        return False
+    got = tuple(int(x) for x in torch_version.split("+")[0].split(".")[:2])
+    return got < FSDP2_RS_INPUT_DEFAULT_STREAM_FROM
+
+
 def fsdp_stream_pool_bytes(kind: str | None, phase_allocated: Mapping[str, float],
                            phase_gathered: Mapping[str, float],
                            phase_grads: Mapping[str, float], unit_gathered: float,
-                           unit_grad: float) -> float:
+                           unit_grad: float, root_rs_input: float = 0.0) -> float:
     """:func:`stream_pool_extra_bytes` for a stack's FSDP implementation ``kind``
     (:data:`FSDP_STREAM_POOL_STACKS`; ``None``: no side-stream pools, 0). ``phase_gathered``:
     the gathered parameters each phase's count holds (the root and the in-flight units);
     ``phase_grads``: its sharded gradients; ``unit_gathered``: one unit as all-gathered;
     ``unit_grad``: one unit's unsharded gradient (0 where the unit has none: frozen LoRA
-    units), held by ``record_stream`` at every backward moment (phases named ``backward*``)."""
+    units), held by ``record_stream`` at every backward moment (phases named ``backward*``).
+    ``root_rs_input``: FSDP2 before PyTorch 2.5 (:func:`fsdp2_rs_input_in_side_pool`) casts each
+    unit's unsharded gradients into a reduce-scatter input inside the reduce-scatter stream; the
+    root unit's (embedding and head, the largest) maps its own segment there at the end of
+    backward, cached beside the sharded gradients (the layers' input is counted in the
+    backward's allocated bytes)."""
     if kind == "fsdp1":
         return stream_pool_extra_bytes(
             phase_allocated, (phase_gathered, phase_grads),
@@ -297,5 +318,6 @@ def fsdp_stream_pool_bytes(kind: str | None, phase_allocated: Mapping[str, float
     if kind == "fsdp2":
         return stream_pool_extra_bytes(
             phase_allocated, (phase_grads,),
-            outside_count=FSDP2_ALL_GATHER_OUTPUT_UNITS * max(0.0, unit_gathered))
+            outside_count=FSDP2_ALL_GATHER_OUTPUT_UNITS * max(0.0, unit_gathered)
+            + max(0.0, root_rs_input))
     return 0.0

@@ -24,7 +24,11 @@ from fmest.errors import InputError
 from fmest.flags import OBJECTIVES
 from fmest.job import PRICE_TYPES, Job, _tuple_of_str, resolve_layout
 from fmest.physics import time_constants as tc
-from fmest.physics.device_terms import FSDP_STREAM_POOL_STACKS, STREAM_POOL_KIND_CODES
+from fmest.physics.device_terms import (
+    FSDP_STREAM_POOL_STACKS,
+    STREAM_POOL_KIND_CODES,
+    fsdp2_rs_input_in_side_pool,
+)
 from fmest.physics.gpu_prefix import value_by_gpu_prefix
 from fmest.plan import calibrate as cal
 from fmest.plan import space as sp
@@ -848,6 +852,10 @@ def _sharding_arrays(sel: dict, gpn: int, ctx: dict) -> dict:
         "grads_sharded", "opt_sharded")})
     out["bucket_elements"] = np.zeros(size)
     out["stream_pools"] = np.zeros(size)
+    # FSDP2 before PyTorch 2.5 keeps the root's reduce-scatter input in its stream's pool
+    # (device_terms.fsdp2_rs_input_in_side_pool)
+    out["fsdp2_root_rs"] = np.full(size, fsdp2_rs_input_in_side_pool(
+        ctx["job"].hardware.torch_version))
     pools = STREAM_POOL_KIND_CODES.get(FSDP_STREAM_POOL_STACKS.get(ctx["stack"].name, "")
                                        if ctx["stack"] is not None else "", 0.0)
     group = sel["dp"] * sel["cp"]

@@ -318,8 +318,12 @@ def stream_pool_bytes(cfg: dict, static, start, end, optimizer, grads, held_grad
     default_high = np.maximum(np.maximum(static + start - gathered - held_grads + unit_grad,
                                          static + end - gathered - grads + unit_grad),
                               optimizer - grads)
+    # FSDP2 before PyTorch 2.5: the root unit's reduce-scatter input, in the reduce dtype (fp32
+    # under amp), in that stream's pool (device_terms.fsdp2_rs_input_in_side_pool)
+    root_rs = np.where(cfg.get("fsdp2_root_rs", False) & ~cfg["lora"],
+                       np.where(cfg["amp"], 4.0, act_b) * cfg["root_params"] / cfg["tp"], 0.0)
     outside = np.where(kind == STREAM_POOL_KIND_CODES["fsdp2"],
-                       FSDP2_ALL_GATHER_OUTPUT_UNITS * layer, 0.0)
+                       FSDP2_ALL_GATHER_OUTPUT_UNITS * layer + root_rs, 0.0)
     held = default_high + gathered + np.maximum(grads, held_grads) + outside
     on = (kind > 0) & cfg["params_sharded"] & (cfg["s_params"] > 1) & cfg["param_gather"] \
         & (cfg["pp"] <= 1)

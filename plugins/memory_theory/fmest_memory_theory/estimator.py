@@ -41,7 +41,11 @@ from fmest.physics.counting import (
     adapter_layers,
     quantized_base,
 )
-from fmest.physics.device_terms import FSDP_STREAM_POOL_STACKS, fsdp_stream_pool_bytes
+from fmest.physics.device_terms import (
+    FSDP_STREAM_POOL_STACKS,
+    fsdp2_rs_input_in_side_pool,
+    fsdp_stream_pool_bytes,
+)
 from fmest.stacks import loss_compiled
 from fmest.transforms import (
     OptimizerSizing,
@@ -139,6 +143,8 @@ class JobSetup:
     #: fraction of one micro-batch's transient bytes (fmest.allocator.padded_growth_fraction;
     #: :func:`padded_growth_of`); 0 for fixed shapes
     padded_growth: float = 0.0
+    #: the run's PyTorch release (``hardware.torch_version``; None: not stated)
+    torch_version: Optional[str] = None
 
 
 def stack_says(stack: Optional[ResolvedStack], behaviour: str) -> bool:
@@ -196,7 +202,8 @@ def job_setup(job: Job, ctx: EstimateContext) -> JobSetup:
         # what the job must fit in: the total CUDA reports, else the label (GpuSpec)
         capacity_bytes=float(getattr(ctx.gpu, "capacity_bytes", None)
                              or getattr(ctx.gpu, "memory_bytes", 0) or 0),
-        padded_growth=padded_growth_of(job, stack))
+        padded_growth=padded_growth_of(job, stack),
+        torch_version=job.hardware.torch_version)
 
 
 @frozen(kw_only=True)
@@ -1306,11 +1313,18 @@ def _stream_pool_bytes(setup: JobSetup, params: StageParams, state: ModelState,
     unit = _gathered_layer_bytes(setup, state)
     gathered = F.FSDP_UNSHARDED_LAYERS * unit + (params.embedding + params.head) * setup.act_bytes
     unit_grad = 0.0 if setup.lora is not None else unit
+    root_rs = 0.0
+    if kind == "fsdp2" and setup.lora is None \
+            and fsdp2_rs_input_in_side_pool(setup.torch_version):
+        # the root unit's reduce-scatter input, in the reduce dtype (fp32 under amp)
+        reduce_bytes = F.FP32_BYTES if setup.sizing.precision == "amp" else setup.act_bytes
+        root_rs = (params.embedding + params.head) * reduce_bytes
     moments = phase_components(setup, state, buffers, acts, stage, every_moment=True)
     return fsdp_stream_pool_bytes(
         kind, {name: sum(comps.values()) for name, comps in moments.items()},
         {name: gathered for name in moments if name != "optimizer"},
-        {name: comps.get("gradients", 0.0) for name, comps in moments.items()}, unit, unit_grad)
+        {name: comps.get("gradients", 0.0) for name, comps in moments.items()}, unit, unit_grad,
+        root_rs_input=root_rs)
 
 
 def _split_vision(setup: JobSetup, peak: StagePeak, components: dict[str, int]) -> None:

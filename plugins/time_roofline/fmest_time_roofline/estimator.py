@@ -138,6 +138,12 @@ def device_rates(job, gpu, stack=None, model=None,
         notes.append(f"training.tf32: {gpu.name} has no TF32 units (no tf32 peak in the GPU "
                      f"table): fp32 GEMMs at its fp32 rate")
     kernel = stack.profile.attention_kernel if stack is not None else "sdpa"
+    hw = job.hardware
+    if kernel == "sdpa" and training.attention == "sdpa" and F.sdpa_prefers_cudnn(
+            hw.torch_version, hw.cuda_version, gpu.compute_capability):
+        kernel = "sdpa-cudnn"
+        notes.append(f"SDPA on PyTorch {hw.torch_version} runs cuDNN attention first on "
+                     f"{gpu.name} (compute capability {gpu.compute_capability}): cuDNN's rates")
     fwd_eff, bwd_eff, att_notes = attention_efficiencies(job, gpu, kernel, model,
                                                          attention_seq_len)
     align_cap = None

@@ -196,7 +196,31 @@ GPU_SM_COUNT = {
 #: (:func:`attention_efficiency`). Which table kernel runs for a stack's attention kernel:
 #: PyTorch SDPA's flash backend is FlashAttention-2; Transformer Engine's DotProductAttention
 #: (``te-fused``) runs cuDNN fused attention on Hopper (stacks.toml).
-ATTENTION_TABLE_KERNEL = {"sdpa": "fa2", "flash": "fa2", "te-fused": "cudnn"}
+ATTENTION_TABLE_KERNEL = {"sdpa": "fa2", "flash": "fa2", "te-fused": "cudnn",
+                          "sdpa-cudnn": "cudnn"}
+
+
+def sdpa_prefers_cudnn(torch_version: Optional[str], cuda_version: Optional[str],
+                       compute_capability: Optional[str]) -> bool:
+    """Whether ``torch.nn.functional.scaled_dot_product_attention`` runs cuDNN attention first
+    (``sdpa-cudnn``) rather than its FlashAttention-2 backend: on sm90/sm100 from PyTorch 2.11,
+    and 2.10 built with CUDA 13 (its cu130 wheel loads cuDNN 9.15.1): ``priority_order`` puts
+    cuDNN first when ``check_prefer_cudnn_attention`` finds the loaded cuDNN > 9.15.0 on a
+    compute capability 9.x/10.x device (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp;
+    the default cu12.x wheels of 2.10 load cuDNN 9.10.2, the 2.11-2.13 wheels cu130 with 9.19-9.20:
+    their wheels' metadata and binaries, read 2026-11-28). 2.5.0 also put cuDNN first (2.5.1
+    reverted it, pytorch #138522); a MAJOR.MINOR of 2.5 does not say which, so FA2 is kept.
+    Unstated version: FA2, what SDPA ran first in every other release."""
+    if torch_version is None or compute_capability is None:
+        return False
+    if compute_capability.split(".")[0] not in ("9", "10"):
+        return False
+    major, minor = (int(x) for x in torch_version.split("+")[0].split(".")[:2])
+    if (major, minor) >= (2, 11):
+        return True
+    if (major, minor) == (2, 10) and cuda_version is not None:
+        return int(cuda_version.split(".")[0]) >= 13
+    return False
 
 #: The flash-attention backward pass executes 2.5x the forward FLOPs (it recomputes Q K^T:
 #: 5 matmuls vs 2; Dao 2023, Algorithm 2; torch.utils.flop_counter sdpa_backward_flop_count).
