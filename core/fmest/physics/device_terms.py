@@ -289,10 +289,9 @@ FSDP2_RS_INPUT_DEFAULT_STREAM_FROM = (2, 5)
 def fsdp2_rs_input_in_side_pool(torch_version: str | None) -> bool:
     """Whether the run's PyTorch (``hardware.torch_version``) keeps FSDP2's reduce-scatter
     input in the reduce-scatter stream's pool (before 2.5; not stated: no)."""
-    if torch_version is None:
-        return False
-    got = tuple(int(x) for x in torch_version.split("+")[0].split(".")[:2])
-    return got < FSDP2_RS_INPUT_DEFAULT_STREAM_FROM
+    from fmest.job import torch_at_least
+
+    return torch_at_least(torch_version, *FSDP2_RS_INPUT_DEFAULT_STREAM_FROM) is False
 
 
 def fsdp_stream_pool_bytes(kind: str | None, phase_allocated: Mapping[str, float],

@@ -211,16 +211,14 @@ def sdpa_prefers_cudnn(torch_version: Optional[str], cuda_version: Optional[str]
     their wheels' metadata and binaries, read 2026-11-28). 2.5.0 also put cuDNN first (2.5.1
     reverted it, pytorch #138522); a MAJOR.MINOR of 2.5 does not say which, so FA2 is kept.
     Unstated version: FA2, what SDPA ran first in every other release."""
-    if torch_version is None or compute_capability is None:
+    from fmest.job import torch_at_least
+
+    if compute_capability is None or compute_capability.split(".")[0] not in ("9", "10"):
         return False
-    if compute_capability.split(".")[0] not in ("9", "10"):
-        return False
-    major, minor = (int(x) for x in torch_version.split("+")[0].split(".")[:2])
-    if (major, minor) >= (2, 11):
+    if torch_at_least(torch_version, 2, 11):
         return True
-    if (major, minor) == (2, 10) and cuda_version is not None:
-        return int(cuda_version.split(".")[0]) >= 13
-    return False
+    return bool(torch_at_least(torch_version, 2, 10) and cuda_version is not None
+                and int(cuda_version.split(".")[0]) >= 13)
 
 #: The flash-attention backward pass executes 2.5x the forward FLOPs (it recomputes Q K^T:
 #: 5 matmuls vs 2; Dao 2023, Algorithm 2; torch.utils.flop_counter sdpa_backward_flop_count).
