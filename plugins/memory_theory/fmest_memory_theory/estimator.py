@@ -1109,11 +1109,11 @@ def largest_freed_tensors(setup: JobSetup, params: StageParams,
     different segments never merge (pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp @
     eb42ad6eca0ce61e7c581212b4bf32f991425571: ``get_allocation_size``, ``try_merge_blocks``),
     so the largest free block the backward leaves cached is at most the largest of these
-    single tensors, not a layer's working set as a whole. Returns (the layer's, which grows
-    with the micro-batch's tokens; the weight gradient's, which does not) (:func:`stage_peak`'s test for the
+    single tensors, not a layer's working set as a whole (:func:`stage_peak`'s test for the
     step's flat copies; replayed in tests/test_carried_reserve.py). Each term is an upper
     bound (separate q, k and v projections write smaller tensors), so the rule errs towards
-    reusing a cached block."""
+    reusing a cached block. Returns (the layer's, which grows with the micro-batch's tokens;
+    the weight gradient's, which does not)."""
     model, dims, tp = setup.model, setup.dims, inputs.tp
     act, tokens = inputs.act_bytes, inputs.tokens
     kv_split = min(tp, max(1, model.num_kv_heads))
