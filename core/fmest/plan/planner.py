@@ -381,27 +381,8 @@ class _Calibration:
                                                           tp=tp, sp=sp, pp=pp, vstages=vstages,
                                                           ep=ep), float("inf"))
 
-    def layer_slope(self, rep: str, ckpt: str, tp: int, sp: bool, pp: int,
-                    vstages: int, ep: int = 1) -> float:
-        """The reserve's per-layer block per token of a layout (memory_theory's
-        ``allocator_layer_block_bytes`` at the activation probe's larger micro-batch; 0 where
-        the estimate gives none or the engine refuses the probe)."""
-        return self._layer_probe(rep, ckpt, tp, sp, pp, vstages, ep)[0]
-
-    def tensor_slope(self, rep: str, ckpt: str, tp: int, sp: bool, pp: int,
-                     vstages: int, ep: int = 1) -> float:
-        """The largest single tensor of a layer per token (memory_theory's
-        ``allocator_largest_layer_tensor_bytes``, same probe as :meth:`layer_slope`)."""
-        return self._layer_probe(rep, ckpt, tp, sp, pp, vstages, ep)[1]
-
-    def grad_block(self, rep: str, ckpt: str, tp: int, sp: bool, pp: int,
-                   vstages: int, ep: int = 1) -> float:
-        """The largest weight gradient the busiest stage frees, bytes (memory_theory's
-        ``allocator_largest_grad_tensor_bytes``, same probe as :meth:`layer_slope`)."""
-        return self._layer_probe(rep, ckpt, tp, sp, pp, vstages, ep)[2]
-
-    def _layer_probe(self, rep: str, ckpt: str, tp: int, sp: bool, pp: int,
-                     vstages: int, ep: int) -> tuple[float, float, float]:
+    def layer_probe(self, rep: str, ckpt: str, tp: int, sp: bool, pp: int,
+                    vstages: int, ep: int = 1) -> tuple[float, float, float]:
         """(layer block per token, largest layer tensor per token, largest weight gradient)
         from one memory probe of the layout at micro-batch 16 ((0, 0, 0) where refused)."""
         def probe() -> tuple[float, float, float]:
@@ -653,9 +634,7 @@ def _evaluate_count(opt: _GpuOption, count: int, ctx: dict, rejected: dict):
     if cfg["tp"].size == 0:
         return None, total
     cfg["act_per_token"] = _activation_slopes(cfg, ctx)
-    cfg["layer_per_token"] = _layer_slopes(cfg, ctx)
-    cfg["tensor_per_token"] = _per_layout(cfg, ctx, ctx["calib"].tensor_slope)
-    cfg["grad_block"] = _per_layout(cfg, ctx, ctx["calib"].grad_block)
+    cfg["layer_per_token"], cfg["tensor_per_token"], cfg["grad_block"] = _layer_blocks(cfg, ctx)
     cfg["memory"] = vec.memory_bytes(cfg)
     cfg = pruner.apply(cfg, sp.RULE["fit"],
                        cfg["memory"] * ctx["fit_factor"] > opt.spec.capacity_bytes)
@@ -790,11 +769,15 @@ def _activation_slopes(sel: dict, ctx: dict) -> np.ndarray:
     return _per_layout(sel, ctx, ctx["calib"].slope)
 
 
-def _layer_slopes(sel: dict, ctx: dict) -> np.ndarray:
-    """The allocator reserve's per-layer block per token for each configuration's layout
-    (memory_theory's ``allocator_layer_block_bytes`` metric, one layer's backward working set:
-    fmest.physics.device_terms.allocator_reserve_bytes' second term)."""
-    return _per_layout(sel, ctx, ctx["calib"].layer_slope)
+def _layer_blocks(sel: dict, ctx: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each configuration's layout, from one memory probe each (memory_theory's metrics):
+    the allocator reserve's per-layer block per token (``allocator_layer_block_bytes``, one
+    layer's backward working set: fmest.physics.device_terms.allocator_reserve_bytes' second
+    term), a layer's largest single tensor per token and the largest weight gradient
+    (``allocator_largest_layer_tensor_bytes``, ``allocator_largest_grad_tensor_bytes``: the
+    blocks DeepSpeed's flat step copies are compared with, vector.memory_bytes)."""
+    probes = _per_layout(sel, ctx, ctx["calib"].layer_probe).reshape(-1, 3)
+    return probes[:, 0], probes[:, 1], probes[:, 2]
 
 
 def _context_parallel_arrays(sel: dict, gpu, ctx: dict, sel_gpn: int):

@@ -268,7 +268,7 @@ def memory_bytes(cfg: dict) -> np.ndarray:
     # (memory_theory ``StagePeak.transient_block``; fp32 logits per TP rank's vocabulary)
     transient = cfg["logits_per_token"] * tokens if "logits_per_token" in cfg else None
     # and one layer's backward working set (memory_theory ``StagePeak.layer_block``; the
-    # planner's ``_layer_slopes`` probe), the reserve's second term
+    # planner's ``_layer_blocks`` probe), the reserve's second term
     layer = cfg["layer_per_token"] * tokens if "layer_per_token" in cfg else None
     pools = stream_pool_bytes(cfg, static, buffers + acts + held_grads,
                               buffers - unsharded_acc + grads + acts / stage_layers,

@@ -1441,7 +1441,7 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
     metrics = {_ALLOCATED_METRIC[name]: float(value)
                for name, value in peak.phase_allocated.items()}
     # the reserve's per-layer abscissa (one layer's backward working set): what the planner's
-    # probe reads to mirror the two-term reserve (fmest.plan.planner ``_layer_slopes``)
+    # probe reads to mirror the two-term reserve (fmest.plan.planner ``_layer_blocks``)
     metrics["allocator_layer_block_bytes"] = float(peak.layer_block)
     # the largest single tensor the step frees besides the logits: what the planner mirrors
     # to test whether DeepSpeed's flat step copies find a cached block
