@@ -1296,19 +1296,28 @@ def stage_peak(setup: JobSetup, stage: Stage) -> StagePeak:
                      largest_grad_tensor=acts.largest_grad_tensor)
 
 
+def _fsdp_pool_kind(setup: JobSetup) -> Optional[str]:
+    """The stack's FSDP implementation whose side-stream pools the job's step runs
+    (``FSDP_STREAM_POOL_STACKS``), None where they do not apply: per-unit gathers over more
+    than one rank (one rank: FSDP1 runs NO_SHARD, torchtitan applies no fully_shard) without
+    DeepSpeed's buckets (ZeRO-3 under the same stack runs DeepSpeed's engine and its streams,
+    not derived here); one stage only."""
+    stack, strategy = setup.stack, setup.strategy
+    kind = FSDP_STREAM_POOL_STACKS.get(stack.name) if stack is not None else None
+    if (kind is None or not strategy.param_gather or strategy.reduce_bucket_elements
+            or setup.plan.params_divisor <= 1 or setup.layout.pp > 1):
+        return None
+    return kind
+
+
 def _stream_pool_bytes(setup: JobSetup, params: StageParams, state: ModelState,
                        buffers: Buffers, acts: Activations, stage: Stage) -> float:
     """The reserve FSDP's side-stream pools add (docs/allocator.md "Per-stream pools under
     FSDP"): the gathered units and root this plugin counts in forward and backward
     (``_gathered_param_buffers``), each phase's sharded gradients, by the stack's FSDP
     implementation (FSDP_STREAM_POOL_STACKS); 0 for other stacks and strategies."""
-    stack, strategy = setup.stack, setup.strategy
-    kind = FSDP_STREAM_POOL_STACKS.get(stack.name) if stack is not None else None
-    # per-unit gathers over more than one rank (one rank: FSDP1 runs NO_SHARD, torchtitan
-    # applies no fully_shard) without DeepSpeed's buckets (ZeRO-3 under the same stack runs
-    # DeepSpeed's engine and its streams, not derived here); one stage only
-    if (kind is None or not strategy.param_gather or strategy.reduce_bucket_elements
-            or setup.plan.params_divisor <= 1 or setup.layout.pp > 1):
+    kind = _fsdp_pool_kind(setup)
+    if kind is None:
         return 0.0
     unit = _gathered_layer_bytes(setup, state)
     gathered = F.FSDP_UNSHARDED_LAYERS * unit + (params.embedding + params.head) * setup.act_bytes
@@ -1450,7 +1459,20 @@ def assemble(setup: JobSetup, peak: StagePeak) -> MemoryEstimate:
     return MemoryEstimate(
         total_bytes=total, components=components, phase=peak.phase, metrics=metrics,
         phase_peaks_bytes=phase_peaks, host_bytes=int(_host_bytes(setup)),
-        provenance=PROVENANCE, notes=_memory_notes(setup, stack, fitted, peak.stage))
+        provenance=PROVENANCE,
+        notes=_memory_notes(setup, stack, fitted, peak.stage) + _torch_release_notes(setup))
+
+
+def _torch_release_notes(setup: JobSetup) -> tuple[str, ...]:
+    """Say when the run's PyTorch release (``hardware.torch_version``) changed the answer:
+    FSDP2 before 2.5 keeps the root's reduce-scatter input in that stream's pool
+    (:func:`_stream_pool_bytes`)."""
+    if _fsdp_pool_kind(setup) != "fsdp2" or setup.lora is not None \
+            or not fsdp2_rs_input_in_side_pool(setup.torch_version):
+        return ()
+    return (f"FSDP2 on PyTorch {setup.torch_version}: the reduce-scatter input is allocated "
+            "in the reduce-scatter stream before 2.5 (pytorch PR #129721); the root unit's "
+            "stays cached there, in the allocator reserve",)
 
 
 _MEMORY_NOTES: dict[tuple, tuple[object, tuple[str, ...]]] = {}
