@@ -321,7 +321,8 @@ def stream_pool_bytes(cfg: dict, static, start, end, optimizer, grads, held_grad
     # FSDP2 before PyTorch 2.5: the root unit's reduce-scatter input, in the reduce dtype (fp32
     # under amp), in that stream's pool (device_terms.fsdp2_rs_input_in_side_pool)
     root_rs = np.where(cfg.get("fsdp2_root_rs", False) & ~cfg["lora"],
-                       np.where(cfg["amp"], 4.0, act_b) * cfg["root_params"] / cfg["tp"], 0.0)
+                       np.where(cfg["amp"], FP32_BYTES, act_b) * cfg["root_params"] / cfg["tp"],
+                       0.0)
     outside = np.where(kind == STREAM_POOL_KIND_CODES["fsdp2"],
                        FSDP2_ALL_GATHER_OUTPUT_UNITS * layer + root_rs, 0.0)
     held = default_high + gathered + np.maximum(grads, held_grads) + outside

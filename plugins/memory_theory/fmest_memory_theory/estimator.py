@@ -64,7 +64,7 @@ from fmest_memory_theory.inventory import (
     lora_numbers,
     model_numbers,
 )
-from fmest_memory_theory.layer import LayerInputs, layer_activation_bytes
+from fmest_memory_theory.layer import LayerInputs, layer_activation_bytes, qkv_output_bytes
 from fmest_memory_theory.memo import by_identity
 from fmest_memory_theory.vision import (
     image_tokens,
@@ -1116,8 +1116,7 @@ def largest_freed_tensors(setup: JobSetup, params: StageParams,
     the weight gradient's, which does not)."""
     model, dims, tp = setup.model, setup.dims, inputs.tp
     act, tokens = inputs.act_bytes, inputs.tokens
-    kv_split = min(tp, max(1, model.num_kv_heads))
-    qkv = tokens * (dims.q_dim / tp + (dims.k_dim + dims.v_dim) / kv_split) * act
+    qkv = qkv_output_bytes(model, dims, inputs)
     widest = model.moe_intermediate_size * (model.experts_per_token or 1) \
         if model.is_moe and model.moe_intermediate_size else model.intermediate_size
     mlp = tokens * widest * (2 if model.gated_mlp else 1) / tp * act

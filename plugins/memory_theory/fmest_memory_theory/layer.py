@@ -160,12 +160,19 @@ def norm_block_bytes(hidden: float, inputs: LayerInputs, output_needed: bool) ->
             + (inputs.tokens * hidden * inputs.act_bytes if output_needed else 0.0))
 
 
+def qkv_output_bytes(model: ModelSpec, dims: ModelNumbers, inputs: LayerInputs) -> float:
+    """The q, k and v projections' outputs of one layer on one rank (key/value heads split
+    over at most their own count of tensor-parallel ranks)."""
+    kv_split = min(inputs.tp, max(1, model.num_kv_heads))
+    return inputs.tokens * (dims.q_dim / inputs.tp + (dims.k_dim + dims.v_dim) / kv_split) \
+        * inputs.act_bytes
+
+
 def attention_block_bytes(model: ModelSpec, dims: ModelNumbers, inputs: LayerInputs,
                           needs: _Needs) -> tuple[float, float, float]:
     """(q/k/v projections' outputs, the attention core, the output projection's input)."""
     tokens, act, tp = inputs.tokens, inputs.act_bytes, inputs.tp
-    kv_split = min(tp, max(1, model.num_kv_heads))
-    qkv = tokens * (dims.q_dim / tp + (dims.k_dim + dims.v_dim) / kv_split) * act
+    qkv = qkv_output_bytes(model, dims, inputs)
     if inputs.fused_qkv_views:
         qkv = tokens * fused_qkv_saved_elements(model, dims, inputs.fused_qkv_expands_mqa) \
             / tp * act
